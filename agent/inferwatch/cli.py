@@ -1,0 +1,55 @@
+"""The ``inferwatch`` command line: one sub-command per module.
+
+Each sub-command lives in its own module that exposes ``add_arguments(parser)``
+and ``main(args) -> int``. Modules keep their heavy imports (matplotlib, rich,
+grafanalib) inside ``main`` so that ``inferwatch run`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from inferwatch import __version__
+from inferwatch.errors import UsageError
+
+# name -> (module, one-line help). Order is the order of ``inferwatch --help``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("inferwatch.agent", "run the sidecar agent (NVML + engine /metrics -> Prometheus)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inferwatch",
+        description="Observability for LLM inference on GPUs.",
+    )
+    parser.add_argument("--version", action="version", version=f"inferwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.main(args) or 0)
+    except UsageError as exc:
+        print(f"inferwatch {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

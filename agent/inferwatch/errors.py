@@ -1,0 +1,26 @@
+"""Errors that end a command with one clear line and exit code 2."""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """Bad input from the user: the message is printed as one line, exit code 2."""
+
+
+class ConfigError(UsageError):
+    """A configuration value is wrong.
+
+    The message always names where the value came from (a file, a flag or an
+    environment variable), the key, and what was expected, so the user can fix
+    it without reading code.
+    """
+
+    def __init__(self, source: str, key: str, expected: str, got: object = None) -> None:
+        self.source = source
+        self.key = key
+        self.expected = expected
+        self.got = got
+        detail = f"{source}: {key}: expected {expected}"
+        if got is not None:
+            detail += f", got {got!r}"
+        super().__init__(detail)

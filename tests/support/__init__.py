@@ -1,0 +1,1 @@
+"""Shared helpers for the tests: ports, waiting, and real Prometheus/Alertmanager processes."""

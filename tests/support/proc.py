@@ -1,0 +1,242 @@
+"""Start real programs (Prometheus, Alertmanager, the agent, a simulator) for tests.
+
+Every process listens on a loopback port picked here, writes its output to a
+log file under the test's tmp_path, and is stopped when the test ends. Waiting
+is always on a condition with a deadline, never on a bare sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+AMTOOL = shutil.which("amtool")
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    message: str = "condition",
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail the test at the deadline.
+
+    Exceptions inside ``condition`` count as "not yet" (a server still starting),
+    and the last one is shown if the deadline passes.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            result = condition()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - "not ready yet"
+            last_exc = exc
+        if time.monotonic() > deadline:
+            extra = f" (last error: {last_exc!r})" if last_exc else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}{extra}")
+        time.sleep(interval)
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
+    """GET a URL; returns (status, body, headers) and does not raise on HTTP errors."""
+    req = urllib.request.Request(url)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), dict(err.headers)
+
+
+def require_binary(path: str | None, name: str) -> str:
+    if not path:
+        pytest.skip(f"{name} is not installed (apt-get install prometheus prometheus-alertmanager)")
+    return path
+
+
+class Process:
+    """A child process with its log; ``stop()`` sends SIGTERM, then SIGKILL."""
+
+    def __init__(self, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.args = list(args)
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        self.popen = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
+            start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        self._log.close()
+        return self.popen.returncode
+
+
+def inferwatch_cmd(*args: str) -> list[str]:
+    """Command line for the installed package's CLI, run with this interpreter."""
+    return [sys.executable, "-m", "inferwatch.cli", *args]
+
+
+class Prometheus:
+    """A real Prometheus server on a loopback port with the given config and rule files."""
+
+    def __init__(self, tmp: Path, config: dict[str, Any] | str, *,
+                 extra_args: Sequence[str] = ()) -> None:
+        binary = require_binary(PROMETHEUS, "prometheus")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = tmp / f"prometheus-{self.port}"
+        self.dir.mkdir(parents=True)
+        cfg_path = self.dir / "prometheus.yml"
+        text = config if isinstance(config, str) else json.dumps(config)
+        cfg_path.write_text(text)
+        self.config_path = cfg_path
+        self.process = Process(
+            [
+                binary,
+                f"--config.file={cfg_path}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+                *extra_args,
+            ],
+            self.dir / "prometheus.log",
+        )
+        wait_until(self._ready, timeout=60, message=f"prometheus on :{self.port}")
+
+    def _ready(self) -> bool:
+        if not self.process.alive():
+            raise AssertionError(f"prometheus exited:\n{self.process.log()[-3000:]}")
+        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+
+    def api(self, path: str, **params: Any) -> Any:
+        query = urllib.parse.urlencode(params)
+        status, body, _ = http_get(f"{self.url}/api/v1/{path}?{query}", timeout=10)
+        doc = json.loads(body)
+        if doc.get("status") != "success":
+            raise AssertionError(f"prometheus API {path} {params}: {status} {doc}")
+        return doc["data"]
+
+    def query(self, promql: str, time_: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": promql}
+        if time_ is not None:
+            params["time"] = time_
+        data = self.api("query", **params)
+        return list(data["result"])
+
+    def scalar(self, promql: str) -> float | None:
+        """The value of a query that returns one series (None when empty)."""
+        result = self.query(promql)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise AssertionError(f"{promql} returned {len(result)} series: {result}")
+        return float(result[0]["value"][1])
+
+    def targets_up(self) -> bool:
+        data = self.api("targets")
+        active = data["activeTargets"]
+        return bool(active) and all(t["health"] == "up" for t in active)
+
+    def reload(self) -> None:
+        req = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class Alertmanager:
+    """A real Alertmanager on loopback ports with the given configuration text."""
+
+    def __init__(self, tmp: Path, config_text: str) -> None:
+        binary = require_binary(ALERTMANAGER, "prometheus-alertmanager")
+        self.port = free_port()
+        cluster_port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = tmp / f"alertmanager-{self.port}"
+        self.dir.mkdir(parents=True)
+        cfg = self.dir / "alertmanager.yml"
+        cfg.write_text(config_text)
+        self.process = Process(
+            [
+                binary,
+                f"--config.file={cfg}",
+                f"--storage.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--cluster.listen-address=127.0.0.1:{cluster_port}",
+            ],
+            self.dir / "alertmanager.log",
+        )
+        wait_until(self._ready, timeout=60, message=f"alertmanager on :{self.port}")
+
+    def _ready(self) -> bool:
+        if not self.process.alive():
+            raise AssertionError(f"alertmanager exited:\n{self.process.log()[-3000:]}")
+        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+@contextlib.contextmanager
+def running(*processes: Any) -> Iterator[None]:
+    """Stop every process (anything with ``stop()``) when the block ends."""
+    try:
+        yield
+    finally:
+        for p in reversed(processes):
+            with contextlib.suppress(Exception):
+                p.stop()
