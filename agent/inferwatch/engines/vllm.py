@@ -1,0 +1,66 @@
+"""vLLM's /metrics onto the contract.
+
+Facts from ``shared/reference/vllm-metrics.md`` (vLLM 0.33.0's
+``vllm/v1/metrics/loggers.py`` and the rename history it lists): every series
+carries ``model_name`` and, since V1, ``engine`` (the data-parallel rank);
+ratios average over ranks, counts sum; in multiprocess mode a gauge may repeat
+per API-server ``pid`` (max is right: idle processes report 0).
+"""
+
+from __future__ import annotations
+
+from inferwatch.engines.base import EngineMap, Ratio, Signal
+
+VLLM = EngineMap(
+    name="vllm",
+    prefixes=("vllm:",),
+    signals=(
+        Signal("inferwatch_queue_depth", "gauge", ("vllm:num_requests_waiting",)),
+        Signal("inferwatch_requests_running", "gauge", ("vllm:num_requests_running",)),
+        Signal(
+            "inferwatch_kv_cache_usage_ratio",
+            "gauge",
+            ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            combine="avg",
+        ),
+        Signal("inferwatch_preemptions", "counter", ("vllm:num_preemptions",)),
+        Signal("inferwatch_prompt_tokens", "counter", ("vllm:prompt_tokens",)),
+        Signal("inferwatch_generation_tokens", "counter", ("vllm:generation_tokens",)),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("vllm:request_success",),
+            labels={"finished_reason": "reason"},
+        ),
+        Signal("inferwatch_requests_rejected", "counter", ("vllm:admission_rejections",)),
+        Signal(
+            "inferwatch_prefix_cache_queries",
+            "counter",
+            ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+            export=False,
+        ),
+        Signal(
+            "inferwatch_prefix_cache_hits",
+            "counter",
+            ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+            export=False,
+        ),
+        Signal("inferwatch_ttft_seconds", "histogram", ("vllm:time_to_first_token_seconds",)),
+        Signal(
+            "inferwatch_tpot_seconds",
+            "histogram",
+            ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        ),
+        Signal(
+            "inferwatch_e2e_latency_seconds", "histogram", ("vllm:e2e_request_latency_seconds",)
+        ),
+        Signal("inferwatch_queue_time_seconds", "histogram", ("vllm:request_queue_time_seconds",)),
+    ),
+    ratios=(
+        Ratio(
+            "inferwatch_prefix_cache_hit_ratio",
+            "inferwatch_prefix_cache_hits",
+            "inferwatch_prefix_cache_queries",
+        ),
+    ),
+)
