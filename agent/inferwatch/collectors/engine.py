@@ -1,0 +1,419 @@
+"""Scrapes each worker's /metrics and exports the contract's worker families.
+
+Per worker and per pass: fetch (aiohttp, time-out, size cap, no redirects),
+parse only the families the engine's table needs, map them, feed the windows
+(quantiles from histogram increases, queue slope, hit ratios), and keep the
+result as that worker's snapshot. A failed scrape drops the worker's engine
+series at once (no stale values) and says why in ``inferwatch_target_up`` and
+``inferwatch_target_scrape_errors_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+from inferwatch.collectors.base import Source
+from inferwatch.config import AgentConfig, WorkerSpec
+from inferwatch.engines import ENGINES, EngineMap, detect
+from inferwatch.engines.mapping import (
+    LabelKey,
+    Mapped,
+    ParseError,
+    family_names,
+    map_families,
+    parse,
+    sample_names,
+)
+from inferwatch.stats import CumulativeWindow, GaugeWindow, window_quantiles
+
+log = logging.getLogger(__name__)
+
+SCRAPE_ERROR_REASONS = (
+    "connect",
+    "timeout",
+    "http_status",
+    "too_large",
+    "parse",
+    "no_engine_metrics",
+)
+QUANTILES = (0.5, 0.95, 0.99)
+#: histogram family -> its window-quantile gauge
+QUANTILE_GAUGES = {
+    "inferwatch_ttft_seconds": "inferwatch_ttft_quantile_seconds",
+    "inferwatch_tpot_seconds": "inferwatch_tpot_quantile_seconds",
+    "inferwatch_e2e_latency_seconds": "inferwatch_e2e_latency_quantile_seconds",
+}
+
+HELP: dict[str, str] = {
+    "inferwatch_target_up": "1 when the last scrape of the worker succeeded and carried engine data.",
+    "inferwatch_target_scrape_duration_seconds": "Duration of the last scrape of the worker's metrics.",
+    "inferwatch_target_scrape_errors_total": "Failed scrapes of the worker's metrics, by reason.",
+    "inferwatch_queue_depth": "Requests waiting to be scheduled (engine: num_requests_waiting).",
+    "inferwatch_queue_depth_slope": (
+        "Least-squares slope of queue depth over the stats window, requests per second; "
+        "> 0 means rising."
+    ),
+    "inferwatch_requests_running": "Requests in the running batch (engine: num_requests_running).",
+    "inferwatch_max_num_seqs": (
+        "The worker's batch capacity (--max-num-seqs or the engine's equivalent), "
+        "from config, the command line or the engine."
+    ),
+    "inferwatch_kv_cache_usage_ratio": "Share of the KV cache in use, 0..1 (engine: kv_cache_usage_perc).",
+    "inferwatch_prefix_cache_hit_ratio": "Prefix-cache hits / queries (tokens) over the stats window.",
+    "inferwatch_preemptions": "Requests preempted for KV-cache space (engine: num_preemptions).",
+    "inferwatch_prompt_tokens": "Prompt tokens processed, prefix-cache hits included.",
+    "inferwatch_generation_tokens": "Tokens generated.",
+    "inferwatch_requests_finished": "Requests finished, by reason (stop, length, abort, error, ...).",
+    "inferwatch_requests_rejected": "Requests rejected at admission (HTTP 503 from queue limits).",
+    "inferwatch_ttft_seconds": "Time to first token, the engine's buckets passed through.",
+    "inferwatch_tpot_seconds": "Time per output token (inter-token latency), engine buckets.",
+    "inferwatch_e2e_latency_seconds": "End-to-end request latency, engine buckets.",
+    "inferwatch_queue_time_seconds": "Time requests waited before being scheduled, engine buckets.",
+    "inferwatch_ttft_quantile_seconds": "TTFT quantiles over the stats window, from bucket increases.",
+    "inferwatch_tpot_quantile_seconds": "TPOT quantiles over the stats window, from bucket increases.",
+    "inferwatch_e2e_latency_quantile_seconds": (
+        "End-to-end latency quantiles over the stats window, from bucket increases."
+    ),
+}
+
+
+class ScrapeError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class WorkerState:
+    """What the agent knows about one worker between passes."""
+
+    spec: WorkerSpec
+    engine: EngineMap | None = None
+    metrics_path: str = "/metrics"
+    up: bool = False
+    duration: float | None = None
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SCRAPE_ERROR_REASONS, 0))
+    mapped: Mapped | None = None
+    hist_windows: dict[tuple[str, LabelKey], CumulativeWindow] = field(default_factory=dict)
+    ratio_windows: dict[tuple[str, LabelKey], CumulativeWindow] = field(default_factory=dict)
+    queue_windows: dict[LabelKey, GaugeWindow] = field(default_factory=dict)
+    quantiles: dict[tuple[str, LabelKey], dict[float, float]] = field(default_factory=dict)
+    ratios: dict[tuple[str, LabelKey], float] = field(default_factory=dict)
+    slopes: dict[LabelKey, float] = field(default_factory=dict)
+    version: str | None = None
+
+    def forget(self) -> None:
+        """Drop engine data and history: a worker that is gone leaves nothing stale."""
+        self.mapped = None
+        self.hist_windows.clear()
+        self.ratio_windows.clear()
+        self.queue_windows.clear()
+        self.quantiles.clear()
+        self.ratios.clear()
+        self.slopes.clear()
+
+
+def _labels(worker: str, engine: str, key: LabelKey) -> tuple[list[str], list[str]]:
+    names = ["worker", "engine"]
+    values = [worker, engine]
+    for k, v in key:
+        names.append(k)
+        values.append(v)
+    return names, values
+
+
+class _Families:
+    """Metric families assembled across workers, created on first use."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Metric] = {}
+
+    def _get(self, cls: type, name: str, labels: list[str]) -> Metric:
+        fam = self.by_name.get(name)
+        if fam is None:
+            fam = cls(name, HELP.get(name, name), labels=labels)
+            self.by_name[name] = fam
+        return fam
+
+    def gauge(self, name: str, labels: list[str], values: list[str], value: float) -> None:
+        self._get(GaugeMetricFamily, name, labels).add_metric(values, value)  # type: ignore[attr-defined]
+
+    def counter(self, name: str, labels: list[str], values: list[str], value: float) -> None:
+        self._get(CounterMetricFamily, name, labels).add_metric(values, value)  # type: ignore[attr-defined]
+
+    def histogram(self, name: str, labels: list[str], values: list[str], hist: object) -> None:
+        fam = self._get(HistogramMetricFamily, name, labels)
+        buckets = [
+            (floatToGoString(b), c)
+            for b, c in zip(hist.bounds, hist.counts, strict=True)  # type: ignore[attr-defined]
+        ]
+        fam.add_metric(values, buckets, hist.sum)  # type: ignore[attr-defined]
+
+
+class EngineSource(Source):
+    """All configured workers' engine metrics."""
+
+    name = "engine"
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        launch_max_num_seqs: Callable[[str], int | None] = lambda worker: None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.interval = config.collect_interval
+        self.window = config.stats_window
+        self.workers = {w.name: WorkerState(w) for w in config.workers}
+        for state in self.workers.values():
+            if state.spec.engine != "auto":
+                state.engine = ENGINES.get(state.spec.engine)
+            state.metrics_path = state.spec.metrics_path or (
+                state.engine.metrics_path if state.engine else "/metrics"
+            )
+        self._launch_max_num_seqs = launch_max_num_seqs
+        self._session: aiohttp.ClientSession | None = None
+        self.passes = 0
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            auto_decompress=True,
+            headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
+            connector=aiohttp.TCPConnector(limit_per_host=2, force_close=False),
+        )
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def refresh(self) -> None:
+        started = time.perf_counter()
+        if self._session is None:
+            await self.start()
+        await asyncio.gather(*(self._scrape(state) for state in self.workers.values()))
+        self.passes += 1
+        self.health.finished_pass(started)
+
+    # ------------------------------------------------------------------ scraping
+    async def _fetch(self, state: WorkerState) -> bytes:
+        assert self._session is not None
+        spec = state.spec
+        timeout = aiohttp.ClientTimeout(total=spec.timeout or self.config.scrape.timeout)
+        limit = self.config.scrape.max_body_bytes
+        url = spec.url + state.metrics_path
+        try:
+            async with self._session.get(url, timeout=timeout, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    raise ScrapeError("http_status", f"{url} answered HTTP {resp.status}")
+                if resp.content_length is not None and resp.content_length > limit:
+                    raise ScrapeError("too_large", f"{url} body of {resp.content_length} bytes")
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    body += chunk
+                    if len(body) > limit:
+                        raise ScrapeError("too_large", f"{url} body over {limit} bytes, cut")
+                return bytes(body)
+        except ScrapeError:
+            raise
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise ScrapeError(
+                "timeout", f"{url} did not answer within {timeout.total:g}s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise ScrapeError("connect", f"{url}: {type(exc).__name__}: {exc}") from None
+
+    def _map(self, state: WorkerState, text: str) -> Mapped:
+        engine = state.engine
+        if engine is None:
+            names = family_names(text) or sample_names(text)
+            engine = detect(names)
+            if engine is None:
+                shown = ", ".join(sorted(names)[:8]) or "no metric families"
+                raise ScrapeError("no_engine_metrics", f"no known engine's metrics (saw: {shown})")
+        try:
+            families = parse(text, engine.source_families())
+        except ParseError as exc:
+            raise ScrapeError("parse", f"unparsable exposition: {exc}") from None
+        mapped = map_families(families, engine)
+        if not mapped.has_data:
+            raise ScrapeError(
+                "no_engine_metrics",
+                f"up, but no {engine.name} engine data (statistics logging disabled?)",
+            )
+        if state.engine is None:
+            log.info("worker %s: detected engine %s", state.spec.name, engine.name)
+            state.engine = engine
+        return mapped
+
+    async def _scrape(self, state: WorkerState) -> None:
+        name = state.spec.name
+        started = time.perf_counter()
+        try:
+            body = await self._fetch(state)
+            mapped = self._map(state, body.decode("utf-8", errors="replace"))
+        except ScrapeError as exc:
+            state.duration = time.perf_counter() - started
+            state.errors[exc.reason] += 1
+            state.up = False
+            state.forget()
+            self.health.error(exc.reason, str(exc), key=name)
+            return
+        except Exception as exc:  # a bug must not stop the other workers
+            state.duration = time.perf_counter() - started
+            state.errors["parse"] += 1
+            state.up = False
+            state.forget()
+            self.health.error("internal", f"{type(exc).__name__}: {exc}", key=name)
+            log.debug("worker %s scrape failed", name, exc_info=True)
+            return
+        state.duration = time.perf_counter() - started
+        state.up = True
+        self.health.ok(key=name)
+        self._update_windows(state, mapped, time.time())
+        state.mapped = mapped
+
+    # ------------------------------------------------------------------ windows
+    def _update_windows(self, state: WorkerState, mapped: Mapped, now: float) -> None:
+        seen: set[tuple[str, LabelKey]] = set()
+        quantiles: dict[tuple[str, LabelKey], dict[float, float]] = {}
+        for target, series in mapped.histograms.items():
+            if target not in QUANTILE_GAUGES:
+                continue
+            for key, hist in series.items():
+                slot = (target, key)
+                seen.add(slot)
+                win = state.hist_windows.get(slot)
+                if win is None:
+                    win = state.hist_windows[slot] = CumulativeWindow(self.window)
+                win.add(now, hist.counts)
+                inc = win.increase()
+                if inc is not None:
+                    qs = window_quantiles(hist.bounds, inc, QUANTILES)
+                    if qs:
+                        quantiles[slot] = qs
+        for slot in set(state.hist_windows) - seen:
+            del state.hist_windows[slot]
+        state.quantiles = quantiles
+
+        ratios: dict[tuple[str, LabelKey], float] = {}
+        engine = state.engine
+        for ratio in engine.ratios if engine else ():
+            num = mapped.counters.get(ratio.numerator, {})
+            den = mapped.counters.get(ratio.denominator, {})
+            for key in num.keys() & den.keys():
+                slot = (ratio.target, key)
+                win = state.ratio_windows.get(slot)
+                if win is None:
+                    win = state.ratio_windows[slot] = CumulativeWindow(self.window)
+                win.add(now, (num[key], den[key]))
+                inc = win.increase()
+                if inc is not None and inc[1] > 0:
+                    ratios[slot] = min(1.0, inc[0] / inc[1])
+        state.ratios = ratios
+
+        slopes: dict[LabelKey, float] = {}
+        queue = mapped.gauges.get("inferwatch_queue_depth", {})
+        for key in set(state.queue_windows) - queue.keys():
+            del state.queue_windows[key]
+        for key, depth in queue.items():
+            gw = state.queue_windows.get(key)
+            if gw is None:
+                gw = state.queue_windows[key] = GaugeWindow(self.window)
+            gw.add(now, depth)
+            slope = gw.slope()
+            if slope is not None:
+                slopes[key] = slope
+        state.slopes = slopes
+
+    # ------------------------------------------------------------------ export
+    def engine_facts(self, worker: str) -> Mapping[str, str]:
+        """Engine, model and version learned from the worker's metrics (for process info)."""
+        state = self.workers.get(worker)
+        if state is None or state.mapped is None:
+            return {}
+        facts = {"engine": state.mapped.engine}
+        models = sorted(state.mapped.models())
+        if models:
+            facts["model"] = models[0]
+        if state.version:
+            facts["version"] = state.version
+        return facts
+
+    def max_num_seqs(self, state: WorkerState) -> int | None:
+        if state.spec.max_num_seqs is not None:
+            return state.spec.max_num_seqs
+        launched = self._launch_max_num_seqs(state.spec.name)
+        if launched is not None:
+            return launched
+        if state.mapped is not None:
+            engine_value = state.mapped.gauges.get("inferwatch_max_num_seqs")
+            if engine_value:
+                return int(max(engine_value.values()))
+        return None
+
+    def families(self) -> Iterable[Metric]:
+        out = _Families()
+        for name, state in self.workers.items():
+            wl = ["worker"]
+            out.gauge("inferwatch_target_up", wl, [name], 1.0 if state.up else 0.0)
+            if state.duration is not None:
+                out.gauge("inferwatch_target_scrape_duration_seconds", wl, [name], state.duration)
+            for reason, count in state.errors.items():
+                out.counter(
+                    "inferwatch_target_scrape_errors", ["worker", "reason"], [name, reason], count
+                )
+            mapped = state.mapped
+            if mapped is None:
+                continue
+            engine = mapped.engine
+            exported = (
+                {s.target for s in state.engine.signals if s.export} if state.engine else set()
+            )
+            for target, series in sorted(mapped.gauges.items()):
+                if target not in exported or target == "inferwatch_max_num_seqs":
+                    continue
+                for key, value in sorted(series.items()):
+                    out.gauge(target, *_labels(name, engine, key), value)
+            for target, series in sorted(mapped.counters.items()):
+                if target not in exported:
+                    continue
+                for key, value in sorted(series.items()):
+                    out.counter(target, *_labels(name, engine, key), value)
+            for target, hseries in sorted(mapped.histograms.items()):
+                for key, hist in sorted(hseries.items()):
+                    out.histogram(target, *_labels(name, engine, key), hist)
+            for (target, key), qs in sorted(state.quantiles.items()):
+                labels, values = _labels(name, engine, key)
+                for q, v in sorted(qs.items()):
+                    out.gauge(
+                        QUANTILE_GAUGES[target], [*labels, "quantile"], [*values, f"{q:g}"], v
+                    )
+            for (target, key), ratio in sorted(state.ratios.items()):
+                out.gauge(target, *_labels(name, engine, key), ratio)
+            for key, slope in sorted(state.slopes.items()):
+                out.gauge("inferwatch_queue_depth_slope", *_labels(name, engine, key), slope)
+            capacity = self.max_num_seqs(state)
+            if capacity is not None:
+                for model in sorted(mapped.models()) or [""]:
+                    out.gauge(
+                        "inferwatch_max_num_seqs",
+                        ["worker", "engine", "model"],
+                        [name, engine, model],
+                        float(capacity),
+                    )
+        return list(out.by_name.values())
