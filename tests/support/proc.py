@@ -61,7 +61,7 @@ def wait_until(
             result = condition()
             if result:
                 return result
-        except Exception as exc:  # noqa: BLE001 - "not ready yet"
+        except Exception as exc:
             last_exc = exc
         if time.monotonic() > deadline:
             extra = f" (last error: {last_exc!r})" if last_exc else ""
@@ -88,8 +88,13 @@ def require_binary(path: str | None, name: str) -> str:
 class Process:
     """A child process with its log; ``stop()`` sends SIGTERM, then SIGKILL."""
 
-    def __init__(self, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.args = list(args)
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -97,7 +102,11 @@ class Process:
         if env:
             full_env.update(env)
         self.popen = subprocess.Popen(
-            self.args, stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
+            self.args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=cwd,
             start_new_session=True,
         )
 
@@ -105,7 +114,8 @@ class Process:
         return self.popen.poll() is None
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def signal(self, sig: int) -> None:
@@ -132,8 +142,9 @@ def inferwatch_cmd(*args: str) -> list[str]:
 class Prometheus:
     """A real Prometheus server on a loopback port with the given config and rule files."""
 
-    def __init__(self, tmp: Path, config: dict[str, Any] | str, *,
-                 extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, tmp: Path, config: dict[str, Any] | str, *, extra_args: Sequence[str] = ()
+    ) -> None:
         binary = require_binary(PROMETHEUS, "prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -1,0 +1,299 @@
+"""``inferwatch run``: the sidecar agent.
+
+Each source (NVML, engines, processes) refreshes on its own timer; after every
+refresh the exposition is rebuilt once and kept as bytes. A scrape of
+``/metrics`` returns those bytes, so its cost does not depend on how many GPUs
+or workers there are, and a slow worker or NVML call never delays a scrape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from inferwatch import __version__
+from inferwatch.collectors.base import Source
+from inferwatch.collectors.engine import EngineSource
+from inferwatch.collectors.process import ProcessSource
+from inferwatch.config import DEFAULT_PORT, AgentConfig, load_config
+
+log = logging.getLogger("inferwatch")
+
+
+class _Bridge:
+    """A prometheus_client collector that yields the sources' latest families."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self.agent.self_families()
+        for source in self.agent.sources:
+            try:
+                yield from source.families()
+            except Exception:  # a bug in one source must not empty the whole exposition
+                source.health.error("internal", "building metric families failed")
+                log.exception("source %s: families() failed", source.name)
+
+
+class Agent:
+    """Runs the sources and holds the last built exposition."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.sources: list[Source] = []
+        self.ready_checks: list[Callable[[], bool]] = []
+        self.process: ProcessSource | None = None
+        self.engine: EngineSource | None = None
+        self._build_sources()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Bridge(self))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.exposition: bytes = b""
+        self.built_at = 0.0
+        self._gzip_cache: tuple[bytes, bytes] | None = None
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._refreshed: set[str] = set()
+
+    def _build_sources(self) -> None:
+        config = self.config
+        engine = EngineSource(config, launch_max_num_seqs=self._launch_max_num_seqs)
+        self.engine = engine
+        process = ProcessSource(
+            config.workers, interval=config.process_interval, engine_facts=engine.engine_facts
+        )
+        self.process = process
+        if config.workers:
+            self.sources += [engine, process]
+        if config.gpu.backend != "none":
+            from inferwatch.collectors.nvml import NvmlSource, load_backend
+
+            backend = load_backend(
+                config.gpu.backend,
+                fake_count=config.gpu.fake_count,
+                fake_state_dir=config.gpu.fake_state_dir,
+            )
+            self.sources.append(
+                NvmlSource(
+                    backend,
+                    interval=config.gpu.interval,
+                    slow_interval=config.gpu.slow_interval,
+                    pid_workers=process.pid_workers,
+                )
+            )
+
+    def _launch_max_num_seqs(self, worker: str) -> int | None:
+        info = self.process.launch_info(worker) if self.process is not None else None
+        return info.max_num_seqs if info is not None else None
+
+    # ------------------------------------------------------------------ self metrics
+    def self_families(self) -> Iterable[Metric]:
+        info = GaugeMetricFamily(
+            "inferwatch_agent_info", "The inferwatch agent's version.", labels=["version"]
+        )
+        info.add_metric([__version__], 1.0)
+        yield info
+        duration = GaugeMetricFamily(
+            "inferwatch_collect_duration_seconds",
+            "Duration of each collector's last pass.",
+            labels=["collector"],
+        )
+        errors = CounterMetricFamily(
+            "inferwatch_collect_errors",
+            "Errors met by each collector, by reason.",
+            labels=["collector", "reason"],
+        )
+        fresh = GaugeMetricFamily(
+            "inferwatch_last_collect_timestamp_seconds",
+            "Unix time each collector last finished a pass.",
+            labels=["collector"],
+        )
+        for source in self.sources:
+            h = source.health
+            if h.last_duration is not None:
+                duration.add_metric([source.name], h.last_duration)
+            if h.last_success is not None:
+                fresh.add_metric([source.name], h.last_success)
+            for reason, count in sorted(h.errors.items()):
+                errors.add_metric([source.name, reason], count)
+        yield duration
+        yield errors
+        yield fresh
+
+    # ------------------------------------------------------------------ exposition
+    def rebuild(self) -> None:
+        self.exposition = generate_latest(self.registry)
+        self.built_at = time.time()
+        self._gzip_cache = None
+
+    def gzipped(self) -> bytes:
+        import gzip
+
+        body = self.exposition
+        if self._gzip_cache is None or self._gzip_cache[0] is not body:
+            self._gzip_cache = (body, gzip.compress(body, compresslevel=5))
+        return self._gzip_cache[1]
+
+    def ready(self) -> bool:
+        """Every source has finished one pass, and every extra gate (warm-up) is open."""
+        if any(s.name not in self._refreshed for s in self.sources):
+            return False
+        return all(check() for check in self.ready_checks)
+
+    # ------------------------------------------------------------------ running
+    async def _loop(self, source: Source) -> None:
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                await source.refresh()
+            except Exception:  # refresh must not raise; if it does, keep the loop alive
+                source.health.error("internal", "refresh raised")
+                log.exception("source %s: refresh raised", source.name)
+            self._refreshed.add(source.name)
+            self.rebuild()
+            delay = max(0.0, source.interval - (time.monotonic() - started))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+
+    async def start(self) -> None:
+        for source in self.sources:
+            await source.start()
+        self.rebuild()
+        self._tasks = [
+            asyncio.create_task(self._loop(s), name=f"source-{s.name}") for s in self.sources
+        ]
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for source in self.sources:
+            with contextlib.suppress(Exception):
+                await source.stop()
+
+
+async def serve(config: AgentConfig, *, on_ready: Callable[[str], None] | None = None) -> None:
+    """Run the agent and its HTTP server until SIGTERM or SIGINT."""
+    from inferwatch.exporter import Exporter
+
+    agent = Agent(config)
+    exporter = Exporter(agent, config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await agent.start()
+    url = await exporter.start()
+    log.info(
+        "inferwatch %s serving %s/metrics (%d workers, gpu backend %s)",
+        __version__,
+        url,
+        len(config.workers),
+        config.gpu.backend,
+    )
+    if on_ready:
+        on_ready(url)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await exporter.stop()
+        await agent.stop()
+
+
+# ---------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML configuration file (also INFERWATCH_CONFIG)"
+    )
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"address to serve /metrics on (default 0.0.0.0:{DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "--worker",
+        action="append",
+        metavar="[NAME=]URL",
+        dest="workers",
+        help="inference server base URL to watch; repeatable; the name defaults to host:port",
+    )
+    parser.add_argument(
+        "--gpu-backend",
+        choices=("nvml", "fake", "none"),
+        help="where GPU metrics come from (default nvml)",
+    )
+    parser.add_argument("--fake-gpus", metavar="N", help="number of fake GPUs (backend fake)")
+    parser.add_argument(
+        "--fake-gpu-state",
+        metavar="DIR",
+        help="directory of GPU state files written by `inferwatch simulate`",
+    )
+    parser.add_argument(
+        "--collect-interval",
+        metavar="DURATION",
+        help="engine and process polling interval (default 2s)",
+    )
+    parser.add_argument(
+        "--stats-window",
+        metavar="DURATION",
+        help="window of quantiles, queue slope and hit ratio (default 60s)",
+    )
+    parser.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS and basic-auth settings, exporter-toolkit format",
+    )
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    flags = {
+        "listen": args.listen,
+        "workers": args.workers,
+        "gpu.backend": args.gpu_backend,
+        "gpu.fake_count": args.fake_gpus,
+        "gpu.fake_state_dir": args.fake_gpu_state,
+        "collect_interval": args.collect_interval,
+        "stats_window": args.stats_window,
+        "web_config_file": args.web_config_file,
+        "log_level": args.log_level,
+    }
+    return load_config(args.config, flags=flags)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    if config.web_config_file:
+        from inferwatch.webconfig import load_web_config
+
+        load_web_config(config.web_config_file)  # validate before anything starts
+    setup_logging(config.log_level)
+    asyncio.run(serve(config))
+    return 0
