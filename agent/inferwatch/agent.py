@@ -92,6 +92,7 @@ class Agent:
                     backend,
                     interval=config.gpu.interval,
                     slow_interval=config.gpu.slow_interval,
+                    activity_interval=config.gpu.activity_interval,
                     pid_workers=process.pid_workers,
                 )
             )

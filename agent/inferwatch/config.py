@@ -50,6 +50,9 @@ class GpuConfig:
     backend: str = "nvml"
     interval: float = 1.0
     slow_interval: float = 30.0
+    #: GPM and per-process SM share: averaged between reads this far apart, as
+    #: nvmlDeviceGetProcessUtilization costs ~2 ms per GPU (docs/validation.md)
+    activity_interval: float = 15.0
     fake_count: int = 1
     fake_state_dir: str | None = None
 
@@ -190,6 +193,7 @@ _GPU_FIELDS: dict[str, Parser] = {
     "backend": _choice(*GPU_BACKENDS),
     "interval": parse_duration,
     "slow_interval": parse_duration,
+    "activity_interval": parse_duration,
     "fake_count": _positive_int,
     "fake_state_dir": _optional(_string),
 }
@@ -400,5 +404,6 @@ def _check_consistency(config: AgentConfig) -> None:
             "holds two samples",
             config.stats_window,
         )
-    if config.gpu.slow_interval < config.gpu.interval:
-        raise ConfigError(config.source, "gpu.slow_interval", "at least gpu.interval")
+    for key in ("slow_interval", "activity_interval"):
+        if getattr(config.gpu, key) < config.gpu.interval:
+            raise ConfigError(config.source, f"gpu.{key}", "at least gpu.interval")

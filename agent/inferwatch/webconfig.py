@@ -28,8 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import bcrypt
-
 from inferwatch.config import read_yaml_file
 from inferwatch.errors import ConfigError
 
@@ -54,8 +52,9 @@ _TLS_KEYS = (
     "min_version",
     "max_version",
 )
-# A valid hash to compare against for unknown users, so timing does not reveal names.
-_DUMMY_HASH = bcrypt.hashpw(b"inferwatch-dummy", bcrypt.gensalt(rounds=10))
+# A valid bcrypt hash (cost 10) to check unknown users against, so that timing does
+# not reveal which user names exist.
+_DUMMY_HASH = b"$2b$10$8tE0yYAYjTq3XX2mJaOxRe8qtJvvWvP1h1IUsR5Tr3aSRwbWC2Lu."
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,10 @@ class BasicAuth:
     """Checks ``Authorization: Basic`` credentials against bcrypt hashes."""
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
+        # bcrypt is needed only when basic auth is configured
+        import bcrypt
+
+        self._checkpw = bcrypt.checkpw
         self.users = dict(users)
         self._key = os.urandom(32)
         self._good: set[bytes] = set()
@@ -78,7 +81,7 @@ class BasicAuth:
         if digest in self._good:
             return True
         hashed = self.users.get(user)
-        ok = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
+        ok = self._checkpw(password.encode(), hashed or _DUMMY_HASH) and hashed is not None
         if ok and len(self._good) < 1024:
             self._good.add(digest)
         return ok
