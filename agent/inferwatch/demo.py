@@ -1,0 +1,608 @@
+"""``inferwatch demo``: the whole loop on one machine, no GPU needed.
+
+Starts two simulated vLLM workers, each on its own simulated GPU, the agent
+watching both, and the load generator; prints the URLs; shows the four
+lifelines per worker (GPU utilization, VRAM, queue depth, TTFT/TPOT quantiles)
+and which alert conditions hold right now, read from the agent's own
+``/metrics``. With ``--stack`` it also starts Prometheus (with the generated
+alert and recording rules) and Alertmanager on loopback, and shows the alerts
+Prometheus has firing.
+
+Every part is a child process started exactly as a user would start it, so the
+demo exercises the same commands as a real deployment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inferwatch.config import parse_listen
+from inferwatch.errors import UsageError
+
+SCENARIOS = ("idle", "steady", "overload", "long-tail", "cold-start", "imbalance")
+WORKERS = ("worker-a", "worker-b")
+MAX_NUM_SEQS = 20  # the simulator's default: the guide's 7B INT8 on a 24 GB GPU
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:10127",
+        help="where the demo's agent serves /metrics (default 127.0.0.1:10127)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        default=None,
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="steady",
+        help="load generator scenario (default steady)",
+    )
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="also start Prometheus and Alertmanager with the generated rules",
+    )
+    parser.add_argument(
+        "--thresholds",
+        metavar="FILE",
+        help="thresholds file for the alert conditions shown (default: packaged)",
+    )
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="print a status line every few seconds instead of the live view",
+    )
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "inferwatch.cli", *args]
+
+
+@dataclass
+class Child:
+    name: str
+    args: list[str]
+    log: Path
+    proc: asyncio.subprocess.Process | None = None
+    expect_exit: bool = False
+
+    async def start(self) -> None:
+        fh = self.log.open("wb")
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.args, stdout=fh, stderr=asyncio.subprocess.STDOUT, start_new_session=True
+        )
+        fh.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def stop(self) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Reading:
+    """What the view shows for one worker."""
+
+    up: bool = False
+    gpu_util: float | None = None
+    vram: float | None = None
+    queue: float | None = None
+    running: float | None = None
+    capacity: float | None = None
+    slope: float | None = None
+    kv: float | None = None
+    ttft: dict[str, float] = field(default_factory=dict)
+    tpot: dict[str, float] = field(default_factory=dict)
+    e2e: dict[str, float] = field(default_factory=dict)
+
+
+_WORKER_GAUGES = {
+    "inferwatch_queue_depth": "queue",
+    "inferwatch_requests_running": "running",
+    "inferwatch_max_num_seqs": "capacity",
+    "inferwatch_queue_depth_slope": "slope",
+    "inferwatch_kv_cache_usage_ratio": "kv",
+}
+_WORKER_QUANTILES = {
+    "inferwatch_ttft_quantile_seconds": "ttft",
+    "inferwatch_tpot_quantile_seconds": "tpot",
+    "inferwatch_e2e_latency_quantile_seconds": "e2e",
+}
+
+
+def parse_agent_metrics(text: str) -> dict[str, Reading]:
+    """Per-worker readings from the agent's exposition (GPU joined through the worker's pid)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    readings = {w: Reading() for w in WORKERS}
+    gpu_of: dict[str, str] = {}
+    gpu_util: dict[str, float] = {}
+    gpu_vram: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            lab = s.labels
+            name = s.name
+            w = lab.get("worker", "")
+            if name == "inferwatch_gpu_process_memory_used_bytes" and w:
+                gpu_of[w] = lab.get("gpu", "")
+            elif name == "inferwatch_gpu_utilization_ratio":
+                gpu_util[lab.get("gpu", "")] = s.value
+            elif name == "inferwatch_gpu_memory_used_ratio":
+                gpu_vram[lab.get("gpu", "")] = s.value
+            r = readings.get(w)
+            if r is None:
+                continue
+            if name == "inferwatch_target_up":
+                r.up = s.value == 1
+            elif name in _WORKER_GAUGES:
+                setattr(r, _WORKER_GAUGES[name], s.value)
+            elif name in _WORKER_QUANTILES:
+                getattr(r, _WORKER_QUANTILES[name])[lab["quantile"]] = s.value
+    for i, w in enumerate(WORKERS):
+        gpu = gpu_of.get(w, str(i))
+        readings[w].gpu_util = gpu_util.get(gpu)
+        readings[w].vram = gpu_vram.get(gpu)
+    return readings
+
+
+def conditions(readings: dict[str, Reading], t: Any) -> list[tuple[str, str, str]]:
+    """Alert conditions that hold right now: (alert, worker, why). Alerts also need `for`."""
+    out: list[tuple[str, str, str]] = []
+    for w, r in readings.items():
+        if not r.up:
+            out.append(("InferenceWorkerDown", w, "the agent cannot read the worker's metrics"))
+            continue
+        u = r.gpu_util
+        util = t.gpu_utilization
+        if u is not None and u < util.waste_below:
+            out.append(("InferenceGPUUnderutilized", w, f"GPU {u:.0%} < {util.waste_below:.0%}"))
+        if u is not None and u > util.scale_review_above:
+            out.append(
+                ("InferenceGPUScaleReview", w, f"GPU {u:.0%} > {util.scale_review_above:.0%}")
+            )
+        if r.vram is not None and r.vram > t.vram.scale_above and (r.slope or 0) > 0:
+            out.append(
+                (
+                    "InferenceVRAMPressureQueueRising",
+                    w,
+                    f"VRAM {r.vram:.0%} > {t.vram.scale_above:.0%}, queue rising {r.slope:+.2f}/s",
+                )
+            )
+        if r.queue is not None and r.capacity is not None and r.queue > r.capacity:
+            out.append(
+                (
+                    "InferenceQueueOverCapacity",
+                    w,
+                    f"queue {r.queue:.0f} > max_num_seqs {r.capacity:.0f}",
+                )
+            )
+        p99 = r.ttft.get("0.99")
+        if p99 is not None and p99 > t.ttft.p99_slo_seconds:
+            out.append(
+                ("InferenceTTFTSLOBreach", w, f"TTFT P99 {p99:.2f}s > {t.ttft.p99_slo_seconds:g}s")
+            )
+        p95 = r.ttft.get("0.95")
+        if (
+            p95 is not None
+            and p95 > t.ttft.warmup_p95_seconds
+            and u is not None
+            and u < util.idle_below
+        ):
+            out.append(("InferenceTTFTHighGPUIdle", w, f"TTFT P95 {p95:.2f}s, GPU at {u:.0%}"))
+        tp99 = r.tpot.get("0.99")
+        if tp99 is not None and tp99 > t.tpot.p99_slo_seconds:
+            out.append(
+                (
+                    "InferenceTPOTSLOBreach",
+                    w,
+                    f"TPOT P99 {tp99 * 1000:.0f}ms > {t.tpot.p99_slo_seconds * 1000:.0f}ms",
+                )
+            )
+        e50, e99 = r.e2e.get("0.5"), r.e2e.get("0.99")
+        if e50 and e99 and e99 > t.latency.tail_ratio * e50:
+            out.append(
+                (
+                    "InferenceLatencyLongTail",
+                    w,
+                    f"E2E P99 {e99:.1f}s > {t.latency.tail_ratio:g} x P50 {e50:.1f}s",
+                )
+            )
+    return out
+
+
+def _fmt(v: float | None, spec: str = ".0%") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _q(d: dict[str, float], scale: float = 1.0, unit: str = "s") -> str:
+    if not d:
+        return "-"
+    parts = [f"{d[k] * scale:.2f}" if k in d else "-" for k in ("0.5", "0.95", "0.99")]
+    return "/".join(parts) + unit
+
+
+def render(
+    readings: dict[str, Reading],
+    conds: list[tuple[str, str, str]],
+    firing: list[str] | None,
+    header: str,
+) -> Any:
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+
+    table = Table(title="The four lifelines", expand=True)
+    for col in (
+        "worker",
+        "up",
+        "GPU util",
+        "VRAM",
+        "queue / running / capacity",
+        "KV",
+        "TTFT p50/p95/p99",
+        "TPOT p50/p95/p99 (ms)",
+    ):
+        table.add_column(col)
+    for w, r in readings.items():
+        queue = f"{_fmt(r.queue, '.0f')} / {_fmt(r.running, '.0f')} / {_fmt(r.capacity, '.0f')}"
+        if r.slope is not None:
+            queue += f" ({r.slope:+.1f}/s)"
+        table.add_row(
+            w,
+            "yes" if r.up else "[red]no[/]",
+            _fmt(r.gpu_util),
+            _fmt(r.vram),
+            queue,
+            _fmt(r.kv),
+            _q(r.ttft),
+            _q(r.tpot, 1000, ""),
+        )
+    cond_table = Table(
+        title="Alert conditions holding now (alerts also need their 'for')", expand=True
+    )
+    for col in ("alert", "worker", "why"):
+        cond_table.add_column(col)
+    for alert, w, why in conds:
+        cond_table.add_row(alert, w, why)
+    if not conds:
+        cond_table.add_row("none", "", "")
+    parts: list[Any] = [Panel(header), table, cond_table]
+    if firing is not None:
+        parts.append(Panel(", ".join(firing) or "none", title="Firing in Prometheus"))
+    return Group(*parts)
+
+
+def status_line(readings: dict[str, Reading], conds: list[tuple[str, str, str]]) -> str:
+    parts = [
+        f"{w}: up={int(r.up)} gpu={_fmt(r.gpu_util)} vram={_fmt(r.vram)} "
+        f"queue={_fmt(r.queue, '.0f')}/{_fmt(r.capacity, '.0f')} "
+        f"ttft_p99={_fmt(r.ttft.get('0.99'), '.2f')}s"
+        for w, r in readings.items()
+    ]
+    alerts = ",".join(sorted({c[0] for c in conds})) or "none"
+    return " | ".join(parts) + f" | conditions: {alerts}"
+
+
+def _get(url: str, timeout: float = 2.0) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _wait_http(url: str, deadline: float, child: Child | None = None) -> bool:
+    while time.monotonic() < deadline:
+        if child is not None and not child.alive():
+            return False
+        if _get(url) is not None:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from inferwatch.pack.thresholds import load_thresholds
+
+        self.args = args
+        self.thresholds = load_thresholds(args.thresholds)
+        host, port = parse_listen(args.listen, "--listen", "listen")
+        self.agent_host = host
+        self.agent_port = port
+        self.dir = Path(tempfile.mkdtemp(prefix="inferwatch-demo-"))
+        self.children: list[Child] = []
+        self.worker_urls: dict[str, str] = {}
+        self.prometheus_url: str | None = None
+        self.alertmanager_url: str | None = None
+
+    # ------------------------------------------------------------------ start
+    async def start(self) -> None:
+        gpu_dir = self.dir / "gpus"
+        gpu_dir.mkdir()
+        workers = []
+        for i, name in enumerate(WORKERS):
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}"
+            self.worker_urls[name] = url
+            self.children.append(
+                Child(
+                    name,
+                    _cli(
+                        "simulate",
+                        "--port",
+                        str(port),
+                        "--model",
+                        "demo-7b",
+                        "--max-num-seqs",
+                        str(MAX_NUM_SEQS),
+                        "--gpu-state-dir",
+                        str(gpu_dir),
+                        "--gpu-index",
+                        str(i),
+                    ),
+                    self.dir / f"{name}.log",
+                )
+            )
+            # The simulator is not `vllm serve`, so its capacity cannot be read from
+            # the command line: configure it, as a user would for such a worker.
+            workers.append(
+                {"name": name, "url": url, "engine": "vllm", "max_num_seqs": MAX_NUM_SEQS}
+            )
+        config = {
+            "listen": f"{self.agent_host}:{self.agent_port}",
+            "collect_interval": "1s",
+            "stats_window": "30s",
+            "gpu": {"backend": "fake", "fake_count": len(WORKERS), "fake_state_dir": str(gpu_dir)},
+            "workers": workers,
+        }
+        config_path = self.dir / "agent.yaml"
+        config_path.write_text(json.dumps(config, indent=2))
+        agent_args = ["run", "--config", str(config_path)]
+        self.agent = Child("agent", _cli(*agent_args), self.dir / "agent.log")
+        self.children.append(self.agent)
+        for child in self.children:
+            await child.start()
+        deadline = time.monotonic() + 60
+        for child, name in zip(self.children, WORKERS, strict=False):
+            if not await asyncio.to_thread(
+                _wait_http, self.worker_urls[name] + "/health", deadline, child
+            ):
+                raise RuntimeError(f"{name} did not start:\n{child.tail()}")
+        if not await asyncio.to_thread(
+            _wait_http, self.agent_url + "/healthz", deadline, self.agent
+        ):
+            raise RuntimeError(f"the agent did not start:\n{self.agent.tail()}")
+        if self.args.stack:
+            await self._start_stack()
+        load = ["loadgen", "--scenario", self.args.scenario]
+        for url in self.worker_urls.values():
+            load += ["--target", url]
+        load += ["--duration", str(int(self.args.duration or 24 * 3600))]
+        self.loadgen = Child("loadgen", _cli(*load), self.dir / "loadgen.log", expect_exit=True)
+        self.children.append(self.loadgen)
+        await self.loadgen.start()
+
+    @property
+    def agent_url(self) -> str:
+        host = "127.0.0.1" if self.agent_host in ("0.0.0.0", "") else self.agent_host
+        return f"http://{host}:{self.agent_port}"
+
+    async def _start_stack(self) -> None:
+        from inferwatch.pack.generate import GENERATORS
+
+        prometheus = shutil.which("prometheus")
+        alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+        if not prometheus or not alertmanager:
+            raise UsageError(
+                "--stack needs Prometheus and Alertmanager: "
+                "sudo apt-get install prometheus prometheus-alertmanager"
+            )
+        rules_dir = self.dir / "rules"
+        rule_files: list[str] = []
+        for generator in GENERATORS:
+            for rel, text in generator(self.thresholds).items():
+                if rel.startswith("alerts/") and rel.endswith(".yaml") and "/tests/" not in rel:
+                    path = rules_dir / Path(rel).name
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text)
+                    rule_files.append(str(path))
+        am_port, am_cluster, prom_port = _free_port(), _free_port(), _free_port()
+        am_cfg = self.dir / "alertmanager.yml"
+        am_cfg.write_text(
+            "route:\n  receiver: log\n  group_by: [alertname, worker]\n"
+            "  group_wait: 5s\nreceivers:\n  - name: log\n"
+        )
+        self.children.append(
+            am := Child(
+                "alertmanager",
+                [
+                    alertmanager,
+                    f"--config.file={am_cfg}",
+                    f"--storage.path={self.dir / 'am-data'}",
+                    f"--web.listen-address=127.0.0.1:{am_port}",
+                    f"--cluster.listen-address=127.0.0.1:{am_cluster}",
+                ],
+                self.dir / "alertmanager.log",
+            )
+        )
+        agent_target = f"127.0.0.1:{self.agent_port}"
+        prom_cfg = {
+            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+            "rule_files": rule_files,
+            "alerting": {
+                "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]
+            },
+            "scrape_configs": [
+                {"job_name": "inferwatch", "static_configs": [{"targets": [agent_target]}]}
+            ],
+        }
+        cfg_path = self.dir / "prometheus.yml"
+        cfg_path.write_text(json.dumps(prom_cfg, indent=2))
+        self.children.append(
+            prom := Child(
+                "prometheus",
+                [
+                    prometheus,
+                    f"--config.file={cfg_path}",
+                    f"--storage.tsdb.path={self.dir / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                self.dir / "prometheus.log",
+            )
+        )
+        await am.start()
+        await prom.start()
+        self.alertmanager_url = f"http://127.0.0.1:{am_port}"
+        self.prometheus_url = f"http://127.0.0.1:{prom_port}"
+        deadline = time.monotonic() + 60
+        for child, url in ((am, self.alertmanager_url), (prom, self.prometheus_url)):
+            if not await asyncio.to_thread(_wait_http, url + "/-/ready", deadline, child):
+                raise RuntimeError(f"{child.name} did not start:\n{child.tail()}")
+
+    # ------------------------------------------------------------------ view
+    def urls(self) -> list[str]:
+        lines = [f"agent        {self.agent_url}/metrics"]
+        lines += [f"{name:<12} {url}/v1/completions" for name, url in self.worker_urls.items()]
+        if self.prometheus_url:
+            lines.append(f"prometheus   {self.prometheus_url}/alerts")
+        if self.alertmanager_url:
+            lines.append(f"alertmanager {self.alertmanager_url}")
+        lines.append(f"logs         {self.dir}")
+        return lines
+
+    def firing(self) -> list[str] | None:
+        if not self.prometheus_url:
+            return None
+        text = _get(self.prometheus_url + "/api/v1/alerts")
+        if text is None:
+            return []
+        alerts = json.loads(text)["data"]["alerts"]
+        return sorted(
+            {
+                f"{a['labels']['alertname']}"
+                + (f"{{{a['labels']['worker']}}}" if "worker" in a["labels"] else "")
+                for a in alerts
+                if a.get("state") == "firing"
+            }
+        )
+
+    def snapshot(self) -> tuple[dict[str, Reading], list[tuple[str, str, str]]]:
+        text = _get(self.agent_url + "/metrics") or ""
+        readings = parse_agent_metrics(text)
+        return readings, conditions(readings, self.thresholds)
+
+    def dead_child(self) -> Child | None:
+        for child in self.children:
+            if not child.alive() and not (
+                child.expect_exit and child.proc and child.proc.returncode == 0
+            ):
+                return child
+        return None
+
+    async def stop(self) -> None:
+        for child in reversed(self.children):
+            await child.stop()
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console(stderr=False)
+    demo = Demo(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    code = 0
+    try:
+        await demo.start()
+        console.print("[bold]inferwatch demo[/] (Ctrl-C to stop)")
+        for line in demo.urls():
+            console.print("  " + line)
+        started = time.monotonic()
+        live_view = console.is_terminal and not args.no_live
+        header = f"scenario {args.scenario}; agent {demo.agent_url}"
+
+        async def step() -> Any:
+            readings, conds = await asyncio.to_thread(demo.snapshot)
+            firing = await asyncio.to_thread(demo.firing)
+            return readings, conds, firing
+
+        live = Live(console=console, refresh_per_second=2) if live_view else None
+        with live if live is not None else contextlib.nullcontext():
+            last_print = 0.0
+            while not stop.is_set():
+                if args.duration is not None and time.monotonic() - started >= args.duration:
+                    break
+                dead = demo.dead_child()
+                if dead is not None:
+                    console.print(f"[red]{dead.name} exited unexpectedly:[/]\n{dead.tail()}")
+                    code = 1
+                    break
+                readings, conds, firing = await step()
+                if live is not None:
+                    live.update(render(readings, conds, firing, header))
+                elif time.monotonic() - last_print >= 5:
+                    last_print = time.monotonic()
+                    print(status_line(readings, conds), flush=True)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+    except RuntimeError as exc:
+        console.print(f"[red]demo failed to start:[/] {exc}")
+        code = 1
+    finally:
+        await demo.stop()
+    console.print("demo stopped")
+    return code
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration: expected a number of seconds greater than zero")
+    return asyncio.run(run_demo(args))
