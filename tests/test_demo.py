@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd
 
 # Families the demo cannot produce without a fault, and why.
@@ -51,23 +50,27 @@ def test_demo_runs_and_serves_every_contract_series(tmp_path: Path) -> None:
     poller.start()
     result = subprocess.run(
         inferwatch_cmd("demo", "--duration", "20", "--no-live", "--listen", f"127.0.0.1:{port}"),
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     stop.set()
     poller.join(5)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"http://127.0.0.1:{port}/metrics" in result.stdout  # the URLs are printed
     assert "conditions:" in result.stdout  # the status view ran
-    documented = set(re.findall(r"`(inferwatch_[a-z0-9_]+)`",
-                                (REPO / "docs" / "metrics.md").read_text()))
+    documented = set(
+        re.findall(r"`(inferwatch_[a-z0-9_]+)`", (REPO / "docs" / "metrics.md").read_text())
+    )
     missing = documented - seen - set(NOT_IN_DEMO)
     assert not missing, f"the demo's agent never served: {sorted(missing)}"
     assert "inferwatch_ttft_quantile_seconds" in seen and "inferwatch_gpu_up" in seen
 
 
 def test_demo_refuses_a_bad_duration() -> None:
-    result = subprocess.run(inferwatch_cmd("demo", "--duration", "0"), capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        inferwatch_cmd("demo", "--duration", "0"), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "--duration" in result.stderr
 
@@ -82,9 +85,12 @@ def test_demo_stops_when_a_worker_cannot_start(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", port))
         s.listen()
         result = subprocess.run(
-            inferwatch_cmd("demo", "--duration", "15", "--no-live", "--listen",
-                           f"127.0.0.1:{port}"),
-            capture_output=True, text=True, timeout=120,
+            inferwatch_cmd(
+                "demo", "--duration", "15", "--no-live", "--listen", f"127.0.0.1:{port}"
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert result.returncode == 1
     assert "the agent did not start" in result.stdout
