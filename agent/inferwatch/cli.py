@@ -18,6 +18,11 @@ from inferwatch.errors import UsageError
 # name -> (module, one-line help). Order is the order of ``inferwatch --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("inferwatch.agent", "run the sidecar agent (NVML + engine /metrics -> Prometheus)"),
+    "demo": ("inferwatch.demo", "run simulated workers, GPUs, the agent and load: the whole loop"),
+    "simulate": ("inferwatch.sim.simulate_cmd", "run a simulated vLLM worker with a fake GPU"),
+    "loadgen": ("inferwatch.sim.loadgen_cmd", "send open-loop load to workers on loopback"),
+    "report": ("inferwatch.report.cli", "the weekly report from Prometheus: HTML, CSV, mail"),
+    "generate": ("inferwatch.pack.generate", "write rules, runbooks, dashboards from thresholds"),
 }
 
 

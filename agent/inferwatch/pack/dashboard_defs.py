@@ -1,0 +1,1486 @@
+"""The four dashboards' panels and queries, built with grafanalib.
+
+Imported only when dashboards are generated (grafanalib is slow to import);
+everything else goes through :mod:`inferwatch.pack.dashboards`.
+
+Thresholds drawn on panels (utilization bands, VRAM lines, latency SLOs, the
+error-ratio line) and recording-rule names all come from ``Thresholds``.
+Every query filters on the dashboard variables: ``job`` and ``instance`` on
+every selector, ``gpu`` on GPU series, ``model`` and ``worker`` on engine series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from grafanalib import core as g
+
+from inferwatch.pack import panels as p
+from inferwatch.pack.panels import Cell, Query, Section, Step, gpu_sel, host_sel, steps, worker_sel
+from inferwatch.pack.thresholds import Thresholds
+
+#: Tag shared by the four dashboards; the dashboard links list every dashboard with it.
+TAG = "inferwatch"
+
+
+def _worker_only(extra: str = "") -> str:
+    """Selector for series of a worker that carry no ``model`` label (scrape health,
+    process metrics, capacity), or carry it only when the engine told it."""
+    return host_sel('worker=~"$worker"' + (", " + extra if extra else ""))
+
+
+def _gpu_label(legend: str = "") -> str:
+    return "{{instance}} GPU {{gpu}}" + (f" {legend}" if legend else "")
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:g}%"
+
+
+def _secs(value: float) -> str:
+    return f"{value:g} s"
+
+
+# --- threshold steps from Thresholds -------------------------------------------
+
+
+def utilization_steps(t: Thresholds) -> list[Step]:
+    """Waste (blue), below the healthy band (yellow), healthy (green), scale review (red)."""
+    gu = t.gpu_utilization
+    low, high = gu.healthy_band
+    return steps(
+        "blue",
+        (gu.waste_below, "yellow"),
+        (low, "green"),
+        (high, "orange"),
+        (gu.scale_review_above, "red"),
+    )
+
+
+def vram_steps(t: Thresholds) -> list[Step]:
+    """Below the squeeze line (green), healthy squeeze (yellow), scale-out line (red)."""
+    return steps("green", (t.vram.squeeze_above, "yellow"), (t.vram.scale_above, "red"))
+
+
+def slo_steps(slo_seconds: float) -> list[Step]:
+    return steps("green", (slo_seconds, "red"))
+
+
+def _util_text(t: Thresholds) -> str:
+    gu = t.gpu_utilization
+    low, high = gu.healthy_band
+    return (
+        f"Bands: below {_pct(gu.waste_below)} is waste, {_pct(low)}-{_pct(high)} is the "
+        f"healthy band, above {_pct(gu.scale_review_above)} calls for a scale-out review "
+        "(field guide 6.1)."
+    )
+
+
+def _vram_text(t: Thresholds) -> str:
+    return (
+        f"Lines: above {_pct(t.vram.squeeze_above)} with a P99 under "
+        f"{_secs(t.vram.squeeze_p99_ok_seconds)} is a healthy squeeze; above "
+        f"{_pct(t.vram.scale_above)} with a rising queue, scale out or rate-limit "
+        "(field guide 4.2)."
+    )
+
+
+# --- reusable panels -------------------------------------------------------------
+
+
+def _rule(t: Thresholds, level: str, metric: str, op: str) -> str:
+    """Name of a generated recording rule, ``level:metric:<op><window>``
+    (``worker:inferwatch_ttft_seconds:p99_5m``, ``...:ratio_rate5m``)."""
+    return f"{level}:{metric}:{op}{t.pack.window}"
+
+
+def _quantile_queries(metric: str, by: str, legend: str) -> list[Query]:
+    return [
+        Query(
+            f"histogram_quantile({q}, sum by ({by}, le) "
+            f"(rate({metric}_bucket{worker_sel()}[$__rate_interval])))",
+            f"{legend} P{round(q * 100)}",
+        )
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def gpu_utilization_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "GPU utilization",
+        "Share of time a kernel ran on each GPU (NVML utilization). " + _util_text(t),
+        [Query(f"inferwatch_gpu_utilization_ratio{gpu_sel()}", _gpu_label())],
+        unit="percentunit",
+        min_value=0,
+        max_value=1,
+        thresholds=utilization_steps(t),
+        threshold_style="line+area",
+        fill=0,
+    )
+
+
+def vram_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "VRAM level",
+        "(used + reserved) / total memory of each GPU. " + _vram_text(t),
+        [Query(f"inferwatch_gpu_memory_used_ratio{gpu_sel()}", _gpu_label())],
+        unit="percentunit",
+        min_value=0,
+        max_value=1,
+        thresholds=vram_steps(t),
+        threshold_style="dashed",
+    )
+
+
+def _worker_link(t: Thresholds) -> dict[str, Any]:
+    return p.data_link(
+        "Open worker ${__field.labels.worker}",
+        f"/d/{t.pack.dashboard_uids.worker}?${{__url_time_range}}&${{datasource:queryparam}}"
+        "&var-worker=${__field.labels.worker}",
+    )
+
+
+def _gpu_link(t: Thresholds) -> dict[str, Any]:
+    return p.data_link(
+        "Open GPU ${__field.labels.gpu} of ${__field.labels.instance}",
+        f"/d/{t.pack.dashboard_uids.gpu}?${{__url_time_range}}&${{datasource:queryparam}}"
+        "&var-instance=${__field.labels.instance}&var-gpu=${__field.labels.gpu}",
+    )
+
+
+def queue_panel(t: Thresholds, by: str = "instance, worker") -> Any:
+    samples = t.queue.over_capacity_samples
+    return p.timeseries(
+        "Queue depth vs max_num_seqs",
+        "Requests waiting for a batch slot against the worker's batch capacity, "
+        f"--max-num-seqs. Waiting above capacity for {samples} samples in a row "
+        "is the leading overload signal: scale out or rate-limit before latency alerts "
+        "fire (field guide 6, FAQ).",
+        [
+            Query(f"sum by ({by}) (inferwatch_queue_depth{worker_sel()})", "{{worker}} waiting"),
+            Query(
+                f"max by ({by}) (inferwatch_max_num_seqs{_worker_only()})",
+                "{{worker}} max_num_seqs",
+            ),
+        ],
+        unit="short",
+        min_value=0,
+        links=[_worker_link(t)],
+    )
+
+
+def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: str) -> Any:
+    what = {
+        "TTFT": "Time to first token",
+        "TPOT": "Time per output token",
+        "End-to-end latency": "Request latency from arrival to last token",
+        "Queue time": "Time a request waited before it was scheduled",
+    }[name]
+    slo_text = f" The dashed line is the P99 SLO, {_secs(slo)}." if slo is not None else ""
+    return p.timeseries(
+        f"{name} P50 / P95 / P99",
+        f"{what}: P50, P95 and P99 per {by}, from the histogram buckets.{slo_text}",
+        _quantile_queries(metric, by, "{{" + by.split(",")[0] + "}}"),
+        unit="s",
+        min_value=0,
+        thresholds=slo_steps(slo) if slo is not None else (),
+        threshold_style="dashed" if slo is not None else "off",
+        fill=0,
+    )
+
+
+def gpu_state_panel(t: Thresholds) -> Any:
+    return p.state_timeline(
+        "GPU state",
+        "The recording rule gpu:inferwatch_gpu_state:code per GPU: idle (utilization "
+        f"below {_pct(t.gpu_utilization.idle_below)}), healthy, squeeze (VRAM above "
+        f"{_pct(t.vram.squeeze_above)} with P99 under {_secs(t.vram.squeeze_p99_ok_seconds)}: "
+        f"no action) or pressure (VRAM above {_pct(t.vram.scale_above)} with a rising queue, "
+        f"or above {_pct(t.vram.squeeze_above)} with P99 at or above "
+        f"{_secs(t.vram.squeeze_p99_ok_seconds)}).",
+        [Query(f"gpu:inferwatch_gpu_state:code{gpu_sel()}", _gpu_label())],
+        mappings=p.value_mappings(
+            {
+                0: ("idle", "blue"),
+                1: ("healthy", "green"),
+                2: ("squeeze", "yellow"),
+                3: ("pressure", "red"),
+            }
+        ),
+        links=[_gpu_link(t)],
+    )
+
+
+def bottleneck_expr(t: Thresholds) -> str:
+    """1 compute-bound, 2 memory-bound, 0 neither, per GPU (field guide 6.1).
+
+    Compute-bound: utilization at or above the scale-review line while requests
+    wait on the GPU's host. Memory-bound: VRAM at or above the squeeze line with
+    utilization below the healthy band. Queues are per worker and GPUs per host,
+    so "requests wait" is read per (job, instance): exact for a sidecar agent,
+    the busiest worker of the host for an agent that watches several.
+    """
+    util = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
+    vram = f"inferwatch_gpu_memory_used_ratio{gpu_sel()}"
+    queue = f"max by (job, instance) (inferwatch_queue_depth{host_sel()})"
+    busy = t.gpu_utilization.scale_review_above
+    modest = t.gpu_utilization.healthy_band[0]
+    return (
+        f"(0 * ({util} >= {busy:g} and on (job, instance) ({queue} > 0)) + 1)"
+        f" or (0 * ({util} < {modest:g} and {vram} >= {t.vram.squeeze_above:g}) + 2)"
+        f" or (0 * {util})"
+    )
+
+
+def bottleneck_panel(t: Thresholds) -> Any:
+    busy = t.gpu_utilization.scale_review_above
+    modest = t.gpu_utilization.healthy_band[0]
+    return p.state_timeline(
+        "Compute-bound or memory-bound",
+        f"Compute-bound: utilization at or above {_pct(busy)} while requests wait on the "
+        f"host; memory-bound: VRAM at or above {_pct(t.vram.squeeze_above)} while utilization "
+        f"is below {_pct(modest)} (field guide 6.1). Compute-bound asks for scale-out or "
+        "rate limiting; memory-bound asks for prefix caching, an FP8 KV cache or a lower "
+        "--max-num-seqs, not for more GPUs.",
+        [Query(bottleneck_expr(t), _gpu_label())],
+        mappings=p.value_mappings(
+            {
+                0: ("balanced", "green"),
+                1: ("compute-bound", "orange"),
+                2: ("memory-bound", "purple"),
+            }
+        ),
+        links=[_gpu_link(t)],
+    )
+
+
+def alerts_panel(t: Thresholds) -> Any:
+    # ALERTS carries the alert's labels, not its annotations: the runbook link is
+    # rebuilt from the alert name. Alerts aggregated above one host lose `job` or
+    # `instance`, so an empty value matches too ("$job|").
+    expr = (
+        'ALERTS{alertstate="firing", alertname=~"Inference.*", '
+        'job=~"$job|", instance=~"$instance|"}'
+    )
+    return p.table(
+        "Firing alerts",
+        "Inference alerts firing now, from Prometheus's ALERTS series. Click a row to open "
+        "the alert's runbook.",
+        [Query(expr, "", instant=True, fmt="table")],
+        unit="none",
+        exclude=("Value", "alertstate", "job"),
+        order=("alertname", "severity", "instance", "worker", "model", "gpu"),
+        links=[
+            p.data_link(
+                "Runbook for ${__data.fields.alertname}",
+                t.pack.runbook_url("${__data.fields.alertname}"),
+                new_tab=True,
+            )
+        ],
+        sort_by="severity",
+    )
+
+
+def error_ratio_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "Error ratio",
+        "Share of requests that ended in an error or were rejected, per worker (recording "
+        f"rule over {t.pack.window}). The dashed line is the alert threshold, "
+        f"{_pct(t.errors.ratio_above)}.",
+        [
+            Query(
+                f"{_rule(t, 'worker', 'inferwatch_request_errors', 'ratio_rate')}{worker_sel()}",
+                "{{worker}}",
+            )
+        ],
+        unit="percentunit",
+        min_value=0,
+        thresholds=steps("green", (t.errors.ratio_above, "red")),
+        threshold_style="dashed",
+        fill=0,
+    )
+
+
+def rejected_panel(by: str) -> Any:
+    return p.timeseries(
+        "Rejected requests",
+        "Requests refused at admission (HTTP 503 from queue limits), per second.",
+        [
+            Query(
+                f"sum by ({by}) (rate(inferwatch_requests_rejected_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}}",
+            )
+        ],
+        unit="reqps",
+        min_value=0,
+    )
+
+
+def requests_panel(by: str) -> Any:
+    return p.timeseries(
+        "Requests per second",
+        "Finished requests per second (every finish reason).",
+        [
+            Query(
+                f"sum by ({by}) (rate(inferwatch_requests_finished_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}}",
+            )
+        ],
+        unit="reqps",
+        min_value=0,
+    )
+
+
+def tokens_panel(by: str) -> Any:
+    return p.timeseries(
+        "Tokens per second",
+        "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
+        [
+            Query(
+                f"sum by ({by}) (rate(inferwatch_prompt_tokens_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}} prompt",
+            ),
+            Query(
+                f"sum by ({by}) (rate(inferwatch_generation_tokens_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}} generated",
+            ),
+        ],
+        unit="short",
+        axis_label="tokens/s",
+        min_value=0,
+    )
+
+
+# --- the dashboards -------------------------------------------------------------------
+
+
+def _links() -> list[g.DashboardLink]:
+    return [
+        g.DashboardLink(
+            title="Inference dashboards",
+            type="dashboards",
+            tags=[TAG],
+            asDropdown=False,
+            includeVars=True,
+            keepTime=True,
+            tooltip="The other inferwatch dashboards, same time range and variables",
+        )
+    ]
+
+
+def _dashboard(
+    t: Thresholds,
+    key: str,
+    title: str,
+    description: str,
+    sections: Sequence[Section],
+    *,
+    time_from: str = "now-1h",
+    refresh: str = "30s",
+    tags: Sequence[str] = (),
+) -> dict[str, Any]:
+    dashboard = g.Dashboard(
+        title=title,
+        uid=getattr(t.pack.dashboard_uids, key),
+        description=description,
+        tags=[TAG, *tags],
+        editable=False,
+        graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
+        time=g.Time(time_from, "now"),
+        timezone="browser",
+        refresh=refresh,
+        templating=g.Templating(p.standard_variables()),
+        links=_links(),
+        panels=p.layout(sections),
+    ).auto_panel_ids()
+    return p.normalise_dashboard(p.to_plain(dashboard))
+
+
+def overview(t: Thresholds) -> dict[str, Any]:
+    gu = t.gpu_utilization
+    now = Section(
+        "Fleet now",
+        [
+            Cell(
+                p.stat(
+                    "Mean GPU utilization",
+                    "Mean utilization of the selected GPUs. " + _util_text(t),
+                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
+                    unit="percentunit",
+                    thresholds=utilization_steps(t),
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Highest VRAM level",
+                    "VRAM level of the fullest selected GPU. " + _vram_text(t),
+                    [Query(f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})")],
+                    unit="percentunit",
+                    thresholds=vram_steps(t),
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Fleet requests per second",
+                    "Finished requests per second across the selected workers.",
+                    [
+                        Query(
+                            f"sum(rate(inferwatch_requests_finished_total{worker_sel()}"
+                            "[$__rate_interval]))"
+                        )
+                    ],
+                    unit="reqps",
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Workers up",
+                    "Workers whose last engine scrape succeeded, out of those selected.",
+                    [Query(f"sum(inferwatch_target_up{_worker_only()})")],
+                    unit="none",
+                    graph=False,
+                    decimals=0,
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "GPUs up",
+                    "GPUs that answer NVML, out of those selected.",
+                    [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
+                    unit="none",
+                    graph=False,
+                    decimals=0,
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Alerts firing",
+                    "Inference alerts firing now (details in the table below).",
+                    [
+                        Query(
+                            'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
+                            'job=~"$job|", instance=~"$instance|"}) or vector(0)'
+                        )
+                    ],
+                    unit="none",
+                    graph=False,
+                    decimals=0,
+                    thresholds=steps("green", (1, "red")),
+                ),
+                4,
+                4,
+            ),
+        ],
+    )
+    lifelines = Section(
+        "The four lifelines: GPU utilization, VRAM level, queue depth, latency",
+        [
+            Cell(gpu_utilization_panel(t), 8, 8),
+            Cell(vram_panel(t), 8, 8),
+            Cell(queue_panel(t), 8, 8),
+            Cell(
+                latency_panel(
+                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "model"
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                latency_panel(
+                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "model"
+                ),
+                12,
+                8,
+            ),
+        ],
+    )
+    bottleneck = Section(
+        "Where the bottleneck is",
+        [Cell(gpu_state_panel(t), 12, 8), Cell(bottleneck_panel(t), 12, 8)],
+    )
+    alerts = Section("Alerts", [Cell(alerts_panel(t), 24, 8)])
+    traffic = Section(
+        "Traffic and errors",
+        [
+            Cell(requests_panel("model"), 6, 8),
+            Cell(tokens_panel("model"), 6, 8),
+            Cell(error_ratio_panel(t), 6, 8),
+            Cell(rejected_panel("model"), 6, 8),
+        ],
+    )
+    return _dashboard(
+        t,
+        "overview",
+        "Inference overview",
+        "Fleet view of LLM inference: the four lifelines (GPU utilization "
+        f"{_pct(gu.healthy_band[0])}-{_pct(gu.healthy_band[1])} healthy, VRAM level, queue "
+        "depth, TTFT/TPOT), where the bottleneck is, firing alerts, throughput and errors.",
+        [now, lifelines, bottleneck, alerts, traffic],
+        tags=["overview"],
+    )
+
+
+def worker(t: Thresholds) -> dict[str, Any]:
+    now = Section(
+        "Worker now",
+        [
+            Cell(
+                p.stat(
+                    "Engine reachable",
+                    "1 when the agent's last scrape of the worker's /metrics succeeded and "
+                    "carried engine data (the lowest of the selected workers).",
+                    [Query(f"min(inferwatch_target_up{_worker_only()})")],
+                    unit="none",
+                    graph=False,
+                    mappings=p.value_mappings({0: ("down", "red"), 1: ("up", "green")}),
+                    thresholds=steps("red", (1, "green")),
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Requests running",
+                    "Requests in the running batch now.",
+                    [Query(f"sum(inferwatch_requests_running{worker_sel()})")],
+                    unit="short",
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Requests waiting",
+                    "Requests queued for a batch slot now.",
+                    [Query(f"sum(inferwatch_queue_depth{worker_sel()})")],
+                    unit="short",
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Fullest KV cache",
+                    "Share of the KV-cache blocks in use (the fullest selected worker).",
+                    [Query(f"max(inferwatch_kv_cache_usage_ratio{worker_sel()})")],
+                    unit="percentunit",
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "TTFT P99",
+                    f"Worst worker's TTFT P99 over {t.pack.window} (recording rule); red above "
+                    f"the SLO of {_secs(t.ttft.p99_slo_seconds)}.",
+                    [
+                        Query(
+                            f"max({_rule(t, 'worker', 'inferwatch_ttft_seconds', 'p99_')}"
+                            f"{worker_sel()})"
+                        )
+                    ],
+                    unit="s",
+                    thresholds=slo_steps(t.ttft.p99_slo_seconds),
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Uptime",
+                    "Time since the worker process started (the youngest selected worker). "
+                    "A drop is a restart.",
+                    [Query(f"min(time() - inferwatch_worker_start_time_seconds{_worker_only()})")],
+                    unit="s",
+                    graph=False,
+                ),
+                4,
+                4,
+            ),
+        ],
+    )
+    latency = Section(
+        "Latency",
+        [
+            Cell(
+                latency_panel(
+                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "worker"
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                latency_panel(
+                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "worker"
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                latency_panel(
+                    t, "End-to-end latency", "inferwatch_e2e_latency_seconds", None, "worker"
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                latency_panel(t, "Queue time", "inferwatch_queue_time_seconds", None, "worker"),
+                12,
+                8,
+            ),
+            *[
+                Cell(
+                    p.heatmap(
+                        f"{name} distribution",
+                        f"How many requests fell in each {name if name.isupper() else name.lower()} bucket per interval: a second "
+                        "band of slow requests shows a long tail the quantiles average away.",
+                        [
+                            Query(
+                                f"sum by (le) (increase({metric}_bucket{worker_sel()}"
+                                "[$__rate_interval]))",
+                                "{{le}}",
+                                fmt="heatmap",
+                            )
+                        ],
+                        unit="s",
+                    ),
+                    8,
+                    8,
+                )
+                for name, metric in (
+                    ("TTFT", "inferwatch_ttft_seconds"),
+                    ("TPOT", "inferwatch_tpot_seconds"),
+                    ("End-to-end latency", "inferwatch_e2e_latency_seconds"),
+                )
+            ],
+        ],
+    )
+    batch = Section(
+        "Batch, queue and KV cache",
+        [
+            Cell(
+                p.timeseries(
+                    "Queue vs running vs capacity",
+                    "Requests waiting, requests in the running batch, and the batch capacity "
+                    "(--max-num-seqs). Running pinned at capacity with a queue means the "
+                    "batch is full.",
+                    [
+                        Query(
+                            f"sum by (worker) (inferwatch_queue_depth{worker_sel()})",
+                            "{{worker}} waiting",
+                        ),
+                        Query(
+                            f"sum by (worker) (inferwatch_requests_running{worker_sel()})",
+                            "{{worker}} running",
+                        ),
+                        Query(
+                            f"max by (worker) (inferwatch_max_num_seqs{_worker_only()})",
+                            "{{worker}} max_num_seqs",
+                        ),
+                    ],
+                    unit="short",
+                    min_value=0,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Queue trend",
+                    "Least-squares slope of the queue depth over the agent's stats window, in "
+                    "requests per second: above zero the queue is growing.",
+                    [Query(f"inferwatch_queue_depth_slope{worker_sel()}", "{{worker}}")],
+                    unit="short",
+                    axis_label="requests/s",
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.state_timeline(
+                    "Queue over capacity",
+                    "Recording rule worker:inferwatch_queue_over_capacity:bool: waiting requests "
+                    f"above max_num_seqs. {t.queue.over_capacity_samples} samples in a row fire "
+                    "InferenceQueueOverCapacity.",
+                    [
+                        Query(
+                            f"worker:inferwatch_queue_over_capacity:bool{worker_sel()}",
+                            "{{worker}}",
+                        )
+                    ],
+                    mappings=p.value_mappings(
+                        {0: ("within capacity", "green"), 1: ("over capacity", "red")}
+                    ),
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "KV-cache usage",
+                    "Share of the KV-cache blocks in use. Near 100% the engine preempts "
+                    "requests; see the preemptions panel.",
+                    [Query(f"inferwatch_kv_cache_usage_ratio{worker_sel()}", "{{worker}}")],
+                    unit="percentunit",
+                    min_value=0,
+                    max_value=1,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Prefix-cache hit ratio",
+                    "Share of prompt tokens served from the prefix cache over the stats window. "
+                    "Long shared system prompts should hit often (field guide 6.2: 30-60% lower "
+                    "TTFT).",
+                    [Query(f"inferwatch_prefix_cache_hit_ratio{worker_sel()}", "{{worker}}")],
+                    unit="percentunit",
+                    min_value=0,
+                    max_value=1,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Preemptions",
+                    "Requests preempted per second to free KV-cache space. Sustained preemption "
+                    "means the KV cache is too small for the batch.",
+                    [
+                        Query(
+                            f"sum by (worker) (rate(inferwatch_preemptions_total{worker_sel()}"
+                            "[$__rate_interval]))",
+                            "{{worker}}",
+                        )
+                    ],
+                    unit="short",
+                    axis_label="preemptions/s",
+                    min_value=0,
+                ),
+                8,
+                8,
+            ),
+        ],
+    )
+    requests = Section(
+        "Requests",
+        [
+            Cell(
+                p.timeseries(
+                    "Finished requests by reason",
+                    "Requests finished per second by reason: stop (end of sequence), length "
+                    "(token limit), abort (client went away), error.",
+                    [
+                        Query(
+                            f"sum by (reason) (rate(inferwatch_requests_finished_total{worker_sel()}"
+                            "[$__rate_interval]))",
+                            "{{reason}}",
+                        )
+                    ],
+                    unit="reqps",
+                    min_value=0,
+                    stack=True,
+                    fill=30,
+                ),
+                6,
+                8,
+            ),
+            Cell(tokens_panel("worker"), 6, 8),
+            Cell(error_ratio_panel(t), 6, 8),
+            Cell(rejected_panel("worker"), 6, 8),
+        ],
+    )
+    process = Section(
+        "Process",
+        [
+            Cell(
+                p.table(
+                    "Launch flags",
+                    "The worker's engine, model, version and the launch flags that matter, read "
+                    "from its command line (inferwatch_worker_info).",
+                    [
+                        Query(
+                            f"inferwatch_worker_info{_worker_only()}", "", instant=True, fmt="table"
+                        )
+                    ],
+                    unit="none",
+                    exclude=("Value", "job"),
+                    order=(
+                        "worker",
+                        "instance",
+                        "engine",
+                        "model",
+                        "version",
+                        "pid",
+                        "max_num_seqs",
+                        "max_model_len",
+                        "max_num_batched_tokens",
+                        "gpu_memory_utilization",
+                        "prefix_caching",
+                    ),
+                ),
+                24,
+                6,
+            ),
+            Cell(
+                p.timeseries(
+                    "Process CPU",
+                    "CPU time of the worker's process tree per second (100% = one core).",
+                    [
+                        Query(
+                            f"sum by (worker) (rate(inferwatch_worker_cpu_seconds_total{_worker_only()}"
+                            "[$__rate_interval]))",
+                            "{{worker}}",
+                        )
+                    ],
+                    unit="percentunit",
+                    min_value=0,
+                ),
+                6,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Process memory",
+                    "Resident memory (RSS) of the worker's process tree.",
+                    [
+                        Query(
+                            f"inferwatch_worker_resident_memory_bytes{_worker_only()}", "{{worker}}"
+                        )
+                    ],
+                    unit="bytes",
+                    min_value=0,
+                ),
+                6,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Restarts",
+                    "Worker process restarts: changes of its start time per interval.",
+                    [
+                        Query(
+                            f"sum by (worker) (changes(inferwatch_worker_start_time_seconds"
+                            f"{_worker_only()}[$__interval]))",
+                            "{{worker}}",
+                        )
+                    ],
+                    unit="short",
+                    min_value=0,
+                    bars=True,
+                    fill=80,
+                ),
+                6,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Engine scrape errors",
+                    "Failed scrapes of the worker's /metrics per second, by reason (connect, "
+                    "timeout, http_status, too_large, parse, no_engine_metrics).",
+                    [
+                        Query(
+                            f"sum by (worker, reason) (rate(inferwatch_target_scrape_errors_total"
+                            f"{_worker_only()}[$__rate_interval]))",
+                            "{{worker}} {{reason}}",
+                        )
+                    ],
+                    unit="short",
+                    axis_label="errors/s",
+                    min_value=0,
+                ),
+                6,
+                8,
+            ),
+        ],
+    )
+    return _dashboard(
+        t,
+        "worker",
+        "Inference worker",
+        "One inference worker or model in detail: latency quantiles and distributions, "
+        "batch and queue, KV cache, finish reasons, launch flags and the worker process.",
+        [now, latency, batch, requests, process],
+        tags=["worker"],
+    )
+
+
+def gpu(t: Thresholds) -> dict[str, Any]:
+    now = Section(
+        "GPUs now",
+        [
+            Cell(
+                p.stat(
+                    "GPUs up",
+                    "GPUs that answer NVML, out of those selected.",
+                    [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
+                    unit="none",
+                    graph=False,
+                    decimals=0,
+                ),
+                5,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Mean utilization",
+                    "Mean utilization of the selected GPUs. " + _util_text(t),
+                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
+                    unit="percentunit",
+                    thresholds=utilization_steps(t),
+                ),
+                5,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Highest VRAM level",
+                    "The fullest selected GPU. " + _vram_text(t),
+                    [Query(f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})")],
+                    unit="percentunit",
+                    thresholds=vram_steps(t),
+                ),
+                5,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Power draw",
+                    "Total power drawn by the selected GPUs.",
+                    [Query(f"sum(inferwatch_gpu_power_watts{gpu_sel()})")],
+                    unit="watt",
+                ),
+                5,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Hottest GPU",
+                    "Core temperature of the hottest selected GPU.",
+                    [Query(f"max(inferwatch_gpu_temperature_celsius{gpu_sel()})")],
+                    unit="celsius",
+                    thresholds=steps("green", (80, "yellow"), (87, "red")),
+                ),
+                4,
+                4,
+            ),
+        ],
+    )
+    compute = Section(
+        "Compute",
+        [
+            Cell(
+                p.timeseries(
+                    "Utilization vs SM, tensor and DRAM activity",
+                    "NVML utilization only says a kernel was running; SM active, tensor active "
+                    "and DRAM active (GPM, Hopper and newer) say how much of the chip worked. "
+                    "High utilization with low SM activity is a GPU waiting on small kernels; "
+                    "high DRAM activity with low tensor activity is a memory-bound decode.",
+                    [
+                        Query(
+                            f"inferwatch_gpu_utilization_ratio{gpu_sel()}",
+                            _gpu_label("utilization"),
+                        ),
+                        Query(
+                            f"inferwatch_gpu_memory_busy_ratio{gpu_sel()}",
+                            _gpu_label("memory busy"),
+                        ),
+                        Query(
+                            f"inferwatch_gpu_sm_active_ratio{gpu_sel()}", _gpu_label("SM active")
+                        ),
+                        Query(
+                            f"inferwatch_gpu_sm_occupancy_ratio{gpu_sel()}",
+                            _gpu_label("SM occupancy"),
+                        ),
+                        Query(
+                            f"inferwatch_gpu_tensor_active_ratio{gpu_sel()}",
+                            _gpu_label("tensor active"),
+                        ),
+                        Query(
+                            f"inferwatch_gpu_dram_active_ratio{gpu_sel()}",
+                            _gpu_label("DRAM active"),
+                        ),
+                    ],
+                    unit="percentunit",
+                    min_value=0,
+                    max_value=1,
+                    fill=0,
+                ),
+                12,
+                9,
+            ),
+            Cell(gpu_utilization_panel(t), 12, 9),
+            Cell(gpu_state_panel(t), 24, 6),
+        ],
+    )
+    memory = Section(
+        "Memory",
+        [
+            Cell(
+                p.timeseries(
+                    "Memory used, reserved and total",
+                    "Device memory used by allocations, reserved by the driver, and the total.",
+                    [
+                        Query(f"inferwatch_gpu_memory_used_bytes{gpu_sel()}", _gpu_label("used")),
+                        Query(
+                            f"inferwatch_gpu_memory_reserved_bytes{gpu_sel()}",
+                            _gpu_label("reserved"),
+                        ),
+                        Query(f"inferwatch_gpu_memory_total_bytes{gpu_sel()}", _gpu_label("total")),
+                    ],
+                    unit="bytes",
+                    min_value=0,
+                ),
+                8,
+                8,
+            ),
+            Cell(vram_panel(t), 8, 8),
+            Cell(
+                p.timeseries(
+                    "Memory per process",
+                    "Device memory of each process on the GPU; processes of watched workers "
+                    "carry the worker's name.",
+                    [
+                        Query(
+                            f"inferwatch_gpu_process_memory_used_bytes{gpu_sel()}",
+                            _gpu_label("{{process}} pid {{pid}} {{worker}}"),
+                        )
+                    ],
+                    unit="bytes",
+                    min_value=0,
+                    stack=True,
+                    fill=30,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "SM share per process",
+                    "Each process's share of SM time over the last sample period.",
+                    [
+                        Query(
+                            f"inferwatch_gpu_process_sm_utilization_ratio{gpu_sel()}",
+                            _gpu_label("{{process}} pid {{pid}} {{worker}}"),
+                        )
+                    ],
+                    unit="percentunit",
+                    min_value=0,
+                    max_value=1,
+                ),
+                24,
+                7,
+            ),
+        ],
+    )
+    power = Section(
+        "Power, temperature and clocks",
+        [
+            Cell(
+                p.timeseries(
+                    "Power vs limit",
+                    "Power drawn by each GPU against its enforced power limit. Draw "
+                    "pinned at the limit with sw_power_cap events means the clocks are capped.",
+                    [
+                        Query(f"inferwatch_gpu_power_watts{gpu_sel()}", _gpu_label("draw")),
+                        Query(f"inferwatch_gpu_power_limit_watts{gpu_sel()}", _gpu_label("limit")),
+                    ],
+                    unit="watt",
+                    min_value=0,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Energy rate",
+                    "Average power from NVML's energy counter (read on the slow interval): "
+                    "smoother than the power gauge, and what the power bill sees.",
+                    [
+                        Query(
+                            f"rate(inferwatch_gpu_energy_joules_total{gpu_sel()}[$__rate_interval])",
+                            _gpu_label(),
+                        )
+                    ],
+                    unit="watt",
+                    min_value=0,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Temperature",
+                    "GPU core temperature.",
+                    [Query(f"inferwatch_gpu_temperature_celsius{gpu_sel()}", _gpu_label())],
+                    unit="celsius",
+                    thresholds=steps("green", (80, "yellow"), (87, "red")),
+                    threshold_style="dashed",
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Clocks",
+                    "Current SM and memory clocks. SM clocks dropping under load go with the "
+                    "clock-event reasons next to this panel.",
+                    [
+                        Query(f"inferwatch_gpu_sm_clock_hertz{gpu_sel()}", _gpu_label("SM")),
+                        Query(
+                            f"inferwatch_gpu_memory_clock_hertz{gpu_sel()}", _gpu_label("memory")
+                        ),
+                    ],
+                    unit="hertz",
+                    min_value=0,
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                p.state_timeline(
+                    "Clock-event reasons",
+                    "Why the clocks are below maximum, per reason: idle is normal; sw_power_cap, "
+                    "hw_slowdown, sw_thermal, hw_thermal and power_brake throttle the GPU "
+                    "(InferenceGPUThermalThrottling).",
+                    [
+                        Query(
+                            f"inferwatch_gpu_clock_event_active{gpu_sel()}",
+                            _gpu_label("{{reason}}"),
+                        )
+                    ],
+                    mappings=p.value_mappings(
+                        {0: ("inactive", "transparent"), 1: ("active", "orange")}
+                    ),
+                ),
+                12,
+                8,
+            ),
+        ],
+    )
+    errors = Section(
+        "Errors and partitions",
+        [
+            Cell(
+                p.timeseries(
+                    "XID errors",
+                    "New XID errors reported by the driver, per GPU and XID code. Critical XIDs "
+                    f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
+                    [
+                        Query(
+                            f"sum by (instance, gpu, xid) (increase(inferwatch_gpu_xid_errors_total"
+                            f"{gpu_sel()}[$__rate_interval]))",
+                            _gpu_label("XID {{xid}}"),
+                        )
+                    ],
+                    unit="short",
+                    min_value=0,
+                    bars=True,
+                    fill=80,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "ECC errors",
+                    "New volatile ECC errors per GPU: corrected ones are a warning sign, "
+                    "uncorrected ones corrupt results.",
+                    [
+                        Query(
+                            f"sum by (instance, gpu, type) (increase(inferwatch_gpu_ecc_errors_total"
+                            f"{gpu_sel()}[$__rate_interval]))",
+                            _gpu_label("{{type}}"),
+                        )
+                    ],
+                    unit="short",
+                    min_value=0,
+                    bars=True,
+                    fill=80,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Agent collection errors",
+                    "Errors of the agent's own collectors per second, by collector and reason. "
+                    "A collector that has counted no error since the agent started shows as a "
+                    "flat zero (the agent creates an error series at the first error).",
+                    [
+                        Query(
+                            "sum by (instance, collector, reason) (rate("
+                            f"inferwatch_collect_errors_total{host_sel()}[$__rate_interval]))"
+                            " or sum by (instance, collector) "
+                            f"(0 * inferwatch_collect_duration_seconds{host_sel()})",
+                            "{{instance}} {{collector}} {{reason}}",
+                        )
+                    ],
+                    unit="short",
+                    axis_label="errors/s",
+                    min_value=0,
+                ),
+                8,
+                8,
+            ),
+            Cell(
+                p.table(
+                    "MIG instances",
+                    "MIG instances of the selected GPUs with their profile and VRAM level.",
+                    [
+                        Query(
+                            "inferwatch_gpu_memory_used_ratio" + gpu_sel('gpu_instance!=""'),
+                            "",
+                            instant=True,
+                            fmt="table",
+                        )
+                    ],
+                    unit="percentunit",
+                    exclude=("job",),
+                    order=("instance", "gpu", "gpu_instance", "mig_profile", "uuid", "Value"),
+                    rename={"Value": "VRAM level"},
+                ),
+                12,
+                7,
+            ),
+            Cell(
+                p.table(
+                    "GPU inventory",
+                    "Model, UUID, PCI bus, driver and MIG mode of each selected GPU.",
+                    [Query(f"inferwatch_gpu_info{gpu_sel()}", "", instant=True, fmt="table")],
+                    unit="none",
+                    exclude=("Value", "job"),
+                    order=(
+                        "instance",
+                        "gpu",
+                        "name",
+                        "uuid",
+                        "pci_bus_id",
+                        "driver_version",
+                        "mig_mode",
+                    ),
+                ),
+                12,
+                7,
+            ),
+        ],
+    )
+    return _dashboard(
+        t,
+        "gpu",
+        "Inference GPU",
+        "GPUs in detail: utilization against SM/tensor/DRAM activity, memory down to the "
+        "process, power, temperature, clocks and why they drop, XID and ECC errors, MIG.",
+        [now, compute, memory, power, errors],
+        tags=["gpu"],
+    )
+
+
+def weekly(t: Thresholds) -> dict[str, Any]:
+    ttft_slo = t.ttft.p99_slo_seconds
+    ttft_p99 = _rule(t, "worker", "inferwatch_ttft_seconds", "p99_")
+    util = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
+
+    def band(lo: float | None, hi: float | None) -> str:
+        parts = []
+        if lo is not None:
+            parts.append(f"({util} >= bool {lo:g})")
+        if hi is not None:
+            parts.append(f"({util} < bool {hi:g})")
+        return f"avg(avg_over_time(({' * '.join(parts)})[$__range:1m]))"
+
+    three = Section(
+        "The week on one panel",
+        [
+            Cell(
+                p.timeseries(
+                    "P99 latency, GPU utilization and VRAM peak",
+                    "The weekly review of field guide 6.2, three curves on one scale: the worst "
+                    f"worker's TTFT P99 as a share of its SLO ({_secs(ttft_slo)}; above 100% "
+                    "breaks the SLO), the mean GPU utilization, and the peak VRAM level. "
+                    "Latency rising while utilization stays flat and VRAM climbs points at the "
+                    "KV cache; latency rising with utilization points at compute.",
+                    [
+                        Query(
+                            f"max(max_over_time({ttft_p99}{worker_sel()}[$__interval])) / {ttft_slo:g}",
+                            "TTFT P99 / SLO",
+                        ),
+                        Query(f"avg(avg_over_time({util}[$__interval]))", "GPU utilization (mean)"),
+                        Query(
+                            f"max(max_over_time(inferwatch_gpu_memory_used_ratio{gpu_sel()}"
+                            "[$__interval]))",
+                            "VRAM peak",
+                        ),
+                    ],
+                    unit="percentunit",
+                    min_value=0,
+                    soft_max=1,
+                    thresholds=steps("green", (1, "red")),
+                    threshold_style="dashed",
+                    fill=0,
+                ),
+                24,
+                10,
+            ),
+        ],
+    )
+    alone = Section(
+        "Each curve alone",
+        [
+            *[
+                Cell(
+                    p.timeseries(
+                        f"{name} P99 by model",
+                        f"The worst worker's {name if name.isupper() else name.lower()} P99 per model over the week (recording rule "
+                        f"over {t.pack.window}, peak per interval)."
+                        + (f" Dashed: the SLO, {_secs(slo)}." if slo is not None else ""),
+                        [
+                            Query(
+                                f"max by (model) (max_over_time("
+                                f"{_rule(t, 'worker', metric, 'p99_')}{worker_sel()}[$__interval]))",
+                                "{{model}}",
+                            )
+                        ],
+                        unit="s",
+                        min_value=0,
+                        thresholds=slo_steps(slo) if slo is not None else (),
+                        threshold_style="dashed" if slo is not None else "off",
+                        fill=0,
+                    ),
+                    8,
+                    8,
+                )
+                for name, metric, slo in (
+                    ("TTFT", "inferwatch_ttft_seconds", ttft_slo),
+                    ("TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds),
+                    ("End-to-end latency", "inferwatch_e2e_latency_seconds", None),
+                )
+            ],
+            Cell(
+                p.timeseries(
+                    "GPU utilization distribution",
+                    "Spread of the GPUs' utilization over the week: 10th, 50th and 90th "
+                    "percentile and the maximum across GPUs of each interval's mean. "
+                    + _util_text(t),
+                    [
+                        *[
+                            Query(
+                                f"quantile({q:g}, avg_over_time({util}[$__interval]))",
+                                f"P{round(q * 100)}",
+                            )
+                            for q in (0.1, 0.5, 0.9)
+                        ],
+                        Query(f"max(avg_over_time({util}[$__interval]))", "max"),
+                    ],
+                    unit="percentunit",
+                    min_value=0,
+                    max_value=1,
+                    thresholds=utilization_steps(t),
+                    threshold_style="line+area",
+                    fill=0,
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                p.stat(
+                    "Time in each utilization band",
+                    "Share of GPU time over the dashboard's range spent in each band of the "
+                    "thresholds (sampled every minute). " + _util_text(t),
+                    _band_queries(t, band),
+                    unit="percentunit",
+                    graph=False,
+                    calc="lastNotNull",
+                    text_mode="value_and_name",
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "VRAM peak per GPU",
+                    "Highest VRAM level of each GPU per interval over the week. " + _vram_text(t),
+                    [
+                        Query(
+                            f"max by (instance, gpu) (max_over_time(inferwatch_gpu_memory_used_ratio"
+                            f"{gpu_sel()}[$__interval]))",
+                            _gpu_label(),
+                        )
+                    ],
+                    unit="percentunit",
+                    min_value=0,
+                    max_value=1,
+                    thresholds=vram_steps(t),
+                    threshold_style="dashed",
+                    fill=0,
+                ),
+                24,
+                8,
+            ),
+        ],
+    )
+    return _dashboard(
+        t,
+        "trends",
+        "Inference weekly trends",
+        "Seven days of P99 latency, GPU utilization distribution and VRAM peak: the weekly "
+        "review table of field guide 6.2 as dashboards, the three curves together and "
+        "each alone.",
+        [three, alone],
+        time_from="now-7d",
+        refresh="",
+        tags=["trends"],
+    )
+
+
+def _band_queries(t: Thresholds, band: Any) -> list[Query]:
+    gu = t.gpu_utilization
+    low, high = gu.healthy_band
+    out = [
+        Query(band(None, gu.waste_below), f"waste (below {_pct(gu.waste_below)})"),
+        Query(band(gu.waste_below, low), f"below healthy ({_pct(gu.waste_below)}-{_pct(low)})"),
+        Query(band(low, high), f"healthy ({_pct(low)}-{_pct(high)})"),
+    ]
+    if high < gu.scale_review_above:
+        out.append(
+            Query(
+                band(high, gu.scale_review_above),
+                f"above healthy ({_pct(high)}-{_pct(gu.scale_review_above)})",
+            )
+        )
+    out.append(
+        Query(
+            band(gu.scale_review_above, None),
+            f"scale review ({_pct(gu.scale_review_above)} and above)",
+        )
+    )
+    return out
+
+
+BUILDERS = {
+    "inference-overview": overview,
+    "inference-worker": worker,
+    "inference-gpu": gpu,
+    "inference-weekly-trends": weekly,
+}
+
+
+def build_all(t: Thresholds) -> dict[str, dict[str, Any]]:
+    """Name (file stem) -> dashboard JSON (as Python values)."""
+    return {name: build(t) for name, build in BUILDERS.items()}

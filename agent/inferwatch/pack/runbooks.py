@@ -1,0 +1,1015 @@
+"""Runbooks: one Markdown page per alert, generated so their numbers follow the thresholds.
+
+``generate(t)`` returns ``runbooks/<AlertName>.md`` for every alert of
+:func:`inferwatch.pack.rules.alerts`. Each page has the prometheus-operator runbook
+sections (Meaning, Impact, Diagnosis, Mitigation) under a header that repeats the
+alert's severity, condition, dashboard and query, and is written for an on-call
+engineer who has never run vLLM: which panel to open, which PromQL to paste,
+which ``vllm serve`` flag or deployment change helps.
+
+Numbers come from ``Thresholds`` (never typed into the text), and the field
+guide's own figures are cited by section ([4.2] = section 四, part 2 of
+shared/reference/000_1608bd3c8c368d9e.txt). To edit a page, edit its function
+here and run ``inferwatch generate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inferwatch.pack.rules import Alert, Names, alerts, dur, names, num, pct, secs
+from inferwatch.pack.thresholds import Thresholds
+
+RUNBOOK_DIR = "runbooks"
+
+DASHBOARD_TITLES = {
+    "overview": "Inference overview",
+    "worker": "Inference worker",
+    "gpu": "Inference GPU",
+    "trends": "Inference weekly trends",
+}
+
+SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation")
+
+
+@dataclass(frozen=True)
+class Page:
+    condition: str
+    meaning: str
+    impact: str
+    diagnosis: str
+    mitigation: str
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What every page function needs: thresholds, rule names, the alert's variants."""
+
+    t: Thresholds
+    n: Names
+    variants: tuple[Alert, ...]
+
+    @property
+    def sel(self) -> str:
+        return self.t.pack.selector()
+
+    def s(self, *extra: str) -> str:
+        return self.t.pack.selector(*extra)
+
+    def panel(self, dashboard: str, *titles: str) -> str:
+        """``[Inference GPU](url) → **VRAM level**, **GPU state**``"""
+        url = self.t.pack.dashboard_url(dashboard)
+        return f"[{DASHBOARD_TITLES[dashboard]}]({url}) → " + ", ".join(f"**{x}**" for x in titles)
+
+
+def _block(lang: str, lines: tuple[str, ...], indent: int) -> str:
+    """A fenced block indented to sit inside a list item (3 for ``1.``, 2 for ``-``)."""
+    pad = " " * indent
+    body = "\n".join(pad + line for line in (f"```{lang}", *lines, "```"))
+    return f"\n\n{body}\n\n"
+
+
+def promql(*queries: str, indent: int = 3) -> str:
+    return _block("promql", queries, indent)
+
+
+def sh(*lines: str, indent: int = 3) -> str:
+    return _block("sh", lines, indent)
+
+
+_FLAGS_WHERE = (
+    "Where the flags live: vLLM's settings are command-line flags of `vllm serve` (or of "
+    "`python -m vllm.entrypoints.openai.api_server`): in Kubernetes they are the container "
+    "`args`, under systemd the `ExecStart=` line. The **Inference worker** dashboard's "
+    "**Launch flags** table shows what each worker runs with now."
+)
+
+_MAX_NUM_SEQS_ESTIMATE = (
+    "Size `--max-num-seqs` with the guide's estimate [2.3]: (GPU memory in GB × 0.8 − model "
+    "weights in GB) ÷ KV cache per sequence in GB. Example: a 24 GB A10 serving a 7B model "
+    "quantized to INT8 (8 GB) with about 0.5 GB of KV cache per sequence gives "
+    "(24 × 0.8 − 8) ÷ 0.5 ≈ 22; run 20 to keep a margin. Then load-test at the same "
+    "concurrency and watch P50/P99 and the VRAM level [2.3]."
+)
+
+
+def _kv_remedies(t: Thresholds) -> str:
+    return (
+        "- Turn on `--enable-prefix-caching` when requests share a prefix (a system prompt): "
+        "the shared part is stored once, which saves 30% or more of KV memory [6.2]. With VRAM "
+        f"above {pct(t.vram.scale_above)}, lower `--max-num-seqs` before you consider turning "
+        "prefix caching off: the cache is worth more than the memory it costs [5.1].\n"
+        "- Store the KV cache in FP8 (`--kv-cache-dtype fp8`): close to half the KV memory for "
+        "an accuracy loss the guide puts under 0.5% [6.2].\n"
+        "- Leave headroom: `--gpu-memory-utilization 0.85` instead of the 0.9 default, so "
+        "PyTorch's temporary buffers and the CUDA context fit; prefix caching pushes real use "
+        "past 0.9 and ends in OOM restarts otherwise [2.3, 6.2].\n"
+        "- Bound the longest request: set `--max-model-len` to what the product needs and "
+        "reject over-long inputs at the gateway; one unexpected 10K-token prompt can take the "
+        "KV cache a whole batch needed [4 FAQ]."
+    )
+
+
+_BALANCING = (
+    "- Route by least connections, not round-robin: nginx `least_conn;` in the `upstream` "
+    "block, HAProxy `balance leastconn`. Round-robin assumes every request costs the same, "
+    "while a 2000-token answer takes ten times a 200-token one [5.3].\n"
+    "- Send long-context traffic (for example system prompts over 2000 tokens) to a separate "
+    "pool of workers with its own `--max-model-len` and batching flags, so long requests "
+    "stop delaying short ones [5.3]."
+)
+
+_SCALE_CHOICES = (
+    "- Several models on one box: one single-GPU worker per model is the flexible choice, and "
+    "an OOM in one does not take the others down [6 FAQ]. Small models can share a card "
+    "(two INT8 7B models on one A10, each with its own `--gpu-memory-utilization` share) or "
+    "a MIG slice of an A100/H100; the guide saw utilization go from 35% to over 65% with "
+    "under 10% more TTFT [2.1, 4.3].\n"
+    "- One large model that needs lower latency: tensor parallelism "
+    "(`--tensor-parallel-size 2`) splits the weights across cards; it pays off over NVLink "
+    "much more than over PCIe [6 FAQ]. The guide measured 2×A100-40GB with TP about 40% "
+    "faster than one A100-80GB for a 70B model [2.1]."
+)
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _gpu_underutilized(c: Ctx) -> Page:
+    g = c.t.gpu_utilization
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a GPU's utilization, averaged over {c.t.pack.window}, stays below "
+            f"{pct(g.waste_below)} for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            f"The GPU ran kernels less than {pct(g.waste_below)} of the time for "
+            f"{dur(a.for_seconds)}. The field guide treats this as a resource-waste reminder "
+            "[6.1]: inference GPUs commonly idle at 30-50% without tuning [1]. The healthy "
+            f"band configured here is {pct(g.healthy_band[0])}-{pct(g.healthy_band[1])} "
+            "(the guide: 70-85% [4], and 60-75% is healthier than 90% or more [6.1])."
+        ),
+        impact=(
+            "No user-visible impact: requests are served. The cost is money, a GPU paid for "
+            "and mostly unused. Not urgent; handle it in working hours."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('gpu', 'GPU utilization', 'GPU state')}: "
+            "is the GPU idle all day, or only at night?\n"
+            f"2. Open {c.panel('overview', 'Queue depth vs max_num_seqs')}: if other workers "
+            "of the same model have queues while this one is empty, requests are not spread "
+            "(see InferenceLoadImbalance).\n"
+            "3. Compare the workers of one model side by side:"
+            + promql(
+                f"{c.n.gpu_util}",
+                f"{c.n.rate('requests_finished')}",
+                f"{c.n.queue_avg}",
+            )
+            + "4. Check the batch capacity of the worker on this GPU (`max_num_seqs` in the "
+            "**Launch flags** table): a small value caps how full the GPU can get."
+        ),
+        mitigation=(
+            "Do not shrink the fleet first [6.2, loop 1]:\n\n"
+            + _BALANCING
+            + "\n- Let each worker batch more: continuous batching fills the GPU only with "
+            "enough concurrent requests. Start `--max-num-seqs` around 32 and raise it while "
+            "load-testing [4.1]; on an A10, going from 8 to 64 concurrent sequences took "
+            "utilization from 42% to 94% for 15 ms more P50 [3.3]. "
+            + _MAX_NUM_SEQS_ESTIMATE
+            + "\n- If the load really is small, consolidate: put small models on one card or "
+            "on MIG slices instead of one idle GPU each [2.1, 4.3].\n"
+            "- To silence this alert for a GPU that is idle on purpose (a standby), raise "
+            "`gpu_utilization.waste_for` or lower `gpu_utilization.waste_below` in your "
+            "thresholds file and regenerate."
+        ),
+    )
+
+
+def _gpu_scale_review(c: Ctx) -> Page:
+    g = c.t.gpu_utilization
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a GPU's utilization, averaged over {c.t.pack.window}, stays above "
+            f"{pct(g.scale_review_above)} for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            f"The GPU has been busy more than {pct(g.scale_review_above)} of the time for "
+            f"{dur(a.for_seconds)}. The guide calls for a scale-out review at this level "
+            "[6.1]: 60-75% is healthier than 90% or more, because the spare time absorbs "
+            "bursts; near saturation the queue is already forming and tail latency getting "
+            "worse."
+        ),
+        impact=(
+            "Nothing may be wrong yet, but there is little headroom: a 10-20% rise in "
+            "traffic makes latency grow non-linearly at this level [6 FAQ]. Expect "
+            "InferenceQueueOverCapacity and then the latency alerts if traffic grows."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('overview', 'Queue depth vs max_num_seqs')} and "
+            f"{c.panel('overview', 'TTFT P50 / P95 / P99')}: how far is latency from the "
+            "SLO, is the queue growing?\n"
+            f"2. Open {c.panel('overview', 'Compute-bound or memory-bound')}: a compute-bound "
+            "GPU (high utilization, deep queue) needs more GPUs; a memory-bound one (VRAM near "
+            "full, utilization modest) needs KV-cache work first [6.1].\n"
+            "3. Headroom left per worker:"
+            + promql(
+                f"{c.n.gpu_util}",
+                f"{c.n.quantile('worker', 'ttft', 'p99')}",
+                f"max by (worker) (inferwatch_queue_depth{c.sel})",
+            )
+        ),
+        mitigation=(
+            "- Do not add concurrency to a GPU that is already this busy: it only moves the "
+            "queue into the batch and stretches every request [6 FAQ].\n"
+            "- Plan capacity: add workers (replicas) for this model, or a larger instance. "
+            "Measure the remaining margin to the SLO rather than asking whether latency is "
+            "still acceptable [6 FAQ].\n" + _SCALE_CHOICES + "\n- Quantization (AWQ/GPTQ "
+            "INT4) lowers the work per token: on an A10 it took a 7B model from 23 to 62 "
+            "tokens/s [3.1].\n"
+            "- If this level is intended (batch jobs that should fill the GPU), raise "
+            "`gpu_utilization.scale_review_above` for that deployment."
+        ),
+    )
+
+
+def _vram_pressure(c: Ctx) -> Page:
+    v = c.t.vram
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a GPU's memory is more than {pct(v.scale_above)} used and a worker watched by "
+            f"the same agent has a rising queue (slope > 0), for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            f"GPU memory is above {pct(v.scale_above)} and requests keep piling up. vLLM "
+            "keeps each running request's attention state (the KV cache) in GPU memory; when "
+            "it runs out, new requests wait and running ones get preempted. The guide's rule "
+            f"[4.2]: memory above {pct(v.scale_above)} with a rising queue means scale out or "
+            f"rate-limit. Memory above {pct(v.squeeze_above)} on its own is normal for vLLM, "
+            "which reserves memory up front: with a TTFT P99 under "
+            f"{secs(v.squeeze_p99_ok_seconds)} it is a healthy squeeze that needs nothing, "
+            "and the dashboards show it as the **squeeze** state, not an alert."
+        ),
+        impact=(
+            "Latency is about to climb for every user of this worker, and the worker is close "
+            "to out-of-memory restarts. This pages because it comes before the latency SLO "
+            "breach."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('gpu', 'VRAM level', 'GPU state')}: a "
+            "GPU in state **pressure** (3) is what fired.\n"
+            f"2. Open {c.panel('worker', 'Queue trend', 'KV-cache usage', 'Preemptions')} "
+            "for the workers on that host.\n"
+            "3. Paste:"
+            + promql(
+                f"{c.n.gpu_vram}",
+                f"inferwatch_queue_depth_slope{c.sel}",
+                f"inferwatch_kv_cache_usage_ratio{c.sel}",
+                f"{c.n.rate('preemptions')}",
+            )
+            + "4. Look for unusually long prompts (a 10K-token input can take what a batch "
+            "needed) in the gateway logs [4 FAQ]."
+        ),
+        mitigation=(
+            "Right now:\n\n"
+            "- Scale out (another replica of this model) or rate-limit at the gateway until "
+            "the queue stops rising [4.2].\n\n"
+            "Then, per worker:\n\n"
+            "- Lower `--max-num-seqs` first; the guide prefers it to turning prefix caching "
+            "off [5.1]. "
+            + _MAX_NUM_SEQS_ESTIMATE
+            + "\n"
+            + _kv_remedies(c.t)
+            + "\n\n"
+            + _FLAGS_WHERE
+        ),
+    )
+
+
+def _gpu_lost(c: Ctx) -> Page:
+    a = c.variants[0]
+    nvml = c.s('collector="nvml"')
+    return Page(
+        condition=f"the agent reports the GPU as unreadable (`inferwatch_gpu_up == 0`) for "
+        f"{dur(a.for_seconds)}",
+        meaning=(
+            "NVML, the NVIDIA management library the agent reads, stopped answering for this "
+            "GPU. Usually the GPU fell off the bus (XID 79), the driver crashed, or the GPU "
+            "was reset or removed."
+        ),
+        impact=(
+            "Workers on this GPU are failing or about to. Requests routed to them fail or time "
+            "out; expect InferenceWorkerDown next."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('gpu', 'GPUs up', 'Agent collection errors')}"
+            " to see which GPU and why the agent could not read it:"
+            + promql(
+                f"inferwatch_gpu_up{c.sel} == 0",
+                f"increase(inferwatch_collect_errors_total{nvml}[10m])",
+            )
+            + "2. On the host:"
+            + sh(
+                "nvidia-smi                      # does the GPU still show?",
+                "sudo dmesg -T | grep -i xid     # XID 79 = fell off the bus",
+                "journalctl -k --since -1h | grep -i nvrm",
+            )
+            + f"3. Check {c.panel('gpu', 'XID errors')} for an XID just before the loss."
+        ),
+        mitigation=(
+            "- Take the host out of the load balancer so no traffic reaches its workers.\n"
+            "- If `nvidia-smi` no longer lists the GPU, it needs a reset (`sudo nvidia-smi -r "
+            "-i <index>` with no process on it) or, more often, a reboot; on a cloud instance, "
+            "stop and start it to land on other hardware.\n"
+            "- If it recurs on the same card, open a hardware ticket with the provider, "
+            "attaching `nvidia-bug-report.sh` output.\n"
+            "- If only the agent is affected (NVML works in `nvidia-smi`), restart the agent "
+            "and check its log."
+        ),
+    )
+
+
+def _xid(c: Ctx) -> Page:
+    crit = ", ".join(str(x) for x in c.t.gpu_health.xid_critical)
+    return Page(
+        condition=(
+            f"a GPU reports a new XID error within {c.t.pack.window}: critical (pages) for "
+            f"XIDs {crit}, warning (ticket) for any other"
+        ),
+        meaning=(
+            "An XID is an error the NVIDIA driver logs about a GPU. Some come from the "
+            "application (for example 13, 31 or 43: a kernel fault or a process killed "
+            "mid-work); others mean the hardware needs attention. The XIDs that page here "
+            f"({crit}) are `gpu_health.xid_critical` in the thresholds. The default list holds "
+            'the ones NVIDIA\'s Xid catalog files under "reset the GPU or drain the node": 48 '
+            "double-bit ECC error, 64 failed row remap, 74 NVLink error, 79 GPU fell off the "
+            "bus, 95 uncontained ECC error, 119/120 GSP firmware errors (the field guide does "
+            "not cover XIDs)."
+        ),
+        impact=(
+            "Critical XIDs: computations on the GPU may be wrong or stopped; its workers will "
+            "likely crash. Other XIDs: usually one request or process failed; a repeating "
+            "pattern points at a bad driver, model or card."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('gpu', 'XID errors', 'ECC errors')}:"
+            + promql(
+                f"increase(inferwatch_gpu_xid_errors_total{c.sel}[1h])",
+                f"increase(inferwatch_gpu_ecc_errors_total{c.sel}[1h])",
+            )
+            + "2. On the host, read the driver's own message for the XID:"
+            + sh("sudo dmesg -T | grep -i 'NVRM: Xid'", "nvidia-smi -q -d ECC,ROW_REMAPPER")
+            + "3. Look the number up in NVIDIA's XID catalog "
+            "(docs.nvidia.com/deploy/xid-errors) for its recommended action."
+        ),
+        mitigation=(
+            "- Critical XID: drain the host (remove it from the load balancer, cordon the "
+            "Kubernetes node), let running requests finish, then reset the GPU or reboot. "
+            "If it comes back, the card needs service: open a hardware ticket.\n"
+            "- Other XIDs: check the worker's log at the same time; a crash loop after a model "
+            "or driver upgrade is the usual cause. Roll back if it started after a change.\n"
+            "- Both: confirm with `nvidia-smi` that the GPU is healthy before returning the "
+            "host to service."
+        ),
+    )
+
+
+def _thermal(c: Ctx) -> Page:
+    a = c.variants[0]
+    return Page(
+        condition=(
+            "a thermal or power-brake clock event (hw_slowdown, hw_thermal, power_brake, "
+            f"sw_thermal) stays active on a GPU for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The GPU lowered its clocks to protect itself: it is too hot, or the system "
+            "asserted the power brake. It keeps working, but slower."
+        ),
+        impact=(
+            "Every request on this GPU takes longer: TPOT and throughput suffer and the GPU "
+            "looks busier than its work justifies. Sustained heat shortens hardware life."
+        ),
+        diagnosis=(
+            "1. Open "
+            f"{c.panel('gpu', 'Clock-event reasons', 'Temperature', 'Clocks', 'Power vs limit')}:"
+            + promql(
+                f"inferwatch_gpu_clock_event_active{c.sel} == 1",
+                f"inferwatch_gpu_temperature_celsius{c.sel}",
+                f"inferwatch_gpu_sm_clock_hertz{c.sel}",
+            )
+            + "2. On the host:"
+            + sh("nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER")
+            + "3. Is it one GPU (a fan, a blocked airflow path) or all GPUs of the host (room "
+            "or rack cooling, a chassis power limit)?"
+        ),
+        mitigation=(
+            "- Fix the cooling or power problem: data-center or cloud provider ticket with the "
+            "output above.\n"
+            "- Until then, move load off the host, or lower its share in the load balancer.\n"
+            "- `sw_power_cap` alone (the GPU reaching its configured power limit) is normal "
+            "under load and does not fire this alert."
+        ),
+    )
+
+
+def _queue_over_capacity(c: Ctx) -> Page:
+    q = c.t.queue.over_capacity_samples
+    return Page(
+        condition=(
+            f"a worker's queue depth is above its `max_num_seqs` for {q} consecutive samples "
+            f"({c.t.pack.interval} apart, `pack.scrape_interval`)"
+        ),
+        meaning=(
+            "More requests are waiting than the worker can put in one batch "
+            "(`--max-num-seqs`, the most sequences vLLM runs at once). The guide calls the "
+            "queue the leading indicator, and GPU utilization the lagging one: when the queue "
+            f"stays above the batch capacity for {q} consecutive samples, scale out or "
+            "rate-limit then, instead of waiting for the latency alerts [6.1, 6 FAQ]. The "
+            "alert needs the agent to know `max_num_seqs` (from the command line, the engine "
+            "or the agent's `workers[].max_num_seqs`); without it, it stays silent."
+        ),
+        impact=(
+            "Requests spend time waiting before they start; TTFT rises first. If the "
+            "overload lasts, the latency SLO alerts follow."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'Queue vs running vs capacity', 'Queue over capacity')}"
+            f"; for the fleet, {c.panel('overview', 'Queue depth vs max_num_seqs')}.\n"
+            "2. Paste:"
+            + promql(
+                f"inferwatch_queue_depth{c.sel}",
+                f"inferwatch_max_num_seqs{c.sel}",
+                f"inferwatch_requests_running{c.sel}",
+                f"{c.n.queue_over_capacity}",
+            )
+            + "3. Are all workers of the model over capacity (real overload) or only this one "
+            "(an imbalance: see InferenceLoadImbalance)?\n"
+            f"4. {c.panel('overview', 'Compute-bound or memory-bound')}: a busy GPU wants more "
+            "GPUs; a memory-bound one wants KV-cache work [6.1]."
+        ),
+        mitigation=(
+            "- Add replicas for this model, or rate-limit at the gateway, now [6 FAQ].\n"
+            "- If the GPU is not busy (utilization under "
+            f"{pct(c.t.gpu_utilization.idle_below)}), the batch is too small for it: raise "
+            "`--max-num-seqs` within the memory budget. " + _MAX_NUM_SEQS_ESTIMATE + "\n"
+            "- Tune how much each step batches: `--max-num-batched-tokens` 4096-8192 is usual "
+            "for a 7B model on an A10 (30-50 ms per step). Too small and continuous batching "
+            "has nothing to batch; too large and every step gets slow. If prompt throughput "
+            "drops as batches grow, it is past the point of diminishing returns [2.3].\n"
+            + _BALANCING
+            + "\n\n"
+            + _FLAGS_WHERE
+        ),
+    )
+
+
+def _ttft_high_gpu_idle(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker's TTFT P95 over {t.pack.window} is above "
+            f"{secs(t.ttft.warmup_p95_seconds)} while the GPUs of its agent average below "
+            f"{pct(t.gpu_utilization.idle_below)}, for {dur(a.for_seconds)} (not within "
+            f"{dur(t.cold_start.within)} of a start: that is InferenceWorkerColdStart)"
+        ),
+        meaning=(
+            "TTFT (time to first token) is how long a user waits before the answer starts. "
+            "Slow first tokens on a GPU that is not busy point at setup work, not load: the "
+            "guide's loop 2 [6.2] reads it as a missing warm-up, meaning CUDA kernels, the "
+            "KV cache and shared prompt prefixes are prepared on real users' requests instead "
+            "of beforehand."
+        ),
+        impact=(
+            "Users wait seconds for the answer to start; past 2 s a conversation feels broken "
+            "[1.2]. Throughput is not the problem, so adding GPUs will not help."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'TTFT P50 / P95 / P99', 'TTFT distribution')}: are a few requests very slow (warm-up, long prompts) or "
+            "all of them?\n"
+            f"2. {c.panel('worker', 'Prefix-cache hit ratio')}: near zero with a shared "
+            "system prompt means prefix caching is off or not hitting.\n"
+            f"3. {c.panel('worker', 'Restarts')}: frequent restarts or scale-ups keep the "
+            "fleet cold.\n"
+            "4. Paste:"
+            + promql(
+                f"{c.n.quantile('worker', 'ttft', 'p95')}",
+                f"{c.n.instance_util}",
+                f"inferwatch_prefix_cache_hit_ratio{c.sel}",
+                f"inferwatch_worker_info{c.sel}",
+            )
+        ),
+        mitigation=(
+            "- Warm up before taking traffic: after the server answers `/health`, send one "
+            "or two small completion requests (`max_tokens: 1`) and only then add the worker "
+            "to the load balancer (a readiness probe that runs the warm-up does both). The "
+            "guide measured 4.8 s for the first unwarmed call, 2.3 s of it CUDA compilation, "
+            "against about 180 ms once warm [5.2].\n"
+            "- Turn on `--enable-prefix-caching` for services with a long fixed system "
+            "prompt: the prefix is computed once and later requests skip it; TTFT drops by "
+            "30-60% [6.2, 2.3].\n"
+            "- Keep models resident: avoid scaling to zero or recycling workers that serve "
+            "interactive traffic.\n\n" + _FLAGS_WHERE
+        ),
+    )
+
+
+def _ttft_slo(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker's TTFT P99 over {t.pack.window} is above "
+            f"{secs(t.ttft.p99_slo_seconds)} for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "TTFT (time to first token) is how long a user waits before the answer starts "
+            "streaming. One request in a hundred now waits more than "
+            f"{secs(t.ttft.p99_slo_seconds)}. The guide puts the limit for a conversation at "
+            "2 s [1.2]; interactive services such as code completion aim much lower (P99 under "
+            "200 ms [2.1]). `ttft.p99_slo_seconds` in the thresholds holds your SLO."
+        ),
+        impact=(
+            "Users see a stalled chat. Clients time out and retry, adding load: the guide "
+            "warns this snowballs into an outage [1.2]."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'TTFT P50 / P95 / P99', 'Queue time P50 / P95 / P99')}"
+            ": if queue time makes up most of TTFT, the worker is overloaded; if not, "
+            "prompt processing (prefill) itself is slow.\n"
+            f"2. {c.panel('worker', 'Queue vs running vs capacity')} and "
+            f"{c.panel('gpu', 'GPU state')}: pressure or a deep queue means capacity; an idle "
+            "GPU means warm-up (see InferenceTTFTHighGPUIdle).\n"
+            "3. Paste:"
+            + promql(
+                f"{c.n.quantile('worker', 'ttft', 'p99')}",
+                "histogram_quantile(0.99, sum by (le, worker) "
+                f"(rate(inferwatch_queue_time_seconds_bucket{c.sel}[{t.pack.window}])))",
+                f"inferwatch_queue_depth{c.sel}",
+                f"{c.n.gpu_state}",
+            )
+        ),
+        mitigation=(
+            "- Overloaded (deep queue, busy GPU): add replicas or rate-limit now; see "
+            "InferenceQueueOverCapacity.\n"
+            "- Long shared prompts: `--enable-prefix-caching`. With an 800-token system "
+            "prompt the guide saw prefill go from 1.2 s to under 0.3 s [5.1].\n"
+            "- Batching too aggressive: a very large `--max-num-batched-tokens` makes each "
+            "step long, and new requests wait for it; 4096-8192 keeps a 7B model on an A10 at "
+            "30-50 ms per step [2.3].\n"
+            "- Mixed traffic: give interactive requests a higher vLLM `priority` than batch "
+            "jobs [4 FAQ], or move long-context requests to their own pool [5.3].\n"
+            "- Model too slow for the card: INT4 quantization (AWQ/GPTQ) cut TTFT from 2.3 s "
+            "to 0.9 s for a 7B model on an A10 [3.1]; tensor parallelism "
+            "(`--tensor-parallel-size`) shortens prefill for large models [6 FAQ].\n\n"
+            + _FLAGS_WHERE
+        ),
+    )
+
+
+def _tpot_slo(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker's TPOT P99 over {t.pack.window} is above "
+            f"{secs(t.tpot.p99_slo_seconds)} for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "TPOT (time per output token) is the gap between streamed tokens once the answer "
+            "has started. High TPOT means the decode steps are slow: the GPU is saturated, "
+            "the batch is too big for it, or memory bandwidth is the limit [6.1]. The "
+            f"{secs(t.tpot.p99_slo_seconds)} default is vLLM's upstream dashboard SLO, not a "
+            "number from the guide."
+        ),
+        impact=(
+            "Answers stream slowly (10 tokens a second is slower than people read). Long "
+            "answers take much longer to finish, which keeps more requests in the batch and "
+            "feeds the queue."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'TPOT P50 / P95 / P99')} and "
+            f"{c.panel('worker', 'Queue vs running vs capacity')}: TPOT rising with the "
+            "number of running requests means the batch is too large for the GPU.\n"
+            f"2. {c.panel('gpu', 'Utilization vs SM, tensor and DRAM activity')}: DRAM "
+            "activity near its limit means memory-bandwidth bound.\n"
+            f"3. {c.panel('gpu', 'Clock-event reasons')}: a throttled GPU is slow for "
+            "everyone (see InferenceGPUThermalThrottling).\n"
+            "4. Paste:"
+            + promql(
+                f"{c.n.quantile('worker', 'tpot', 'p99')}",
+                f"inferwatch_requests_running{c.sel}",
+                f"inferwatch_gpu_dram_active_ratio{c.sel}",
+            )
+        ),
+        mitigation=(
+            "- Lower `--max-num-seqs` or `--max-num-batched-tokens` so each step has less to "
+            "do; this trades some throughput for faster streams [2.3, 4.1].\n"
+            "- Add replicas if the whole model is busy.\n"
+            "- Quantize the weights (AWQ/GPTQ INT4): less memory traffic per token; the guide "
+            "saw decode throughput rise from 23 to 62 tokens/s on an A10 [3.1].\n"
+            "- Large models: tensor parallelism over NVLink splits the per-token work "
+            "[2.1, 6 FAQ].\n\n" + _FLAGS_WHERE
+        ),
+    )
+
+
+def _long_tail(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker's end-to-end P99 over {t.pack.window} is more than "
+            f"{num(t.latency.tail_ratio)} times its P50, for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The slowest requests take many times longer than the typical one. The guide "
+            f"singles out a P99 {num(t.latency.tail_ratio)} times the P50 or more as the long "
+            "tail that averages hide [6.1]. The usual cause is a mix of short and very long "
+            "requests on the same workers: round-robin balancing gives every worker a few "
+            "long requests, and they slow down the short ones batched with them [5.3]."
+        ),
+        impact=(
+            "Most users are fine, but a steady share waits far longer than the rest, often "
+            "long enough for client timeouts and retries [1.2]."
+        ),
+        diagnosis=(
+            "1. Open "
+            + c.panel(
+                "worker", "End-to-end latency P50 / P95 / P99", "End-to-end latency distribution"
+            )
+            + ": two humps mean two kinds of traffic.\n"
+            f"2. {c.panel('overview', 'Queue depth vs max_num_seqs')}: is the tail on some "
+            "workers only?\n"
+            "3. Paste:"
+            + promql(
+                f"{c.n.quantile('worker', 'e2e_latency', 'p99')} "
+                f"/ {c.n.quantile('worker', 'e2e_latency', 'p50')}",
+                f"{c.n.quantile('worker', 'ttft', 'p99')}",
+                f"{c.n.quantile('worker', 'tpot', 'p99')}",
+            )
+            + "   The TTFT and TPOT P99 tell whether the tail is waiting (TTFT) or generating "
+            "(TPOT)."
+        ),
+        mitigation=(
+            _BALANCING + "\n- Give interactive requests a higher vLLM `priority` than batch "
+            "work so the scheduler serves them first [4 FAQ].\n"
+            "- Cap what one request can cost: `--max-model-len`, a `max_tokens` limit at the "
+            "gateway, and a maximum input length check [4 FAQ].\n"
+            "- Several smaller worker processes per GPU (2-3, each on its own port) instead "
+            "of one large one also limit how many requests one long request can delay "
+            "[5.3].\n\n" + _FLAGS_WHERE
+        ),
+    )
+
+
+def _load_imbalance(c: Ctx) -> Page:
+    t = c.t
+    lb = t.load_imbalance
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker's queue (averaged over {t.pack.window}) is at least "
+            f"{num(lb.min_queue)} and more than {num(lb.queue_ratio)} times the average of "
+            "the other workers of the same model, while that model's GPUs average below "
+            f"{pct(t.gpu_utilization.idle_below)} and its TTFT P99 is within "
+            f"{secs(t.ttft.p99_slo_seconds)}, for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "Requests are not spread across the workers of one model: one builds a queue "
+            "while its peers and their GPUs sit mostly idle. This is the guide's loop 1 "
+            "[6.2]: low utilization with normal latency usually means uneven routing (a random "
+            "or round-robin balancer, sticky sessions), not too many GPUs."
+        ),
+        impact=(
+            "Users routed to the busy worker wait; the fleet has the capacity but does not "
+            "use it. Scaling in now would make it worse."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('overview', 'Queue depth vs max_num_seqs', 'Requests per second')}"
+            ": compare the workers of the model.\n"
+            "2. Paste:"
+            + promql(
+                f"{c.n.queue_avg}",
+                f"{c.n.rate('requests_finished')}",
+                f"{c.n.model_util}",
+            )
+            + "3. Check the balancer's configuration: algorithm, session affinity, weights, "
+            "and whether all workers are in its pool."
+        ),
+        mitigation=(
+            _BALANCING + "\n- Check that every worker passed its health check and is in "
+            "the pool; a worker left out after a restart leaves its peers to carry its share.\n"
+            "- For one model on a multi-GPU host, one worker with tensor parallelism balances "
+            "across the GPUs by itself [6.2].\n"
+            "- This is an inferwatch default, not a guide number: tune "
+            "`load_imbalance.queue_ratio` and `load_imbalance.min_queue` if it is noisy."
+        ),
+    )
+
+
+def _cold_start(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker's TTFT P95 over {t.pack.window} is above "
+            f"{secs(t.ttft.warmup_p95_seconds)} within {dur(t.cold_start.within)} of its "
+            f"process start, for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "A worker that just (re)started serves slow first tokens: it took traffic before "
+            "it was ready. Loading weights, compiling CUDA kernels and allocating the KV cache "
+            "take 30-60 s in total, and the first real requests pay for whatever was not "
+            "done in advance [5.2]. The agent sees the start from the worker process's start "
+            "time (`inferwatch_worker_start_time_seconds`)."
+        ),
+        impact=(
+            "Users who land on the new worker wait seconds for the first token. After "
+            "scale-ups or rolling deploys this hits a share of all traffic."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'Restarts', 'Uptime')}: planned (deploy, scale "
+            "up) or a crash loop? Crash loops with OOM in the log point at "
+            "`--gpu-memory-utilization` (see InferenceVRAMPressureQueueRising).\n"
+            f"2. {c.panel('worker', 'TTFT P50 / P95 / P99')} from the start time on.\n"
+            "3. Paste:"
+            + promql(
+                f"time() - inferwatch_worker_start_time_seconds{c.sel}",
+                f"{c.n.quantile('worker', 'ttft', 'p95')}",
+                f"changes(inferwatch_worker_start_time_seconds{c.sel}[1d])",
+            )
+        ),
+        mitigation=(
+            '- Add a warm-up step between "server up" and "in the load balancer": wait '
+            "until `/health` answers, send one or two completions with `max_tokens: 1`, and "
+            "only then report ready. In Kubernetes, make the readiness probe depend on the "
+            "warm-up; under systemd, run it in `ExecStartPost=`. Sketch:"
+            + sh(
+                "# blocks until the server accepts connections (up to 10 minutes)",
+                "curl -fsS --retry 600 --retry-delay 1 --retry-all-errors \\",
+                "  -o /dev/null http://127.0.0.1:8000/health",
+                "# one tiny completion compiles the kernels and touches the KV cache",
+                "curl -fsS -o /dev/null http://127.0.0.1:8000/v1/completions \\",
+                "  -H 'Content-Type: application/json' \\",
+                '  --data \'{"model": "MODEL", "prompt": "warm-up", "max_tokens": 1}\'',
+                indent=2,
+            )
+            + "  Warm, the guide's A10 answered in about 180 ms instead of 4.8 s [5.2]; kernel "
+            "compilation alone costs 2-5 s on a first request [2.3].\n"
+            "- With a long fixed system prompt, `--enable-prefix-caching` and a warm-up "
+            "request that carries it make the prefix ready before users arrive [2.3].\n"
+            "- Avoid scaling to zero and aggressive scale-in for interactive models: every "
+            "new replica starts cold [5.2]. TensorRT-LLM engines: fix the shapes at build "
+            "time (`--max_batch_size` etc.) to avoid run-time compilation [3.2]."
+        ),
+    )
+
+
+def _kv_preemptions(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"a worker preempts requests (rate over {t.pack.window} above "
+            f"{num(t.kv_cache.preemption_rate_above)} per second) for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "vLLM ran out of KV cache (the GPU memory that holds each running request's "
+            "attention state) and evicted running requests to make room; they are recomputed "
+            "later. An occasional preemption is harmless; sustained ones mean the worker "
+            "admits more or longer sequences than its memory holds. The KV cache, not the "
+            "weights, is what runs out in LLM serving [4.2]."
+        ),
+        impact=(
+            "Preempted requests redo their work: GPU time is wasted, TPOT and end-to-end "
+            "latency rise, and throughput falls while the GPU looks busy."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'Preemptions', 'KV-cache usage')}: usage near "
+            "100% when preemptions happen confirms it.\n"
+            f"2. {c.panel('worker', 'Launch flags')}: `max_num_seqs`, `max_model_len`, "
+            "`gpu_memory_utilization`, `prefix_caching`.\n"
+            "3. Paste:"
+            + promql(
+                f"{c.n.rate('preemptions')}",
+                f"inferwatch_kv_cache_usage_ratio{c.sel}",
+                f"inferwatch_requests_running{c.sel}",
+            )
+        ),
+        mitigation=(
+            "- Admit fewer sequences: lower `--max-num-seqs`. "
+            + _MAX_NUM_SEQS_ESTIMATE
+            + "\n"
+            + _kv_remedies(c.t)
+            + "\n- Or give the model more memory: a larger GPU, or tensor parallelism across "
+            "two [2.1].\n\n" + _FLAGS_WHERE
+        ),
+    )
+
+
+def _request_errors(c: Ctx) -> Page:
+    t = c.t
+    a = c.variants[0]
+    return Page(
+        condition=(
+            f"more than {pct(t.errors.ratio_above)} of a worker's requests over "
+            f"{t.pack.window} finish with an error or are rejected (HTTP 503), for "
+            f"{dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "Requests fail: the engine reported them finished with reason `error`, or "
+            "refused them at admission because its queue limits were reached (vLLM counts "
+            "these as admission rejections and answers 503). Engines that report neither "
+            "counter leave this alert silent."
+        ),
+        impact=(
+            "Users get errors. Clients that retry add load, which can turn an overload into "
+            "an outage [1.2]."
+        ),
+        diagnosis=(
+            "1. Open "
+            + c.panel("worker", "Finished requests by reason", "Error ratio", "Rejected requests")
+            + ": errors or rejections?\n"
+            "2. Paste:"
+            + promql(
+                f"{c.n.error_ratio}",
+                f"sum by (worker, reason) (rate(inferwatch_requests_finished_total{c.sel}"
+                f"[{t.pack.window}]))",
+                f"{c.n.rate('requests_rejected')}",
+            )
+            + "3. Rejections: the worker is full; check InferenceQueueOverCapacity and the "
+            "queue panels. Errors: read the worker's log around the first failures "
+            "(`kubectl logs`, `journalctl -u <unit>`)."
+        ),
+        mitigation=(
+            "- Rejections (503): add replicas or rate-limit upstream, so clients get a clean "
+            "429 instead of a queue-full error; raise the engine's queue limits only if "
+            "latency allows it.\n"
+            "- Errors after a deploy: roll back the model, engine version or flags.\n"
+            "- Errors from over-long inputs: check inputs against `--max-model-len` at the "
+            "gateway [4 FAQ].\n"
+            "- Errors with OOM in the log: see InferenceVRAMPressureQueueRising for memory "
+            "flags."
+        ),
+    )
+
+
+def _worker_down(c: Ctx) -> Page:
+    a = c.variants[0]
+    return Page(
+        condition=(
+            "the agent's last scrapes of a worker failed or carried no engine metrics "
+            f"(`inferwatch_target_up == 0`) for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The agent next to the worker cannot read the inference server's `/metrics`: "
+            "the server is down, not listening yet, returning errors, or running without its "
+            "metrics (vLLM started with `--disable-log-stats` exports no `vllm:` series). "
+            "If the whole agent is gone, InferenceAgentDown fires instead."
+        ),
+        impact=(
+            "If the server is down, every request routed to it fails. If only its metrics "
+            "are missing, the worker is unwatched: no latency or queue alerts for it."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('overview', 'Workers up')}, then "
+            f"{c.panel('worker', 'Engine scrape errors')} for the reason:"
+            + promql(
+                f"inferwatch_target_up{c.sel} == 0",
+                f"increase(inferwatch_target_scrape_errors_total{c.sel}[10m])",
+            )
+            + "   Reasons: `connect` (nothing listening), `timeout`, `http_status`, "
+            "`too_large`, `parse`, `no_engine_metrics` (up, but no engine series).\n"
+            "2. From the agent's host or pod:"
+            + sh(
+                "curl -s -o /dev/null -w '%{http_code}\\n' http://WORKER:8000/health",
+                "curl -s http://WORKER:8000/metrics | grep -c '^vllm:'",
+            )
+            + "3. Worker process: `kubectl get pod` / `kubectl logs --previous`, or "
+            "`systemctl status` / `journalctl -u <unit>`. OOM kills and CUDA errors show "
+            "there."
+        ),
+        mitigation=(
+            "- Restart the worker (delete the pod, `systemctl restart`), and take it out of "
+            "the load balancer until it is warm (see InferenceWorkerColdStart).\n"
+            "- Crash loop with out-of-memory: lower `--gpu-memory-utilization` to 0.85 and "
+            "check `--max-num-seqs`; prefix caching on top of 0.9 is a known cause of OOM "
+            "restarts [2.3].\n"
+            "- `no_engine_metrics`: remove `--disable-log-stats` from the server's flags "
+            "(SGLang needs `--enable-metrics`, llama.cpp `--metrics`).\n"
+            "- A wrong URL or port in the agent's `workers:` list: fix the agent config."
+        ),
+    )
+
+
+def _agent_down(c: Ctx) -> Page:
+    t = c.t
+    return Page(
+        condition=(
+            f"Prometheus's scrapes of an agent fail (`up{c.sel} == 0`), or no target "
+            f"matches `{t.pack.agent_selector}` at all, for "
+            f"{dur(t.availability.agent_down_for)}"
+        ),
+        meaning=(
+            "Prometheus cannot collect the inferwatch agent's metrics, so every GPU and "
+            "worker that agent watches is invisible and none of their alerts can fire. The "
+            "second form (no target at all) catches a scrape job that was deleted or "
+            "renamed: `pack.agent_selector` must match the job that scrapes the agents."
+        ),
+        impact=(
+            "Blind spot: problems on that host go unnoticed. The inference service itself "
+            "may be fine."
+        ),
+        diagnosis=(
+            "1. Prometheus UI → Status → Targets: the agent's error message (connection "
+            "refused, timeout, 401 with basic auth, TLS).\n"
+            "2. Paste:"
+            + promql(f"up{c.sel}", f"scrape_duration_seconds{c.sel}")
+            + "3. From the Prometheus host or pod:"
+            + sh(
+                "curl -s http://AGENT:10127/healthz",
+                "curl -s http://AGENT:10127/metrics | head",
+            )
+            + "4. The agent process: `kubectl logs` of the sidecar container or "
+            "`journalctl -u inferwatch` (the unit of deploy/systemd)."
+        ),
+        mitigation=(
+            "- Restart the agent (sidecar container, DaemonSet pod or systemd unit); it "
+            "does not affect the inference server.\n"
+            "- Connection refused: check the listen address (`--listen`, default port "
+            "10127) and any NetworkPolicy or firewall between Prometheus and the host.\n"
+            "- 401/TLS errors: the scrape config's credentials must match the agent's "
+            "`web_config_file`.\n"
+            "- No target at all: restore the scrape job, or set `pack.agent_selector` in "
+            "your thresholds file to its job and regenerate the rules."
+        ),
+    )
+
+
+PAGES: dict[str, Callable[[Ctx], Page]] = {
+    "InferenceGPUUnderutilized": _gpu_underutilized,
+    "InferenceGPUScaleReview": _gpu_scale_review,
+    "InferenceVRAMPressureQueueRising": _vram_pressure,
+    "InferenceGPULost": _gpu_lost,
+    "InferenceGPUXidErrors": _xid,
+    "InferenceGPUThermalThrottling": _thermal,
+    "InferenceQueueOverCapacity": _queue_over_capacity,
+    "InferenceTTFTHighGPUIdle": _ttft_high_gpu_idle,
+    "InferenceTTFTSLOBreach": _ttft_slo,
+    "InferenceTPOTSLOBreach": _tpot_slo,
+    "InferenceLatencyLongTail": _long_tail,
+    "InferenceLoadImbalance": _load_imbalance,
+    "InferenceWorkerColdStart": _cold_start,
+    "InferenceKVCachePreemptions": _kv_preemptions,
+    "InferenceRequestErrors": _request_errors,
+    "InferenceWorkerDown": _worker_down,
+    "InferenceAgentDown": _agent_down,
+}
+
+
+def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
+    """The Markdown page of one alert (all rules sharing its name)."""
+    page = PAGES[name](Ctx(t=t, n=names(t), variants=variants))
+    severities = " / ".join(dict.fromkeys(a.severity for a in variants))
+    dashboard = variants[0].dashboard
+    queries = "\n\n".join(f"```promql\n{a.expr}\n```" for a in variants)
+    lines = [
+        f"# {name}",
+        "",
+        "<!-- generated by inferwatch generate from agent/inferwatch/pack/runbooks.py and "
+        "thresholds.yaml; do not edit -->",
+        "",
+        f"**Severity:** {severities}  ",
+        f"**Fires when:** {page.condition}.  ",
+        f"**Dashboard:** [{DASHBOARD_TITLES[dashboard]}]({t.pack.dashboard_url(dashboard)})",
+        "",
+        "<details><summary>Alert query</summary>",
+        "",
+        queries,
+        "",
+        "</details>",
+        "",
+    ]
+    for title, body in zip(
+        SECTIONS, (page.meaning, page.impact, page.diagnosis, page.mitigation), strict=True
+    ):
+        lines += [f"## {title}", "", body.strip(), ""]
+    return "\n".join(lines)
+
+
+def generate(t: Thresholds) -> dict[str, str]:
+    """``runbooks/<AlertName>.md`` for every alert; one of ``generate.GENERATORS``."""
+    grouped: dict[str, list[Alert]] = {}
+    for alert in alerts(t):
+        grouped.setdefault(alert.name, []).append(alert)
+    missing = set(grouped) - set(PAGES)
+    if missing:
+        raise ValueError(f"no runbook page for {sorted(missing)}")
+    return {
+        f"{RUNBOOK_DIR}/{name}.md": render(t, name, tuple(variants))
+        for name, variants in grouped.items()
+    }

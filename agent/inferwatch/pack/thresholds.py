@@ -1,0 +1,446 @@
+"""Thresholds and pack settings: one YAML file, validated into frozen dataclasses.
+
+Every number behind the alerts, the recording rules, the dashboards' threshold
+lines, the report's bands and the runbooks comes from ``thresholds.yaml`` next
+to this module (the defaults of ``shared/design/ALERTS.md``, each with a comment
+citing the field guide). A user file overrides any subset of it.
+
+Stable API (used by ``pack.rules``, ``pack.dashboards`` and the report)::
+
+    from inferwatch.pack.thresholds import Thresholds, load_thresholds, format_duration
+
+    t = load_thresholds()                 # the packaged defaults
+    t = load_thresholds("mine.yaml")      # defaults overridden by mine.yaml (any subset)
+
+    t.gpu_utilization.waste_below         # 0.30, a ratio 0..1
+    t.gpu_utilization.waste_for           # 1800.0: every duration is float seconds
+    t.gpu_utilization.healthy_band        # (0.6, 0.85)
+    t.vram.scale_above                    # 0.92
+    t.queue.over_capacity_samples         # 3 (an int)
+    t.ttft.p99_slo_seconds                # 2.0
+    t.pack.selector()                     # '{job="inferwatch"}'
+    t.pack.selector('reason="error"')     # '{job="inferwatch",reason="error"}'
+    t.pack.window                         # "5m": pack.rate_window as a PromQL duration
+    t.pack.runbook_url("InferenceGPULost")
+    t.pack.dashboard_url("gpu")           # base URL + pack.dashboard_uids.gpu
+    format_duration(1800.0)               # "30m"
+
+Sections and keys are listed in ``thresholds.yaml``; ``SECTIONS`` maps each
+section name to its dataclass. Adding a key means: a field on the dataclass
+(with ``metadata={"kind": ...}``), a default with a source comment in the YAML
+file, and nothing else: the loader is driven by the dataclass fields.
+
+Errors: unknown sections or keys, wrong types and out-of-range values raise
+:class:`~inferwatch.errors.ConfigError` naming the file, the dotted key and what
+was expected (``mine.yaml: vram.scale_above: expected a ratio between 0 and 1,
+got 1.5``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch.errors import ConfigError
+
+DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
+
+# Field kinds: how a YAML value is parsed and which range it must be in.
+RATIO = "ratio"  # float in [0, 1]
+SECONDS = "seconds"  # float > 0 (a latency)
+DURATION = "duration"  # PromQL-style duration or number of seconds, >= 0
+POSITIVE = "positive"  # float > 0
+NON_NEGATIVE = "non_negative"  # float >= 0
+ABOVE_ONE = "above_one"  # float > 1 (a multiplier)
+COUNT = "count"  # int >= 1
+BAND = "band"  # [low, high] ratios, low < high
+SELECTOR = "selector"  # PromQL label matchers without braces
+URL = "url"  # non-empty string
+UID = "uid"  # Grafana dashboard UID
+XIDS = "xids"  # non-empty list of positive ints
+
+
+@dataclass(frozen=True)
+class DashboardUids:
+    """Grafana UIDs of the four generated dashboards (``/d/<uid>`` links)."""
+
+    overview: str = field(metadata={"kind": UID})
+    worker: str = field(metadata={"kind": UID})
+    gpu: str = field(metadata={"kind": UID})
+    trends: str = field(metadata={"kind": UID})
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    """Selectors, intervals and links shared by every generated artifact."""
+
+    agent_selector: str = field(metadata={"kind": SELECTOR})
+    scrape_interval: float = field(metadata={"kind": DURATION})
+    rate_window: float = field(metadata={"kind": DURATION})
+    runbook_base_url: str = field(metadata={"kind": URL})
+    dashboard_base_url: str = field(metadata={"kind": URL})
+    dashboard_uids: DashboardUids = field(metadata={"section": DashboardUids})
+
+    def selector(self, *extra: str) -> str:
+        """``{agent_selector,extra...}``: a complete selector for one of the agent's series."""
+        return "{" + ",".join([self.agent_selector, *extra]) + "}"
+
+    @property
+    def window(self) -> str:
+        """``rate_window`` as a PromQL duration (``5m``); also the recording rules' suffix."""
+        return format_duration(self.rate_window)
+
+    @property
+    def interval(self) -> str:
+        """``scrape_interval`` as a PromQL duration (``15s``)."""
+        return format_duration(self.scrape_interval)
+
+    def runbook_url(self, alert: str) -> str:
+        return f"{self.runbook_base_url}{alert}.md"
+
+    def dashboard_url(self, dashboard: str) -> str:
+        """Link to one of ``overview``, ``worker``, ``gpu``, ``trends``."""
+        return self.dashboard_base_url + str(getattr(self.dashboard_uids, dashboard))
+
+
+@dataclass(frozen=True)
+class GpuUtilization:
+    waste_below: float = field(metadata={"kind": RATIO})
+    waste_for: float = field(metadata={"kind": DURATION})
+    scale_review_above: float = field(metadata={"kind": RATIO})
+    scale_review_for: float = field(metadata={"kind": DURATION})
+    healthy_band: tuple[float, float] = field(metadata={"kind": BAND})
+    idle_below: float = field(metadata={"kind": RATIO})
+
+
+@dataclass(frozen=True)
+class Vram:
+    squeeze_above: float = field(metadata={"kind": RATIO})
+    squeeze_p99_ok_seconds: float = field(metadata={"kind": SECONDS})
+    scale_above: float = field(metadata={"kind": RATIO})
+    pressure_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class Queue:
+    over_capacity_samples: int = field(metadata={"kind": COUNT})
+
+
+@dataclass(frozen=True)
+class Ttft:
+    p99_slo_seconds: float = field(metadata={"kind": SECONDS})
+    slo_for: float = field(metadata={"kind": DURATION})
+    warmup_p95_seconds: float = field(metadata={"kind": SECONDS})
+    idle_gpu_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class Tpot:
+    p99_slo_seconds: float = field(metadata={"kind": SECONDS})
+    slo_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class Latency:
+    tail_ratio: float = field(metadata={"kind": ABOVE_ONE})
+    tail_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class LoadImbalance:
+    queue_ratio: float = field(metadata={"kind": ABOVE_ONE})
+    min_queue: float = field(metadata={"kind": NON_NEGATIVE})
+    imbalance_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    within: float = field(metadata={"kind": POSITIVE})
+    cold_start_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class KvCache:
+    preemption_rate_above: float = field(metadata={"kind": NON_NEGATIVE})
+    preemptions_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class Errors:
+    ratio_above: float = field(metadata={"kind": RATIO})
+    errors_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class Availability:
+    worker_down_for: float = field(metadata={"kind": DURATION})
+    agent_down_for: float = field(metadata={"kind": DURATION})
+    gpu_lost_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    xid_critical: tuple[int, ...] = field(metadata={"kind": XIDS})
+    thermal_for: float = field(metadata={"kind": DURATION})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Everything in ``thresholds.yaml``; ``source`` names the user file (or "defaults")."""
+
+    pack: PackConfig
+    gpu_utilization: GpuUtilization
+    vram: Vram
+    queue: Queue
+    ttft: Ttft
+    tpot: Tpot
+    latency: Latency
+    load_imbalance: LoadImbalance
+    cold_start: ColdStart
+    kv_cache: KvCache
+    errors: Errors
+    availability: Availability
+    gpu_health: GpuHealth
+    source: str = "defaults"
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
+    for f in fields(Thresholds)
+    if f.name != "source"
+}
+
+# ---------------------------------------------------------------------------- durations
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of ``30m``, ``1h30m``, ``500ms``, ``90`` (seconds); None when not a duration."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    pos = 0
+    total = 0.0
+    for m in _DURATION_RE.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or pos == 0:
+        return None
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """A PromQL / rule-file duration for ``seconds``: 1800 -> ``30m``, 37.5 -> ``37s500ms``."""
+    ms = round(seconds * 1000)
+    if ms == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        n, ms = divmod(ms, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------------- values
+
+_MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
+_SELECTOR_RE = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*")
+_UID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+_EXPECTED = {
+    RATIO: "a ratio between 0 and 1",
+    SECONDS: "a number of seconds greater than 0",
+    DURATION: "a duration such as 30m, 15m, 90s or a number of seconds",
+    POSITIVE: "a duration greater than 0 such as 10m",
+    NON_NEGATIVE: "a number >= 0",
+    ABOVE_ONE: "a number greater than 1",
+    COUNT: "a whole number >= 1",
+    BAND: "a list of two ratios [low, high] with low < high",
+    SELECTOR: 'PromQL label matchers such as job="inferwatch" (without braces)',
+    URL: "a non-empty string (URL prefix)",
+    UID: "a Grafana UID (1-40 letters, digits, - or _)",
+    XIDS: "a non-empty list of XID numbers such as [48, 79]",
+}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
+    def bad() -> ConfigError:
+        return ConfigError(source, key, _EXPECTED[kind], value)
+
+    if kind in (DURATION, POSITIVE):
+        seconds = _number(value)
+        if seconds is None and isinstance(value, str):
+            seconds = parse_duration(value)
+        if seconds is None or seconds < 0 or (kind == POSITIVE and seconds == 0):
+            raise bad()
+        if abs(seconds * 1000 - round(seconds * 1000)) > 1e-6:
+            raise ConfigError(source, key, "a duration in whole milliseconds", value)
+        return seconds
+    if kind in (RATIO, SECONDS, NON_NEGATIVE, ABOVE_ONE):
+        number = _number(value)
+        if number is None:
+            raise bad()
+        ok = {
+            RATIO: 0.0 <= number <= 1.0,
+            SECONDS: number > 0,
+            NON_NEGATIVE: number >= 0,
+            ABOVE_ONE: number > 1,
+        }[kind]
+        if not ok:
+            raise bad()
+        return number
+    if kind == COUNT:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad()
+        return value
+    if kind == BAND:
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise bad()
+        low, high = (_number(v) for v in value)
+        if low is None or high is None or not 0 <= low < high <= 1:
+            raise bad()
+        return (low, high)
+    if kind == SELECTOR:
+        if not isinstance(value, str) or not _SELECTOR_RE.fullmatch(value):
+            raise bad()
+        return ",".join(part.strip() for part in _split_matchers(value))
+    if kind == URL:
+        if not isinstance(value, str) or not value.strip():
+            raise bad()
+        return value.strip()
+    if kind == UID:
+        if not isinstance(value, str) or not _UID_RE.fullmatch(value):
+            raise bad()
+        return value
+    if kind == XIDS:
+        if not isinstance(value, (list, tuple)) or not value:
+            raise bad()
+        if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in value):
+            raise bad()
+        return tuple(sorted(set(value)))
+    raise AssertionError(f"unknown field kind {kind}")  # pragma: no cover - programming error
+
+
+def _split_matchers(text: str) -> list[str]:
+    """Split ``a="x,y",b!~"z"`` on the commas between matchers (not inside quotes)."""
+    return [m.group(0) for m in re.finditer(_MATCHER, text)]
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _read_yaml(path: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, "(file)", "a readable file", exc.strerror or str(exc)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"(line {mark.line + 1})" if mark is not None else "(file)"
+        raise ConfigError(path, where, "valid YAML", getattr(exc, "problem", str(exc))) from None
+
+
+def _merge(
+    defaults: dict[str, Any], override: Any, cls: type, source: str, prefix: str
+) -> dict[str, Any]:
+    """``defaults`` with ``override`` applied, refusing keys ``cls`` does not have."""
+    where = prefix or "(top level)"
+    if not isinstance(override, dict):
+        raise ConfigError(source, where, "a mapping of keys to values", override)
+    known = {f.name: f for f in fields(cls) if f.name != "source"}
+    merged = dict(defaults)
+    for key, value in override.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in known:
+            raise ConfigError(source, dotted, "one of the known keys " + ", ".join(known))
+        sub = known[key].metadata.get("section") or (SECTIONS.get(key) if not prefix else None)
+        if sub is not None:
+            merged[key] = _merge(defaults.get(key) or {}, value, sub, source, dotted)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _build(cls: type, raw: dict[str, Any], source: str, prefix: str) -> Any:
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name == "source":
+            continue
+        dotted = f"{prefix}.{f.name}" if prefix else f.name
+        if f.name not in raw:
+            raise ConfigError(source, dotted, "a value (missing from the defaults)")
+        sub = f.metadata.get("section") or (SECTIONS.get(f.name) if not prefix else None)
+        if sub is not None:
+            if not isinstance(raw[f.name], dict):
+                raise ConfigError(source, dotted, "a mapping of keys to values", raw[f.name])
+            values[f.name] = _build(sub, raw[f.name], source, dotted)
+        else:
+            values[f.name] = _parse_value(f.metadata["kind"], raw[f.name], source, dotted)
+    return cls(**values)
+
+
+def _check(t: Thresholds, source: str) -> None:
+    """Rules that tie two keys together."""
+    g = t.gpu_utilization
+    if g.waste_below >= g.scale_review_above:
+        raise ConfigError(
+            source,
+            "gpu_utilization.waste_below",
+            f"a ratio below gpu_utilization.scale_review_above ({g.scale_review_above})",
+            g.waste_below,
+        )
+    if t.vram.squeeze_above >= t.vram.scale_above:
+        raise ConfigError(
+            source,
+            "vram.squeeze_above",
+            f"a ratio below vram.scale_above ({t.vram.scale_above})",
+            t.vram.squeeze_above,
+        )
+    p = t.pack
+    if p.scrape_interval <= 0:
+        raise ConfigError(source, "pack.scrape_interval", "a duration greater than 0", 0)
+    if p.rate_window < 2 * p.scrape_interval:
+        # rate() needs two samples inside its window
+        raise ConfigError(
+            source,
+            "pack.rate_window",
+            f"at least twice pack.scrape_interval ({format_duration(2 * p.scrape_interval)})",
+            format_duration(p.rate_window),
+        )
+
+
+def load_thresholds(path: str | None = None) -> Thresholds:
+    """The packaged defaults, overridden by the YAML file at ``path`` when given."""
+    default_source = str(DEFAULTS_PATH)
+    defaults = _read_yaml(default_source)
+    if not isinstance(defaults, dict):
+        raise ConfigError(default_source, "(top level)", "a mapping of sections", defaults)
+    raw = defaults
+    source = default_source
+    if path is not None:
+        user = _read_yaml(path)
+        if user is not None:
+            raw = _merge(defaults, user, Thresholds, path, "")
+        source = path
+    thresholds: Thresholds = _build(Thresholds, raw, source, "")
+    _check(thresholds, source)
+    return replace(thresholds, source=path or "defaults")

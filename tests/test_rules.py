@@ -1,0 +1,556 @@
+"""Generated alerts and recording rules: promtool, the catalogue, quality checks, Alertmanager.
+
+The quality checks follow mixtool's and pint's offline lints: names, severities,
+static summaries, templated descriptions, runbook links, no ``$value`` in labels,
+counters only under rate()/increase(), every metric in METRICS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support.proc import (
+    AMTOOL,
+    PROMTOOL,
+    REPO,
+    SHARED,
+    Alertmanager,
+    Prometheus,
+    require_binary,
+    running,
+    wait_until,
+)
+
+from inferwatch.pack import rules
+from inferwatch.pack.thresholds import load_thresholds, parse_duration
+
+ALERTS_FILE = REPO / rules.ALERTS_FILE
+RULES_FILE = REPO / rules.RULES_FILE
+PROMETHEUS_RULE = REPO / rules.PROMETHEUS_RULE_FILE
+UNIT_TESTS = sorted((REPO / "alerts" / "tests").glob("*.yaml"))
+ALERTMANAGER_YML = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+METRICS_MD = SHARED / "design" / "METRICS.md"
+ALERTS_MD = SHARED / "design" / "ALERTS.md"
+DEVELOPMENT_MD = REPO / "docs" / "development.md"
+
+WORKER_LABELS = {"job", "instance", "worker", "model", "engine"}
+GPU_LABELS = {"job", "instance", "gpu", "uuid"}
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def all_rules(*paths: Path) -> list[dict[str, Any]]:
+    return [r for p in paths for g in load(p)["groups"] for r in g["rules"]]
+
+
+ALERT_RULES = all_rules(ALERTS_FILE)
+RECORD_RULES = all_rules(RULES_FILE)
+RECORDED = {r["record"] for r in RECORD_RULES}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = require_binary(PROMTOOL, "promtool")
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+# --------------------------------------------------------------------------- promtool
+
+
+def test_promtool_check_rules() -> None:
+    result = promtool("check", "rules", str(RULES_FILE), str(ALERTS_FILE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(RECORD_RULES)} rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERT_RULES)} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    assert len(UNIT_TESTS) >= 3
+    result = promtool("test", "rules", *map(str, UNIT_TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(UNIT_TESTS)
+
+
+def test_promtool_catches_a_broken_expectation(tmp_path: Path) -> None:
+    """The unit tests can fail: flip one expectation and promtool must say FAILED."""
+    doc = load(REPO / "alerts" / "tests" / "worker.yaml")
+    doc["rule_files"] = [str(RULES_FILE), str(ALERTS_FILE)]
+    doc["tests"] = [t for t in doc["tests"] if t["name"].startswith("three consecutive")]
+    (case,) = (c for c in doc["tests"][0]["alert_rule_test"] if c["exp_alerts"])
+    annotations = case["exp_alerts"][0]["exp_annotations"]
+    target = tmp_path / "worker.yaml"
+    target.write_text(yaml.safe_dump(doc))
+    assert promtool("test", "rules", str(target)).returncode == 0
+    annotations["description"] = annotations["description"].replace("10 are", "11 are")
+    target.write_text(yaml.safe_dump(doc))
+    result = promtool("test", "rules", str(target))
+    assert result.returncode != 0
+    assert "FAILED" in result.stdout + result.stderr
+
+
+def unit_test_cases() -> Iterator[tuple[str, str, bool]]:
+    """(file, alertname, fires) for every alert_rule_test entry."""
+    for path in UNIT_TESTS:
+        for test in load(path)["tests"]:
+            for case in test.get("alert_rule_test", []):
+                yield path.name, case["alertname"], bool(case.get("exp_alerts"))
+
+
+def test_every_alert_has_firing_and_silent_unit_tests() -> None:
+    cases = list(unit_test_cases())
+    for name in rules.alert_names(load_thresholds()):
+        assert name in {c[1] for c in cases if c[2]}, f"{name}: no promtool case where it fires"
+        assert name in {c[1] for c in cases if not c[2]}, f"{name}: no case where it stays silent"
+
+
+def test_unit_tests_check_just_short_of_for() -> None:
+    """Each alert with a `for` has a silent check one evaluation (15s) before it fires."""
+    with_boundary = set()
+    for path in UNIT_TESTS:
+        for test in load(path)["tests"]:
+            cases = test.get("alert_rule_test", [])
+            silent = {
+                (c["alertname"], parse_duration(c["eval_time"]))
+                for c in cases
+                if not c["exp_alerts"]
+            }
+            for case in cases:
+                when = parse_duration(case["eval_time"])
+                if (
+                    case["exp_alerts"]
+                    and when is not None
+                    and (case["alertname"], when - 15) in silent
+                ):
+                    with_boundary.add(case["alertname"])
+    with_for = {r["alert"] for r in ALERT_RULES if "for" in r}
+    assert with_for <= with_boundary, with_for - with_boundary
+
+
+# Silent cases whose condition is true on purpose, but not for long enough.
+HELD_PENDING = {
+    "a short busy spell resets the 30m",
+    "two consecutive samples over capacity do not fire",
+    "agents that are up, or that recover within 5m, do not page",
+}
+WITH_FOR = {r["alert"] for r in ALERT_RULES if "for" in r}
+
+
+def test_silent_cases_are_silent_for_the_right_reason(tmp_path: Path) -> None:
+    """promtool's alert checks see only firing alerts; ALERTS also shows pending ones.
+
+    A check one evaluation before an alert with a `for` fires must find it pending (the
+    condition holds, `for` has not elapsed); before a `for: 0` alert fires, and in a test
+    where the alert never fires, nothing at all (the condition itself is false).
+    """
+    tests = []
+    for path in UNIT_TESTS:
+        doc = load(path)
+        for test in doc["tests"]:
+            cases = test.get("alert_rule_test", [])
+            firing = {
+                (c["alertname"], parse_duration(c["eval_time"])) for c in cases if c["exp_alerts"]
+            }
+            never = {c["alertname"] for c in cases} - {name for name, _ in firing}
+            checks = []
+            for case in cases:
+                name, when = case["alertname"], parse_duration(case["eval_time"])
+                assert when is not None
+                if case["exp_alerts"]:
+                    continue
+                if (name, when + 15) in firing and name in WITH_FOR:
+                    expected = [
+                        {
+                            "labels": "ALERTS"
+                            + _labels(
+                                {**a["exp_labels"], "alertname": name, "alertstate": "pending"}
+                            ),
+                            "value": 1,
+                        }
+                        for a in next(
+                            c
+                            for c in cases
+                            if c["alertname"] == name
+                            and parse_duration(c["eval_time"]) == when + 15
+                        )["exp_alerts"]
+                    ]
+                elif (name in never and test["name"] not in HELD_PENDING) or (
+                    (name, when + 15) in firing
+                ):
+                    expected = []
+                else:
+                    continue
+                checks.append(
+                    {
+                        "expr": f'ALERTS{{alertname="{name}"}}',
+                        "eval_time": case["eval_time"],
+                        "exp_samples": expected,
+                    }
+                )
+            if checks:
+                tests.append({**test, "alert_rule_test": [], "promql_expr_test": checks})
+        doc["tests"] = tests
+    assert len(tests) >= 25
+    doc["rule_files"] = [str(RULES_FILE), str(ALERTS_FILE)]
+    target = tmp_path / "pending.yaml"
+    target.write_text(yaml.safe_dump(doc))
+    result = promtool("test", "rules", str(target))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+def catalogue() -> dict[str, tuple[str, str]]:
+    """ALERTS.md catalogue: alert -> (for, severity)."""
+    if not ALERTS_MD.exists():
+        pytest.skip(f"{ALERTS_MD} is not there (shared design documents not mounted)")
+    rows = re.findall(
+        r"^\| (Inference\w+) \|[^|]*\| ([^|]+) \| ([^|]+) \|$", ALERTS_MD.read_text(), re.M
+    )
+    return {name: (for_.strip(), sev.strip()) for name, for_, sev in rows}
+
+
+def test_every_catalogue_alert_exists_with_its_for_and_severity() -> None:
+    expected = catalogue()
+    assert len(expected) >= 15
+    generated: dict[str, list[dict[str, Any]]] = {}
+    for rule in ALERT_RULES:
+        generated.setdefault(rule["alert"], []).append(rule)
+    assert set(generated) == set(expected)
+    for name, (for_, severity) in expected.items():
+        severities = {r["labels"]["severity"] for r in generated[name]}
+        assert severities == set(severity.split("/")), name
+        if re.fullmatch(r"\d+m", for_):
+            for rule in generated[name]:
+                assert parse_duration(rule.get("for", "0s")) == parse_duration(for_), name
+
+
+# --------------------------------------------------------------------------- quality
+
+TEMPLATE_VALUE = re.compile(r"\{\{[^}]*\$value[^}]*\}\}")
+
+
+@pytest.mark.parametrize(
+    "rule", ALERT_RULES, ids=lambda r: f"{r['alert']}-{r['labels']['severity']}"
+)
+def test_alert_quality(rule: dict[str, Any]) -> None:
+    t = load_thresholds()
+    name = rule["alert"]
+    assert re.fullmatch(r"Inference(?:[A-Z][a-z0-9]*|[A-Z]+(?=[A-Z][a-z]|$))+", name), name
+    assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}
+    assert set(rule["labels"]) == {"severity"}
+    assert rule["labels"]["severity"] in rules.SEVERITIES
+    for value in rule["labels"].values():
+        assert "$value" not in value and "{{" not in value
+    ann = rule["annotations"]
+    assert set(ann) == {"summary", "description", "runbook_url", "dashboard_url"}
+    assert ann["summary"].endswith(".") and "{{" not in ann["summary"]
+    assert "{{" in ann["description"]
+    assert re.sub(r"\{\{ end \}\}$", "", ann["description"]).endswith(".")
+    for use in TEMPLATE_VALUE.findall(ann["description"]):
+        assert re.search(r"humanize|printf", use), f"{name}: raw {use} in description"
+    assert ann["runbook_url"] == f"{t.pack.runbook_base_url}{name}.md"
+    assert ann["dashboard_url"].startswith(t.pack.dashboard_base_url)
+    if "for" in rule:
+        assert parse_duration(rule["for"]) is not None
+    assert "vector(0)" not in rule["expr"].replace(" ", "")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def metrics_md_names() -> set[str]:
+    if not METRICS_MD.exists():
+        pytest.skip(f"{METRICS_MD} is not there (shared design documents not mounted)")
+    names: set[str] = set()
+    for line in METRICS_MD.read_text().splitlines():
+        m = re.match(r"^\| ([a-z_*][a-z0-9_ /*]*) \| ([a-z0-9 =/]+) \|", line)
+        if not m:
+            continue
+        for name in m.group(1).split(" / "):
+            name = name.strip()
+            names.add(name)
+            if "histogram" in m.group(2):
+                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return names
+
+
+def walk(node: Any, counter_fn: bool = False) -> Iterator[tuple[str, bool]]:
+    """(metric name, inside rate/increase) for every selector of a parsed expression."""
+    kind = type(node).__name__
+    if kind == "VectorSelector":
+        yield node.name, counter_fn
+    elif kind == "MatrixSelector":
+        yield from walk(node.vector_selector, counter_fn)
+    elif kind == "Call":
+        inside = node.func.name in ("rate", "increase", "irate", "resets")
+        for arg in node.args:
+            yield from walk(arg, inside)
+    elif kind == "BinaryExpr":
+        yield from walk(node.lhs)
+        yield from walk(node.rhs)
+    elif kind == "AggregateExpr" or kind in ("ParenExpr", "UnaryExpr", "SubqueryExpr"):
+        yield from walk(node.expr)
+
+
+def selectors(expr: str) -> list[tuple[str, bool]]:
+    promql_parser = pytest.importorskip("promql_parser")
+    return list(walk(promql_parser.parse(expr)))
+
+
+def test_every_metric_exists_in_metrics_md() -> None:
+    known = metrics_md_names() | RECORDED | {"up"}
+    assert "inferwatch_ttft_seconds_bucket" in known and "inferwatch_gpu_up" in known
+    for rule in RECORD_RULES + ALERT_RULES:
+        for name, _ in selectors(rule["expr"]):
+            assert name in known, (
+                f"{rule.get('record') or rule['alert']}: {name} is not in METRICS.md"
+            )
+
+
+def test_counters_only_under_rate_and_rate_only_over_counters() -> None:
+    # The XID rule also asks whether a counter series is new ("x unless x offset 5m"),
+    # which reads the counter's presence, not its value.
+    presence_checks = {"inferwatch_gpu_xid_errors_total"}
+    for rule in RECORD_RULES + ALERT_RULES:
+        for name, in_rate in selectors(rule["expr"]):
+            counter = name.endswith(("_total", "_bucket"))
+            if in_rate:
+                assert counter, f"{name}: rate()/increase() of a gauge"
+            elif counter:
+                assert name in presence_checks, f"{name}: counter used without rate()"
+
+
+def test_recording_rules_keep_the_contract_labels() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    for rule in RECORD_RULES:
+        level = rule["record"].split(":")[0]
+        outer = promql_parser.parse(rule["expr"])
+        while type(outer).__name__ in ("Call", "ParenExpr"):
+            outer = outer.args[-1] if type(outer).__name__ == "Call" else outer.expr
+        if type(outer).__name__ != "AggregateExpr":
+            continue  # binary expressions: their operands are checked where recorded
+        labels = set(outer.modifier.labels) - {"le"} if outer.modifier else set()
+        expected = {
+            "worker": WORKER_LABELS,
+            "gpu": GPU_LABELS,
+            "instance": {"job", "instance"},
+            "model": {"job", "model"},
+            "cluster": set(),
+        }[level]
+        assert labels == expected, rule["record"]
+
+
+def test_contract_recording_rules_exist() -> None:
+    """Every recording rule named in docs/development.md (the dashboards' contract)."""
+    text = DEVELOPMENT_MD.read_text()
+    section = text.split("## Recording rules", 1)[1].split("\n## ", 1)[0]
+    names: set[str] = set()
+    for line in section.splitlines():
+        prefix = ""
+        for token in re.findall(r"`([a-z0-9_:]+)`", line):
+            if token.startswith(":"):  # `:p95_5m` continues the name before it
+                names.add(prefix + token[1:])
+            elif token.count(":") == 2:
+                names.add(token)
+                prefix = token.rsplit(":", 1)[0] + ":"
+    assert len(names) >= 18
+    assert names <= RECORDED, names - RECORDED
+
+
+def test_record_names_maps_the_documented_names() -> None:
+    t = load_thresholds()
+    t10 = replace(t, pack=replace(t.pack, rate_window=600.0))
+    mapping = rules.record_names(t10)
+    assert (
+        mapping["worker:inferwatch_ttft_seconds:p99_5m"] == "worker:inferwatch_ttft_seconds:p99_10m"
+    )
+    assert mapping["worker:inferwatch_requests_finished:rate5m"] == (
+        "worker:inferwatch_requests_finished:rate10m"
+    )
+    assert mapping["gpu:inferwatch_gpu_state:code"] == "gpu:inferwatch_gpu_state:code"
+    assert set(rules.record_names(t)) == RECORDED
+
+
+def test_groups_evaluate_at_the_scrape_interval() -> None:
+    t = load_thresholds()
+    for path in (RULES_FILE, ALERTS_FILE):
+        for group in load(path)["groups"]:
+            assert group["interval"] == t.pack.interval
+
+
+def test_queue_alert_counts_samples_with_for(tmp_path: Path) -> None:
+    custom = tmp_path / "t.yaml"
+    custom.write_text("queue:\n  over_capacity_samples: 5\npack:\n  scrape_interval: 10s\n")
+    t = load_thresholds(str(custom))
+    (rule,) = (a for a in rules.alerts(t) if a.name == "InferenceQueueOverCapacity")
+    assert rule.for_seconds == 40.0  # the 5th sample, 10 s apart
+    assert "5 consecutive samples (10s apart)" in rule.description
+
+
+def test_custom_thresholds_generate_valid_rules(tmp_path: Path) -> None:
+    custom = tmp_path / "t.yaml"
+    custom.write_text(
+        'pack:\n  agent_selector: \'job="gpu-agents", env=~"prod|staging"\'\n'
+        "  rate_window: 2m\n  runbook_base_url: https://wiki.example/rb/\n"
+        "vram:\n  scale_above: 0.9\n"
+    )
+    t = load_thresholds(str(custom))
+    files = rules.generate(t)
+    for path, text in files.items():
+        target = tmp_path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    result = promtool(
+        "check", "rules", str(tmp_path / rules.RULES_FILE), str(tmp_path / rules.ALERTS_FILE)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    alerts_text = files[rules.ALERTS_FILE]
+    assert 'job="gpu-agents",env=~"prod|staging"' in alerts_text
+    assert 'job="inferwatch"' not in alerts_text
+    assert "worker:inferwatch_ttft_seconds:p99_2m > 2" in alerts_text
+    assert "gpu:inferwatch_gpu_memory_used_ratio:max > 0.9\n" in alerts_text
+    assert "https://wiki.example/rb/InferenceGPULost.md" in alerts_text
+
+
+def test_prometheus_loads_and_evaluates_the_rules(tmp_path: Path) -> None:
+    """The Debian Prometheus loads the generated files and evaluates every rule cleanly."""
+    custom = tmp_path / "t.yaml"
+    custom.write_text("pack:\n  scrape_interval: 1s\n  rate_window: 1m\n")
+    rule_dir = tmp_path / "rules"
+    for path, text in rules.generate(load_thresholds(str(custom))).items():
+        if path.startswith("alerts/"):
+            (rule_dir / path).parent.mkdir(parents=True, exist_ok=True)
+            (rule_dir / path).write_text(text)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rule_dir / "alerts" / "*.yaml")],
+        "scrape_configs": [],
+    }
+    prom = Prometheus(tmp_path, config)
+    with running(prom):
+
+        def evaluated() -> list[dict[str, Any]] | None:
+            groups = prom.api("rules")["groups"]
+            found = [r for g in groups for r in g["rules"]]
+            if len(found) != len(RECORD_RULES) + len(ALERT_RULES):
+                return None
+            done = all(r.get("lastEvaluation", "").startswith("20") for r in found)
+            return found if done else None
+
+        found = wait_until(evaluated, timeout=60, message="every rule evaluated once")
+        assert {r["health"] for r in found} == {"ok"}, [r for r in found if r["health"] != "ok"]
+        # no agent target at all: the absent() form of InferenceAgentDown is pending
+        agent_down = [r for r in found if r.get("name") == "InferenceAgentDown"]
+        assert agent_down and agent_down[0]["state"] == "pending"
+
+
+def test_prometheusrule_holds_the_same_groups() -> None:
+    doc = load(PROMETHEUS_RULE)
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    assert doc["kind"] == "PrometheusRule"
+    assert doc["metadata"]["name"] == "inferwatch"
+    assert doc["spec"]["groups"] == load(RULES_FILE)["groups"] + load(ALERTS_FILE)["groups"]
+
+
+def test_generated_files_carry_the_header() -> None:
+    for path in (RULES_FILE, ALERTS_FILE, PROMETHEUS_RULE):
+        assert path.read_text().startswith("# generated by inferwatch generate; do not edit")
+
+
+# --------------------------------------------------------------------------- Alertmanager
+
+
+def amtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = require_binary(AMTOOL, "amtool")
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_amtool_check_config() -> None:
+    result = amtool("check-config", str(ALERTMANAGER_YML))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("labels", "receiver"),
+    [
+        (["severity=critical", "alertname=InferenceTTFTSLOBreach"], "page"),
+        (["severity=warning", "alertname=InferenceGPUUnderutilized"], "ticket"),
+        (["severity=info", "alertname=Anything"], "null"),
+        (["alertname=NoSeverity"], "ticket"),
+    ],
+)
+def test_routing_by_severity(labels: list[str], receiver: str) -> None:
+    result = amtool("config", "routes", "test", f"--config.file={ALERTMANAGER_YML}", *labels)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == receiver
+
+
+def test_grouping_by_alertname_and_worker() -> None:
+    route = load(ALERTMANAGER_YML)["route"]
+    assert route["group_by"] == ["alertname", "worker"]
+
+
+def test_critical_inhibits_warnings_of_the_same_worker(tmp_path: Path) -> None:
+    am = Alertmanager(tmp_path, ALERTMANAGER_YML.read_text())
+    with running(am):
+        common = {"job": "inferwatch", "instance": "host-a:10127"}
+        posted = [
+            {"alertname": "InferenceTTFTSLOBreach", "severity": "critical", "worker": "w0"},
+            {"alertname": "InferenceQueueOverCapacity", "severity": "warning", "worker": "w0"},
+            {"alertname": "InferenceQueueOverCapacity", "severity": "warning", "worker": "w1"},
+            {
+                "alertname": "InferenceGPULost",
+                "severity": "critical",
+                "gpu": "0",
+                "uuid": "G0",
+                "instance": "host-b:10127",
+            },
+            {
+                "alertname": "InferenceTTFTHighGPUIdle",
+                "severity": "warning",
+                "worker": "w9",
+                "instance": "host-b:10127",
+            },
+        ]
+        body = json.dumps([{"labels": {**common, **labels}} for labels in posted]).encode()
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/alerts",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+        def states() -> dict[tuple[str, str], str] | None:
+            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=10) as resp:
+                alerts = json.load(resp)
+            result = {
+                (a["labels"]["alertname"], a["labels"].get("worker", "")): a["status"]["state"]
+                for a in alerts
+            }
+            # the inhibitor reads new alerts asynchronously: wait until it has seen them
+            settled = len(result) == len(posted) and list(result.values()).count("suppressed") >= 2
+            return result if settled else None
+
+        got = wait_until(states, timeout=30, message="alerts in Alertmanager, some inhibited")
+    assert got[("InferenceTTFTSLOBreach", "w0")] == "active"
+    assert got[("InferenceQueueOverCapacity", "w0")] == "suppressed"  # same worker
+    assert got[("InferenceQueueOverCapacity", "w1")] == "active"  # another worker
+    assert got[("InferenceGPULost", "")] == "active"
+    assert got[("InferenceTTFTHighGPUIdle", "w9")] == "suppressed"  # host of a lost GPU

@@ -1,0 +1,215 @@
+"""Runbooks: one page per alert, four sections, numbers from the thresholds, real panels."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support.proc import REPO, SHARED
+
+from inferwatch.pack import rules, runbooks
+from inferwatch.pack.thresholds import load_thresholds
+
+RUNBOOKS = REPO / "runbooks"
+DASHBOARDS = REPO / "dashboards"
+METRICS_MD = SHARED / "design" / "METRICS.md"
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((REPO / rules.ALERTS_FILE).read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(title, body) of every ``## `` section."""
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return [(parts[i].strip(), parts[i + 1].strip()) for i in range(1, len(parts), 2)]
+
+
+def test_every_alert_links_to_a_page_with_the_four_sections() -> None:
+    t = load_thresholds()
+    assert alert_rules()
+    for rule in alert_rules():
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(t.pack.runbook_base_url)
+        page = RUNBOOKS / url.removeprefix(t.pack.runbook_base_url)
+        assert page.is_file(), f"{rule['alert']}: {page} does not exist"
+        text = page.read_text()
+        assert text.splitlines()[0] == f"# {rule['alert']}"
+        found = sections(text)
+        assert [title for title, _ in found] == ["Meaning", "Impact", "Diagnosis", "Mitigation"]
+        for title, body in found:
+            assert len(body) > 80, f"{page.name}: section {title} is nearly empty"
+
+
+def test_every_page_belongs_to_an_alert() -> None:
+    names = {r["alert"] for r in alert_rules()}
+    pages = {p.stem for p in RUNBOOKS.glob("*.md")}
+    assert pages == names, {"orphans": pages - names, "missing": names - pages}
+    assert not [p for p in RUNBOOKS.iterdir() if p.suffix != ".md"]
+
+
+def test_pages_name_severity_condition_and_the_alert_query() -> None:
+    for rule in alert_rules():
+        text = (RUNBOOKS / f"{rule['alert']}.md").read_text()
+        assert "**Severity:** " in text and rule["labels"]["severity"] in text
+        assert "**Fires when:**" in text
+        assert rule["expr"].strip() in text, f"{rule['alert']}: alert query not on its page"
+
+
+def panel_titles() -> dict[str, set[str]]:
+    """Dashboard title -> its panel titles, from the generated dashboards."""
+    files = sorted(DASHBOARDS.glob("*.json"))
+    if not files:
+        pytest.skip("dashboards/ has no generated dashboards yet")
+    result: dict[str, set[str]] = {}
+    for path in files:
+        doc = json.loads(path.read_text())
+        titles: set[str] = set()
+        stack = list(doc.get("panels", []))
+        while stack:
+            panel = stack.pop()
+            titles.add(panel.get("title", ""))
+            stack.extend(panel.get("panels", []))
+        result[doc["title"]] = titles
+    return result
+
+
+def test_panels_named_in_runbooks_exist_on_their_dashboard() -> None:
+    titles = panel_titles()
+    checked = 0
+    for page in sorted(RUNBOOKS.glob("*.md")):
+        for dashboard, panels in re.findall(
+            r"\[(Inference [a-z ]+)\]\([^)]*\) → ((?:\*\*[^*]+\*\*(?:, )?)+)", page.read_text()
+        ):
+            assert dashboard in titles, f"{page.name}: no dashboard {dashboard!r}"
+            for panel in re.findall(r"\*\*([^*]+)\*\*", panels):
+                assert panel in titles[dashboard], f"{page.name}: {dashboard} has no {panel!r}"
+                checked += 1
+    assert checked >= 30
+
+
+def metric_names() -> set[str]:
+    if not METRICS_MD.exists():
+        pytest.skip(f"{METRICS_MD} is not there (shared design documents not mounted)")
+    names = set()
+    for m in re.finditer(
+        r"^\| ([a-z_][a-z0-9_ /]*) \| ([a-z0-9 =/]+) \|", METRICS_MD.read_text(), re.M
+    ):
+        for name in m.group(1).split(" / "):
+            names.add(name.strip())
+            if "histogram" in m.group(2):
+                names |= {f"{name.strip()}_bucket", f"{name.strip()}_sum", f"{name.strip()}_count"}
+    return names
+
+
+def vector_selectors(promql_parser: Any, query: str) -> list[str]:
+    names: list[str] = []
+
+    def visit(node: Any) -> None:
+        if type(node).__name__ == "VectorSelector":
+            names.append(node.name)
+
+    promql_parser.walk(promql_parser.parse(query), visit)
+    return names
+
+
+def test_promql_in_runbooks_parses_and_uses_known_metrics() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    recorded = {
+        r["record"]
+        for g in yaml.safe_load((REPO / rules.RULES_FILE).read_text())["groups"]
+        for r in g["rules"]
+    }
+    known = metric_names() | recorded | {"up", "scrape_duration_seconds"}
+    count = 0
+    for page in sorted(RUNBOOKS.glob("*.md")):
+        head, body = page.read_text().split("</details>", 1)
+        # the alert's own query (in <details>) spans lines; each block to paste below
+        # holds one query per line
+        queries = re.findall(r"```promql\n(.*?)\n```", head, re.S)
+        blocks = re.findall(r"```promql\n(.*?)\n\s*```", body, re.S)
+        assert blocks, f"{page.name}: no PromQL to paste"
+        queries += [line.strip() for block in blocks for line in block.splitlines()]
+        for query in queries:
+            for name in vector_selectors(promql_parser, query):
+                assert name in known, f"{page.name}: {name} is not a metric or recorded rule"
+            count += 1
+    assert count >= 40
+
+
+def test_runbook_numbers_follow_the_thresholds(tmp_path: Path) -> None:
+    custom = tmp_path / "t.yaml"
+    custom.write_text(
+        "gpu_utilization:\n  waste_below: 0.25\n  waste_for: 45m\n"
+        "vram:\n  scale_above: 0.9\n  squeeze_above: 0.8\n  squeeze_p99_ok_seconds: 0.3\n"
+        "queue:\n  over_capacity_samples: 4\n"
+        "ttft:\n  p99_slo_seconds: 1.5\n"
+        "gpu_health:\n  xid_critical: [79]\n"
+        "pack:\n  dashboard_base_url: https://grafana.example/d/\n"
+    )
+    pages = runbooks.generate(load_thresholds(str(custom)))
+    defaults = runbooks.generate(load_thresholds())
+    assert set(pages) == set(defaults)
+
+    under = pages["runbooks/InferenceGPUUnderutilized.md"]
+    assert "below 25% for 45m" in under and "30%" not in under.split("## Meaning")[0]
+    vram = pages["runbooks/InferenceVRAMPressureQueueRising.md"]
+    assert "more than 90% used" in vram and "92%" not in vram
+    assert "above 80% on its own" in vram and "under 300ms" in vram
+    queue = pages["runbooks/InferenceQueueOverCapacity.md"]
+    assert "for 4 consecutive samples" in queue
+    ttft = pages["runbooks/InferenceTTFTSLOBreach.md"]
+    assert "above 1.5s" in ttft
+    xid = pages["runbooks/InferenceGPUXidErrors.md"]
+    assert "critical (pages) for XIDs 79," in xid
+    assert "https://grafana.example/d/inferwatch-gpu" in vram
+    assert "http://localhost:3000" not in "".join(pages.values())
+    for path, text in pages.items():
+        assert text != defaults[path] or path.endswith(
+            ("InferenceAgentDown.md", "InferenceWorkerDown.md")
+        ), path
+
+
+def test_default_pages_quote_the_default_thresholds() -> None:
+    t = load_thresholds()
+    text = {p.stem: p.read_text() for p in RUNBOOKS.glob("*.md")}
+    assert "below 30% for 30m" in text["InferenceGPUUnderutilized"]
+    assert "above 85% for 15m" in text["InferenceGPUScaleReview"]
+    assert "more than 92% used" in text["InferenceVRAMPressureQueueRising"]
+    assert "above 85% on its own" in text["InferenceVRAMPressureQueueRising"]
+    assert (
+        f"{t.queue.over_capacity_samples} consecutive samples" in text["InferenceQueueOverCapacity"]
+    )
+    assert "above 2s for 10m" in text["InferenceTTFTSLOBreach"]
+    assert "above 100ms for 10m" in text["InferenceTPOTSLOBreach"]
+    assert "more than 5 times its P50" in text["InferenceLatencyLongTail"]
+    assert "within 10m of its process start" in text["InferenceWorkerColdStart"]
+    assert "more than 1% of a worker's requests" in text["InferenceRequestErrors"]
+
+
+def test_pages_cite_the_guide_and_name_vllm_flags() -> None:
+    """Pages built on the guide cite its sections; tuning pages name the flag to change."""
+    text = {p.stem: p.read_text() for p in RUNBOOKS.glob("*.md")}
+    outside_the_guide = {
+        "InferenceGPULost",
+        "InferenceGPUXidErrors",
+        "InferenceGPUThermalThrottling",
+        "InferenceAgentDown",
+    }
+    for name, page in text.items():
+        if name not in outside_the_guide:
+            assert re.search(r"\[\d(?:\.\d)?(?: FAQ)?(?:, [\d.]+(?: FAQ)?)*\]", page), name
+    for name in ("InferenceVRAMPressureQueueRising", "InferenceKVCachePreemptions"):
+        for flag in ("--max-num-seqs", "--gpu-memory-utilization", "--enable-prefix-caching"):
+            assert flag in text[name], (name, flag)
+    assert "--enable-prefix-caching" in text["InferenceTTFTHighGPUIdle"]
+    assert "--kv-cache-dtype fp8" in text["InferenceKVCachePreemptions"]
+    assert "--max-num-batched-tokens" in text["InferenceQueueOverCapacity"]
+    assert "--max-num-seqs" in text["InferenceQueueOverCapacity"]
+    assert "least_conn" in text["InferenceLoadImbalance"]
+    assert "(24 × 0.8 − 8) ÷ 0.5" in text["InferenceVRAMPressureQueueRising"]
