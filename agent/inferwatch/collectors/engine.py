@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from inferwatch.collectors.base import Source
 from inferwatch.config import AgentConfig, WorkerSpec
-from inferwatch.engines import ENGINES, EngineMap, detect
+from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations
 from inferwatch.engines.mapping import (
     LabelKey,
     Mapped,
@@ -87,6 +87,14 @@ HELP: dict[str, str] = {
     "inferwatch_e2e_latency_quantile_seconds": (
         "End-to-end latency quantiles over the stats window, from bucket increases."
     ),
+    "inferwatch_tpot_mean_seconds": (
+        "Mean time per output token over the stats window, from the engine's generation "
+        "time and token counters (engines without a TPOT histogram: llama.cpp)."
+    ),
+    "inferwatch_e2e_latency_mean_seconds": (
+        "Mean end-to-end request time over the stats window, from the engine's cumulative "
+        "duration and request counters (engines without a latency histogram: Triton)."
+    ),
 }
 
 
@@ -103,6 +111,12 @@ class WorkerState:
     spec: WorkerSpec
     engine: EngineMap | None = None
     metrics_path: str = "/metrics"
+    #: where the exposition is read from: the worker URL, or another port (Triton)
+    base_url: str = ""
+    #: (base URL, path) pairs to try until one carries engine data; see ``_scrape_body``
+    locations: list[tuple[str, str]] = field(default_factory=list)
+    #: True once the exposition was found (or its path was configured)
+    located: bool = False
     up: bool = False
     duration: float | None = None
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SCRAPE_ERROR_REASONS, 0))
@@ -182,9 +196,12 @@ class EngineSource(Source):
         for state in self.workers.values():
             if state.spec.engine != "auto":
                 state.engine = ENGINES.get(state.spec.engine)
-            state.metrics_path = state.spec.metrics_path or (
-                state.engine.metrics_path if state.engine else "/metrics"
-            )
+            if state.spec.metrics_path:
+                state.locations = [(state.spec.url, state.spec.metrics_path)]
+                state.located = True
+            else:
+                state.locations = metrics_locations(state.spec.url, state.engine)
+            state.base_url, state.metrics_path = state.locations[0]
         self._launch_max_num_seqs = launch_max_num_seqs
         self._session: aiohttp.ClientSession | None = None
         self.passes = 0
@@ -210,12 +227,12 @@ class EngineSource(Source):
         self.health.finished_pass(started)
 
     # ------------------------------------------------------------------ scraping
-    async def _fetch(self, state: WorkerState) -> bytes:
+    async def _fetch(self, state: WorkerState, base_url: str, path: str) -> bytes:
         assert self._session is not None
         spec = state.spec
         timeout = aiohttp.ClientTimeout(total=spec.timeout or self.config.scrape.timeout)
         limit = self.config.scrape.max_body_bytes
-        url = spec.url + state.metrics_path
+        url = base_url + path
         try:
             async with self._session.get(url, timeout=timeout, allow_redirects=False) as resp:
                 if resp.status != 200:
@@ -260,12 +277,51 @@ class EngineSource(Source):
             state.engine = engine
         return mapped
 
+    async def _scrape_body(self, state: WorkerState) -> Mapped:
+        """Fetch and map the exposition; until it is found, try the engines' other paths.
+
+        ``engine: auto`` starts at ``/metrics``. When that answers an HTTP error or
+        carries no known engine's metrics, the other engines' locations are tried in
+        turn (NIM ``/v1/metrics``, trtllm-serve ``/prometheus/metrics``, Triton's
+        port 8002); the first with engine data is kept for good. When none has any,
+        the error says what each location gave.
+        """
+        try:
+            body = await self._fetch(state, state.base_url, state.metrics_path)
+            mapped = self._map(state, body.decode("utf-8", errors="replace"))
+        except ScrapeError as first:
+            if (
+                state.located
+                or len(state.locations) < 2
+                or first.reason not in ("http_status", "no_engine_metrics")
+            ):
+                raise
+            tried = [f"{state.base_url}{state.metrics_path}: {first}"]
+            for base_url, path in state.locations:
+                if (base_url, path) == (state.base_url, state.metrics_path):
+                    continue
+                try:
+                    body = await self._fetch(state, base_url, path)
+                    mapped = self._map(state, body.decode("utf-8", errors="replace"))
+                except ScrapeError as exc:
+                    tried.append(f"{base_url}{path}: {exc}")
+                    continue
+                log.info(
+                    "worker %s: %s metrics found at %s%s",
+                    state.spec.name, mapped.engine, base_url, path,
+                )  # fmt: skip
+                state.base_url, state.metrics_path = base_url, path
+                state.located = True
+                return mapped
+            raise ScrapeError(first.reason, "; ".join(tried)) from None
+        state.located = True
+        return mapped
+
     async def _scrape(self, state: WorkerState) -> None:
         name = state.spec.name
         started = time.perf_counter()
         try:
-            body = await self._fetch(state)
-            mapped = self._map(state, body.decode("utf-8", errors="replace"))
+            mapped = await self._scrape_body(state)
         except ScrapeError as exc:
             state.duration = time.perf_counter() - started
             state.errors[exc.reason] += 1
@@ -315,15 +371,19 @@ class EngineSource(Source):
         for ratio in engine.ratios if engine else ():
             num = mapped.counters.get(ratio.numerator, {})
             den = mapped.counters.get(ratio.denominator, {})
-            for key in num.keys() & den.keys():
+            # A declared counter without series yet has counted nothing (SGLang creates
+            # the cached-token series on the first hit): zero, not unknown.
+            zero = ratio.zero_numerator and ratio.numerator in mapped.declared
+            for key in den.keys() if zero else num.keys() & den.keys():
                 slot = (ratio.target, key)
                 win = state.ratio_windows.get(slot)
                 if win is None:
                     win = state.ratio_windows[slot] = CumulativeWindow(self.window)
-                win.add(now, (num[key], den[key]))
+                win.add(now, (num.get(key, 0.0), den[key]))
                 inc = win.increase()
                 if inc is not None and inc[1] > 0:
-                    ratios[slot] = min(1.0, inc[0] / inc[1])
+                    value = inc[0] / inc[1]
+                    ratios[slot] = value if ratio.cap is None else min(ratio.cap, value)
         state.ratios = ratios
 
         slopes: dict[LabelKey, float] = {}

@@ -5,6 +5,12 @@ contract family it feeds, the engine families that can provide it (the current
 name first, older names after: the first one present in a scrape wins, which is
 how renames upstream never reach a dashboard), how per-rank copies combine, and
 how labels and units translate. Adding an engine means adding a table.
+
+Several signals may feed one contract family: their series are merged (two
+engine families that count different finish reasons of one counter), unless a
+signal is a ``fallback``, which is used only when the signals before it gave
+nothing (Triton's generic pending-request gauge when the TensorRT-LLM backend's
+own queue gauge is absent).
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from typing import Literal
 
 Kind = Literal["gauge", "counter", "histogram"]
 Combine = Literal["sum", "avg", "max"]
+#: which samples of an engine family a counter reads: its value, or the ``_sum`` /
+#: ``_count`` of an engine histogram (TGI and Triton count tokens only in histograms)
+Part = Literal["value", "sum", "count"]
 
 
 @dataclass(frozen=True)
@@ -34,21 +43,40 @@ class Signal:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: unit conversion applied to values (gauges, counters) or bucket bounds and sums
     scale: float = 1.0
-    #: only samples whose labels have these values (selector labels such as Triton's)
-    select: Mapping[str, str] = field(default_factory=dict)
-    #: labels whose copies of one series are duplicates (max is taken first)
+    #: only samples whose labels have these values (selector labels such as Triton's);
+    #: a tuple allows any of several values
+    select: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    #: labels whose copies of one series are duplicates (max is taken first): API-server
+    #: ``pid`` copies, SGLang's tensor/pipeline/expert-parallel ranks
     duplicates: tuple[str, ...] = ("pid",)
     #: False for inputs of a Ratio that are not contract families themselves
     export: bool = True
+    #: engine label -> {engine value: contract value}; values not listed pass through
+    values: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: contract labels with a fixed value (e.g. ``reason="error"`` for a failure counter)
+    const: Mapping[str, str] = field(default_factory=dict)
+    #: for counters: read the value, or an engine histogram's ``_sum`` or ``_count``
+    part: Part = "value"
+    #: use only when earlier signals of the same target produced no series
+    fallback: bool = False
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """A contract gauge computed as increase(numerator) / increase(denominator) over the window."""
+    """A contract gauge computed as increase(numerator) / increase(denominator) over the window.
+
+    Besides hit ratios this computes window means where an engine has counters but
+    no histogram (llama.cpp's seconds per generated token, Triton's request time).
+    """
 
     target: str
     numerator: str
     denominator: str
+    #: results above this are clipped (ratios 0..1); None for means
+    cap: float | None = 1.0
+    #: a numerator family that is declared but has no series yet counts as 0 (engines
+    #: that create a labelled counter's series on its first increment)
+    zero_numerator: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,7 +91,14 @@ class EngineMap:
     metrics_path: str = "/metrics"
     #: label that carries the served model name (None: the engine has none)
     model_label: str | None = "model_name"
-    #: engine family whose presence alone shows stats are on, if signals are sparse
+    #: exact family names that identify an engine without a prefix of its own (NIM)
+    markers: tuple[str, ...] = ()
+    #: how many markers must be present before they count (guards against one
+    #: generic name such as ``num_requests_running`` in an unrelated exposition)
+    min_markers: int = 2
+    #: port of a separate metrics listener, tried when the worker URL is the API port
+    #: (Triton serves /metrics on 8002, not on its HTTP port 8000)
+    metrics_port: int | None = None
     notes: str = ""
 
     def source_families(self) -> set[str]:

@@ -42,10 +42,16 @@ class Mapped:
     gauges: Mapping[str, Mapping[LabelKey, float]] = field(default_factory=dict)
     counters: Mapping[str, Mapping[LabelKey, float]] = field(default_factory=dict)
     histograms: Mapping[str, Mapping[LabelKey, Histogram]] = field(default_factory=dict)
+    #: targets whose engine family was present, with or without series (an engine that
+    #: creates a counter's series on its first increment declares it before that)
+    declared: frozenset[str] = frozenset()
 
     @property
     def has_data(self) -> bool:
-        return bool(self.gauges or self.counters or self.histograms)
+        return any(
+            series for table in (self.gauges, self.counters, self.histograms)
+            for series in table.values()
+        )  # fmt: skip
 
     def models(self) -> set[str]:
         found: set[str] = set()
@@ -118,18 +124,31 @@ def _key(labels: Mapping[str, str], signal: Signal, model_label: str | None) -> 
     pairs = [("model", labels.get(model_label, "") if model_label else "")]
     for src, dst in signal.labels.items():
         if src in labels:
-            pairs.append((dst, labels[src]))
+            value = labels[src]
+            pairs.append((dst, signal.values.get(src, {}).get(value, value)))
+    pairs.extend(signal.const.items())
     return tuple(sorted(pairs))
 
 
 def _rank(labels: Mapping[str, str], signal: Signal, model_label: str | None) -> LabelKey:
-    """The labels that tell per-rank copies apart (everything not kept nor duplicate)."""
-    skip = {model_label, "le", *signal.labels, *signal.duplicates, *signal.select}
+    """The labels that tell per-rank copies apart (everything not kept nor duplicate).
+
+    Series that become one contract series through a value translation or a
+    several-valued selector (Triton's BACKEND and OTHER failures, both errors) are
+    distinct series, not copies: their engine values stay in the rank so they add up.
+    """
+    skip = {model_label, "le", *signal.duplicates}
+    skip.update(k for k in signal.labels if k not in signal.values)
+    skip.update(k for k, v in signal.select.items() if isinstance(v, str))
     return tuple(sorted((k, v) for k, v in labels.items() if k not in skip))
 
 
 def _selected(labels: Mapping[str, str], signal: Signal) -> bool:
-    return all(labels.get(k) == v for k, v in signal.select.items())
+    for name, wanted in signal.select.items():
+        value = labels.get(name)
+        if value is None or (value != wanted if isinstance(wanted, str) else value not in wanted):
+            return False
+    return True
 
 
 def _combine(values: Iterable[float], how: str) -> float:
@@ -150,14 +169,23 @@ def _reduce(
     }
 
 
+def _wanted_sample(name: str, family: object, signal: Signal) -> bool:
+    """Whether a sample of ``family`` carries the signal's value."""
+    if name.endswith("_created"):
+        return False
+    if signal.kind != "counter":
+        return True
+    if signal.part != "value":
+        return name == family.name + "_" + signal.part  # type: ignore[attr-defined]
+    return name.endswith("_total") or family.type == "unknown"  # type: ignore[attr-defined]
+
+
 def _map_scalar(family: object, signal: Signal, model_label: str | None) -> dict[LabelKey, float]:
     counter = signal.kind == "counter"
     grouped: dict[LabelKey, dict[LabelKey, list[float]]] = {}
     for sample in family.samples:  # type: ignore[attr-defined]
         name = sample.name
-        if name.endswith("_created"):
-            continue
-        if counter and not (name.endswith("_total") or family.type == "unknown"):  # type: ignore[attr-defined]
+        if not _wanted_sample(name, family, signal):
             continue
         value = float(sample.value)
         if math.isnan(value) or (counter and (value < 0 or math.isinf(value))):
@@ -217,23 +245,44 @@ def _find(families: Mapping[str, object], signal: Signal) -> object | None:
 
 
 def map_families(families: Mapping[str, object], engine: EngineMap) -> Mapped:
-    """Apply an engine's table to parsed families."""
+    """Apply an engine's table to parsed families.
+
+    Signals of one target merge (series with the same labels add up; a histogram
+    keeps the first); a ``fallback`` signal only fills a target that is still empty.
+    """
     gauges: dict[str, dict[LabelKey, float]] = {}
     counters: dict[str, dict[LabelKey, float]] = {}
     histograms: dict[str, dict[LabelKey, Histogram]] = {}
+    declared: set[str] = set()
     for signal in engine.signals:
+        if signal.fallback:
+            done = histograms if signal.kind == "histogram" else None
+            scalars = counters if signal.kind == "counter" else gauges
+            if (done if done is not None else scalars).get(signal.target):
+                continue
         family = _find(families, signal)
         if family is None:
             continue
+        declared.add(signal.target)
         if signal.kind == "histogram":
             hist = _map_histogram(family, signal, engine.model_label)
-            if hist:
-                histograms[signal.target] = hist
+            merged_h = histograms.setdefault(signal.target, {})
+            for key, h in hist.items():
+                merged_h.setdefault(key, h)
         else:
             values = _map_scalar(family, signal, engine.model_label)
-            if values:
-                (counters if signal.kind == "counter" else gauges)[signal.target] = values
-    return Mapped(engine.name, gauges, counters, histograms)
+            merged = (counters if signal.kind == "counter" else gauges).setdefault(
+                signal.target, {}
+            )
+            for key, value in values.items():
+                merged[key] = merged.get(key, 0.0) + value
+    return Mapped(
+        engine.name,
+        {k: v for k, v in gauges.items() if v},
+        {k: v for k, v in counters.items() if v},
+        {k: v for k, v in histograms.items() if v},
+        frozenset(declared),
+    )
 
 
 def map_exposition(text: str, engine: EngineMap) -> Mapped:

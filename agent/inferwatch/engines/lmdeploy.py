@@ -1,0 +1,108 @@
+"""LMDeploy's api_server /metrics onto the contract.
+
+Verified in InternLM/lmdeploy ``lmdeploy/metrics/loggers.py``
+(``PrometheusStatLogger``) and ``lmdeploy/messages.py`` (``ResponseType``) @
+1263d5cd889b7ad500e85b8eb20401327a4516ab. Written with prometheus_client with
+``disable_created_metrics()`` (no ``_created`` samples); every series carries
+``model_name`` and ``engine`` (the data-parallel rank): ranks add up, ratios
+average.
+
+- gauges: ``lmdeploy:num_requests_waiting``, ``lmdeploy:num_requests_running``,
+  ``lmdeploy:gpu_cache_usage_perc`` (0..1 despite the name);
+- counters: ``lmdeploy:prompt_tokens_total``, ``lmdeploy:generation_tokens_total``,
+  ``lmdeploy:request_success_total{finished_reason}`` where the reason is
+  ``str(ResponseType.X)``, e.g. "ResponseType.FINISH" (translated below);
+- per finished request histograms ``lmdeploy:request_prompt_tokens`` and
+  ``lmdeploy:request_cached_tokens``: the ratio of their ``_sum`` increases is
+  the prefix-cache hit ratio (cached tokens are a part of the request's prompt
+  tokens: LMDeploy's own ``request_cache_hit_ratio`` is cached / prompt);
+- histograms, seconds: ``lmdeploy:time_to_first_token_seconds``,
+  ``lmdeploy:iter_token_latency`` (inter-token latency; no ``_seconds`` suffix
+  but observed in seconds), else ``lmdeploy:time_per_output_token_seconds``,
+  ``lmdeploy:e2e_request_latency_seconds``, ``lmdeploy:request_queue_time_seconds``.
+
+Not available: preemptions, admission rejections (``ResponseType.NO_QUEUE`` is
+not documented as a queue-limit refusal; it is counted as an error).
+"""
+
+from __future__ import annotations
+
+from inferwatch.engines.base import EngineMap, Ratio, Signal
+
+#: ResponseType members -> contract finish reasons
+_REASONS = {
+    "ResponseType.SUCCESS": "success",
+    "ResponseType.FINISH": "success",
+    "ResponseType.CANCEL": "abort",
+    "ResponseType.ENGINE_STOP_ERROR": "error",
+    "ResponseType.INTERNAL_ENGINE_ERROR": "error",
+    "ResponseType.OUT_OF_MEMORY": "error",
+    "ResponseType.NO_QUEUE": "error",
+    "ResponseType.SESSION_REPEAT": "error",
+    "ResponseType.SESSION_NOT_EXIST": "error",
+    "ResponseType.HANDLER_NOT_EXIST": "error",
+    "ResponseType.PREFIX_CACHE_CONFLICT": "error",
+    "ResponseType.INPUT_LENGTH_ERROR": "error",
+    "ResponseType.NOT_SUPPORTED": "error",
+}
+
+LMDEPLOY = EngineMap(
+    name="lmdeploy",
+    prefixes=("lmdeploy:",),
+    signals=(
+        Signal("inferwatch_queue_depth", "gauge", ("lmdeploy:num_requests_waiting",)),
+        Signal("inferwatch_requests_running", "gauge", ("lmdeploy:num_requests_running",)),
+        Signal(
+            "inferwatch_kv_cache_usage_ratio",
+            "gauge",
+            ("lmdeploy:gpu_cache_usage_perc",),
+            combine="avg",
+        ),
+        Signal("inferwatch_prompt_tokens", "counter", ("lmdeploy:prompt_tokens",)),
+        Signal("inferwatch_generation_tokens", "counter", ("lmdeploy:generation_tokens",)),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("lmdeploy:request_success",),
+            labels={"finished_reason": "reason"},
+            values={"finished_reason": _REASONS},
+        ),
+        Signal(
+            "inferwatch_request_prompt_tokens",
+            "counter",
+            ("lmdeploy:request_prompt_tokens",),
+            part="sum",
+            export=False,
+        ),
+        Signal(
+            "inferwatch_prefix_cache_hits",
+            "counter",
+            ("lmdeploy:request_cached_tokens",),
+            part="sum",
+            export=False,
+        ),
+        Signal("inferwatch_ttft_seconds", "histogram", ("lmdeploy:time_to_first_token_seconds",)),
+        Signal(
+            "inferwatch_tpot_seconds",
+            "histogram",
+            ("lmdeploy:iter_token_latency", "lmdeploy:time_per_output_token_seconds"),
+        ),
+        Signal(
+            "inferwatch_e2e_latency_seconds",
+            "histogram",
+            ("lmdeploy:e2e_request_latency_seconds",),
+        ),
+        Signal(
+            "inferwatch_queue_time_seconds",
+            "histogram",
+            ("lmdeploy:request_queue_time_seconds",),
+        ),
+    ),
+    ratios=(
+        Ratio(
+            "inferwatch_prefix_cache_hit_ratio",
+            "inferwatch_prefix_cache_hits",
+            "inferwatch_request_prompt_tokens",
+        ),
+    ),
+)

@@ -1,0 +1,71 @@
+"""NVIDIA NIM for LLMs onto the contract.
+
+NIM is not open source. Facts from NVIDIA's "Observability for NVIDIA NIM for
+LLMs" page (docs.nvidia.com/nim/large-language-models/latest/observability.html:
+Prometheus text at ``/v1/metrics``, the metric table) and from a captured NIM
+exposition kept as a test fixture in DataDog/integrations-core
+``nvidia_nim/tests/fixtures/nim_metrics.txt`` @
+8b7db5d2d8f53b4169be6919a2997570a7b2f617 (NIM 1.x serving
+meta/llama-3.1-8b-instruct): vLLM-like names WITHOUT a prefix, the ``model_name``
+label, prometheus_client text without ``_created`` samples.
+
+- gauges ``num_requests_waiting``, ``num_requests_running``,
+  ``gpu_cache_usage_perc`` (0..1), ``num_request_max`` (concurrency limit:
+  max_num_seqs);
+- counters ``prompt_tokens_total``, ``generation_tokens_total``,
+  ``request_finish_total{finished_reason}`` (stop, length, ...),
+  ``request_failure_total`` (failed requests, no reason; counted as
+  ``reason="error"``: that failures never also appear in request_finish_total
+  is an assumption, NIM's source being closed);
+- histograms (seconds, vLLM V0 buckets): ``time_to_first_token_seconds``,
+  ``time_per_output_token_seconds``, ``e2e_request_latency_seconds``.
+
+Detection: no prefix, so an exposition counts as NIM when at least two of the
+marker names below are declared. Not available: prefix-cache hits,
+preemptions, queue time, admission rejections.
+"""
+
+from __future__ import annotations
+
+from inferwatch.engines.base import EngineMap, Signal
+
+NIM = EngineMap(
+    name="nim",
+    prefixes=(),
+    metrics_path="/v1/metrics",
+    markers=(
+        "num_requests_running",
+        "num_requests_waiting",
+        "num_request_max",
+        "gpu_cache_usage_perc",
+        "request_finish_total",
+        "time_to_first_token_seconds",
+        "time_per_output_token_seconds",
+        "e2e_request_latency_seconds",
+    ),
+    signals=(
+        Signal("inferwatch_queue_depth", "gauge", ("num_requests_waiting",)),
+        Signal("inferwatch_requests_running", "gauge", ("num_requests_running",)),
+        Signal("inferwatch_max_num_seqs", "gauge", ("num_request_max",), combine="max"),
+        Signal(
+            "inferwatch_kv_cache_usage_ratio", "gauge", ("gpu_cache_usage_perc",), combine="avg"
+        ),
+        Signal("inferwatch_prompt_tokens", "counter", ("prompt_tokens",)),
+        Signal("inferwatch_generation_tokens", "counter", ("generation_tokens",)),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("request_finish",),
+            labels={"finished_reason": "reason"},
+        ),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("request_failure",),
+            const={"reason": "error"},
+        ),
+        Signal("inferwatch_ttft_seconds", "histogram", ("time_to_first_token_seconds",)),
+        Signal("inferwatch_tpot_seconds", "histogram", ("time_per_output_token_seconds",)),
+        Signal("inferwatch_e2e_latency_seconds", "histogram", ("e2e_request_latency_seconds",)),
+    ),
+)

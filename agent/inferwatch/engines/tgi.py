@@ -1,0 +1,74 @@
+"""Text Generation Inference's /metrics onto the contract.
+
+Verified in huggingface/text-generation-inference @
+db931fcf42da018a3657580c64bf2720f167f9ab (``router/src/server.rs``,
+``router/src/infer/mod.rs``, ``router/src/validation.rs``,
+``backends/v3/src/{backend,queue}.rs``). TGI records with the Rust ``metrics``
+crate and renders with ``metrics-exporter-prometheus`` 0.15
+(metrics-rs/metrics tag metrics-exporter-prometheus-v0.15.3, ``recorder.rs``):
+counters keep their bare names (``# TYPE tgi_request_count counter`` then
+``tgi_request_count 3``: no ``_total``), there is no model label at all, and
+only metrics given buckets are histograms. ``/metrics`` is served on the API
+port (and on ``--prometheus-port``, default 9000).
+
+- gauges: ``tgi_queue_size`` (waiting), ``tgi_batch_current_size`` (running).
+- histograms, seconds, 35 geometric buckets 0.0001 x 1.5^k (0.00015 ..):
+  ``tgi_request_duration`` (end to end, validation + queue + inference),
+  ``tgi_request_queue_duration``, ``tgi_request_mean_time_per_token_duration``
+  (one observation per successful request: its inference time / generated
+  tokens, prefill included; the only TPOT TGI has).
+- token counts only as histograms: ``tgi_request_input_length`` (each validated
+  request) and ``tgi_request_generated_tokens`` (each successful request); their
+  ``_sum`` is the token counter.
+- ``tgi_request_success`` and ``tgi_request_failure{err}`` with err = overloaded
+  (HTTP 429, ``--max-concurrent-requests`` reached: an admission rejection),
+  validation and template (the client's fault, HTTP 422: not counted here),
+  generation, dropped, incomplete (server-side: ``reason="error"``).
+
+Not available: TTFT, KV-cache usage, prefix caching, preemptions.
+"""
+
+from __future__ import annotations
+
+from inferwatch.engines.base import EngineMap, Signal
+
+TGI = EngineMap(
+    name="tgi",
+    prefixes=("tgi_",),
+    model_label=None,
+    signals=(
+        Signal("inferwatch_queue_depth", "gauge", ("tgi_queue_size",)),
+        Signal("inferwatch_requests_running", "gauge", ("tgi_batch_current_size",)),
+        Signal("inferwatch_prompt_tokens", "counter", ("tgi_request_input_length",), part="sum"),
+        Signal(
+            "inferwatch_generation_tokens",
+            "counter",
+            ("tgi_request_generated_tokens",),
+            part="sum",
+        ),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("tgi_request_success",),
+            const={"reason": "success"},
+        ),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("tgi_request_failure",),
+            select={"err": ("generation", "dropped", "incomplete")},
+            const={"reason": "error"},
+        ),
+        Signal(
+            "inferwatch_requests_rejected",
+            "counter",
+            ("tgi_request_failure",),
+            select={"err": "overloaded"},
+        ),
+        Signal(
+            "inferwatch_tpot_seconds", "histogram", ("tgi_request_mean_time_per_token_duration",)
+        ),
+        Signal("inferwatch_e2e_latency_seconds", "histogram", ("tgi_request_duration",)),
+        Signal("inferwatch_queue_time_seconds", "histogram", ("tgi_request_queue_duration",)),
+    ),
+)

@@ -1,0 +1,87 @@
+"""trtllm-serve (TensorRT-LLM's OpenAI server) onto the contract.
+
+Verified in NVIDIA/TensorRT-LLM ``tensorrt_llm/metrics/collector.py`` @
+050f80def8df236e326949c8bd9dee10fd896a83 (``MetricsCollector``, written with
+prometheus_client: counters end in ``_total``). Labels are the collector's
+``labels`` (``model_name``, ``engine_type``); per-request series need
+``return_perf_metrics`` and iteration series ``enable_iter_perf_stats`` in the
+LLM arguments.
+
+- gauges: ``trtllm_num_requests_waiting`` (the executor's queued requests),
+  ``trtllm_num_requests_running`` (its active requests),
+  ``trtllm_kv_cache_utilization`` (used / max KV blocks, 0..1),
+  ``trtllm_max_batch_size_static`` (configured batch capacity; falling back to
+  ``trtllm_max_num_active_requests``);
+- counters: ``trtllm_prompt_tokens_total``, ``trtllm_generation_tokens_total``,
+  ``trtllm_prompt_cached_tokens_total`` (its series exists from start),
+  ``trtllm_request_success_total{finished_reason}`` (every finished request by
+  reason, "unknown" when the engine gave none);
+- histograms, seconds, vLLM's bucket sets: ``trtllm_time_to_first_token_seconds``,
+  ``trtllm_time_per_output_token_seconds`` (per-request mean),
+  ``trtllm_e2e_request_latency_seconds``, ``trtllm_request_queue_time_seconds``.
+
+The Prometheus text is served at ``/prometheus/metrics``; ``/metrics`` answers
+JSON iteration statistics. That path was read in downstream code that scrapes
+trtllm-serve (and TensorRT-LLM's docs list ``/metrics`` as the JSON endpoint),
+not in ``tensorrt_llm/serve/openai_server.py`` itself: unverified, which is why
+discovery tries it rather than assuming it.
+
+Not available: preemptions, admission rejections (``trtllm_request_error_total``
+counts HTTP errors by code, not queue-limit rejections; not mapped).
+"""
+
+from __future__ import annotations
+
+from inferwatch.engines.base import EngineMap, Ratio, Signal
+
+TRTLLM = EngineMap(
+    name="trtllm",
+    prefixes=("trtllm_",),
+    metrics_path="/prometheus/metrics",
+    signals=(
+        Signal("inferwatch_queue_depth", "gauge", ("trtllm_num_requests_waiting",)),
+        Signal("inferwatch_requests_running", "gauge", ("trtllm_num_requests_running",)),
+        Signal(
+            "inferwatch_kv_cache_usage_ratio",
+            "gauge",
+            ("trtllm_kv_cache_utilization",),
+            combine="avg",
+        ),
+        Signal(
+            "inferwatch_max_num_seqs",
+            "gauge",
+            ("trtllm_max_batch_size_static", "trtllm_max_num_active_requests"),
+            combine="max",
+        ),
+        Signal("inferwatch_prompt_tokens", "counter", ("trtllm_prompt_tokens",)),
+        Signal("inferwatch_generation_tokens", "counter", ("trtllm_generation_tokens",)),
+        Signal(
+            "inferwatch_prefix_cache_hits",
+            "counter",
+            ("trtllm_prompt_cached_tokens",),
+            export=False,
+        ),
+        Signal(
+            "inferwatch_requests_finished",
+            "counter",
+            ("trtllm_request_success",),
+            labels={"finished_reason": "reason"},
+        ),
+        Signal("inferwatch_ttft_seconds", "histogram", ("trtllm_time_to_first_token_seconds",)),
+        Signal("inferwatch_tpot_seconds", "histogram", ("trtllm_time_per_output_token_seconds",)),
+        Signal(
+            "inferwatch_e2e_latency_seconds", "histogram", ("trtllm_e2e_request_latency_seconds",)
+        ),
+        Signal(
+            "inferwatch_queue_time_seconds", "histogram", ("trtllm_request_queue_time_seconds",)
+        ),
+    ),
+    ratios=(
+        Ratio(
+            "inferwatch_prefix_cache_hit_ratio",
+            "inferwatch_prefix_cache_hits",
+            "inferwatch_prompt_tokens",
+            zero_numerator=True,
+        ),
+    ),
+)

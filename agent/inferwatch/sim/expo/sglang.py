@@ -1,0 +1,156 @@
+"""SGLang's ``/metrics`` (``--enable-metrics``), written with prometheus_client.
+
+Scheduler series (queue, running, KV-pool share, retractions, queue time) carry
+``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` (+ ``dp_rank`` with
+``--data-parallel`` > 1); tokenizer series (tokens, TTFT, inter-token latency,
+end-to-end latency, request counts) carry ``model_name, engine_type``. Names,
+labels and buckets: see ``agent/inferwatch/engines/sglang.py`` (sgl-project/sglang
+``python/sglang/srt/metrics/collector.py``).
+
+Formats:
+
+``tp1``
+    one tensor-parallel rank: one scheduler series per data-parallel rank.
+``tp2``
+    ``--tp 2 --enable-metrics-for-all-schedulers``: both tensor-parallel ranks
+    report the same scheduler gauges and counters (copies, not more load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+
+from inferwatch.sim.config import SimConfig
+from inferwatch.sim.expo import Exposition
+from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
+
+FORMATS = ("tp1", "tp2")
+
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+ITL_BUCKETS = (
+    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+    0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800,
+    2400,
+)  # fmt: skip
+QUEUE_BUCKETS = (
+    0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300,
+    400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+)  # fmt: skip
+SCHEDULER_LABELS = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+TOKENIZER_LABELS = ["model_name", "engine_type"]
+
+
+class SglangWriter:
+    metrics_path = "/metrics"
+    supports_gzip = True
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.tp = 2 if cfg.format == "tp2" else 1
+        self.dp = cfg.data_parallel > 1
+        reg = self.registry = CollectorRegistry()
+        sched = SCHEDULER_LABELS + (["dp_rank"] if self.dp else [])
+        tok = TOKENIZER_LABELS
+        self.tok = (cfg.model, "unified")
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, sched, registry=reg, multiprocess_mode="mostrecent")
+
+        self.running = gauge("sglang:num_running_reqs", "The number of running requests.")
+        self.queue = gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
+        self.usage = gauge("sglang:token_usage", "The token usage.")
+        self.used_tokens = gauge("sglang:num_used_tokens", "The number of used tokens.")
+        self.max_tokens = gauge(
+            "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."
+        )
+        self.retracted = Counter(
+            "sglang:num_retracted_requests_total", "Total number of retracted requests.", sched,
+            registry=reg,
+        )  # fmt: skip
+        self.queue_time = Histogram(
+            "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", sched,
+            buckets=QUEUE_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
+                              tok, registry=reg)  # fmt: skip
+        self.generation = Counter("sglang:generation_tokens_total",
+                                  "Number of generation tokens processed.", tok,
+                                  registry=reg)  # fmt: skip
+        self.cached = Counter("sglang:cached_tokens_total", "Number of cached prompt tokens.",
+                              tok, registry=reg)  # fmt: skip
+        self.requests = Counter("sglang:num_requests_total", "Number of requests processed.",
+                                tok, registry=reg)  # fmt: skip
+        self.aborted = Counter("sglang:num_aborted_requests_total", "Number of requests aborted.",
+                               tok, registry=reg)  # fmt: skip
+        self.ttft = Histogram("sglang:time_to_first_token_seconds",
+                              "Histogram of time to first token in seconds.", tok,
+                              buckets=TTFT_BUCKETS, registry=reg)  # fmt: skip
+        self.itl = Histogram("sglang:inter_token_latency_seconds",
+                             "Histogram of inter-token latency in seconds.", tok,
+                             buckets=ITL_BUCKETS, registry=reg)  # fmt: skip
+        self.e2e = Histogram("sglang:e2e_request_latency_seconds",
+                             "Histogram of End-to-end request latency in seconds", tok,
+                             buckets=E2E_BUCKETS, registry=reg)  # fmt: skip
+        for c in (self.prompt, self.generation, self.requests, self.aborted):
+            c.labels(*self.tok)
+        for h in (self.ttft, self.itl, self.e2e):
+            h.labels(*self.tok)
+        for e in range(cfg.data_parallel):
+            for lv in self._sched(e):
+                self.retracted.labels(*lv)
+                self.queue_time.labels(*lv)
+
+    def _sched(self, engine: int) -> list[tuple[str, ...]]:
+        """One label set per tensor-parallel rank that reports (copies of one scheduler)."""
+        dp = (str(engine),) if self.dp else ()
+        return [(self.cfg.model, "unified", str(tp), "0", "0", *dp) for tp in range(self.tp)]
+
+    def on_step(self, engine: int, stats: StepStats) -> None:
+        for lv in self._sched(engine):
+            if stats.preemptions:
+                self.retracted.labels(*lv).inc(stats.preemptions)
+            for req in stats.finished:
+                self.queue_time.labels(*lv).observe(req.queue_time)
+        tok = self.tok
+        for v in stats.ttfts:
+            self.ttft.labels(*tok).observe(v)
+        for v in stats.itls:
+            self.itl.labels(*tok).observe(v)
+        for req in stats.finished:
+            if req.finish_reason == "abort":
+                self.aborted.labels(*tok).inc()
+            # the tokenizer manager counts a request's tokens when it finishes
+            self.prompt.labels(*tok).inc(req.prompt_tokens)
+            self.generation.labels(*tok).inc(req.generation_tokens)
+            if req.cached_tokens > 0:
+                self.cached.labels(*tok).inc(req.cached_tokens)
+            self.requests.labels(*tok).inc()
+            self.e2e.labels(*tok).observe(req.e2e)
+
+    def on_rejection(self, reason: str) -> None:
+        """SGLang has no admission-rejection counter."""
+
+    def on_http(self, record: HttpRecord) -> None:
+        """Not simulated for SGLang."""
+
+    def render(self, states: Sequence[EngineSnapshot], accept: str = "") -> Exposition:
+        block = self.cfg.block_size
+        for s in states:
+            for lv in self._sched(s.engine):
+                self.running.labels(*lv).set(s.running)
+                self.queue.labels(*lv).set(s.waiting)
+                self.usage.labels(*lv).set(s.kv_usage)
+                self.used_tokens.labels(*lv).set(s.blocks_in_use * block)
+                self.max_tokens.labels(*lv).set(s.num_gpu_blocks * block)
+        encoder, content_type = choose_encoder(accept)
+        return Exposition(encoder(self.registry), content_type)
+
+
+def create(cfg: SimConfig) -> SglangWriter:
+    return SglangWriter(cfg)
