@@ -1,0 +1,180 @@
+"""Named load shapes for ``inferwatch loadgen``, sized for the simulator's defaults.
+
+Rates are requests per second at ``--time-scale 1``; the load generator
+divides them by the time scale, so a simulator running ten times faster gets
+ten times the arrivals and the same shape. Lengths are in tokens of the
+simulator's tokenizer (one 4-letter word is one token). The default
+simulated worker (``inferwatch simulate`` with no flags) serves about 1.4
+long requests per second at most; the numbers below are chosen against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass
+
+from inferwatch.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A log-normal length: ``median`` tokens, spread ``sigma`` (0: fixed), clipped."""
+
+    median: int
+    sigma: float = 0.0
+    minimum: int = 1
+    maximum: int = 100_000
+
+    def sample(self, rng: random.Random) -> int:
+        if self.sigma <= 0:
+            value = self.median
+        else:
+            value = round(rng.lognormvariate(math.log(self.median), self.sigma))
+        return max(self.minimum, min(self.maximum, value))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    #: requests per second (Poisson arrivals) at time scale 1
+    rate: float
+    duration: float
+    prompt: LengthDist
+    output: LengthDist
+    #: a system prompt shared by ``system_prompt_share`` of the requests (prefix-cache hits)
+    system_prompt_tokens: int = 0
+    system_prompt_share: float = 0.0
+    #: a share of requests drawn from the long distributions instead
+    long_share: float = 0.0
+    long_prompt: LengthDist | None = None
+    long_output: LengthDist | None = None
+    #: share of the traffic sent to the first target (None: spread evenly at random)
+    hot_share: float | None = None
+    min_targets: int = 1
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="idle",
+            description="a trickle of short requests: the GPU sits far below 30 %",
+            rate=0.2,
+            duration=60,
+            prompt=LengthDist(64, 0.3, 8, 256),
+            output=LengthDist(32, 0.3, 4, 128),
+            system_prompt_tokens=256,
+            system_prompt_share=0.8,
+        ),
+        Scenario(
+            name="steady",
+            description="chat traffic the worker absorbs: a third of the batch busy, no queue, "
+            "most prompts share a 512-token system prompt",
+            rate=2.0,
+            duration=60,
+            prompt=LengthDist(200, 0.5, 16, 1500),
+            output=LengthDist(160, 0.5, 8, 600),
+            system_prompt_tokens=512,
+            system_prompt_share=0.9,
+        ),
+        Scenario(
+            name="overload",
+            description="long prompts faster than the worker serves them: the queue climbs "
+            "past max_num_seqs, the KV cache fills (preemptions) and VRAM passes 92 %",
+            rate=5.0,
+            duration=60,
+            prompt=LengthDist(1200, 0.25, 400, 2400),
+            output=LengthDist(300, 0.3, 64, 800),
+            system_prompt_tokens=256,
+            system_prompt_share=0.5,
+        ),
+        Scenario(
+            name="long-tail",
+            description="short requests with 5 % very long ones: end-to-end P99 is many times P50",
+            rate=1.5,
+            duration=60,
+            prompt=LengthDist(150, 0.4, 16, 800),
+            output=LengthDist(60, 0.3, 8, 200),
+            system_prompt_tokens=256,
+            system_prompt_share=0.8,
+            long_share=0.05,
+            long_prompt=LengthDist(2800, 0.1, 2000, 3000),
+            long_output=LengthDist(700, 0.1, 500, 700),
+        ),
+        Scenario(
+            name="cold-start",
+            description="light traffic against a freshly started worker: the first requests "
+            "wait for warm-up (guide 5.2), later ones do not",
+            rate=0.5,
+            duration=30,
+            prompt=LengthDist(100, 0.3, 16, 400),
+            output=LengthDist(32, 0.3, 4, 128),
+        ),
+        Scenario(
+            name="imbalance",
+            description="two workers, 90 % of the traffic to the first: one busy, one idle, "
+            "their average utilization low",
+            rate=3.0,
+            duration=60,
+            prompt=LengthDist(200, 0.4, 16, 1000),
+            output=LengthDist(120, 0.4, 8, 400),
+            system_prompt_tokens=256,
+            system_prompt_share=0.8,
+            hot_share=0.9,
+            min_targets=2,
+        ),
+    )
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ConfigError(
+            "inferwatch loadgen", "--scenario", f"one of {', '.join(SCENARIOS)}", name
+        ) from None
+
+
+def parse_length(text: str, flag: str) -> LengthDist:
+    """``MEDIAN`` or ``MEDIAN:SIGMA`` (tokens, log-normal spread) from a command line flag."""
+    median_text, _, sigma_text = text.partition(":")
+    try:
+        median = int(median_text)
+        sigma = float(sigma_text) if sigma_text else 0.0
+    except ValueError:
+        raise ConfigError("inferwatch loadgen", flag, "MEDIAN or MEDIAN:SIGMA", text) from None
+    if median < 1 or not (math.isfinite(sigma) and sigma >= 0):
+        raise ConfigError("inferwatch loadgen", flag, "a median >= 1 token and a sigma >= 0", text)
+    return LengthDist(median, sigma)
+
+
+def customize(
+    sc: Scenario,
+    *,
+    prompt: LengthDist | None = None,
+    output: LengthDist | None = None,
+    system_prompt_tokens: int | None = None,
+    system_prompt_share: float | None = None,
+) -> Scenario:
+    """The scenario with some of its lengths or its shared system prompt replaced."""
+    src = "inferwatch loadgen"
+    changes: dict[str, object] = {}
+    if prompt is not None:
+        changes["prompt"] = prompt
+    if output is not None:
+        changes["output"] = output
+    if system_prompt_tokens is not None:
+        if system_prompt_tokens < 0:
+            raise ConfigError(src, "--system-prompt-tokens", "tokens >= 0", system_prompt_tokens)
+        changes["system_prompt_tokens"] = system_prompt_tokens
+    if system_prompt_share is not None:
+        if not 0.0 <= system_prompt_share <= 1.0:
+            raise ConfigError(
+                src, "--system-prompt-share", "a share in [0, 1]", system_prompt_share
+            )
+        changes["system_prompt_share"] = system_prompt_share
+    return dataclasses.replace(sc, **changes)  # type: ignore[arg-type]
