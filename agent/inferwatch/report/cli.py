@@ -1,0 +1,265 @@
+"""``inferwatch report``: query a week from Prometheus, render it, write it and/or mail it.
+
+Exit codes (documented in docs/report.md):
+0 done; 1 unexpected error; 2 bad flag or configuration; 3 Prometheus unreachable;
+4 a query failed; 5 no data for the period; 6 mail not delivered (nothing sent);
+7 the output directory could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferwatch.errors import UsageError
+
+if TYPE_CHECKING:
+    from inferwatch.report.charts import Chart
+
+EXIT_OUTPUT = 7
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="base URL of a Prometheus-compatible query API "
+        "(e.g. http://prometheus:9090); report.prometheus_url in --config",
+    )
+    parser.add_argument(
+        "--end",
+        metavar="TIME",
+        default="now",
+        help="end of the period: ISO 8601 (2026-11-23, 2026-11-23T06:00:00Z; "
+        "UTC unless an offset is given), unix seconds, today (00:00 UTC today, so the "
+        "period is whole days) or now (default)",
+    )
+    parser.add_argument(
+        "--days",
+        type=int,
+        metavar="N",
+        help="length of the period in days, compared with the N days before "
+        "(default 7; report.days in --config)",
+    )
+    parser.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write report.html, the charts (PNG), report.txt and daily.csv here",
+    )
+    parser.add_argument(
+        "--send",
+        action="store_true",
+        help="mail the report (SMTP settings from --config and INFERWATCH_SMTP_* variables)",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="inferwatch YAML config file; its report: section is read"
+    )
+    parser.add_argument(
+        "--thresholds",
+        metavar="FILE",
+        help="thresholds.yaml overriding the packaged defaults "
+        "(report.thresholds_file in --config)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="timeout of each Prometheus query and of the SMTP connection (default 60)",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress display and no summary lines on stderr"
+    )
+
+
+def parse_end(text: str, now: float | None = None) -> float:
+    """``now``, ``today`` (00:00 UTC), unix seconds, or ISO 8601 (naive means UTC)."""
+    value = text.strip()
+    if value.lower() == "now":
+        return time.time() if now is None else now
+    if value.lower() == "today":
+        # Midnight UTC that began today: the period is the last whole days.
+        current = time.time() if now is None else now
+        return float(int(current // 86400) * 86400)
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    iso = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    try:
+        parsed = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        raise UsageError(
+            f"--end: expected ISO 8601 (2026-11-23 or 2026-11-23T06:00:00Z), unix seconds, "
+            f"today or now, got {text!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self._bar = None
+        self._task = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+
+            self._bar = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._task = self._bar.add_task("querying Prometheus", total=total)
+            self._bar.start()
+
+    def step(self, name: str) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, advance=1, description=f"querying: {name}")
+
+    def phase(self, name: str) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, description=name)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _write_output(
+    directory: Path, html_text: str, text: str, csv_text: str, charts: list[Chart]
+) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for chart in charts:
+        (directory / f"{chart.name}.png").write_bytes(chart.png)
+    (directory / "daily.csv").write_text(csv_text, encoding="utf-8")
+    (directory / "report.txt").write_text(text, encoding="utf-8")
+    # The HTML last: a complete report.html means the files it refers to are there.
+    tmp = directory / ".report.html.tmp"
+    tmp.write_text(html_text, encoding="utf-8")
+    tmp.replace(directory / "report.html")
+
+
+def _unique_names(charts: list[Chart]) -> list[Chart]:
+    from dataclasses import replace
+
+    seen: set[str] = set()
+    out = []
+    for chart in charts:
+        name = chart.name
+        n = 2
+        while name in seen:
+            name = f"{chart.name}-{n}"
+            n += 1
+        seen.add(name)
+        out.append(replace(chart, name=name))
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    from inferwatch.pack.thresholds import load_thresholds
+    from inferwatch.report import charts as charts_mod
+    from inferwatch.report import fmt, render
+    from inferwatch.report.mail import build_message, content_id, send
+    from inferwatch.report.model import Period, bands_from_thresholds
+    from inferwatch.report.promapi import PrometheusClient, ReportError
+    from inferwatch.report.query import collect, count_steps
+    from inferwatch.report.settings import load_settings
+    from inferwatch.report.summary import build_report
+
+    settings = load_settings(args.config, os.environ)
+    url = args.prometheus_url or settings.prometheus_url
+    if not url:
+        raise UsageError("--prometheus-url is required (or report.prometheus_url in --config)")
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--prometheus-url: expected an http:// or https:// URL, got {url!r}")
+    days = args.days if args.days is not None else (settings.days or 7)
+    if not 1 <= days <= 366:
+        raise UsageError(f"--days: expected 1 to 366, got {days}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    end = parse_end(args.end)
+    if args.send:
+        settings.smtp.check_complete()  # before any query: a config mistake fails fast
+    bands = bands_from_thresholds(load_thresholds(args.thresholds or settings.thresholds_file))
+
+    say = (
+        (lambda msg: None)
+        if args.quiet
+        else (lambda msg: print(f"inferwatch report: {msg}", file=sys.stderr))
+    )
+    period = Period(end=end, days=days)
+    client = PrometheusClient(url, timeout=args.timeout)
+    progress = _Progress(count_steps(), enabled=not args.quiet and sys.stderr.isatty())
+    try:
+        try:
+            raw = collect(
+                client,
+                period,
+                waste_below=bands.waste_below,
+                healthy_band=(bands.healthy_low, bands.healthy_high),
+                scale_review_above=bands.scale_review_above,
+                progress=progress.step,
+            )
+            progress.phase("drawing charts")
+            report = build_report(raw, bands)
+            charts = _unique_names(charts_mod.all_charts(report))
+        finally:
+            progress.stop()
+    except ReportError as err:
+        print(f"inferwatch report: error: {err}", file=sys.stderr)
+        return err.exit_code
+    say(
+        f"{client.queries} queries to {url} for {fmt.timestamp(period.start)} .. "
+        f"{fmt.timestamp(period.end)}"
+    )
+
+    text = render.text(report)
+    csv_text = render.csv_text(report)
+    if args.output:
+        directory = Path(args.output)
+        page = render.html(report, charts, lambda c: f"{c.name}.png", source=url)
+        try:
+            _write_output(directory, page, text, csv_text, charts)
+        except OSError as err:
+            print(
+                f"inferwatch report: error: cannot write the report to {directory}: "
+                f"{err.strerror or err}",
+                file=sys.stderr,
+            )
+            return EXIT_OUTPUT
+        say(f"wrote {directory / 'report.html'} ({len(charts)} charts, daily.csv, report.txt)")
+    if args.send:
+        smtp = settings.smtp
+        assert smtp.sender is not None
+        message = build_message(
+            subject=render.title(report),
+            sender=smtp.sender,
+            to=smtp.to,
+            text=text,
+            html=render.html(report, charts, lambda c: f"cid:{content_id(c)}", source=url),
+            charts=charts,
+            csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",
+            csv_text=csv_text,
+        )
+        try:
+            send(message, smtp, timeout=args.timeout)
+        except ReportError as err:
+            print(f"inferwatch report: error: {err}", file=sys.stderr)
+            return err.exit_code
+        say(f"mailed to {', '.join(smtp.to)} via {smtp.host}:{smtp.effective_port}")
+    if not args.output and not args.send:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,110 @@
+"""Formatting of numbers for people: latencies, shares, counts, durations, days, deltas."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from inferwatch.report.model import Change
+
+DASH = "–"
+ARROWS = {"up": "▲", "down": "▼", "flat": "▶", "": ""}
+
+
+def seconds(value: float | None) -> str:
+    """A latency: ``850 ms``, ``1.75 s``, ``12 s``."""
+    if value is None:
+        return DASH
+    if value < 0.001:
+        return f"{value * 1e6:.0f} µs"
+    if value < 1:
+        ms = value * 1000
+        return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
+    if value < 10:
+        return f"{value:.2f} s"
+    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
+
+
+def percent(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return DASH
+    return f"{value * 100:.{digits}f}%"
+
+
+def count(value: float | None) -> str:
+    """``950``, ``12.3 k``, ``4.56 M``, ``1.2 G``."""
+    if value is None:
+        return DASH
+    v = abs(value)
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= div:
+            x = value / div
+            return f"{x:.3g} {unit}" if abs(x) < 100 else f"{x:.0f} {unit}"
+    return f"{value:.0f}"
+
+
+def duration(value: float | None) -> str:
+    """``45s``, ``12m``, ``2h 05m``, ``3d 4h``."""
+    if value is None:
+        return DASH
+    s = round(value)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def gib(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"{value / 1024**3:.1f} GiB"
+
+
+def day(t: float) -> str:
+    """``Fri 20 Nov`` (UTC)."""
+    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    return f"{d:%a} {d.day} {d:%b}"
+
+
+def date(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def timestamp(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def delta(change: Change | None, kind: str) -> str:
+    """The change against the previous period as text: ``▲ 12 %``, ``▼ 3 pts``, ``new``.
+
+    ``kind`` is how the figure is compared: ``rel`` (relative, counts and
+    latencies), ``pts`` (percentage points, shares), ``abs_seconds`` (durations).
+    """
+    if change is None or change.current is None:
+        return ""
+    if change.previous is None:
+        return "new"
+    direction = change.direction(flat=0.005 if kind == "pts" else 0.02)
+    arrow = ARROWS[direction]
+    d = change.delta or 0.0
+    if kind == "pts":
+        if abs(d) < 0.005:
+            return f"{ARROWS['flat']} 0 pts"
+        points = round(abs(d) * 100)
+        return f"{arrow} {points} pt{'s' if points != 1 else ''}"
+    if kind == "abs_seconds":
+        if d == 0:
+            return f"{ARROWS['flat']} 0"
+        return f"{arrow} {duration(abs(d))}"
+    if kind == "abs_count":
+        if d == 0:
+            return f"{ARROWS['flat']} 0"
+        return f"{arrow} {abs(d):.0f}"
+    ratio = change.ratio
+    if ratio is None:
+        return f"{arrow} from 0" if d else f"{ARROWS['flat']} 0%"
+    if abs(ratio) < 0.005:
+        return f"{ARROWS['flat']} 0%"
+    return f"{arrow} {abs(ratio) * 100:.0f}%"

@@ -1,0 +1,308 @@
+"""The report's data: what the queries return (``Raw*``) and the figures made from it.
+
+Everything here is pure: frozen dataclasses and functions without I/O, so the
+arithmetic is tested on its own. Days are kept in one tuple of ``2 * days``
+values per figure, oldest first: the previous period, then this one. ``None``
+means "no data" and is never replaced by zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inferwatch.stats import histogram_quantile
+
+DAY = 86400.0
+QUANTILES = (0.5, 0.95, 0.99)
+LATENCIES = ("ttft", "tpot", "e2e")
+LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "End-to-end"}
+# The SLOs of thresholds.yaml are on the P99: a period meets one when at least
+# 99 % of its observations are within the target.
+SLO_TARGET = 0.99
+
+Daily = tuple[float | None, ...]
+# One day of a classic histogram: (upper bound, cumulative count), sorted, +Inf last.
+Buckets = tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Period:
+    """``days`` days ending at ``end`` (unix seconds), and the same span before them."""
+
+    end: float
+    days: int
+
+    @property
+    def start(self) -> float:
+        return self.end - self.days * DAY
+
+    @property
+    def previous_start(self) -> float:
+        return self.end - 2 * self.days * DAY
+
+    def day_ends(self) -> tuple[float, ...]:
+        """End of each day, previous period first (2 * days values)."""
+        return tuple(self.previous_start + (i + 1) * DAY for i in range(2 * self.days))
+
+    def day_starts(self) -> tuple[float, ...]:
+        return tuple(t - DAY for t in self.day_ends())
+
+    def current(self, daily: Sequence[float | None]) -> Daily:
+        return tuple(daily[self.days :])
+
+    def previous(self, daily: Sequence[float | None]) -> Daily:
+        return tuple(daily[: self.days])
+
+
+@dataclass(frozen=True)
+class Bands:
+    """The numbers of thresholds.yaml the report applies (a copy, so it needs no more)."""
+
+    waste_below: float = 0.30
+    scale_review_above: float = 0.85
+    healthy_low: float = 0.60
+    healthy_high: float = 0.85
+    idle_below: float = 0.40
+    vram_squeeze_above: float = 0.85
+    vram_squeeze_p99_ok_seconds: float = 0.5
+    vram_scale_above: float = 0.92
+    ttft_p99_slo_seconds: float = 2.0
+    ttft_warmup_p95_seconds: float = 2.0
+    tpot_p99_slo_seconds: float = 0.1
+    tail_ratio: float = 5.0
+    runbook_base_url: str = "runbooks/"
+
+    def slo(self, latency: str) -> float | None:
+        return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
+
+    def runbook_url(self, alert: str) -> str:
+        return f"{self.runbook_base_url}{alert}.md"
+
+
+def bands_from_thresholds(t: Any) -> Bands:
+    """The report's copy of a :class:`inferwatch.pack.thresholds.Thresholds`."""
+    low, high = t.gpu_utilization.healthy_band
+    return Bands(
+        waste_below=t.gpu_utilization.waste_below,
+        scale_review_above=t.gpu_utilization.scale_review_above,
+        healthy_low=low,
+        healthy_high=high,
+        idle_below=t.gpu_utilization.idle_below,
+        vram_squeeze_above=t.vram.squeeze_above,
+        vram_squeeze_p99_ok_seconds=t.vram.squeeze_p99_ok_seconds,
+        vram_scale_above=t.vram.scale_above,
+        ttft_p99_slo_seconds=t.ttft.p99_slo_seconds,
+        ttft_warmup_p95_seconds=t.ttft.warmup_p95_seconds,
+        tpot_p99_slo_seconds=t.tpot.p99_slo_seconds,
+        tail_ratio=t.latency.tail_ratio,
+        runbook_base_url=t.pack.runbook_base_url,
+    )
+
+
+# --------------------------------------------------------------------------- raw
+
+
+@dataclass(frozen=True)
+class RawWorker:
+    model: str
+    worker: str
+    engine: str
+    instances: tuple[str, ...]
+    requests: Daily
+    prompt_tokens: Daily
+    generation_tokens: Daily
+    # latency name -> per-day buckets; a name is absent when the series does not exist
+    latency: dict[str, tuple[Buckets | None, ...]]
+    queue_peak: Daily | None
+    over_capacity_seconds: Daily | None  # None: max_num_seqs unknown
+    capacity: float | None
+
+
+@dataclass(frozen=True)
+class RawGpu:
+    uuid: str
+    instance: str
+    gpu: str
+    name: str
+    util_daily: dict[str, Daily]  # "mean", "p50", "p90"
+    band_daily: dict[str, Daily]  # "waste", "healthy", "scale_review" shares of time
+    util_week: dict[str, tuple[float | None, float | None]]  # stat -> (previous, current)
+    sm_active_week: tuple[float | None, float | None] | None  # None: no GPM series
+    vram_peak_ratio: Daily
+    vram_peak_bytes: Daily | None
+    workers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RawAlert:
+    labels: dict[str, str]
+    firings: tuple[tuple[float, float], ...]  # (start, end) in unix seconds
+
+
+@dataclass(frozen=True)
+class Hourly:
+    times: tuple[float, ...]
+    latency_p99: tuple[float | None, ...]
+    latency_name: str  # "TTFT" or "End-to-end"; "" when no latency histogram at all
+    util_mean: tuple[float | None, ...]
+    vram_peak: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class RawData:
+    period: Period
+    workers: tuple[RawWorker, ...]
+    gpus: tuple[RawGpu, ...]
+    alerts: tuple[RawAlert, ...]
+    hourly: Hourly
+    notes: tuple[str, ...]
+
+
+# --------------------------------------------------------------------- arithmetic
+
+
+def merge_buckets(parts: Iterable[Buckets | None]) -> Buckets | None:
+    """Sum histograms bucket by bucket (as ``sum by (le)`` does); None when all are None."""
+    total: dict[float, float] = {}
+    seen = False
+    for part in parts:
+        if part is None:
+            continue
+        seen = True
+        for le, count in part:
+            total[le] = total.get(le, 0.0) + count
+    if not seen:
+        return None
+    return tuple(sorted(total.items()))
+
+
+def observations(buckets: Buckets | None) -> float:
+    if not buckets or not math.isinf(buckets[-1][0]):
+        return 0.0
+    return buckets[-1][1]
+
+
+def quantile(q: float, buckets: Buckets | None) -> float | None:
+    """PromQL's ``histogram_quantile``; None (not zero) when there were no observations."""
+    if observations(buckets) <= 0:
+        return None
+    assert buckets is not None
+    value = histogram_quantile(q, list(buckets))
+    return None if math.isnan(value) else value
+
+
+def share_within(threshold: float, buckets: Buckets | None) -> float | None:
+    """Share of observations at or below ``threshold``.
+
+    Interpolates linearly inside the bucket that holds the threshold, the same
+    assumption ``histogram_quantile`` makes, so ``share_within(quantile(q)) == q``.
+    Above the highest finite bound nothing more is known: the +Inf bucket counts
+    as over.
+    """
+    total = observations(buckets)
+    if total <= 0:
+        return None
+    assert buckets is not None
+    lower_bound, lower_count = 0.0, 0.0
+    for le, count in buckets:
+        if math.isinf(le):
+            break
+        if threshold <= le:
+            if threshold <= lower_bound or le == lower_bound:
+                return lower_count / total
+            part = (threshold - lower_bound) / (le - lower_bound)
+            return (lower_count + part * (count - lower_count)) / total
+        lower_bound, lower_count = le, count
+    return lower_count / total
+
+
+def total(values: Iterable[float | None]) -> float | None:
+    """Sum of the values present; None when none is."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def peak(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def add_daily(series: Sequence[Daily | None]) -> Daily | None:
+    """Day-by-day sum of several series (a day is None when no series has it)."""
+    present = [s for s in series if s is not None]
+    if not present:
+        return None
+    return tuple(total(day) for day in zip(*present, strict=True))
+
+
+def max_daily(series: Sequence[Daily | None]) -> Daily | None:
+    present = [s for s in series if s is not None]
+    if not present:
+        return None
+    return tuple(peak(day) for day in zip(*present, strict=True))
+
+
+@dataclass(frozen=True)
+class Change:
+    """A figure this period against the period before."""
+
+    current: float | None
+    previous: float | None
+
+    @property
+    def delta(self) -> float | None:
+        if self.current is None or self.previous is None:
+            return None
+        return self.current - self.previous
+
+    @property
+    def ratio(self) -> float | None:
+        """Relative change (0.25 = 25 % up); None without a usable previous value."""
+        if self.current is None or self.previous is None or self.previous == 0:
+            return None
+        return self.current / self.previous - 1.0
+
+    def direction(self, flat: float = 0.02) -> str:
+        """ "up", "down", "flat" (within ``flat`` relative), or "" when not comparable."""
+        if self.current is None or self.previous is None:
+            return ""
+        if self.previous == 0:
+            return "flat" if self.current == 0 else "up"
+        r = self.current / self.previous - 1.0
+        if abs(r) <= flat:
+            return "flat"
+        return "up" if r > 0 else "down"
+
+
+def alert_runs(points: Sequence[float], step: float) -> list[tuple[float, float]]:
+    """Firing intervals from the timestamps at which an alert was seen firing.
+
+    A range query with ``count_over_time(ALERTS{...}[step])`` at ``step``
+    resolution yields one point per step while the alert fires, and one more
+    step after its last evaluation; consecutive points make one firing that
+    lasted ``(points - 1) * step`` (at least one step).
+    """
+    runs: list[tuple[float, float]] = []
+    if not points:
+        return runs
+    ordered = sorted(points)
+    first = last = ordered[0]
+    for t in ordered[1:]:
+        if t - last > step * 1.5:
+            runs.append((first, max(last, first + step)))
+            first = t
+        last = t
+    runs.append((first, max(last, first + step)))
+    return runs
+
+
+def overlap(interval: tuple[float, float], start: float, end: float) -> float:
+    return max(0.0, min(interval[1], end) - max(interval[0], start))

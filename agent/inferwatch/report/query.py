@@ -1,0 +1,486 @@
+"""The report's PromQL: what is asked of Prometheus, and how the answers become ``RawData``.
+
+Daily figures come from one range query per figure with a one-day step over
+both periods (``2 * days`` points per series). Every query reads the agent's
+raw series, not recording rules: rules are evaluated from the moment they are
+loaded, never backwards, so a rule added mid-week would make the first days
+look empty. Raw series over one day at a time stay cheap:
+
+- counters: ``increase(x_total[1d])``;
+- latency: ``increase(x_bucket[1d])`` summed by ``le``; quantiles and SLO
+  attainment are computed here from those buckets (``histogram_quantile``'s
+  interpolation), so per-worker, per-model and whole-week figures all come from
+  one query per histogram;
+- GPU utilization: ``avg_over_time`` / ``quantile_over_time`` on the raw gauge,
+  band shares with a 1-minute subquery of a ``bool`` comparison;
+- VRAM and queue peaks: ``max_over_time``;
+- time over capacity: a 1-minute subquery of ``queue_depth > bool max_num_seqs``;
+- alerts: ``count_over_time(ALERTS{alertstate="firing"}[1m])`` at a 1-minute
+  step, which needs a rule evaluation interval of at most one minute (the
+  Prometheus default).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from inferwatch.report.model import (
+    DAY,
+    Buckets,
+    Daily,
+    Hourly,
+    Period,
+    RawAlert,
+    RawData,
+    RawGpu,
+    RawWorker,
+    alert_runs,
+)
+from inferwatch.report.promapi import PrometheusClient, QueryError, ReportError, Series
+
+SUBQUERY_STEP = 60
+ALERT_STEP = 60
+HOUR = 3600.0
+
+HISTOGRAMS = {
+    "ttft": "inferwatch_ttft_seconds",
+    "tpot": "inferwatch_tpot_seconds",
+    "e2e": "inferwatch_e2e_latency_seconds",
+}
+WORKER_KEY = ("model", "worker")
+
+
+class NoData(ReportError):
+    exit_code = 5
+
+
+Progress = Callable[[str], None]
+
+
+def count_steps() -> int:
+    """How many calls :func:`collect` makes to ``progress`` (for a progress bar)."""
+    return len(_STEPS)
+
+
+_STEPS = (
+    "workers",
+    "requests",
+    "prompt tokens",
+    "generation tokens",
+    "TTFT buckets",
+    "TPOT buckets",
+    "end-to-end buckets",
+    "queue peaks",
+    "time over capacity",
+    "capacity",
+    "GPUs",
+    "GPU utilization",
+    "GPU bands",
+    "GPU weekly percentiles",
+    "GPM SM activity",
+    "VRAM peaks",
+    "GPU to worker map",
+    "alerts",
+    "hourly trend",
+)
+
+
+def _days_vector(series: Series, ends: Sequence[float]) -> Daily:
+    by_time = {round(t): v for t, v in series.points}
+    return tuple(by_time.get(round(t)) for t in ends)
+
+
+def _duration(seconds: float) -> str:
+    if seconds % DAY == 0:
+        return f"{int(seconds // DAY)}d"
+    if seconds % HOUR == 0:
+        return f"{int(seconds // HOUR)}h"
+    return f"{int(seconds)}s"
+
+
+class Collector:
+    """Runs the queries of one report against one client."""
+
+    def __init__(
+        self, client: PrometheusClient, period: Period, progress: Progress | None = None
+    ) -> None:
+        self.client = client
+        self.period = period
+        self.ends = period.day_ends()
+        self._progress = progress or (lambda step: None)
+        self.notes: list[str] = []
+
+    def step(self, name: str) -> None:
+        self._progress(name)
+
+    def daily(self, expr: str) -> list[Series]:
+        """``expr`` (using the range ``[1d]``) evaluated at the end of each day."""
+        return self.client.range(expr, self.ends[0], self.ends[-1], DAY)
+
+    def daily_by(self, expr: str, keys: Sequence[str]) -> dict[tuple[str, ...], Daily]:
+        out: dict[tuple[str, ...], Daily] = {}
+        for s in self.daily(expr):
+            out[tuple(s.labels.get(k, "") for k in keys)] = _days_vector(s, self.ends)
+        return out
+
+    # ------------------------------------------------------------------ workers
+
+    def workers(self) -> tuple[RawWorker, ...]:
+        span = _duration(2 * self.period.days * DAY)
+        self.step("workers")
+        ident = self.client.instant(
+            "group by (model, worker, engine, instance) "
+            f"(last_over_time(inferwatch_requests_finished_total[{span}]))",
+            self.period.end,
+        )
+        engines: dict[tuple[str, ...], str] = {}
+        instances: dict[tuple[str, ...], set[str]] = {}
+        for s in ident:
+            key: tuple[str, ...] = (s.labels.get("model", ""), s.labels.get("worker", ""))
+            engines[key] = s.labels.get("engine", "")
+            instances.setdefault(key, set()).add(s.labels.get("instance", ""))
+
+        by = "model, worker"
+        self.step("requests")
+        requests = self.daily_by(
+            f"sum by ({by}) (increase(inferwatch_requests_finished_total[1d]))", WORKER_KEY
+        )
+        self.step("prompt tokens")
+        prompt = self.daily_by(
+            f"sum by ({by}) (increase(inferwatch_prompt_tokens_total[1d]))", WORKER_KEY
+        )
+        self.step("generation tokens")
+        generation = self.daily_by(
+            f"sum by ({by}) (increase(inferwatch_generation_tokens_total[1d]))", WORKER_KEY
+        )
+        latency: dict[str, dict[tuple[str, ...], tuple[Buckets | None, ...]]] = {}
+        for name, metric in HISTOGRAMS.items():
+            self.step(
+                {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}[name]
+            )
+            latency[name] = self._buckets(f"sum by ({by}, le) (increase({metric}_bucket[1d]))")
+        self.step("queue peaks")
+        queue = self.daily_by(
+            f"max by ({by}) (max_over_time(inferwatch_queue_depth[1d]))", WORKER_KEY
+        )
+        self.step("time over capacity")
+        over = self.daily_by(
+            f"sum by ({by}) (sum_over_time((inferwatch_queue_depth > bool on (job, instance, "
+            "worker) group_left max by (job, instance, worker) (inferwatch_max_num_seqs))"
+            f"[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
+            WORKER_KEY,
+        )
+        self.step("capacity")
+        capacity: dict[tuple[str, ...], float] = {
+            (s.labels.get("model", ""), s.labels.get("worker", "")): s.value
+            for s in self.client.instant(
+                f"max by ({by}) (last_over_time(inferwatch_max_num_seqs[{span}]))", self.period.end
+            )
+        }
+
+        keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
+        out = []
+        empty: Daily = (None,) * len(self.ends)
+        for key in keys:
+            model, worker = key[0], key[1]
+            lat = {name: per[key] for name, per in latency.items() if key in per}
+            for name in HISTOGRAMS:
+                if name not in lat:
+                    self.notes.append(
+                        f"{worker} ({model}): no {HISTOGRAMS[name]}_bucket series, so its "
+                        f"{name.upper() if name != 'e2e' else 'end-to-end'} figures are left "
+                        "out (the engine may not export it)."
+                    )
+            if key not in over:
+                self.notes.append(
+                    f"{worker} ({model}): batch capacity (inferwatch_max_num_seqs) unknown, so "
+                    "time over capacity is left out; set max_num_seqs in the agent's worker "
+                    "config."
+                )
+            out.append(
+                RawWorker(
+                    model=model,
+                    worker=worker,
+                    engine=engines.get((model, worker), ""),
+                    instances=tuple(sorted(instances.get((model, worker), set()))),
+                    requests=requests.get(key, empty),
+                    prompt_tokens=prompt.get(key, empty),
+                    generation_tokens=generation.get(key, empty),
+                    latency=lat,
+                    queue_peak=queue.get(key),
+                    over_capacity_seconds=over.get(key),
+                    capacity=capacity.get(key),
+                )
+            )
+        return tuple(out)
+
+    def _buckets(self, expr: str) -> dict[tuple[str, ...], tuple[Buckets | None, ...]]:
+        per: dict[tuple[str, ...], dict[int, dict[float, float]]] = {}
+        index = {round(t): i for i, t in enumerate(self.ends)}
+        for s in self.daily(expr):
+            try:
+                le = float(s.labels.get("le", ""))
+            except ValueError:
+                continue
+            key = tuple(s.labels.get(k, "") for k in WORKER_KEY)
+            days = per.setdefault(key, {})
+            for t, v in s.points:
+                i = index.get(round(t))
+                if i is not None:
+                    days.setdefault(i, {})[le] = v
+        out: dict[tuple[str, ...], tuple[Buckets | None, ...]] = {}
+        for key, days in per.items():
+            out[key] = tuple(
+                tuple(sorted(days[i].items())) if i in days and math.inf in days[i] else None
+                for i in range(len(self.ends))
+            )
+        return out
+
+    # --------------------------------------------------------------------- GPUs
+
+    def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
+        span = _duration(2 * self.period.days * DAY)
+        week = _duration(self.period.days * DAY)
+        util = "inferwatch_gpu_utilization_ratio"
+        self.step("GPUs")
+        ident: dict[str, dict[str, str]] = {}
+        for s in self.client.instant(
+            f"group by (uuid, instance, gpu) (last_over_time({util}[{span}]))", self.period.end
+        ):
+            uuid = s.labels.get("uuid", "")
+            # After a pod restart a GPU shows up under a new instance: keep the
+            # last one in sort order, which is stable from run to run.
+            if uuid not in ident or s.labels.get("instance", "") > ident[uuid]["instance"]:
+                ident[uuid] = {
+                    "instance": s.labels.get("instance", ""),
+                    "gpu": s.labels.get("gpu", ""),
+                    "name": "",
+                }
+        for s in self.client.instant(
+            f"group by (uuid, name) (last_over_time(inferwatch_gpu_info[{span}]))",
+            self.period.end,
+        ):
+            if s.labels.get("uuid", "") in ident:
+                ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
+        if not ident:
+            self.notes.append(
+                "No GPU series (inferwatch_gpu_utilization_ratio) in either period: the GPU "
+                "sections are left out."
+            )
+            for _ in (
+                "GPU utilization",
+                "GPU bands",
+                "GPU weekly percentiles",
+                "GPM SM activity",
+                "VRAM peaks",
+                "GPU to worker map",
+            ):
+                self.step(_)
+            return ()
+
+        self.step("GPU utilization")
+        stats = {
+            "mean": f"avg_over_time({util}[1d])",
+            "p50": f"quantile_over_time(0.5, {util}[1d])",
+            "p90": f"quantile_over_time(0.9, {util}[1d])",
+        }
+        util_daily = self._labelled_daily(stats, "stat")
+        self.step("GPU bands")
+        waste = f"{util} < bool {self.bands_waste}"
+        healthy = (
+            f"({util} >= bool {self.bands_healthy[0]}) * ({util} <= bool {self.bands_healthy[1]})"
+        )
+        scale = f"{util} > bool {self.bands_scale}"
+        band_exprs = {
+            name: f"avg_over_time(({expr})[1d:{SUBQUERY_STEP}s])"
+            for name, expr in (("waste", waste), ("healthy", healthy), ("scale_review", scale))
+        }
+        band_daily = self._labelled_daily(band_exprs, "band")
+        self.step("GPU weekly percentiles")
+        week_stats = {
+            "mean": f"avg_over_time({util}[{week}])",
+            "p10": f"quantile_over_time(0.1, {util}[{week}])",
+            "p50": f"quantile_over_time(0.5, {util}[{week}])",
+            "p90": f"quantile_over_time(0.9, {util}[{week}])",
+            "p99": f"quantile_over_time(0.99, {util}[{week}])",
+        }
+        util_week = self._labelled_weekly(week_stats, "stat")
+        self.step("GPM SM activity")
+        sm = self._labelled_weekly(
+            {"mean": f"avg_over_time(inferwatch_gpu_sm_active_ratio[{week}])"}, "stat"
+        )
+        self.step("VRAM peaks")
+        vram_ratio = self.daily_by(
+            "max by (uuid) (max_over_time(inferwatch_gpu_memory_used_ratio[1d]))", ("uuid",)
+        )
+        vram_bytes = self.daily_by(
+            "max by (uuid) (max_over_time(inferwatch_gpu_memory_used_bytes[1d]))", ("uuid",)
+        )
+        self.step("GPU to worker map")
+        mapping: dict[str, set[str]] = {}
+        for s in self.client.instant(
+            "group by (uuid, worker) (last_over_time("
+            f'inferwatch_gpu_process_memory_used_bytes{{worker!=""}}[{span}]))',
+            self.period.end,
+        ):
+            mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
+
+        no_gpm = []
+        empty: Daily = (None,) * len(self.ends)
+        out = []
+        for uuid in sorted(ident, key=lambda u: (ident[u]["instance"], ident[u]["gpu"], u)):
+            info = ident[uuid]
+            served = mapping.get(uuid) or {
+                w.worker for w in workers if info["instance"] in w.instances
+            }
+            sm_week = sm.get(uuid, {}).get("mean")
+            if sm_week is None:
+                no_gpm.append(f"{info['instance']} GPU {info['gpu']}")
+            out.append(
+                RawGpu(
+                    uuid=uuid,
+                    instance=info["instance"],
+                    gpu=info["gpu"],
+                    name=info["name"],
+                    util_daily={k: util_daily.get(uuid, {}).get(k, empty) for k in stats},
+                    band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in band_exprs},
+                    util_week=util_week.get(uuid, {}),
+                    sm_active_week=sm_week,
+                    vram_peak_ratio=vram_ratio.get((uuid,), empty),
+                    vram_peak_bytes=vram_bytes.get((uuid,)),
+                    workers=tuple(sorted(served)),
+                )
+            )
+        if no_gpm:
+            self.notes.append(
+                "SM activity (GPM) is not available for "
+                + ", ".join(no_gpm)
+                + ": GPM needs a Hopper or newer GPU and a recent driver; only NVML "
+                "utilization is shown for it."
+            )
+        return tuple(out)
+
+    bands_waste = 0.30
+    bands_healthy = (0.60, 0.85)
+    bands_scale = 0.85
+
+    def _union(self, exprs: dict[str, str], label: str) -> str:
+        return " or ".join(
+            f'label_replace(max by (uuid) ({expr}), "{label}", "{name}", "", "")'
+            for name, expr in exprs.items()
+        )
+
+    def _labelled_daily(self, exprs: dict[str, str], label: str) -> dict[str, dict[str, Daily]]:
+        out: dict[str, dict[str, Daily]] = {}
+        for s in self.daily(self._union(exprs, label)):
+            out.setdefault(s.labels.get("uuid", ""), {})[s.labels.get(label, "")] = _days_vector(
+                s, self.ends
+            )
+        return out
+
+    def _labelled_weekly(
+        self, exprs: dict[str, str], label: str
+    ) -> dict[str, dict[str, tuple[float | None, float | None]]]:
+        query = self._union(exprs, label)
+        prev: dict[tuple[str, str], float] = {}
+        cur: dict[tuple[str, str], float] = {}
+        for target, when in ((prev, self.period.start), (cur, self.period.end)):
+            for s in self.client.instant(query, when):
+                target[(s.labels.get("uuid", ""), s.labels.get(label, ""))] = s.value
+        out: dict[str, dict[str, tuple[float | None, float | None]]] = {}
+        for uuid, name in set(prev) | set(cur):
+            out.setdefault(uuid, {})[name] = (prev.get((uuid, name)), cur.get((uuid, name)))
+        return out
+
+    # ------------------------------------------------------------------- alerts
+
+    def alerts(self) -> tuple[RawAlert, ...]:
+        self.step("alerts")
+        series = self.client.range(
+            f'count_over_time(ALERTS{{alertstate="firing"}}[{ALERT_STEP}s])',
+            self.period.previous_start + ALERT_STEP,
+            self.period.end,
+            ALERT_STEP,
+        )
+        out = []
+        for s in series:
+            labels = {k: v for k, v in s.labels.items() if k not in ("__name__", "alertstate")}
+            runs = alert_runs([t for t, _ in s.points], ALERT_STEP)
+            out.append(RawAlert(labels, tuple(runs)))
+        out.sort(key=lambda a: (a.labels.get("alertname", ""), sorted(a.labels.items())))
+        return tuple(out)
+
+    # ------------------------------------------------------------------- hourly
+
+    def hourly(self, has_ttft: bool) -> Hourly:
+        self.step("hourly trend")
+        start = self.period.start + HOUR
+        end = self.period.end
+        metric, name = (
+            ("inferwatch_ttft_seconds", "TTFT")
+            if has_ttft
+            else ("inferwatch_e2e_latency_seconds", "End-to-end")
+        )
+        times = tuple(start + i * HOUR for i in range(int((end - start) // HOUR) + 1))
+
+        def one(expr: str) -> tuple[float | None, ...]:
+            result = self.client.range(expr, start, end, HOUR)
+            if not result:
+                return (None,) * len(times)
+            by_time = {round(t): v for t, v in result[0].points}
+            return tuple(by_time.get(round(t)) for t in times)
+
+        latency = one(f"histogram_quantile(0.99, sum by (le) (increase({metric}_bucket[1h])))")
+        if all(v is None for v in latency):
+            name = ""
+        util = one("avg(avg_over_time(inferwatch_gpu_utilization_ratio[1h]))")
+        vram = one("max(max_over_time(inferwatch_gpu_memory_used_ratio[1h]))")
+        return Hourly(times, latency, name, util, vram)
+
+
+def collect(
+    client: PrometheusClient,
+    period: Period,
+    *,
+    waste_below: float,
+    healthy_band: tuple[float, float],
+    scale_review_above: float,
+    progress: Progress | None = None,
+) -> RawData:
+    """Run every query of the report; raises :class:`NoData` when this period is empty."""
+    c = Collector(client, period, progress)
+    c.bands_waste = waste_below
+    c.bands_healthy = healthy_band
+    c.bands_scale = scale_review_above
+    workers = c.workers()
+    gpus = c.gpus(workers)
+    alerts = c.alerts()
+    has_ttft = any("ttft" in w.latency for w in workers)
+    hourly = c.hourly(has_ttft)
+
+    def has_current(values: Daily | None) -> bool:
+        return values is not None and any(v is not None for v in period.current(values))
+
+    current_workers = any(has_current(w.requests) for w in workers)
+    current_gpus = any(has_current(g.util_daily.get("mean")) for g in gpus)
+    if not current_workers and not current_gpus:
+        raise NoData(
+            "no inferwatch data between "
+            f"{_iso(period.start)} and {_iso(period.end)}: neither worker series "
+            "(inferwatch_requests_finished_total) nor GPU series "
+            "(inferwatch_gpu_utilization_ratio). Check --end, --days and that this Prometheus "
+            "scrapes the agents (job and retention)."
+        )
+    if not current_workers:
+        c.notes.append("No worker series in this period: the worker sections are left out.")
+    return RawData(period, workers, gpus, alerts, hourly, tuple(dict.fromkeys(c.notes)))
+
+
+def _iso(t: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+__all__ = ["NoData", "QueryError", "collect", "count_steps"]

@@ -1,0 +1,736 @@
+"""The report as HTML (mail and file), plain text and CSV.
+
+The HTML carries its styles inline (mail clients drop ``<style>`` blocks and
+external CSS) and refers to each chart through ``image_src(chart)``: a
+``cid:`` URL in the mail, a file name next to the HTML on disk. Every label
+that comes from Prometheus is escaped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Sequence
+from html import escape
+
+from inferwatch.report import fmt
+from inferwatch.report.charts import Chart
+from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, Daily
+from inferwatch.report.summary import BAND_NAMES, GpuFigures, ModelFigures, Report, ScopeFigures
+
+FONT = (
+    "-apple-system,BlinkMacSystemFont,'Segoe UI',Roboto,'Helvetica Neue',Arial,"
+    "'Noto Sans',sans-serif"
+)
+INK = "#1f2933"
+MUTED = "#616e7c"
+LINE = "#e4e7eb"
+SOFT = "#f5f7fa"
+GOOD = "#199473"
+BAD = "#cf1124"
+NEUTRAL = "#52606d"
+LEVELS = {
+    "act": ("ACT", "#cf1124", "#ffe3e3"),
+    "watch": ("WATCH", "#b44d12", "#fff3c4"),
+    "ok": ("OK", "#0c6b58", "#c6f7e2"),
+}
+
+ImageSrc = Callable[[Chart], str]
+
+
+def title(report: Report) -> str:
+    return f"inferwatch weekly report: {period_text(report)}"
+
+
+def period_text(report: Report) -> str:
+    p = report.period
+    last_day = p.end - 1
+    return f"{fmt.day(p.start)} – {fmt.day(last_day)} {fmt.date(last_day)[:4]}"
+
+
+# ------------------------------------------------------------------------ HTML
+
+
+def _delta(change: Change | None, kind: str, better: str | None) -> str:
+    text = fmt.delta(change, kind)
+    if not text:
+        return ""
+    color = NEUTRAL
+    direction = change.direction(0.005 if kind == "pts" else 0.02) if change else ""
+    if better and direction in ("up", "down"):
+        good = (direction == "up") == (better == "higher")
+        color = GOOD if good else BAD
+    return f'<div style="font-size:11px;color:{color};white-space:nowrap">{escape(text)}</div>'
+
+
+def _cell(
+    value: str,
+    change: Change | None = None,
+    kind: str = "rel",
+    better: str | None = None,
+    *,
+    bold: bool = False,
+    align: str = "right",
+) -> str:
+    weight = "600" if bold else "400"
+    return (
+        f'<td style="padding:6px 8px;border-bottom:1px solid {LINE};text-align:{align};'
+        f'vertical-align:top;font-weight:{weight}">{escape(value)}'
+        f"{_delta(change, kind, better)}</td>"
+    )
+
+
+def _th(text: str, align: str = "right") -> str:
+    return (
+        f'<th style="padding:6px 8px;border-bottom:2px solid {LINE};text-align:{align};'
+        f"font-size:11px;font-weight:600;color:{MUTED};text-transform:uppercase;"
+        f'letter-spacing:.03em;vertical-align:bottom">{escape(text)}</th>'
+    )
+
+
+def _table(head: Sequence[str], rows: Sequence[str], first_left: bool = True) -> str:
+    ths = "".join(_th(h, "left" if i == 0 and first_left else "right") for i, h in enumerate(head))
+    return (
+        f'<table role="presentation" cellspacing="0" cellpadding="0" style="width:100%;'
+        f'border-collapse:collapse;font-size:13px;color:{INK};margin:8px 0 4px">'
+        f"<thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _h2(text: str, sub: str = "") -> str:
+    extra = (
+        (
+            f'<div style="font-size:12px;color:{MUTED};font-weight:400;margin-top:2px">'
+            f"{escape(sub)}</div>"
+        )
+        if sub
+        else ""
+    )
+    return (
+        f'<h2 style="font-size:18px;margin:34px 0 6px;color:{INK};padding-bottom:6px;'
+        f'border-bottom:1px solid {LINE}">{escape(text)}{extra}</h2>'
+    )
+
+
+def _h3(text: str) -> str:
+    return f'<h3 style="font-size:14px;margin:18px 0 4px;color:{INK}">{escape(text)}</h3>'
+
+
+def _p(text: str, muted: bool = False) -> str:
+    color = MUTED if muted else INK
+    return (
+        f'<p style="margin:6px 0;font-size:13px;line-height:1.5;color:{color}">{escape(text)}</p>'
+    )
+
+
+def _img(chart: Chart, src: ImageSrc) -> str:
+    return (
+        f'<img src="{escape(src(chart))}" alt="{escape(chart.alt)}" width="760" '
+        f'style="display:block;width:100%;max-width:760px;height:auto;margin:8px 0;'
+        f'border:0">'
+    )
+
+
+def _kpi(label: str, value: str, change: Change | None, kind: str, better: str | None) -> str:
+    return (
+        f'<td style="padding:10px 12px;background:{SOFT};border:4px solid #fff;'
+        f'vertical-align:top;width:14%">'
+        f'<div style="font-size:11px;color:{MUTED};text-transform:uppercase;'
+        f'letter-spacing:.03em">{escape(label)}</div>'
+        f'<div style="font-size:18px;font-weight:600;color:{INK};margin:2px 0">'
+        f"{escape(value)}</div>{_delta(change, kind, better)}</td>"
+    )
+
+
+def _fleet_kpis(report: Report) -> str:
+    cells = []
+    f = report.fleet
+    if f is not None:
+        cells.append(_kpi("Requests", fmt.count(f.requests.current), f.requests, "rel", None))
+        cells.append(_kpi("Tokens in", fmt.count(f.prompt.current), f.prompt, "rel", None))
+        cells.append(_kpi("Tokens out", fmt.count(f.generation.current), f.generation, "rel", None))
+        for name in ("ttft", "e2e"):
+            if name in f.latency:
+                p99 = f.latency[name].week[0.99]
+                cells.append(
+                    _kpi(
+                        f"{LATENCY_NAMES[name]} P99", fmt.seconds(p99.current), p99, "rel", "lower"
+                    )
+                )
+                break
+    utils = [g.util["mean"] for g in report.gpus if "mean" in g.util]
+    if utils:
+        cur = [c.current for c in utils if c.current is not None]
+        prev = [c.previous for c in utils if c.previous is not None]
+        avg = Change(sum(cur) / len(cur) if cur else None, sum(prev) / len(prev) if prev else None)
+        cells.append(_kpi("GPU busy", fmt.percent(avg.current), avg, "pts", None))
+    peaks = [g.vram_peak for g in report.gpus]
+    if peaks:
+        cur = [c.current for c in peaks if c.current is not None]
+        prev = [c.previous for c in peaks if c.previous is not None]
+        top = Change(max(cur) if cur else None, max(prev) if prev else None)
+        cells.append(_kpi("VRAM peak", fmt.percent(top.current), top, "pts", "lower"))
+    firings = Change(
+        sum(a.firings.current or 0 for a in report.alerts),
+        sum(a.firings.previous or 0 for a in report.alerts),
+    )
+    cells.append(_kpi("Alerts fired", f"{firings.current:.0f}", firings, "abs_count", "lower"))
+    return (
+        f'<table role="presentation" cellspacing="0" cellpadding="0" style="width:100%;'
+        f'border-collapse:collapse;margin:14px 0 6px"><tr>{"".join(cells)}</tr></table>'
+    )
+
+
+def _findings(report: Report) -> str:
+    items = []
+    for f in report.findings:
+        label, color, bg = LEVELS.get(f.level, LEVELS["watch"])
+        items.append(
+            f'<tr><td style="padding:10px 10px 10px 0;vertical-align:top;width:64px">'
+            f'<span style="display:inline-block;padding:2px 7px;border-radius:10px;'
+            f"background:{bg};color:{color};font-size:10px;font-weight:700;"
+            f'letter-spacing:.05em">{label}</span></td>'
+            f'<td style="padding:10px 0;border-bottom:1px solid {LINE};vertical-align:top">'
+            f'<div style="font-size:14px;font-weight:600;color:{INK}">{escape(f.title)}'
+            f' <span style="font-weight:400;font-size:11px;color:{MUTED}">· {escape(f.loop)}'
+            f"</span></div>"
+            f'<div style="font-size:13px;color:{INK};margin:3px 0;line-height:1.45">'
+            f"{escape(f.evidence)}</div>"
+            f'<div style="font-size:12px;color:{MUTED};line-height:1.45">→ {escape(f.action)}'
+            f"</div></td></tr>"
+        )
+    return (
+        f'<table role="presentation" cellspacing="0" cellpadding="0" '
+        f'style="width:100%;border-collapse:collapse">{"".join(items)}</table>'
+    )
+
+
+def _scope_row(s: ScopeFigures, bold: bool) -> str:
+    name = s.worker or "all workers"
+    cells = [
+        _cell(name, bold=bold, align="left"),
+        _cell(fmt.count(s.requests.current), s.requests, "rel", None, bold=bold),
+        _cell(fmt.count(s.prompt.current), s.prompt, "rel", None, bold=bold),
+        _cell(fmt.count(s.generation.current), s.generation, "rel", None, bold=bold),
+    ]
+    for name_ in ("ttft", "tpot", "e2e"):
+        lat = s.latency.get(name_)
+        if lat is None:
+            cells.append(_cell(fmt.DASH, bold=bold))
+        else:
+            cells.append(
+                _cell(
+                    fmt.seconds(lat.week[0.99].current), lat.week[0.99], "rel", "lower", bold=bold
+                )
+            )
+    for name_ in ("ttft", "tpot"):
+        lat = s.latency.get(name_)
+        if lat is None or lat.attainment is None:
+            cells.append(_cell(fmt.DASH, bold=bold))
+        else:
+            cells.append(
+                _cell(
+                    fmt.percent(lat.attainment.current, 1),
+                    lat.attainment,
+                    "pts",
+                    "higher",
+                    bold=bold,
+                )
+            )
+    cells.append(
+        _cell(
+            fmt.count(s.queue_peak.current) if s.queue_peak else fmt.DASH,
+            s.queue_peak,
+            "abs_count",
+            "lower",
+            bold=bold,
+        )
+    )
+    cells.append(
+        _cell(
+            fmt.duration(s.over_capacity.current) if s.over_capacity else fmt.DASH,
+            s.over_capacity,
+            "abs_seconds",
+            "lower",
+            bold=bold,
+        )
+    )
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _daily_latency(report: Report, m: ModelFigures) -> str:
+    p = report.period
+    names = [n for n in ("ttft", "tpot", "e2e") if n in m.total.latency]
+    head = ["Day", "Requests"]
+    for n in names:
+        head += [f"{LATENCY_NAMES[n]} P50", "P95", "P99"]
+    rows = []
+    starts = p.day_starts()
+    for i in range(p.days, 2 * p.days):
+        cells = [
+            _cell(fmt.day(starts[i]), align="left"),
+            _cell(fmt.count(m.total.requests_daily[i])),
+        ]
+        for n in names:
+            lat = m.total.latency[n]
+            for q in (0.5, 0.95, 0.99):
+                v = lat.daily[q][i]
+                over = lat.slo is not None and q == 0.99 and v is not None and v > lat.slo
+                cell = _cell(fmt.seconds(v))
+                if over:
+                    cell = cell.replace(f"color:{INK}", "").replace(
+                        "font-weight:400", f"font-weight:600;color:{BAD}"
+                    )
+                cells.append(cell)
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    for label, pick in (("This week", "current"), ("Last week", "previous")):
+        cells = [
+            _cell(label, bold=True, align="left"),
+            _cell(fmt.count(getattr(m.total.requests, pick)), bold=True),
+        ]
+        for n in names:
+            for q in (0.5, 0.95, 0.99):
+                cells.append(
+                    _cell(fmt.seconds(getattr(m.total.latency[n].week[q], pick)), bold=True)
+                )
+        rows.append(f'<tr style="background:{SOFT}">' + "".join(cells) + "</tr>")
+    return _table(head, rows)
+
+
+def _model_section(report: Report, m: ModelFigures, charts: dict[str, Chart], src: ImageSrc) -> str:
+    from inferwatch.report.charts import _slug
+
+    t = m.total
+    gpus = [g.label for g in report.gpus if g.uuid in m.gpus]
+    sub = (
+        f"engine {t.engine or 'unknown'} · {len(m.workers)} worker"
+        f"{'s' if len(m.workers) != 1 else ''}" + (f" · GPUs: {', '.join(gpus)}" if gpus else "")
+    )
+    parts = [_h2(f"Model {t.model}", sub)]
+    head = [
+        "Worker",
+        "Requests",
+        "Tokens in",
+        "Tokens out",
+        "TTFT P99",
+        "TPOT P99",
+        "E2E P99",
+        "TTFT SLO met",
+        "TPOT SLO met",
+        "Queue peak",
+        "Over capacity",
+    ]
+    rows = [_scope_row(w, bold=False) for w in m.workers]
+    if len(m.workers) > 1:
+        rows.append(_scope_row(t, bold=True))
+    parts.append(_table(head, rows))
+    slos = [
+        f"{LATENCY_NAMES[n]} {fmt.seconds(report.bands.slo(n))}"
+        for n in ("ttft", "tpot")
+        if report.bands.slo(n) is not None
+    ]
+    parts.append(
+        _p(
+            f"SLO met: share of requests (TTFT) and of output tokens (TPOT) within the P99 SLO "
+            f"({', '.join(slos)}); the SLO holds at {fmt.percent(SLO_TARGET)}. Deltas compare with "
+            "the week before.",
+            muted=True,
+        )
+    )
+    chart = charts.get(f"latency-{_slug(t.model)}")
+    if chart:
+        parts.append(_img(chart, src))
+    if t.latency:
+        parts.append(_h3("Latency per day"))
+        parts.append(_daily_latency(report, m))
+    return "".join(parts)
+
+
+def _band_cell(g: GpuFigures, band: str) -> str:
+    c = g.bands.get(band)
+    better = {"waste": "lower", "healthy": "higher", "scale_review": "lower"}.get(band)
+    return _cell(fmt.percent(c.current) if c else fmt.DASH, c, "pts", better)
+
+
+def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str:
+    if not report.gpus:
+        return ""
+    b = report.bands
+    parts = [
+        _h2("GPUs", "utilization distribution, time in the bands of thresholds.yaml, VRAM peaks")
+    ]
+    head = [
+        "GPU",
+        "Serves",
+        "Busy avg",
+        "P50",
+        "P90",
+        "P99",
+        "SM active",
+        f"Waste <{b.waste_below * 100:.0f}%",
+        f"Healthy {b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
+        f"Scale review >{b.scale_review_above * 100:.0f}%",
+        "VRAM peak",
+        "Peak change",
+    ]
+    rows = []
+    for g in report.gpus:
+        u = g.util
+        mean = u.get("mean")
+        cells = [
+            _cell(g.label + (f" ({g.name})" if g.name else ""), align="left"),
+            _cell(", ".join(g.workers) or fmt.DASH, align="left"),
+            _cell(fmt.percent(mean.current) if mean else fmt.DASH, mean, "pts", None),
+        ]
+        for stat in ("p50", "p90", "p99"):
+            c = u.get(stat)
+            cells.append(_cell(fmt.percent(c.current) if c else fmt.DASH))
+        cells.append(
+            _cell(
+                fmt.percent(g.sm_active.current) if g.sm_active else "n/a", g.sm_active, "pts", None
+            )
+        )
+        for band in ("waste", "healthy", "scale_review"):
+            cells.append(_band_cell(g, band))
+        cells.append(_cell(fmt.percent(g.vram_peak.current), g.vram_peak, "pts", "lower"))
+        trend = "" if g.vram_trend is None else f"{g.vram_trend * 100:+.0f} pts"
+        cells.append(_cell(trend or fmt.DASH))
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append(_table(head, rows))
+    parts.append(
+        _p(
+            "Busy: NVML utilization, percentiles over the week's samples. Peak change: "
+            "last day's VRAM peak minus the first day's. n/a: no GPM on that GPU.",
+            muted=True,
+        )
+    )
+    for name in ("gpu-bands", "vram-peaks"):
+        if name in charts:
+            parts.append(_h3(charts[name].title))
+            parts.append(_img(charts[name], src))
+    p = report.period
+    starts = p.day_starts()
+    head = ["VRAM peak", *[fmt.day(starts[i]) for i in range(p.days, 2 * p.days)]]
+    rows = []
+    for g in report.gpus:
+        cells = [_cell(g.label, align="left")]
+        for i in range(p.days, 2 * p.days):
+            v = g.vram_peak_daily[i]
+            cell = _cell(fmt.percent(v))
+            if v is not None and v >= b.vram_scale_above:
+                cell = cell.replace("font-weight:400", f"font-weight:600;color:{BAD}")
+            cells.append(cell)
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append(_table(head, rows))
+    return "".join(parts)
+
+
+def _alerts_section(report: Report) -> str:
+    parts = [_h2("Alerts", 'from ALERTS{alertstate="firing"}')]
+    if not report.alerts:
+        parts.append(
+            _p(
+                "No alert fired in either week. (If no alerting rules are loaded in "
+                "this Prometheus, nothing can show here.)",
+                muted=True,
+            )
+        )
+        return "".join(parts)
+    head = ["Alert", "Severity", "Fired", "Time firing", "Longest", "On"]
+    rows = []
+    for a in report.alerts:
+        rows.append(
+            "<tr>"
+            + "".join(
+                [
+                    _cell(a.alertname, align="left", bold=True),
+                    _cell(a.severity or fmt.DASH, align="left"),
+                    _cell(f"{a.firings.current or 0:.0f}", a.firings, "abs_count", "lower"),
+                    _cell(fmt.duration(a.seconds.current), a.seconds, "abs_seconds", "lower"),
+                    _cell(fmt.duration(a.longest)),
+                    _cell(", ".join(a.subjects) or fmt.DASH, align="left"),
+                ]
+            )
+            + "</tr>"
+        )
+    parts.append(_table(head, rows))
+    return "".join(parts)
+
+
+def html(report: Report, charts: Sequence[Chart], image_src: ImageSrc, source: str = "") -> str:
+    by_name = {c.name: c for c in charts}
+    body = [
+        f'<div style="font-size:12px;color:{MUTED};text-transform:uppercase;'
+        f'letter-spacing:.06em">inferwatch · weekly report</div>',
+        f'<h1 style="font-size:24px;margin:4px 0 2px;color:{INK}">{escape(period_text(report))}'
+        "</h1>",
+        _p(
+            f"{report.period.days} days to {fmt.timestamp(report.period.end)}, compared with the "
+            f"{report.period.days} days before. Days are UTC.",
+            muted=True,
+        ),
+        _fleet_kpis(report),
+    ]
+    hero = by_name.get("three-curves")
+    if hero:
+        body.append(_h3("P99 latency, GPU utilization and VRAM peak, hour by hour"))
+        body.append(_img(hero, image_src))
+    body.append(_h2("What to look at", "the guide's closed loops applied to this week"))
+    body.append(_findings(report))
+    for m in report.models:
+        body.append(_model_section(report, m, by_name, image_src))
+    body.append(_gpu_section(report, by_name, image_src))
+    body.append(_alerts_section(report))
+    if report.notes:
+        body.append(_h2("Left out"))
+        body.append(
+            '<ul style="margin:6px 0;padding-left:18px">'
+            + "".join(
+                f'<li style="font-size:13px;color:{MUTED};margin:3px 0">{escape(n)}</li>'
+                for n in report.notes
+            )
+            + "</ul>"
+        )
+    footer = f"Generated {fmt.timestamp(report.generated_at)} by inferwatch report"
+    if source:
+        footer += f" from {source}"
+    footer += ". The daily figures are in the attached CSV."
+    body.append(f'<p style="margin:30px 0 0;font-size:11px;color:{MUTED}">{escape(footer)}</p>')
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{escape(title(report))}</title></head>"
+        f'<body style="margin:0;padding:0;background:#eef1f4">'
+        f'<div style="max-width:820px;margin:0 auto;padding:24px 30px;background:#ffffff;'
+        f'font-family:{FONT};color:{INK}">' + "".join(body) + "</div></body></html>\n"
+    )
+
+
+# ------------------------------------------------------------------------ text
+
+
+def _text_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = []
+    for j, row in enumerate([head, *rows]):
+        cells = [
+            str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i])
+            for i, c in enumerate(row)
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+        if j == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _with_delta(value: str, change: Change | None, kind: str) -> str:
+    d = fmt.delta(change, kind)
+    return f"{value} ({d})" if d else value
+
+
+def text(report: Report) -> str:
+    out = [title(report), "=" * len(title(report)), ""]
+    out.append(
+        f"{report.period.days} days to {fmt.timestamp(report.period.end)}, compared with "
+        f"the {report.period.days} days before. Days are UTC."
+    )
+    out.append("The HTML version of this mail has the charts; the daily figures are in the CSV.")
+    out += ["", "WHAT TO LOOK AT", ""]
+    for f in report.findings:
+        out.append(f"[{LEVELS.get(f.level, LEVELS['watch'])[0]}] {f.title} ({f.loop})")
+        out.append(f"    {f.evidence}")
+        out.append(f"    -> {f.action}")
+        out.append("")
+    for m in report.models:
+        out += [f"MODEL {m.total.model}", ""]
+        rows = []
+        scopes = list(m.workers) + ([m.total] if len(m.workers) > 1 else [])
+        for s in scopes:
+            row = [
+                s.worker or "all workers",
+                _with_delta(fmt.count(s.requests.current), s.requests, "rel"),
+                _with_delta(fmt.count(s.prompt.current), s.prompt, "rel"),
+                _with_delta(fmt.count(s.generation.current), s.generation, "rel"),
+            ]
+            for n in ("ttft", "tpot", "e2e"):
+                lat = s.latency.get(n)
+                row.append(
+                    _with_delta(fmt.seconds(lat.week[0.99].current), lat.week[0.99], "rel")
+                    if lat
+                    else fmt.DASH
+                )
+            row.append(fmt.count(s.queue_peak.current) if s.queue_peak else fmt.DASH)
+            row.append(fmt.duration(s.over_capacity.current) if s.over_capacity else fmt.DASH)
+            rows.append(row)
+        out.append(
+            _text_table(
+                [
+                    "worker",
+                    "requests",
+                    "tokens in",
+                    "tokens out",
+                    "TTFT P99",
+                    "TPOT P99",
+                    "E2E P99",
+                    "queue peak",
+                    "over capacity",
+                ],
+                rows,
+            )
+        )
+        out.append("")
+        names = [n for n in ("ttft", "tpot", "e2e") if n in m.total.latency]
+        if names:
+            p = report.period
+            starts = p.day_starts()
+            rows = []
+            for i in range(p.days, 2 * p.days):
+                row = [fmt.day(starts[i])]
+                for n in names:
+                    row += [fmt.seconds(m.total.latency[n].daily[q][i]) for q in (0.5, 0.95, 0.99)]
+                rows.append(row)
+            head = ["day"]
+            for n in names:
+                head += [f"{LATENCY_NAMES[n]} P50", "P95", "P99"]
+            out.append(_text_table(head, rows))
+            out.append("")
+    if report.gpus:
+        out += ["GPUS", ""]
+        rows = []
+        for g in report.gpus:
+            mean = g.util.get("mean")
+            rows.append(
+                [
+                    g.label,
+                    ", ".join(g.workers) or fmt.DASH,
+                    _with_delta(fmt.percent(mean.current) if mean else fmt.DASH, mean, "pts"),
+                    fmt.percent(g.util["p90"].current) if "p90" in g.util else fmt.DASH,
+                    *[
+                        fmt.percent(g.bands[b].current) if b in g.bands else fmt.DASH
+                        for b in ("waste", "healthy", "scale_review")
+                    ],
+                    _with_delta(fmt.percent(g.vram_peak.current), g.vram_peak, "pts"),
+                ]
+            )
+        out.append(
+            _text_table(
+                [
+                    "gpu",
+                    "serves",
+                    "busy avg",
+                    "P90",
+                    "waste",
+                    "healthy",
+                    "scale review",
+                    "VRAM peak",
+                ],
+                rows,
+            )
+        )
+        out.append("")
+    out += ["ALERTS", ""]
+    if report.alerts:
+        out.append(
+            _text_table(
+                ["alert", "severity", "fired", "time firing", "on"],
+                [
+                    [
+                        a.alertname,
+                        a.severity,
+                        _with_delta(f"{a.firings.current or 0:.0f}", a.firings, "abs_count"),
+                        _with_delta(fmt.duration(a.seconds.current), a.seconds, "abs_seconds"),
+                        ", ".join(a.subjects),
+                    ]
+                    for a in report.alerts
+                ],
+            )
+        )
+    else:
+        out.append("  No alert fired in either week.")
+    out.append("")
+    if report.notes:
+        out += ["LEFT OUT", ""]
+        out += [f"  - {n}" for n in report.notes]
+        out.append("")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------- CSV
+
+CSV_COLUMNS = ("date", "period", "scope", "model", "worker", "gpu", "uuid", "metric", "value")
+
+
+def _rows_for(
+    report: Report,
+    scope: str,
+    model: str,
+    worker: str,
+    gpu: str,
+    uuid: str,
+    metric: str,
+    daily: Daily | None,
+) -> list[list[str]]:
+    if daily is None:
+        return []
+    p = report.period
+    starts = p.day_starts()
+    out = []
+    for i, v in enumerate(daily):
+        if v is None:
+            continue  # no data is a missing row, never a zero
+        out.append(
+            [
+                fmt.date(starts[i]),
+                "current" if i >= p.days else "previous",
+                scope,
+                model,
+                worker,
+                gpu,
+                uuid,
+                metric,
+                repr(float(v)),
+            ]
+        )
+    return out
+
+
+def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:
+    rows = []
+    args = (report, s.kind, s.model, s.worker, "", "")
+    rows += _rows_for(*args, "requests", s.requests_daily)
+    rows += _rows_for(*args, "prompt_tokens", s.prompt_daily)
+    rows += _rows_for(*args, "generation_tokens", s.generation_daily)
+    for name, lat in s.latency.items():
+        for q in (0.5, 0.95, 0.99):
+            rows += _rows_for(*args, f"{name}_p{q * 100:g}_seconds", lat.daily[q])
+        if lat.attainment_daily is not None:
+            rows += _rows_for(*args, f"{name}_slo_attainment_ratio", lat.attainment_daily)
+    rows += _rows_for(*args, "queue_depth_peak", s.queue_peak_daily)
+    rows += _rows_for(*args, "queue_over_capacity_seconds", s.over_capacity_daily)
+    return rows
+
+
+def csv_text(report: Report) -> str:
+    """Daily figures, one row per (day, subject, metric); see docs/report.md for the metrics."""
+    rows: list[list[str]] = []
+    for m in report.models:
+        rows += _scope_rows(report, m.total)
+        for w in m.workers:
+            rows += _scope_rows(report, w)
+    for g in report.gpus:
+        args = (report, "gpu", ",".join(g.models), ",".join(g.workers), g.label, g.uuid)
+        for stat, daily in g.util_daily.items():
+            rows += _rows_for(*args, f"gpu_utilization_{stat}_ratio", daily)
+        for band in ("waste", "low", "healthy", "scale_review"):
+            rows += _rows_for(*args, f"gpu_time_{band}_ratio", g.band_daily.get(band))
+        rows += _rows_for(*args, "vram_peak_ratio", g.vram_peak_daily)
+        rows += _rows_for(*args, "vram_peak_bytes", g.vram_bytes_daily)
+    rows.sort(key=lambda r: (r[0], r[2], r[3], r[4], r[5], r[7]))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+__all__ = ["BAND_NAMES", "csv_text", "html", "text", "title"]

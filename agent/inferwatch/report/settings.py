@@ -1,0 +1,275 @@
+"""The report's settings: the ``report:`` section of the config file and ``INFERWATCH_SMTP_*``.
+
+Precedence is flags > environment > file > defaults. The SMTP password comes
+only from ``INFERWATCH_SMTP_PASSWORD`` or a password file, never from a flag,
+and is kept out of every repr, log line and error message.
+
+```yaml
+report:
+  prometheus_url: http://prometheus:9090
+  days: 7
+  thresholds_file: /etc/inferwatch/thresholds.yaml
+  smtp:
+    host: smtp.example.com
+    port: 587
+    security: starttls        # starttls | tls | none
+    username: reports
+    password_file: /run/secrets/smtp-password
+    from: "inferwatch <reports@example.com>"
+    to: [sre@example.com]
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch.errors import ConfigError
+
+SECURITY = ("starttls", "tls", "none")
+DEFAULT_PORTS = {"starttls": 587, "tls": 465, "none": 25}
+REPORT_KEYS = ("prometheus_url", "days", "smtp", "thresholds_file")
+SMTP_KEYS = ("host", "port", "security", "username", "password_file", "from", "to")
+ENV_PREFIX = "INFERWATCH_SMTP_"
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    host: str | None = None
+    port: int | None = None
+    security: str = "starttls"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    sender: str | None = None
+    to: tuple[str, ...] = ()
+
+    @property
+    def effective_port(self) -> int:
+        return self.port or DEFAULT_PORTS[self.security]
+
+    def check_complete(self) -> None:
+        """Raise ConfigError for what --send needs and is missing."""
+        missing = [
+            (key, env)
+            for key, env, value in (
+                ("host", "HOST", self.host),
+                ("from", "FROM", self.sender),
+                ("to", "TO", self.to),
+            )
+            if not value
+        ]
+        if missing:
+            key, env = missing[0]
+            raise ConfigError(
+                "mail settings",
+                f"report.smtp.{key}",
+                f"a value for --send (set it in the config file or {ENV_PREFIX}{env})",
+            )
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    prometheus_url: str | None = None
+    days: int | None = None
+    thresholds_file: str | None = None
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)
+
+
+def _str(source: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            source,
+            key,
+            "a non-empty string",
+            got=type(value).__name__ if not isinstance(value, str) else value,
+        )
+    return value.strip()
+
+
+def _int(source: str, key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(source, key, f"an integer from {low} to {high}", got=value)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ConfigError(source, key, f"an integer from {low} to {high}", got=value) from None
+    if not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(source, key, f"an integer from {low} to {high}", got=value)
+    return value
+
+
+def _security(source: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in SECURITY:
+        raise ConfigError(source, key, "one of " + ", ".join(SECURITY), got=value)
+    return value.strip().lower()
+
+
+def _addresses(source: str, key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise ConfigError(source, key, "a list of mail addresses", got=type(value).__name__)
+    out = []
+    for item in items:
+        if not isinstance(item, str) or "@" not in item:
+            raise ConfigError(source, key, "a list of mail addresses", got=item)
+        out.append(item.strip())
+    if not out:
+        raise ConfigError(source, key, "at least one mail address")
+    return tuple(out)
+
+
+def _address(source: str, key: str, value: Any) -> str:
+    text = _str(source, key, value)
+    if "@" not in text:
+        raise ConfigError(source, key, "a mail address", got=text)
+    return text
+
+
+def _read_password(source: str, key: str, path: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            source, key, "a readable password file", got=f"{path} ({err.strerror or err})"
+        ) from None
+    password = text.rstrip("\r\n")
+    if not password:
+        raise ConfigError(source, key, "a password file that is not empty", got=path)
+    return password
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            path, "(file)", "a readable YAML file", got=err.strerror or str(err)
+        ) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "?"
+        raise ConfigError(path, "(file)", "valid YAML", got=f"a syntax error at {where}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(path, "(top level)", "a mapping", got=type(doc).__name__)
+    section = doc.get("report", {})
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ConfigError(path, "report", "a mapping", got=type(section).__name__)
+    return section
+
+
+def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSettings:
+    """Settings from the ``report:`` section of ``config_file`` and the environment."""
+    section = _load_file(config_file) if config_file else {}
+    source = config_file or ""
+    for key in section:
+        if key not in REPORT_KEYS:
+            raise ConfigError(source, f"report.{key}", "one of " + ", ".join(REPORT_KEYS), got=key)
+    prometheus_url = days = thresholds_file = None
+    if section.get("prometheus_url") is not None:
+        prometheus_url = _str(source, "report.prometheus_url", section["prometheus_url"])
+    if section.get("days") is not None:
+        days = _int(source, "report.days", section["days"], 1, 366)
+    if section.get("thresholds_file") is not None:
+        thresholds_file = _str(source, "report.thresholds_file", section["thresholds_file"])
+
+    smtp_section = section.get("smtp") or {}
+    if not isinstance(smtp_section, dict):
+        raise ConfigError(source, "report.smtp", "a mapping", got=type(smtp_section).__name__)
+    for key in smtp_section:
+        if key not in SMTP_KEYS:
+            hint = (
+                " (the password goes in password_file or INFERWATCH_SMTP_PASSWORD)"
+                if key == "password"
+                else ""
+            )
+            raise ConfigError(
+                source, f"report.smtp.{key}", "one of " + ", ".join(SMTP_KEYS) + hint, got=key
+            )
+
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for key in SMTP_KEYS:
+        if smtp_section.get(key) is not None:
+            values[key] = smtp_section[key]
+            origin[key] = source
+    env_names = {
+        "host": "HOST",
+        "port": "PORT",
+        "security": "SECURITY",
+        "username": "USERNAME",
+        "password_file": "PASSWORD_FILE",
+        "from": "FROM",
+        "to": "TO",
+    }
+    for key, suffix in env_names.items():
+        value = env.get(ENV_PREFIX + suffix)
+        if value:
+            values[key] = value
+            origin[key] = ENV_PREFIX + suffix
+
+    def key_of(k: str) -> str:
+        return f"report.smtp.{k}" if origin[k] == source else origin[k]
+
+    host = _str(origin["host"], key_of("host"), values["host"]) if "host" in values else None
+    port = (
+        _int(origin["port"], key_of("port"), values["port"], 1, 65535) if "port" in values else None
+    )
+    security = (
+        _security(origin["security"], key_of("security"), values["security"])
+        if "security" in values
+        else "starttls"
+    )
+    username = (
+        _str(origin["username"], key_of("username"), values["username"])
+        if "username" in values
+        else None
+    )
+    sender = _address(origin["from"], key_of("from"), values["from"]) if "from" in values else None
+    to = _addresses(origin["to"], key_of("to"), values["to"]) if "to" in values else ()
+
+    password: str | None = None
+    if env.get(ENV_PREFIX + "PASSWORD"):
+        password = env[ENV_PREFIX + "PASSWORD"]
+    elif "password_file" in values:
+        path = _str(origin["password_file"], key_of("password_file"), values["password_file"])
+        password = _read_password(origin["password_file"], key_of("password_file"), path)
+    if password is not None and username is None:
+        raise ConfigError(
+            "mail settings",
+            "report.smtp.username",
+            f"a user name when a password is set (or {ENV_PREFIX}USERNAME)",
+        )
+    if username is not None and password is None:
+        raise ConfigError(
+            "mail settings",
+            "report.smtp.password_file",
+            f"a password for user {username!r}: {ENV_PREFIX}PASSWORD, "
+            f"{ENV_PREFIX}PASSWORD_FILE or report.smtp.password_file",
+        )
+    smtp = SmtpSettings(
+        host=host,
+        port=port,
+        security=security,
+        username=username,
+        password=password,
+        sender=sender,
+        to=to,
+    )
+    return ReportSettings(
+        prometheus_url=prometheus_url, days=days, thresholds_file=thresholds_file, smtp=smtp
+    )

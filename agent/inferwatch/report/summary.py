@@ -1,0 +1,340 @@
+"""From query answers to the figures of the report: per worker, per model, per GPU, alerts.
+
+Pure functions over :mod:`inferwatch.report.model`; no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from inferwatch.report.model import (
+    LATENCIES,
+    QUANTILES,
+    Bands,
+    Buckets,
+    Change,
+    Daily,
+    Hourly,
+    Period,
+    RawData,
+    RawGpu,
+    RawWorker,
+    add_daily,
+    max_daily,
+    mean,
+    merge_buckets,
+    overlap,
+    peak,
+    quantile,
+    share_within,
+    total,
+)
+
+BANDS = ("waste", "low", "healthy", "scale_review")
+BAND_NAMES = {
+    "waste": "waste",
+    "low": "low",
+    "healthy": "healthy",
+    "scale_review": "scale review",
+}
+
+
+@dataclass(frozen=True)
+class LatencyFigures:
+    name: str
+    daily_buckets: tuple[Buckets | None, ...]
+    daily: dict[float, Daily]  # quantile -> 2N days
+    week: dict[float, Change]
+    slo: float | None
+    attainment_daily: Daily | None
+    attainment: Change | None
+
+
+@dataclass(frozen=True)
+class ScopeFigures:
+    """One worker, one model (its workers together) or the whole fleet."""
+
+    kind: str  # "worker", "model", "fleet"
+    model: str
+    worker: str
+    engine: str
+    requests_daily: Daily
+    prompt_daily: Daily
+    generation_daily: Daily
+    requests: Change
+    prompt: Change
+    generation: Change
+    latency: dict[str, LatencyFigures]
+    queue_peak_daily: Daily | None
+    queue_peak: Change | None
+    over_capacity_daily: Daily | None
+    over_capacity: Change | None
+    capacity: float | None
+
+    @property
+    def name(self) -> str:
+        return self.worker or self.model or "all workers"
+
+
+@dataclass(frozen=True)
+class ModelFigures:
+    total: ScopeFigures
+    workers: tuple[ScopeFigures, ...]
+    gpus: tuple[str, ...]  # uuids
+
+
+@dataclass(frozen=True)
+class GpuFigures:
+    uuid: str
+    instance: str
+    gpu: str
+    name: str
+    workers: tuple[str, ...]
+    models: tuple[str, ...]
+    util_daily: dict[str, Daily]
+    util: dict[str, Change]  # mean, p10, p50, p90, p99 over the period
+    band_daily: dict[str, Daily]
+    bands: dict[str, Change]
+    sm_active: Change | None
+    vram_peak_daily: Daily
+    vram_peak: Change
+    vram_bytes_daily: Daily | None
+    vram_bytes_peak: Change | None
+    vram_trend: float | None  # last day's peak minus the first day's, this period
+
+    @property
+    def label(self) -> str:
+        host = self.instance.rsplit(":", 1)[0] if self.instance else self.uuid
+        return f"{host} GPU {self.gpu}" if self.gpu else host
+
+
+@dataclass(frozen=True)
+class AlertFigures:
+    alertname: str
+    severity: str
+    firings: Change
+    seconds: Change
+    longest: float | None
+    subjects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "act", "watch", "ok"
+    loop: str  # which closed loop of the guide (or rule) it comes from
+    title: str
+    evidence: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Report:
+    period: Period
+    bands: Bands
+    generated_at: float
+    fleet: ScopeFigures | None
+    models: tuple[ModelFigures, ...]
+    gpus: tuple[GpuFigures, ...]
+    alerts: tuple[AlertFigures, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    hourly: Hourly
+
+
+def _change(period: Period, daily: Daily | None, how: str = "sum") -> Change:
+    if daily is None:
+        return Change(None, None)
+    fn = {"sum": total, "max": peak, "mean": mean}[how]
+    return Change(fn(period.current(daily)), fn(period.previous(daily)))
+
+
+def latency_figures(
+    name: str, days: tuple[Buckets | None, ...], period: Period, bands: Bands
+) -> LatencyFigures:
+    daily = {q: tuple(quantile(q, b) for b in days) for q in QUANTILES}
+    cur = merge_buckets(period.current(days))  # type: ignore[arg-type]
+    prev = merge_buckets(period.previous(days))  # type: ignore[arg-type]
+    week = {q: Change(quantile(q, cur), quantile(q, prev)) for q in QUANTILES}
+    slo = bands.slo(name)
+    attainment_daily = None
+    attainment = None
+    if slo is not None:
+        attainment_daily = tuple(share_within(slo, b) for b in days)
+        attainment = Change(share_within(slo, cur), share_within(slo, prev))
+    return LatencyFigures(name, days, daily, week, slo, attainment_daily, attainment)
+
+
+def scope_figures(
+    kind: str,
+    model: str,
+    worker: str,
+    workers: Sequence[RawWorker],
+    period: Period,
+    bands: Bands,
+) -> ScopeFigures:
+    n = 2 * period.days
+    empty: Daily = (None,) * n
+    requests = add_daily([w.requests for w in workers]) or empty
+    prompt = add_daily([w.prompt_tokens for w in workers]) or empty
+    generation = add_daily([w.generation_tokens for w in workers]) or empty
+    latency = {}
+    for name in LATENCIES:
+        parts = [w.latency[name] for w in workers if name in w.latency]
+        if not parts:
+            continue
+        days = tuple(merge_buckets(day) for day in zip(*parts, strict=True))
+        latency[name] = latency_figures(name, days, period, bands)
+    queue = max_daily([w.queue_peak for w in workers])
+    over = add_daily([w.over_capacity_seconds for w in workers])
+    capacities = [w.capacity for w in workers if w.capacity is not None]
+    engines = sorted({w.engine for w in workers if w.engine})
+    return ScopeFigures(
+        kind=kind,
+        model=model,
+        worker=worker,
+        engine=", ".join(engines),
+        requests_daily=requests,
+        prompt_daily=prompt,
+        generation_daily=generation,
+        requests=_change(period, requests),
+        prompt=_change(period, prompt),
+        generation=_change(period, generation),
+        latency=latency,
+        queue_peak_daily=queue,
+        queue_peak=_change(period, queue, "max") if queue else None,
+        over_capacity_daily=over,
+        over_capacity=_change(period, over) if over else None,
+        capacity=sum(capacities) if capacities else None,
+    )
+
+
+def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> GpuFigures:
+    n = 2 * period.days
+    band_daily = dict(raw.band_daily)
+    low: list[float | None] = []
+    for i in range(n):
+        parts = [
+            raw.band_daily.get(b, (None,) * n)[i] for b in ("waste", "healthy", "scale_review")
+        ]
+        low.append(
+            None
+            if any(p is None for p in parts)
+            else max(0.0, 1.0 - sum(p for p in parts if p is not None))
+        )
+    band_daily["low"] = tuple(low)
+    util = {stat: Change(cur, prev) for stat, (prev, cur) in raw.util_week.items()}
+    cur_peaks = [v for v in period.current(raw.vram_peak_ratio) if v is not None]
+    trend = cur_peaks[-1] - cur_peaks[0] if len(cur_peaks) >= 2 else None
+    return GpuFigures(
+        uuid=raw.uuid,
+        instance=raw.instance,
+        gpu=raw.gpu,
+        name=raw.name,
+        workers=raw.workers,
+        models=tuple(sorted({worker_models[w] for w in raw.workers if w in worker_models})),
+        util_daily=raw.util_daily,
+        util=util,
+        band_daily=band_daily,
+        bands={b: _change(period, band_daily.get(b), "mean") for b in BANDS},
+        sm_active=Change(raw.sm_active_week[1], raw.sm_active_week[0])
+        if raw.sm_active_week
+        else None,
+        vram_peak_daily=raw.vram_peak_ratio,
+        vram_peak=_change(period, raw.vram_peak_ratio, "max"),
+        vram_bytes_daily=raw.vram_peak_bytes,
+        vram_bytes_peak=_change(period, raw.vram_peak_bytes, "max")
+        if raw.vram_peak_bytes
+        else None,
+        vram_trend=trend,
+    )
+
+
+SUBJECT_LABELS = ("model", "worker", "instance", "gpu")
+
+
+def alert_figures(raw: RawData) -> tuple[AlertFigures, ...]:
+    period = raw.period
+    grouped: dict[str, list[tuple[dict[str, str], tuple[tuple[float, float], ...]]]] = {}
+    for a in raw.alerts:
+        grouped.setdefault(a.labels.get("alertname", "?"), []).append((a.labels, a.firings))
+    out = []
+    for name, items in grouped.items():
+        counts = [0, 0]
+        secs = [0.0, 0.0]
+        longest: float | None = None
+        subjects: set[str] = set()
+        severity = ""
+        for labels, firings in items:
+            severity = severity or labels.get("severity", "")
+            for f in firings:
+                for i, (start, end) in enumerate(
+                    ((period.previous_start, period.start), (period.start, period.end))
+                ):
+                    part = overlap(f, start, end)
+                    secs[i] += part
+                    if start <= f[0] < end:
+                        counts[i] += 1
+                    if i == 1 and part > 0:
+                        longest = max(longest or 0.0, part)
+                        subjects.add(_subject(labels))
+        if counts == [0, 0] and secs == [0.0, 0.0]:
+            continue
+        out.append(
+            AlertFigures(
+                alertname=name,
+                severity=severity,
+                firings=Change(float(counts[1]), float(counts[0])),
+                seconds=Change(secs[1], secs[0]),
+                longest=longest,
+                subjects=tuple(sorted(subjects)),
+            )
+        )
+    order = {"critical": 0, "warning": 1, "info": 2}
+    out.sort(key=lambda a: (order.get(a.severity, 3), -(a.seconds.current or 0), a.alertname))
+    return tuple(out)
+
+
+def _subject(labels: dict[str, str]) -> str:
+    if labels.get("worker"):
+        return labels["worker"]
+    if labels.get("gpu"):
+        host = labels.get("instance", "").rsplit(":", 1)[0]
+        return f"{host} GPU {labels['gpu']}".strip()
+    return labels.get("instance", "") or labels.get("model", "") or "(no labels)"
+
+
+def build_report(raw: RawData, bands: Bands, generated_at: float | None = None) -> Report:
+    from inferwatch.report.insights import findings as find
+
+    period = raw.period
+    by_model: dict[str, list[RawWorker]] = {}
+    for w in raw.workers:
+        by_model.setdefault(w.model, []).append(w)
+    worker_models = {w.worker: w.model for w in raw.workers}
+    gpus = tuple(gpu_figures(g, period, worker_models) for g in raw.gpus)
+    models = []
+    for model, ws in sorted(by_model.items()):
+        total_fig = scope_figures("model", model, "", ws, period, bands)
+        workers = tuple(
+            scope_figures("worker", model, w.worker, [w], period, bands)
+            for w in sorted(ws, key=lambda w: w.worker)
+        )
+        model_gpus = tuple(g.uuid for g in gpus if model in g.models)
+        models.append(ModelFigures(total_fig, workers, model_gpus))
+    fleet = scope_figures("fleet", "", "", raw.workers, period, bands) if raw.workers else None
+    alerts = alert_figures(raw)
+    report = Report(
+        period=period,
+        bands=bands,
+        generated_at=time.time() if generated_at is None else generated_at,
+        fleet=fleet,
+        models=tuple(models),
+        gpus=gpus,
+        alerts=alerts,
+        findings=(),
+        notes=raw.notes,
+        hourly=raw.hourly,
+    )
+    return replace(report, findings=tuple(find(report)))

@@ -1,0 +1,346 @@
+"""Unit tests of the report's pure parts: arithmetic, formatting, settings, findings, CLI checks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferwatch.cli import main as cli_main
+from inferwatch.errors import ConfigError, UsageError
+from inferwatch.report import fmt
+from inferwatch.report.cli import parse_end
+from inferwatch.report.model import (
+    Bands,
+    Change,
+    Hourly,
+    Period,
+    RawData,
+    RawGpu,
+    RawWorker,
+    alert_runs,
+    merge_buckets,
+    quantile,
+    share_within,
+)
+from inferwatch.report.promapi import MAX_POINTS, range_chunks
+from inferwatch.report.settings import load_settings
+from inferwatch.report.summary import build_report
+from support.proc import free_port
+
+END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
+
+# ------------------------------------------------------------------- arithmetic
+
+
+def test_quantile_follows_promql() -> None:
+    buckets = (
+        (0.1, 60.0),
+        (0.25, 140.0),
+        (0.5, 180.0),
+        (1.0, 196.0),
+        (2.5, 200.0),
+        (math.inf, 200.0),
+    )
+    assert quantile(0.99, buckets) == pytest.approx(1.75)
+    assert quantile(0.5, buckets) == pytest.approx(0.1 + 0.15 * 40 / 80)
+    # A rank in the +Inf bucket answers the highest finite bound.
+    assert quantile(0.99, ((1.0, 10.0), (math.inf, 20.0))) == 1.0
+    # No observations: no value, never a zero.
+    assert quantile(0.99, ((1.0, 0.0), (math.inf, 0.0))) is None
+    assert quantile(0.99, None) is None
+    assert share_within(2.0, ((1.0, 0.0), (math.inf, 0.0))) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.lists(st.integers(min_value=0, max_value=1000), min_size=2, max_size=8),
+    q=st.floats(min_value=0.01, max_value=0.99),
+)
+def test_share_within_inverts_quantile(counts: list[int], q: float) -> None:
+    bounds = [0.05 * 2**i for i in range(len(counts))]
+    cumulative = []
+    running = 0
+    for c in counts:
+        running += c
+        cumulative.append(float(running))
+    buckets = (*zip(bounds, cumulative, strict=True), (math.inf, float(running)))
+    value = quantile(q, buckets)
+    if running == 0:
+        assert value is None
+        return
+    assert value is not None
+    share = share_within(value, buckets)
+    assert share is not None
+    # Exact where the quantile lies inside a bucket with observations.
+    assert share == pytest.approx(q, abs=1e-9) or any(
+        value == b and share >= q - 1e-9 for b in bounds
+    )
+
+
+def test_merge_buckets_sums_by_bound() -> None:
+    a = ((1.0, 2.0), (math.inf, 3.0))
+    b = ((1.0, 5.0), (math.inf, 5.0))
+    assert merge_buckets([a, None, b]) == ((1.0, 7.0), (math.inf, 8.0))
+    assert merge_buckets([None, None]) is None
+
+
+def test_alert_runs_split_on_gaps() -> None:
+    points = [60.0 * i for i in range(10, 14)] + [60.0 * i for i in range(20, 21)]
+    assert alert_runs(points, 60) == [(600.0, 780.0), (1200.0, 1260.0)]
+    assert alert_runs([], 60) == []
+
+
+def test_range_chunks_cover_every_step_once() -> None:
+    step = 60.0
+    start, end = 0.0, step * (3 * MAX_POINTS + 17)
+    chunks = list(range_chunks(start, end, step))
+    assert len(chunks) == 4
+    points = [t for a, b in chunks for t in range(int(a), int(b) + 1, int(step))]
+    assert points == list(range(int(start), int(end) + 1, int(step)))
+    assert all((b - a) / step + 1 <= MAX_POINTS for a, b in chunks)
+
+
+def test_period_days() -> None:
+    p = Period(END, 7)
+    ends = p.day_ends()
+    assert len(ends) == 14 and ends[-1] == END and ends[6] == p.start
+    assert fmt.day(p.day_starts()[7]) == "Mon 16 Nov"
+
+
+# -------------------------------------------------------------------- formatting
+
+
+def test_change_and_delta_text() -> None:
+    assert fmt.delta(Change(4.29, 1.75), "rel") == "▲ 145%"
+    assert fmt.delta(Change(0.93, 0.86), "pts") == "▲ 7 pts"
+    assert fmt.delta(Change(100.0, 100.5), "rel") == "▶ 0%"
+    assert fmt.delta(Change(3600.0, 7200.0), "abs_seconds") == "▼ 1h 00m"
+    assert fmt.delta(Change(5.0, None), "rel") == "new"
+    assert fmt.delta(Change(None, 5.0), "rel") == ""
+    assert Change(2.0, 0.0).ratio is None and Change(2.0, 0.0).direction() == "up"
+
+
+def test_number_formats() -> None:
+    assert fmt.seconds(0.0992) == "99 ms"
+    assert fmt.seconds(0.0095) == "9.5 ms"
+    assert fmt.seconds(1.75) == "1.75 s"
+    assert fmt.seconds(None) == fmt.DASH
+    assert fmt.count(821_400) == "821 k"
+    assert fmt.count(1_234_567) == "1.23 M"
+    assert fmt.duration(7200) == "2h 00m"
+    assert fmt.duration(45) == "45s"
+    assert fmt.percent(0.456) == "46%"
+
+
+def test_parse_end() -> None:
+    assert parse_end("2026-11-23") == END
+    assert parse_end("2026-11-23T00:00:00Z") == END
+    assert parse_end("2026-11-23T01:00:00+01:00") == END
+    assert parse_end("1795392000") == END
+    assert parse_end("now", now=42.0) == 42.0
+    assert parse_end("today", now=END + 6 * 3600 + 5) == END
+    with pytest.raises(UsageError, match="--end: expected ISO 8601"):
+        parse_end("last monday")
+
+
+# ---------------------------------------------------------------------- settings
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_settings_file_then_env(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("file-secret\n")
+    cfg = write(
+        tmp_path / "c.yaml",
+        f"""
+listen: 0.0.0.0:10127
+report:
+  prometheus_url: http://prom:9090
+  days: 14
+  smtp:
+    host: smtp.example.com
+    security: tls
+    username: reports
+    password_file: {secret}
+    from: reports@example.com
+    to: [a@example.com, b@example.com]
+""",
+    )
+    s = load_settings(cfg, {})
+    assert s.prometheus_url == "http://prom:9090" and s.days == 14
+    assert s.smtp.effective_port == 465 and s.smtp.password == "file-secret"
+    assert s.smtp.to == ("a@example.com", "b@example.com")
+    assert "file-secret" not in repr(s)
+    s = load_settings(
+        cfg,
+        {
+            "INFERWATCH_SMTP_PORT": "2525",
+            "INFERWATCH_SMTP_PASSWORD": "env",
+            "INFERWATCH_SMTP_TO": "c@example.com, d@example.com",
+            "INFERWATCH_SMTP_SECURITY": "STARTTLS",
+        },
+    )
+    assert s.smtp.effective_port == 2525 and s.smtp.password == "env"
+    assert s.smtp.to == ("c@example.com", "d@example.com") and s.smtp.security == "starttls"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ("report:\n  prometheus: x\n", {}, "c.yaml: report.prometheus: expected one of"),
+        ("report:\n  days: seven\n", {}, "c.yaml: report.days: expected an integer from 1 to 366"),
+        (
+            "report:\n  smtp:\n    password: hunter2\n",
+            {},
+            "report.smtp.password: expected one of host, port",
+        ),
+        (
+            "report:\n  smtp:\n    security: ssl\n",
+            {},
+            "report.smtp.security: expected one of starttls, tls, none, got 'ssl'",
+        ),
+        ("report:\n  smtp:\n    to: nobody\n", {}, "report.smtp.to: expected a list of mail"),
+        ("report: [1]\n", {}, "c.yaml: report: expected a mapping"),
+        ("report: {\n", {}, "c.yaml: (file): expected valid YAML"),
+        (
+            "",
+            {"INFERWATCH_SMTP_PORT": "smtp"},
+            "INFERWATCH_SMTP_PORT: INFERWATCH_SMTP_PORT: expected an integer from 1 to 65535",
+        ),
+        ("", {"INFERWATCH_SMTP_USERNAME": "u"}, "expected a password for user 'u'"),
+        ("", {"INFERWATCH_SMTP_PASSWORD": "hunter2"}, "report.smtp.username: expected a user name"),
+    ],
+)
+def test_settings_errors(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
+    cfg = write(tmp_path / "c.yaml", text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg, env)
+    assert message in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_password_file_errors_name_the_file_not_the_secret(tmp_path: Path) -> None:
+    env = {
+        "INFERWATCH_SMTP_USERNAME": "u",
+        "INFERWATCH_SMTP_PASSWORD_FILE": str(tmp_path / "missing"),
+    }
+    with pytest.raises(ConfigError, match=r"expected a readable password file, got .*missing"):
+        load_settings(None, env)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli_main(["report"]) == 2
+    assert "--prometheus-url is required" in capsys.readouterr().err
+    assert cli_main(["report", "--prometheus-url", "prom:9090"]) == 2
+    assert "expected an http:// or https:// URL" in capsys.readouterr().err
+    cfg = write(tmp_path / "c.yaml", "report:\n  smtp:\n    host: h\n")
+    # --send with incomplete mail settings fails before any query (no Prometheus here).
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli_main(["report", "--prometheus-url", url, "--send", "--config", cfg]) == 2
+    assert "report.smtp.from: expected a value for --send" in capsys.readouterr().err
+    bad = write(tmp_path / "t.yaml", "vram:\n  scale_above: 1.5\n")
+    assert cli_main(["report", "--prometheus-url", url, "--thresholds", bad]) == 2
+    assert "vram.scale_above" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- findings
+
+
+def _buckets(fast: bool, n: float) -> tuple[tuple[float, float], ...]:
+    # TTFT P99 0.3 s when fast, otherwise fine but slower (0.9 s).
+    top = 0.25 if fast else 1.0
+    return ((0.1, 0.5 * n), (top, 0.995 * n), (2.5, n), (math.inf, n))
+
+
+def _raw(util: float, vram: float, requests: tuple[float, float]) -> RawData:
+    period = Period(END, 7)
+    n = 14
+    workers = []
+    for name, per_day in zip(("w0", "w1"), requests, strict=True):
+        daily = (per_day,) * n
+        workers.append(
+            RawWorker(
+                model="m",
+                worker=name,
+                engine="vllm",
+                instances=(f"{name}:1",),
+                requests=daily,
+                prompt_tokens=daily,
+                generation_tokens=daily,
+                latency={"ttft": (_buckets(True, per_day),) * n},
+                queue_peak=(1.0,) * n,
+                over_capacity_seconds=(0.0,) * n,
+                capacity=256.0,
+            )
+        )
+    gpus = tuple(
+        RawGpu(
+            uuid=f"GPU-{name}",
+            instance=f"{name}:1",
+            gpu="0",
+            name="",
+            util_daily={"mean": (util,) * n},
+            band_daily={"waste": (0.0,) * n, "healthy": (0.0,) * n, "scale_review": (0.0,) * n},
+            util_week={"mean": (util, util), "p90": (util, util)},
+            sm_active_week=None,
+            vram_peak_ratio=(vram,) * n,
+            vram_peak_bytes=None,
+            workers=(name,),
+        )
+        for name in ("w0", "w1")
+    )
+    hourly = Hourly((), (), "", (), ())
+    return RawData(period, tuple(workers), gpus, (), hourly, ())
+
+
+def test_loop1_idle_gpus_with_fine_latency_points_at_the_spread() -> None:
+    report = build_report(_raw(util=0.25, vram=0.5, requests=(3000.0, 1000.0)), Bands())
+    loop1 = [f for f in report.findings if f.loop == "Loop 1 · idle compute"]
+    assert len(loop1) == 1
+    assert "averaged 25%" in loop1[0].evidence
+    assert "w0 served 3.0x the requests of w1" in loop1[0].evidence
+    assert "least connections" in loop1[0].action
+
+
+def test_healthy_squeeze_is_not_an_action() -> None:
+    report = build_report(_raw(util=0.7, vram=0.88, requests=(1000.0, 1000.0)), Bands())
+    assert {f.level for f in report.findings} == {"ok"}
+    assert any("healthy squeeze" in f.title for f in report.findings)
+
+
+def test_a_quiet_week_says_so() -> None:
+    report = build_report(_raw(util=0.7, vram=0.6, requests=(1000.0, 1000.0)), Bands())
+    assert [f.title for f in report.findings] == ["Nothing needs a look this week."]
+
+
+def test_a_fleet_without_gpu_series_renders_without_gpu_sections() -> None:
+    from dataclasses import replace
+
+    from inferwatch.report import charts, render
+
+    raw = replace(
+        _raw(util=0.5, vram=0.5, requests=(1000.0, 1000.0)),
+        gpus=(),
+        notes=("No GPU series in either period: the GPU sections are left out.",),
+    )
+    report = build_report(raw, Bands())
+    drawn = charts.all_charts(report)
+    assert [c.name for c in drawn] == ["latency-m"]  # no hourly data, no GPU charts
+    page = render.html(report, drawn, lambda c: f"{c.name}.png")
+    assert ">GPUs<" not in page and "No GPU series" in page
+    assert "GPU busy" not in page  # no made-up utilization headline
+    table = render.csv_text(report)
+    assert ",current,gpu," not in table and ",previous,gpu," not in table
+    assert ",worker,m,w0,,,requests,1000.0" in table
+    assert "GPUS" not in render.text(report)
