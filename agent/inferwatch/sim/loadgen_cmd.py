@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         required=True,
         choices=list(SCENARIOS),
-        help="; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
+        # argparse expands %-formats in help: the descriptions' "%" must be doubled
+        help="; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()).replace("%", "%%"),
     )
     parser.add_argument(
         "--duration", type=float, default=None, help="seconds of arrivals (default: the scenario's)"
