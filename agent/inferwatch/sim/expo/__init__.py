@@ -30,7 +30,8 @@ from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 
 #: engine name -> writer module
 WRITERS: dict[str, str] = {
-    "vllm": "inferwatch.sim.expo.vllm",
+    name: f"inferwatch.sim.expo.{name}"
+    for name in ("vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
 }
 
 

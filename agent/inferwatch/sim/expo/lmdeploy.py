@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
@@ -158,7 +158,9 @@ class LmdeployWriter:
             self.waiting.labels(*lv).set(s.waiting)
             self.running.labels(*lv).set(s.running)
             self.kv.labels(*lv).set(s.kv_usage)
-        encoder, content_type = choose_encoder(accept)
+        # Always the 0.0.4 text format: prometheus_client's OpenMetrics encoder rewrites
+        # ":" in sample names but not in TYPE lines, which no parser accepts.
+        encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
         return Exposition(encoder(self._view), content_type)
 
 

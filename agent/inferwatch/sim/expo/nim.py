@@ -24,7 +24,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from inferwatch.sim.config import SimConfig
@@ -143,7 +143,9 @@ class NimWriter:
         used = sum(s.blocks_in_use for s in states)
         total = sum(s.num_gpu_blocks for s in states)
         self.kv.labels(*lv).set(used / total if total else 0.0)
-        encoder, content_type = choose_encoder(accept)
+        # Always the 0.0.4 text format: prometheus_client's OpenMetrics encoder rewrites
+        # ":" in sample names but not in TYPE lines, which no parser accepts.
+        encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
         return Exposition(encoder(self._view), content_type)
 
 

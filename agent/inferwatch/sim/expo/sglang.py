@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
@@ -148,7 +148,9 @@ class SglangWriter:
                 self.usage.labels(*lv).set(s.kv_usage)
                 self.used_tokens.labels(*lv).set(s.blocks_in_use * block)
                 self.max_tokens.labels(*lv).set(s.num_gpu_blocks * block)
-        encoder, content_type = choose_encoder(accept)
+        # Always the 0.0.4 text format: prometheus_client's OpenMetrics encoder rewrites
+        # ":" in sample names but not in TYPE lines, which no parser accepts.
+        encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
         return Exposition(encoder(self.registry), content_type)
 
 

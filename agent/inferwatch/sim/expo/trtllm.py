@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
@@ -130,7 +130,9 @@ class TrtllmWriter:
         self.max_batch.labels(*lv).set(sum(s.max_num_seqs for s in states))
         self.used_blocks.labels(*lv).set(used)
         self.max_blocks.labels(*lv).set(total)
-        encoder, content_type = choose_encoder(accept)
+        # Always the 0.0.4 text format: prometheus_client's OpenMetrics encoder rewrites
+        # ":" in sample names but not in TYPE lines, which no parser accepts.
+        encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
         return Exposition(encoder(self.registry), content_type)
 
 
