@@ -511,3 +511,16 @@ def test_every_engine_table_cites_its_source() -> None:
 def test_never_raises_on_any_command_line(argv: list[str]) -> None:
     info = parse_launch(argv)
     assert info is None or info.engine in ENGINE_FLAGS
+
+
+def test_the_simulator_reads_like_vllm() -> None:
+    for argv in (
+        ["inferwatch", "simulate", "--port", "8001", "--max-num-seqs", "20", "--model", "demo-7b"],
+        ["/usr/bin/python3", "-m", "inferwatch.cli", "simulate", "--max-num-seqs=20",
+         "--port", "8001", "--model", "demo-7b", "--no-enable-prefix-caching"],
+    ):
+        info = parse_launch(argv)
+        assert info is not None
+        assert (info.engine, info.max_num_seqs, info.port) == ("vllm", 20, 8001)
+        assert info.model == "demo-7b"
+    assert parse_launch(["inferwatch", "run", "--worker", "http://a:1"]) is None

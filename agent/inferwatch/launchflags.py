@@ -339,6 +339,7 @@ _MODULES: Mapping[str, str] = MappingProxyType(
         "sglang.launch_server": "sglang-launch-server",
         "sglang.cli.main": "sglang",
         "tensorrt_llm.commands.serve": "trtllm-serve",
+        "inferwatch.cli": "inferwatch",
     }
 )
 
@@ -365,6 +366,8 @@ _PROGRAMS: Mapping[str, _Program] = MappingProxyType(
         "lmdeploy": _Program("lmdeploy", ("serve", "api_server"), positional_model=True),
         # trtllm-serve's click group runs `serve` for anything that is not a sub-command
         "trtllm-serve": _Program("trtllm", positional_model=True),
+        # inferwatch's own simulator takes vLLM's flag names (sim/simulate_cmd.py)
+        "inferwatch": _Program("vllm", ("simulate",)),
     }
 )
 _TRTLLM_SUBCOMMANDS: Mapping[str, bool] = MappingProxyType(
