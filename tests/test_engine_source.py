@@ -72,11 +72,16 @@ class Stub:
         raise AssertionError(mode)
 
 
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": "0.33.0"})
+
+
 @pytest.fixture
 async def stub() -> AsyncIterator[Stub]:
     s = Stub()
     app = web.Application()
     app.router.add_get("/metrics", s.handle)
+    app.router.add_get("/version", version)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
     port = free_port()
@@ -295,5 +300,21 @@ async def test_max_num_seqs_from_config_else_command_line(stub: Stub) -> None:
     try:
         await src.refresh()
         assert "inferwatch_max_num_seqs" not in exposition(src)  # unknown: absent, not 0
+    finally:
+        await src.stop()
+
+
+async def test_version_is_read_once_and_reported_to_process_info(stub: Stub) -> None:
+    stub.text = render("v1", [EngineValues()])
+    src = source_for(stub.url)
+    try:
+        await src.refresh()
+        assert src.engine_facts("w") == {"engine": "vllm", "model": "m", "version": "0.33.0"}
+        stub.mode = "500"
+        await src.refresh()
+        assert src.engine_facts("w") == {}  # down: nothing stale
+        stub.mode = "ok"
+        await src.refresh()
+        assert src.engine_facts("w")["version"] == "0.33.0"  # read again after coming back
     finally:
         await src.stop()

@@ -41,6 +41,8 @@ from inferwatch.stats import CumulativeWindow, GaugeWindow, window_quantiles
 
 log = logging.getLogger(__name__)
 
+#: engines with a small JSON endpoint that names their version ({"version": "..."})
+VERSION_PATHS = {"vllm": "/version"}
 SCRAPE_ERROR_REASONS = (
     "connect",
     "timeout",
@@ -138,6 +140,7 @@ class WorkerState:
         self.quantiles.clear()
         self.ratios.clear()
         self.slopes.clear()
+        self.version = None  # a worker that comes back may be another build
 
 
 def _labels(worker: str, engine: str, key: LabelKey) -> tuple[list[str], list[str]]:
@@ -342,6 +345,24 @@ class EngineSource(Source):
         self.health.ok(key=name)
         self._update_windows(state, mapped, time.time())
         state.mapped = mapped
+        if state.version is None and mapped.engine in VERSION_PATHS:
+            state.version = await self._fetch_version(state, VERSION_PATHS[mapped.engine])
+
+    async def _fetch_version(self, state: WorkerState, path: str) -> str:
+        """The engine's version from its API, once per (re)start; "" when it cannot say."""
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=state.spec.timeout or self.config.scrape.timeout)
+        try:
+            async with self._session.get(
+                state.base_url + path, timeout=timeout, allow_redirects=False
+            ) as resp:
+                if resp.status != 200:
+                    return ""
+                doc = await resp.json(content_type=None)
+        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError):
+            return ""
+        version = doc.get("version") if isinstance(doc, dict) else None
+        return str(version)[:64] if isinstance(version, (str, int, float)) else ""
 
     # ------------------------------------------------------------------ windows
     def _update_windows(self, state: WorkerState, mapped: Mapped, now: float) -> None:
