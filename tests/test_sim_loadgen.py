@@ -128,8 +128,9 @@ async def test_overload_queue_climbs_with_vram_above_92_percent(tmp_path: Path) 
     assert max(r for _, r, _ in samples) <= max_num_seqs
     together = [s for s in samples if s[0] > max_num_seqs and s[2] > 0.92]
     assert together, f"never queue > {max_num_seqs} with VRAM > 92 %: {samples}"
-    # the queue keeps climbing: its last value is well above the first crossing
-    assert samples[-1][0] > together[0][0]
+    # the queue keeps climbing past the first crossing (the last samples may come after
+    # the load generator cancelled its requests, when the queue has drained)
+    assert max(s[0] for s in samples) > together[0][0]
     # open loop: arrivals kept coming while the worker fell behind; the rest were cancelled
     assert result.statuses().get("cancelled", 0) > result.statuses().get("ok", 0)
 
