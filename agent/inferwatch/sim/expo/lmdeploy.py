@@ -15,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
-from inferwatch.sim.expo.nim import WithoutCreated
+from inferwatch.sim.expo.common import WithoutCreated, buckets_1_2_5
 from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 
 FORMATS = ("pytorch",)
@@ -44,17 +44,6 @@ REASONS = {
     "error": "INTERNAL_ENGINE_ERROR",
 }  # fmt: skip
 LABELS = ["model_name", "engine"]
-
-
-def buckets_1_2_5(max_value: int) -> list[int]:
-    out: list[int] = []
-    exponent = 0
-    while True:
-        for m in (1, 2, 5):
-            if m * 10**exponent > max_value:
-                return out
-            out.append(m * 10**exponent)
-        exponent += 1
 
 
 class LmdeployWriter:

@@ -13,7 +13,7 @@ engines add up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,10 +25,10 @@ from prometheus_client import (
     ProcessCollector,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.metrics_core import Metric
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
+from inferwatch.sim.expo.common import WithoutCreated
 from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 
 FORMATS = ("v1",)
@@ -41,22 +41,6 @@ E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 TOKEN_BUCKETS = (
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
 )  # fmt: skip
-
-
-class WithoutCreated:
-    """A registry view without ``_created`` samples (servers that disable them)."""
-
-    def __init__(self, inner: CollectorRegistry) -> None:
-        self._inner = inner
-
-    def collect(self) -> Iterator[Metric]:
-        for fam in self._inner.collect():
-            if fam.type in ("counter", "histogram", "summary"):
-                copy = Metric(fam.name, fam.documentation, fam.type, fam.unit)
-                copy.samples = [s for s in fam.samples if not s.name.endswith("_created")]
-                yield copy
-            else:
-                yield fam
 
 
 class NimWriter:

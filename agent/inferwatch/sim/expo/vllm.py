@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -42,6 +42,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
+from inferwatch.sim.expo.common import WithoutCreated, buckets_1_2_5
 from inferwatch.sim.stats import FINISH_REASONS, EngineSnapshot, HttpRecord, StepStats
 
 FORMATS = ("v1", "v0", "multiprocess")
@@ -76,18 +77,6 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 V0_THROUGHPUT_INTERVAL = 5.0
 
 
-def buckets_1_2_5(max_value: int) -> list[int]:
-    """1, 2, 5, 10, 20, 50, ... up to ``max_value`` (vLLM's token-count buckets)."""
-    out: list[int] = []
-    scale = 1
-    while True:
-        for m in (1, 2, 5):
-            if m * scale > max_value:
-                return out
-            out.append(m * scale)
-        scale *= 10
-
-
 def cache_config_labels(cfg: SimConfig) -> dict[str, str]:
     """CacheConfig fields as vLLM's ``metrics_info()`` renders them (``str()`` of each)."""
     return {
@@ -110,22 +99,6 @@ def cache_config_labels(cfg: SimConfig) -> dict[str, str]:
         "kv_offloading_size": "None",
         "kv_offloading_backend": "native",
     }
-
-
-class _WithoutCreated:
-    """A view of a registry without ``_created`` samples (V0 and multiprocess output)."""
-
-    def __init__(self, inner: CollectorRegistry) -> None:
-        self._inner = inner
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._inner.collect():
-            if family.type in ("counter", "histogram", "summary"):
-                copy = Metric(family.name, family.documentation, family.type, family.unit)
-                copy.samples = [s for s in family.samples if not s.name.endswith("_created")]
-                yield copy
-            else:
-                yield family
 
 
 class _PerPidGauge:
@@ -176,8 +149,8 @@ class VllmWriter:
             else:
                 self._build_v1()
         self._build_http()
-        self._source: CollectorRegistry | _WithoutCreated = (
-            self.registry if cfg.format == "v1" else _WithoutCreated(self.registry)
+        self._source: CollectorRegistry | WithoutCreated = (
+            self.registry if cfg.format == "v1" else WithoutCreated(self.registry)
         )
 
     # -- families ------------------------------------------------------------------
