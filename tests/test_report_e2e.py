@@ -39,10 +39,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.proc import (
+    PROMTOOL,
+    REPO,
+    Process,
+    free_port,
+    http_get,
+    require_binary,
+    wait_until,
+)
+from tests.support.tls import self_signed_cert
 
 import test_report_fixture as fx
 from inferwatch.cli import main as cli_main
-from support.proc import PROMTOOL, REPO, Process, free_port, http_get, require_binary, wait_until
 
 PROMETHEUS = shutil.which("prometheus")
 CHROMIUM = shutil.which("chromium")
@@ -539,32 +548,7 @@ def test_send_without_auth(
 
 @pytest.fixture
 def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
-    openssl = OPENSSL or pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
+    return self_signed_cert(tmp_path)
 
 
 def test_send_with_starttls_and_auth(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.proc import free_port
 
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
@@ -29,7 +30,6 @@ from inferwatch.report.model import (
 from inferwatch.report.promapi import MAX_POINTS, range_chunks
 from inferwatch.report.settings import load_settings
 from inferwatch.report.summary import build_report
-from support.proc import free_port
 
 END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
 

@@ -25,35 +25,9 @@ from tests.support.proc import (
     running,
     wait_until,
 )
+from tests.support.tls import self_signed_cert
 
 PASSWORD = "s3cret-Scrape!"
-
-
-def make_cert(tmp: Path) -> tuple[Path, Path]:
-    cert, key = tmp / "tls.crt", tmp / "tls.key"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def start_agent(tmp: Path, web_config: dict | None, *args: str) -> tuple[Process, int]:
@@ -85,7 +59,7 @@ def https_get(port: int, ctx: ssl.SSLContext, auth: str | None = None) -> int:
 
 @pytest.mark.slow
 def test_tls_and_basic_auth_with_real_clients(tmp_path: Path) -> None:
-    cert, key = make_cert(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=6)).decode()
     hashed_2y = "$2y$" + hashed[4:]  # htpasswd's spelling of the same algorithm
     web = {
