@@ -19,7 +19,7 @@ ARG PYTHON_VERSION=3.12
 FROM python:${PYTHON_VERSION}-slim AS builder
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY agent ./agent
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
