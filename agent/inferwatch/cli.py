@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "loadgen": ("inferwatch.sim.loadgen_cmd", "send open-loop load to workers on loopback"),
     "report": ("inferwatch.report.cli", "the weekly report from Prometheus: HTML, CSV, mail"),
     "generate": ("inferwatch.pack.generate", "write rules, runbooks, dashboards from thresholds"),
+    "advise": ("inferwatch.advise", "ranked tuning advice from live metrics; capacity arithmetic"),
 }
 
 

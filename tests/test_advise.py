@@ -1,0 +1,549 @@
+"""`inferwatch advise`: the closed-loop rules, the pictures they read, and the loops live.
+
+The live test runs one simulated worker per load scenario (two for
+``imbalance``), one agent watching them all and a real Prometheus scraping the
+agent, drives every scenario at once for a few seconds, and asks
+``inferwatch advise`` (from the agent and from Prometheus) what to do: each
+loop's recommendation must come for its scenario's workers and for no other.
+The simulators run at ``TIME_SCALE`` (4x faster than real time), so the
+latency thresholds are scaled the same way (``--thresholds``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support.proc import Process, Prometheus, free_port, http_get, inferwatch_cmd, wait_until
+
+from inferwatch.advise import (
+    Recommendation,
+    WarmupState,
+    WorkerPicture,
+    advise,
+    parse_exposition,
+    parse_time,
+    pictures_from_answers,
+    pictures_from_scrapes,
+    read_agent,
+    render_text,
+    report_dict,
+)
+from inferwatch.errors import ConfigError
+from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.sim.loadgen import run_load
+
+T = load_thresholds()
+
+LOOPS = {"spread": 1, "warmup": 2, "vram": 3, "scale_out": 4, "long_context_pool": 5}
+
+
+def ids(recs: list[Recommendation], worker: str | None = None) -> set[str]:
+    return {r.id for r in recs if worker is None or worker in r.workers}
+
+
+def picture(**values: Any) -> WorkerPicture:
+    base: dict[str, Any] = {"worker": "w", "instance": "agent:10127", "model": "m"}
+    return WorkerPicture(**{**base, **values})
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def test_a_rising_queue_with_a_full_batch_asks_to_scale_out() -> None:
+    p = picture(
+        queue_depth=30, queue_slope=2.0, running_max=20, max_num_seqs=20, gpu_utilization=0.95
+    )
+    recs = advise([p], T)
+    assert ids(recs) == {"scale_out"}
+    (rec,) = recs
+    assert rec.loop == 4
+    texts = [e.text() for e in rec.evidence]
+    assert "queue depth (mean) 30 requests > 20 requests (max_num_seqs)" in texts
+    # the tail a queue makes is the queue's, not the traffic mix's
+    tail = dataclasses.replace(p, e2e_p50=1.0, e2e_p99=20.0)
+    assert ids(advise([tail], T)) == {"scale_out"}
+    # the same queue that drains, under capacity: nothing
+    assert not advise([dataclasses.replace(p, queue_depth=5, queue_slope=-1.0)], T)
+
+
+def test_memory_advice_uses_the_launch_flags() -> None:
+    p = picture(
+        vram_used_ratio=0.95,
+        kv_usage=0.97,
+        preemption_rate=0.5,
+        ttft_p99=0.2,
+        flags={"prefix_caching": "false", "gpu_memory_utilization": "0.95", "max_num_seqs": "48"},
+    )
+    (rec,) = advise([p], T)
+    assert (rec.id, rec.loop) == ("vram", 3)
+    actions = "\n".join(rec.actions)
+    assert "Prefix caching is off: add --enable-prefix-caching" in actions
+    assert "--kv-cache-dtype fp8" in actions
+    assert "from 0.95 to 0.85" in actions
+    assert "lower --max-num-seqs first (from 48 to 38)" in actions
+    # the guide's order: prefix caching, FP8 KV, headroom, then max-num-seqs
+    order = ["prefix", "fp8", "0.85", "max-num-seqs"]
+    assert [next(i for i, a in enumerate(rec.actions) if k in a.lower()) for k in order] == sorted(
+        range(4)
+    )
+    on = dataclasses.replace(p, flags={"prefix_caching": "true", "gpu_memory_utilization": "0.85"})
+    actions = "\n".join(advise([on], T)[0].actions)
+    assert "prefix caching" not in actions.split("\n")[0].lower()
+    assert "--gpu-memory-utilization" not in actions
+
+
+def test_a_healthy_squeeze_and_a_reserved_pool_are_left_alone() -> None:
+    # VRAM above 85 % with P99 under 500 ms and no preemption: healthy (4.2)
+    squeeze = picture(vram_used_ratio=0.93, kv_usage=0.9, ttft_p99=0.3, preemption_rate=0.0)
+    assert not advise([squeeze], T)
+    # vLLM reserves its KV pool at start: a full card with an empty KV cache is fine
+    reserved = picture(vram_used_ratio=0.95, kv_usage=0.1, ttft_p99=0.9, preemption_rate=0.0)
+    assert not advise([reserved], T)
+
+
+def test_slow_first_tokens_on_an_idle_gpu_ask_for_warmup_and_prefix_caching() -> None:
+    p = picture(
+        ttft_p95=4.8, ttft_p99=5.0, gpu_utilization=0.1, uptime_seconds=90,
+        e2e_p50=0.5, e2e_p99=5.5, flags={"prefix_caching": "false"},
+    )  # fmt: skip
+    recs = advise([p], T)
+    assert ids(recs) == {"warmup"}  # the tail comes from the cold start: no pool advice
+    actions = "\n".join(recs[0].actions)
+    assert "warm-up gate" in actions and "Prefix caching is off" in actions
+    assert any("worker uptime 90.00 s < 600.00 s" in e.text() for e in recs[0].evidence)
+    # the gate already warmed it: the advice says so instead
+    gated = dataclasses.replace(p, warmup=WarmupState(True, False, 4.6, 0.02))
+    actions = "\n".join(advise([gated], T)[0].actions)
+    assert "The warm-up gate warmed this worker" in actions
+    # the same TTFT on a busy GPU is not a warm-up problem
+    assert "warmup" not in ids(advise([dataclasses.replace(p, gpu_utilization=0.8)], T))
+    # nor when the requests waited in the queue (the window after a spike, GPU idle again)
+    assert "warmup" not in ids(advise([dataclasses.replace(p, queue_time_mean=3.0)], T))
+    assert "warmup" in ids(advise([dataclasses.replace(p, queue_time_mean=0.3)], T))
+
+
+def test_uneven_spread_over_idle_gpus_asks_for_least_connections() -> None:
+    busy = picture(worker="a", gpu_utilization=0.55, request_rate=9.0, ttft_p95=0.2)
+    quiet = picture(worker="b", gpu_utilization=0.05, request_rate=1.0, ttft_p95=0.1)
+    recs = advise([busy, quiet], T)
+    assert ids(recs) == {"spread"}
+    assert recs[0].workers == ("a", "b")
+    assert "least_conn" in recs[0].actions[0]
+    # even spread over idle GPUs: not a routing problem, the GPUs are just idle
+    even = [dataclasses.replace(busy, request_rate=5.0, gpu_utilization=0.1), dataclasses.replace(quiet, request_rate=5.0)]  # fmt: skip
+    assert ids(advise(even, T)) == {"consolidate"}
+    # one worker: nothing to spread
+    assert "spread" not in ids(advise([quiet], T))
+
+
+def test_a_long_tail_asks_for_a_long_context_pool() -> None:
+    p = picture(e2e_p50=0.4, e2e_p99=6.0, gpu_utilization=0.5, flags={"max_model_len": "8192"})
+    (rec,) = advise([p], T)
+    assert (rec.id, rec.loop) == ("long_context_pool", 5)
+    assert "P99 / P50 15.0x >= 5.0x (latency.tail_ratio)" in [e.text() for e in rec.evidence]
+    assert any("--max-model-len 8192" in a for a in rec.actions)
+    assert not advise([dataclasses.replace(p, e2e_p99=1.9)], T)
+
+
+def test_recommendations_are_ranked_by_urgency() -> None:
+    pictures = [
+        picture(worker="tail", e2e_p50=0.4, e2e_p99=6.0, gpu_utilization=0.5),
+        picture(worker="cold", ttft_p95=3.0, gpu_utilization=0.1),
+        picture(worker="full", queue_depth=40, queue_slope=1.0, running_max=20, max_num_seqs=20),
+    ]
+    assert [r.id for r in advise(pictures, T)] == ["scale_out", "warmup", "long_context_pool"]
+
+
+def test_thresholds_come_from_the_thresholds_file(tmp_path: Path) -> None:
+    p = picture(ttft_p95=1.5, gpu_utilization=0.1)
+    assert "warmup" not in ids(advise([p], T))  # 1.5 s is under the default 2 s line
+    path = tmp_path / "t.yaml"
+    path.write_text("ttft:\n  warmup_p95_seconds: 1\n")
+    assert "warmup" in ids(advise([p], load_thresholds(str(path))))
+
+
+# --------------------------------------------------------------------------- pictures
+
+AGENT_TEXT = """\
+# TYPE inferwatch_target_up gauge
+inferwatch_target_up{worker="a"} 1
+inferwatch_target_up{worker="b"} 1
+# TYPE inferwatch_gpu_up gauge
+inferwatch_gpu_up{gpu="0",uuid="G0"} 1
+inferwatch_gpu_up{gpu="1",uuid="G1"} 1
+# TYPE inferwatch_gpu_utilization_ratio gauge
+inferwatch_gpu_utilization_ratio{gpu="0",uuid="G0"} UTIL
+inferwatch_gpu_utilization_ratio{gpu="1",uuid="G1"} 0.1
+# TYPE inferwatch_gpu_memory_used_ratio gauge
+inferwatch_gpu_memory_used_ratio{gpu="0",uuid="G0"} VRAM
+# TYPE inferwatch_gpu_process_memory_used_bytes gauge
+inferwatch_gpu_process_memory_used_bytes{gpu="0",pid="1",process="vllm",uuid="G0",worker="a"} 1e9
+inferwatch_gpu_process_memory_used_bytes{gpu="1",pid="2",process="vllm",uuid="G1",worker="b"} 1e9
+# TYPE inferwatch_requests_running gauge
+inferwatch_requests_running{engine="vllm",model="m",worker="a"} RUN
+# TYPE inferwatch_queue_depth gauge
+inferwatch_queue_depth{engine="vllm",model="m",worker="a"} 4
+# TYPE inferwatch_ttft_quantile_seconds gauge
+inferwatch_ttft_quantile_seconds{engine="vllm",model="m",quantile="0.95",worker="a"} 0.25
+# TYPE inferwatch_requests_finished_total counter
+inferwatch_requests_finished_total{engine="vllm",model="m",reason="stop",worker="a"} 500
+inferwatch_requests_finished_total{engine="vllm",model="m",reason="length",worker="a"} 100
+# TYPE inferwatch_worker_start_time_seconds gauge
+inferwatch_worker_start_time_seconds{engine="vllm",model="m",worker="a"} 1000
+# TYPE inferwatch_worker_info gauge
+inferwatch_worker_info{engine="vllm",gpu_memory_utilization="0.9",max_model_len="",max_num_batched_tokens="",max_num_seqs="32",model="m",pid="1",prefix_caching="true",version="",worker="a"} 1
+# TYPE inferwatch_worker_ready gauge
+inferwatch_worker_ready{worker="a"} 1
+"""
+
+
+def agent_text(util: float, vram: float, running: float) -> str:
+    return (
+        AGENT_TEXT.replace("UTIL", str(util))
+        .replace("VRAM", str(vram))
+        .replace("RUN", str(running))
+    )
+
+
+def test_pictures_from_agent_samples_average_gauges_and_join_gpus() -> None:
+    scrapes = [
+        (1100.0, parse_exposition(agent_text(0.2, 0.50, 10))),
+        (1101.0, parse_exposition(agent_text(0.4, 0.70, 30))),
+    ]
+    a, b = pictures_from_scrapes(scrapes, "agent:10127")
+    assert (a.worker, a.model, a.engine, a.gpus) == ("a", "m", "vllm", ("0",))
+    assert a.gpu_utilization == pytest.approx(0.3)  # mean of the samples
+    assert a.vram_used_ratio == pytest.approx(0.7)  # the peak
+    assert (a.running, a.running_max, a.queue_depth) == (20, 30, 4)
+    assert a.ttft_p95 == 0.25
+    # two samples one second apart are too short for a rate: total over uptime
+    assert a.uptime_seconds == 101 and a.request_rate == pytest.approx(600 / 101)
+    assert a.flags == {
+        "max_num_seqs": "32",
+        "gpu_memory_utilization": "0.9",
+        "prefix_caching": "true",
+    }
+    assert a.capacity() == 32
+    assert a.warmup == WarmupState(ready=True)
+    assert b.gpus == ("1",) and b.gpu_utilization == pytest.approx(0.1) and b.warmup is None
+
+
+def test_pictures_from_prometheus_answers_join_instances() -> None:
+    def one(labels: dict[str, str], value: float) -> list[tuple[dict[str, str], float]]:
+        return [(labels, value)]
+
+    w = {"instance": "n1:10127", "worker": "vllm"}
+    w2 = {"instance": "n2:10127", "worker": "vllm"}
+    answers = {
+        "target_up": one(w, 1) + one(w2, 1),
+        "identity": one({**w, "model": "m", "engine": "vllm"}, 1),
+        "ttft_p95": one(w, 0.3) + one(w2, 2.5),
+        "gpu_utilization": one({"instance": "n1:10127", "gpu": "0"}, 0.5)
+        + one({"instance": "n2:10127", "gpu": "0"}, 0.1),
+        "gpu_workers": one({**w, "gpu": "0"}, 1e9),
+        "start_time": one(w2, 900.0),
+    }
+    p1, p2 = pictures_from_answers(answers, end=1000.0)
+    # the same worker name on two agents: told apart by instance
+    assert (p1.label, p2.label) == ("vllm@n1:10127", "vllm@n2:10127")
+    assert (p1.model, p1.gpus, p1.gpu_utilization, p1.ttft_p95) == ("m", ("0",), 0.5, 0.3)
+    # no per-process join on n2, but it is its agent's only worker: the agent's GPUs
+    assert (p2.gpus, p2.gpu_utilization, p2.uptime_seconds) == (("0",), 0.1, 100.0)
+
+
+def test_times_for_the_prometheus_range() -> None:
+    assert parse_time("now", 5000.0, "--end") == 5000.0
+    assert parse_time("now-1h", 5000.0, "--start") == 1400.0
+    assert parse_time("-30m", 5000.0, "--start") == 3200.0
+    assert parse_time("2025-01-01T00:00:00Z", 0.0, "--start") == 1735689600.0
+    with pytest.raises(ConfigError, match="--start: expected now, now-1h"):
+        parse_time("yesterday", 0.0, "--start")
+
+
+def test_text_output_lists_evidence_and_actions() -> None:
+    p = picture(ttft_p95=4.8, gpu_utilization=0.1)
+    text = render_text([p], advise([p], T), "agent:10127")
+    assert "1. First tokens are slow while the GPU idles: warm the worker up" in text
+    assert "TTFT P95 4.80 s > 2.00 s (ttft.warmup_p95_seconds)" in text
+    assert "Workers:" in text and "GPU util" in text
+
+
+def test_cli_needs_one_source_and_says_so_in_one_line() -> None:
+    done = subprocess.run(inferwatch_cmd("advise"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "inferwatch advise: error: give one of --agent-url URL or --prometheus-url URL "
+        "(or `capacity`)"
+    ]
+    port = free_port()
+    done = subprocess.run(
+        inferwatch_cmd("advise", "--agent-url", f"http://127.0.0.1:{port}", "--samples", "1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3 and "cannot read" in done.stderr
+
+
+# --------------------------------------------------------------------------- live
+
+#: latency lines are scaled for simulators whose clocks run 4x faster than real time
+TIME_SCALE = 0.25
+#: the busiest scenarios run in real time: a small shared host cannot run their steps
+#: 4x faster, and a simulator that falls behind queues like an overloaded worker
+SCALES = {"steady": 1.0, "imbalance": 1.0}
+#: scenarios run together, phase after phase, with the load's duration and when (into it)
+#: advise reads the agent, seconds. The light ones share a phase; overload and long-tail
+#: have one each: on a small shared host, a simulator starved of CPU falls behind and
+#: queues like an overloaded worker
+PHASES = [
+    (("idle", "steady", "cold-start", "imbalance"), (7.0, 4.5)),
+    (("overload",), (7.0, 4.5)),
+    (("long-tail",), (9.0, 7.0)),
+]
+#: with seed 7 long-tail plans its first long requests (700 tokens, about 3.5 s at 0.25)
+#: at 0.2, 0.7 and 1.9 s: they have finished when advise reads the agent
+SEED = 7
+MAX_NUM_SEQS = 20
+
+#: worker name -> (scenario, extra simulator flags)
+WORKERS: dict[str, tuple[str, list[str]]] = {
+    "idle": ("idle", []),
+    "steady": ("steady", []),
+    "overload": ("overload", ["--gpu-memory-utilization", "0.95"]),
+    "long-tail": ("long-tail", []),
+    "cold-start": (
+        "cold-start",
+        ["--no-enable-prefix-caching", "--cold-start-requests", "3", "--cold-start-seconds", "4.6"],
+    ),
+    # a larger batch, as on a bigger card: the busy worker of the pair then stays well
+    # under 100 % and the pair's average clearly under the 40 % line the loop looks for
+    "imbalance-a": ("imbalance", ["--max-num-seqs", "32"]),
+    "imbalance-b": ("imbalance", ["--max-num-seqs", "32"]),
+}
+#: what each scenario's workers must get (from the five loops), and nothing else
+EXPECTED = {
+    "idle": set(),
+    "steady": set(),
+    "overload": {"scale_out", "vram"},
+    "long-tail": {"long_context_pool"},
+    "cold-start": {"warmup"},
+    "imbalance-a": {"spread"},
+    "imbalance-b": {"spread"},
+}
+
+
+@dataclasses.dataclass
+class Advice:
+    #: scenario -> advise --json from the agent, read while the scenario's load ran
+    agent: dict[str, dict[str, Any]]
+    #: scenario -> advise --json from Prometheus over that scenario's range
+    prometheus: dict[str, dict[str, Any]]
+    #: the text form of the command line for the cold-start worker, read at the end
+    text: str
+
+
+def scale_of(scenario: str) -> float:
+    return SCALES.get(scenario, TIME_SCALE)
+
+
+def scaled_thresholds(tmp_path: Path) -> Path:
+    """The latency lines scaled like the fast simulators' clocks (stricter for the others)."""
+    t = T
+    doc = {
+        "ttft": {
+            "p99_slo_seconds": t.ttft.p99_slo_seconds * TIME_SCALE,
+            "warmup_p95_seconds": t.ttft.warmup_p95_seconds * TIME_SCALE,
+        },
+        "vram": {"squeeze_p99_ok_seconds": t.vram.squeeze_p99_ok_seconds * TIME_SCALE},
+    }
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def scraped_after(prometheus: Prometheus, moment: float) -> float:
+    """The time of Prometheus's first scrape of the agent at or after ``moment``."""
+
+    def last_scrape() -> float | None:
+        value = prometheus.scalar("max(timestamp(inferwatch_agent_info))")
+        return value if value is not None and value >= moment else None
+
+    return wait_until(last_scrape, timeout=15, message="prometheus to scrape the agent again")
+
+
+async def advise_cli(*args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        *inferwatch_cmd("advise", *args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+@pytest.fixture(scope="module")
+def advice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Advice]:
+    tmp = tmp_path_factory.mktemp("advise")
+    state = tmp / "gpus"
+    procs: list[Process] = []
+    urls: dict[str, str] = {}
+    prometheus: Prometheus | None = None
+    try:
+        for index, (name, (scenario, extra)) in enumerate(WORKERS.items()):
+            port = free_port()
+            urls[name] = f"http://127.0.0.1:{port}"
+            cold = [] if scenario == "cold-start" else ["--cold-start-requests", "0"]
+            batch = [] if "--max-num-seqs" in extra else ["--max-num-seqs", str(MAX_NUM_SEQS)]
+            procs.append(
+                Process(
+                    inferwatch_cmd(
+                        "simulate", "--port", str(port), "--model", f"model-{scenario}",
+                        *batch, "--time-scale", str(scale_of(scenario)),
+                        "--gpu-state-dir", str(state), "--gpu-index", str(index),
+                        "--seed", str(index), *cold, *extra,
+                    ),
+                    tmp / f"sim-{name}.log",
+                )
+            )  # fmt: skip
+        agent_port = free_port()
+        agent_url = f"http://127.0.0.1:{agent_port}"
+        procs.append(
+            Process(
+                inferwatch_cmd(
+                    "run", "--listen", f"127.0.0.1:{agent_port}",
+                    "--gpu-backend", "fake", "--fake-gpus", str(len(WORKERS)),
+                    "--fake-gpu-state", str(state),
+                    "--collect-interval", "500ms", "--stats-window", "60s",
+                    *(a for name, url in urls.items() for a in ("--worker", f"{name}={url}")),
+                ),
+                tmp / "agent.log",
+            )
+        )  # fmt: skip
+
+        def ready() -> bool:
+            for p in procs:
+                if not p.alive():
+                    raise AssertionError(f"{p.args[3]} exited:\n{p.log()[-2000:]}")
+            status, body, _ = http_get(f"{agent_url}/metrics", timeout=2)
+            text = body.decode()
+            up = all(f'inferwatch_target_up{{worker="{n}"}} 1.0' in text for n in WORKERS)
+            # the process source has found every simulator (launch flags, start time)
+            found = text.count("inferwatch_worker_start_time_seconds{") == len(WORKERS)
+            return status == 200 and up and found
+
+        wait_until(ready, timeout=90, message="the agent watching every simulator")
+        prometheus = Prometheus(
+            tmp,
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [
+                    {"job_name": "inferwatch", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}
+                ],
+            },
+        )  # fmt: skip
+        wait_until(prometheus.targets_up, timeout=30, message="prometheus scraping the agent")
+        common = ["--thresholds", str(scaled_thresholds(tmp))]
+        thresholds = load_thresholds(common[1])
+        assert prometheus is not None
+        prom_url = prometheus.url
+
+        async def drive() -> Advice:
+            got = Advice({}, {}, "")
+            for phase, (duration, advise_at) in PHASES:
+                started = time.time()
+                loads = [
+                    run_load(
+                        [urls[n] for n, (s, _) in WORKERS.items() if s == scenario],
+                        scenario, duration, time_scale=scale_of(scenario), seed=SEED, drain=0.5,
+                    )
+                    for scenario in phase
+                ]  # fmt: skip
+                load = asyncio.gather(*loads)
+                await asyncio.sleep(advise_at)
+                # in this process (a thread, the load goes on): a fresh interpreter can take
+                # seconds to start on a busy host, and the load must still run when it reads
+                pictures = await asyncio.to_thread(read_agent, agent_url, 3, 0.5)
+                recs = advise(pictures, thresholds)
+                doc = report_dict(pictures, recs, {"kind": "agent"}, thresholds.source)
+                await load
+                ended = time.time()
+                # the range ends at a scrape that saw the agent after the load ended
+                end = await asyncio.to_thread(scraped_after, prometheus, ended + 0.6)
+                from_prometheus = await advise_cli(
+                    "--prometheus-url", prom_url, "--json", *common,
+                    "--start", f"{started:.3f}", "--end", f"{end:.3f}",
+                )  # fmt: skip
+                for scenario in phase:
+                    got.agent[scenario] = json.loads(json.dumps(doc))
+                    got.prometheus[scenario] = json.loads(from_prometheus)
+            # the command line, in text form, after the last scenario: the cold-start
+            # worker's slow first tokens are still in the agent's 60 s window
+            got.text = await advise_cli("--agent-url", agent_url, "--worker", "cold-start", *common)
+            return got
+
+        yield asyncio.run(drive())
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        for p in procs:
+            p.stop()
+
+
+def loops_for(doc: dict[str, Any], worker: str) -> set[str]:
+    return {
+        r["id"]
+        for r in doc["recommendations"]
+        if r["id"] in LOOPS and any(w == worker or w.startswith(f"{worker}@") for w in r["workers"])
+    }
+
+
+def explain(doc: dict[str, Any], worker: str) -> str:
+    pictures = [w for w in doc["workers"] if w["worker"] == worker]
+    return json.dumps({"worker": pictures, "recommendations": doc["recommendations"]}, indent=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("worker", list(WORKERS))
+def test_each_loop_fires_for_its_scenario_only_from_the_agent(advice: Advice, worker: str) -> None:
+    doc = advice.agent[WORKERS[worker][0]]
+    assert loops_for(doc, worker) == EXPECTED[worker], explain(doc, worker)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("worker", list(WORKERS))
+def test_each_loop_fires_for_its_scenario_only_from_prometheus(advice: Advice, worker: str) -> None:
+    doc = advice.prometheus[WORKERS[worker][0]]
+    assert loops_for(doc, worker) == EXPECTED[worker], explain(doc, worker)
+
+
+@pytest.mark.slow
+def test_live_advice_is_concrete(advice: Advice) -> None:
+    recs = {
+        (r["id"], tuple(r["workers"])): r
+        for doc in advice.agent.values()
+        for r in doc["recommendations"]
+    }
+    warmup = recs[("warmup", ("cold-start",))]
+    # the cold-start simulator was launched with --no-enable-prefix-caching
+    assert any(a.startswith("Prefix caching is off") for a in warmup["actions"])
+    vram = recs[("vram", ("overload",))]
+    assert any("from 0.95 to 0.85" in a for a in vram["actions"])
+    assert any("from 20 to 16" in a for a in vram["actions"])
+    # the text form (stdout is not a terminal): ranked, with its evidence; --worker keeps
+    # the recommendations of one worker
+    assert "1. First tokens are slow while the GPU idles: warm the worker up" in advice.text
+    assert "   workers: cold-start  (loop 2;" in advice.text
+    assert "(ttft.warmup_p95_seconds)" in advice.text
+    assert "Prefix caching is off: add --enable-prefix-caching" in advice.text
+    assert "overload" not in advice.text
