@@ -5,8 +5,9 @@
   panel schemas (read from ../shared/reference/grafana-schema, skipped when absent);
 - the dashboard-linter rules of STYLE.md (inferwatch.pack.dashlint) pass with no
   exclusion, and each rule is shown to catch a violation;
-- every metric a panel or variable queries is in METRICS.md, a generated
-  recording rule, or a series Prometheus writes itself;
+- every metric a panel or variable queries is in METRICS.md, the Extensions
+  section of docs/metrics.md, a generated recording rule, or a series
+  Prometheus writes itself;
 - thresholds drawn on panels follow thresholds.yaml;
 - the committed files equal the generator's output, byte for byte;
 - the sidecar ConfigMaps and the Grafana provisioning files are valid;
@@ -33,6 +34,7 @@ from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 SCHEMA_DIR = SHARED / "reference" / "grafana-schema"
 METRICS_MD = SHARED / "design" / "METRICS.md"
+PROJECT_METRICS_DOC = REPO / dashlint.PROJECT_METRICS_DOC
 RULES_FILE = REPO / "alerts" / "inferwatch-rules.yaml"
 PROVISIONING = REPO / "deploy" / "grafana" / "provisioning"
 COMPOSE_MONITORING = REPO / "deploy" / "compose" / "monitoring.yml"
@@ -326,6 +328,8 @@ def test_every_queried_metric_is_in_the_contract(boards: dict[str, dict[str, Any
         pytest.skip(f"{METRICS_MD} is absent: the metric contract is read from ../shared/design")
     names, prefixes = dashlint.contract_metrics(METRICS_MD.read_text())
     assert "inferwatch_ttft_seconds_bucket" in names and "process_" in prefixes
+    names |= dashlint.extension_metrics(PROJECT_METRICS_DOC.read_text())
+    assert "inferwatch_worker_ready" in names
     missing = {
         metric: sorted(where)
         for metric, where in _used_metrics(boards).items()
@@ -377,6 +381,122 @@ def test_contract_parser_reads_tables() -> None:
         "b_limit_watts",
     }
     assert prefixes == {"process_", "python_"}
+
+
+def test_extension_metrics_read_only_exact_names_of_the_extensions_section() -> None:
+    text = (
+        "# Metrics\n## Workers\n| name | type | meaning |\n|---|---|---|\n"
+        "| `not_an_extension` | gauge | x |\n"
+        "## Extensions\n| name | type | meaning |\n|---|---|---|\n"
+        "| `ext_seconds` | histogram | y |\n| `ext_wild_*` | | z |\n"
+        "### Warm-up gate\n| name | type | meaning |\n|---|---|---|\n"
+        "| `gate_ready` | gauge 0/1 | w |\n| `gate_runs_total` | counter | v |\n"
+        "## Later\n| name | type | meaning |\n|---|---|---|\n| `after_it` | gauge | u |\n"
+    )
+    assert dashlint.extension_metrics(text) == {
+        "ext_seconds",
+        "ext_seconds_bucket",
+        "ext_seconds_sum",
+        "ext_seconds_count",
+        "gate_ready",
+        "gate_runs_total",
+    }
+    assert dashlint.extension_metrics("# Metrics\n| name | type |\n| `a` | gauge |\n") == set()
+    documented = dashlint.extension_metrics(PROJECT_METRICS_DOC.read_text())
+    assert {
+        "inferwatch_worker_ready",
+        "inferwatch_warmup_duration_seconds",
+        "inferwatch_warmup_ttft_seconds",
+        "inferwatch_warmup_failures_total",
+        "inferwatch_warmup_deadline_exceeded",
+        "inferwatch_warmups_total",
+    } <= documented
+    # the main tables of docs/metrics.md are METRICS.md's, not extensions
+    assert "inferwatch_gpu_up" not in documented
+
+
+# --- the warm-up row -------------------------------------------------------------------------
+
+WARMUP_TITLES = [
+    "Warm",
+    "Gate opened on deadline",
+    "Warm-up TTFT",
+    "Warm-up duration",
+    "Warm-ups and failures",
+]
+
+
+def _rows(doc: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(row title, its panels) in grid order."""
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for panel in sorted(doc["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"])):
+        if panel["type"] == "row":
+            out.append((panel["title"], []))
+        else:
+            out[-1][1].append(panel)
+    return out
+
+
+def test_worker_dashboard_has_a_warmup_row_after_the_process_row(
+    boards: dict[str, dict[str, Any]], thresholds: Thresholds
+) -> None:
+    rows = _rows(boards["inference-worker"])
+    titles = [title for title, _ in rows]
+    assert titles.index("Warm-up") == titles.index("Process") + 1
+    panels = {p["title"]: p for p in dict(rows)["Warm-up"]}
+    assert list(panels) == WARMUP_TITLES
+    exprs = {t: [q["expr"] for q in p["targets"]] for t, p in panels.items()}
+    worker_only = '{job=~"$job", instance=~"$instance", worker=~"$worker"}'
+    assert exprs["Warm"] == [f"min by (worker) (inferwatch_worker_ready{worker_only})"]
+    assert exprs["Gate opened on deadline"] == [
+        f"max by (worker) (inferwatch_warmup_deadline_exceeded{worker_only})"
+    ]
+    assert exprs["Warm-up TTFT"] == [
+        f"max by (worker, phase) (inferwatch_warmup_ttft_seconds{worker_only})"
+    ]
+    assert "inferwatch_warmup_duration_seconds" in exprs["Warm-up duration"][0]
+    runs, failures = exprs["Warm-ups and failures"]
+    assert f"increase(inferwatch_warmups_total{worker_only}[$__rate_interval])" in runs
+    assert "by (worker, reason)" in failures and "inferwatch_warmup_failures_total" in failures
+    # the series carry no model label: a model matcher would hide them all
+    assert not any("model" in e for es in exprs.values() for e in es)
+
+    def texts(title: str) -> dict[str, str]:
+        (mapping,) = panels[title]["fieldConfig"]["defaults"]["mappings"]
+        return {k: v["text"] for k, v in mapping["options"].items()}
+
+    assert texts("Warm") == {"0": "cold", "1": "warm"}
+    assert texts("Gate opened on deadline") == {"0": "no", "1": "serving cold"}
+    ttft = panels["Warm-up TTFT"]["fieldConfig"]["defaults"]
+    assert ttft["unit"] == "s"
+    assert ttft["custom"]["thresholdsStyle"] == {"mode": "dashed"}
+    assert _steps(boards["inference-worker"], "Warm-up TTFT")[1] == (
+        thresholds.ttft.warmup_p95_seconds,
+        "red",
+    )
+    assert panels["Warm-ups and failures"]["fieldConfig"]["defaults"]["custom"]["drawStyle"] == (
+        "bars"
+    )
+    for panel in panels.values():
+        assert panel["description"] and dashlint.panel_unit(panel) in dashlint.VALID_UNITS
+
+
+def test_warmup_ttft_line_follows_the_thresholds(tmp_path: Path) -> None:
+    custom = tmp_path / "warmup.yaml"
+    custom.write_text("ttft:\n  warmup_p95_seconds: 0.75\n")
+    doc = dash.dashboards(load_thresholds(str(custom)))["inference-worker"]
+    assert _steps(doc, "Warm-up TTFT")[1] == (0.75, "red")
+    assert "0.75 s" in _first(doc, lambda p: p["title"] == "Warm-up TTFT")["description"]
+
+
+def test_warmup_panels_are_declared_optional_on_a_stack_without_the_gate(
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    for title in WARMUP_TITLES:
+        entry = dash.HARDWARE_OPTIONAL[title]
+        assert "warmup:" in entry.reason and not entry.ref_ids
+    targets = dash.query_targets(boards["inference-worker"])
+    assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES)
 
 
 # --- thresholds on panels -------------------------------------------------------------------

@@ -30,7 +30,7 @@ from tests.support.proc import (
     wait_until,
 )
 
-from inferwatch.pack import rules
+from inferwatch.pack import dashlint, rules
 from inferwatch.pack.thresholds import load_thresholds, parse_duration
 
 ALERTS_FILE = REPO / rules.ALERTS_FILE
@@ -41,6 +41,8 @@ ALERTMANAGER_YML = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 METRICS_MD = SHARED / "design" / "METRICS.md"
 ALERTS_MD = SHARED / "design" / "ALERTS.md"
 DEVELOPMENT_MD = REPO / "docs" / "development.md"
+ALERTS_DOC = REPO / "docs" / "alerts.md"
+PROJECT_METRICS_DOC = REPO / dashlint.PROJECT_METRICS_DOC
 
 WORKER_LABELS = {"job", "instance", "worker", "model", "engine"}
 GPU_LABELS = {"job", "instance", "gpu", "uuid"}
@@ -214,19 +216,38 @@ def _labels(labels: dict[str, str]) -> str:
 # --------------------------------------------------------------------------- catalogue
 
 
+CATALOGUE_ROW = re.compile(r"^\| (Inference\w+) \|[^|]*\| ([^|]+) \| ([^|]+) \|$", re.M)
+EXTENSIONS_HEADING = "### Extensions to the catalogue"
+
+
 def catalogue() -> dict[str, tuple[str, str]]:
     """ALERTS.md catalogue: alert -> (for, severity)."""
     if not ALERTS_MD.exists():
         pytest.skip(f"{ALERTS_MD} is not there (shared design documents not mounted)")
-    rows = re.findall(
-        r"^\| (Inference\w+) \|[^|]*\| ([^|]+) \| ([^|]+) \|$", ALERTS_MD.read_text(), re.M
-    )
+    rows = CATALOGUE_ROW.findall(ALERTS_MD.read_text())
     return {name: (for_.strip(), sev.strip()) for name, for_, sev in rows}
 
 
+def documented_extensions() -> dict[str, tuple[str, str]]:
+    """Alerts beyond the catalogue, from the extensions table of docs/alerts.md only."""
+    text = ALERTS_DOC.read_text()
+    assert EXTENSIONS_HEADING in text, f"{ALERTS_DOC}: no {EXTENSIONS_HEADING!r} section"
+    section = re.split(r"^#{1,3} ", text.split(EXTENSIONS_HEADING, 1)[1], maxsplit=1, flags=re.M)[0]
+    rows = CATALOGUE_ROW.findall(section)
+    return {name: (for_.strip(), sev.strip()) for name, for_, sev in rows}
+
+
+def test_extensions_are_documented_and_do_not_redefine_the_catalogue() -> None:
+    extensions = documented_extensions()
+    assert extensions["InferenceWarmupDeadlineExceeded"] == ("1m", "warning")
+    # an extension adds an alert; it may not change a catalogue alert's for or severity
+    assert not set(extensions) & set(catalogue())
+
+
 def test_every_catalogue_alert_exists_with_its_for_and_severity() -> None:
-    expected = catalogue()
-    assert len(expected) >= 15
+    base = catalogue()
+    assert len(base) >= 15
+    expected = {**base, **documented_extensions()}
     generated: dict[str, list[dict[str, Any]]] = {}
     for rule in ALERT_RULES:
         generated.setdefault(rule["alert"], []).append(rule)
@@ -274,9 +295,10 @@ def test_alert_quality(rule: dict[str, Any]) -> None:
 
 
 def metrics_md_names() -> set[str]:
+    """METRICS.md's names, plus the exact names of docs/metrics.md's Extensions section."""
     if not METRICS_MD.exists():
         pytest.skip(f"{METRICS_MD} is not there (shared design documents not mounted)")
-    names: set[str] = set()
+    names = dashlint.extension_metrics(PROJECT_METRICS_DOC.read_text())
     for line in METRICS_MD.read_text().splitlines():
         m = re.match(r"^\| ([a-z_*][a-z0-9_ /*]*) \| ([a-z0-9 =/]+) \|", line)
         if not m:
@@ -315,6 +337,7 @@ def selectors(expr: str) -> list[tuple[str, bool]]:
 def test_every_metric_exists_in_metrics_md() -> None:
     known = metrics_md_names() | RECORDED | {"up"}
     assert "inferwatch_ttft_seconds_bucket" in known and "inferwatch_gpu_up" in known
+    assert "inferwatch_warmup_deadline_exceeded" in known  # an extension of docs/metrics.md
     for rule in RECORD_RULES + ALERT_RULES:
         for name, _ in selectors(rule["expr"]):
             assert name in known, (
@@ -384,6 +407,27 @@ def test_record_names_maps_the_documented_names() -> None:
     )
     assert mapping["gpu:inferwatch_gpu_state:code"] == "gpu:inferwatch_gpu_state:code"
     assert set(rules.record_names(t)) == RECORDED
+
+
+def test_warmup_deadline_alert_reads_only_the_gate_gauge(tmp_path: Path) -> None:
+    custom = tmp_path / "t.yaml"
+    custom.write_text(
+        "cold_start:\n  warmup_deadline_for: 3m\npack:\n  agent_selector: 'job=\"iw\"'\n"
+    )
+    (rule,) = (
+        a
+        for a in rules.alerts(load_thresholds(str(custom)))
+        if a.name == "InferenceWarmupDeadlineExceeded"
+    )
+    assert rule.expr == (
+        'max by (job, instance, worker) (inferwatch_warmup_deadline_exceeded{job="iw"}) == 1'
+    )
+    assert rule.for_seconds == 180.0 and rule.severity == "warning"
+    assert "for at least 3m." in rule.description
+    # the gauge carries no model or engine: the description may not template them
+    assert "$labels.model" not in rule.description and "$labels.engine" not in rule.description
+    (default,) = (r for r in ALERT_RULES if r["alert"] == "InferenceWarmupDeadlineExceeded")
+    assert default["for"] == "1m"
 
 
 def test_groups_evaluate_at_the_scrape_interval() -> None:

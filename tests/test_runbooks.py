@@ -11,12 +11,13 @@ import pytest
 import yaml
 from tests.support.proc import REPO, SHARED
 
-from inferwatch.pack import rules, runbooks
+from inferwatch.pack import dashlint, rules, runbooks
 from inferwatch.pack.thresholds import load_thresholds
 
 RUNBOOKS = REPO / "runbooks"
 DASHBOARDS = REPO / "dashboards"
 METRICS_MD = SHARED / "design" / "METRICS.md"
+PROJECT_METRICS_DOC = REPO / dashlint.PROJECT_METRICS_DOC
 
 
 def alert_rules() -> list[dict[str, Any]]:
@@ -94,9 +95,10 @@ def test_panels_named_in_runbooks_exist_on_their_dashboard() -> None:
 
 
 def metric_names() -> set[str]:
+    """METRICS.md's names, plus the exact names of docs/metrics.md's Extensions section."""
     if not METRICS_MD.exists():
         pytest.skip(f"{METRICS_MD} is not there (shared design documents not mounted)")
-    names = set()
+    names = dashlint.extension_metrics(PROJECT_METRICS_DOC.read_text())
     for m in re.finditer(
         r"^\| ([a-z_][a-z0-9_ /]*) \| ([a-z0-9 =/]+) \|", METRICS_MD.read_text(), re.M
     ):
@@ -213,3 +215,39 @@ def test_pages_cite_the_guide_and_name_vllm_flags() -> None:
     assert "--max-num-seqs" in text["InferenceQueueOverCapacity"]
     assert "least_conn" in text["InferenceLoadImbalance"]
     assert "(24 × 0.8 − 8) ÷ 0.5" in text["InferenceVRAMPressureQueueRising"]
+
+
+def test_cold_start_page_reads_the_warmup_gate_and_turns_it_on_first() -> None:
+    page = (RUNBOOKS / "InferenceWorkerColdStart.md").read_text()
+    found = dict(sections(page))
+    diagnosis, mitigation = found["Diagnosis"], found["Mitigation"]
+    for query in (
+        'inferwatch_worker_ready{job="inferwatch",worker="W"}',
+        'inferwatch_warmup_ttft_seconds{job="inferwatch",worker="W"}',
+        'inferwatch_warmup_deadline_exceeded{job="inferwatch",worker="W"} == 1',
+        "sum by (reason) (increase(inferwatch_warmup_failures_total"
+        '{job="inferwatch",worker="W"}[1h]))',
+    ):
+        assert query in diagnosis, query
+    assert "inferwatch advise --agent-url http://AGENT:10127 --worker W" in diagnosis
+    first, *rest = mitigation.split("\n- ")
+    assert "warmup: {enabled: true}" in first and "warmup.system_prompts" in first
+    assert "readinessProbe" in first and "/readyz" in first and "restart" in first
+    # the hand-made warm-up stays, for setups without the sidecar, after the gate
+    sketch = next(item for item in rest if "curl" in item)
+    assert "without the sidecar" in sketch and "max_tokens" in sketch
+
+
+def test_warmup_deadline_page_follows_the_thresholds(tmp_path: Path) -> None:
+    custom = tmp_path / "t.yaml"
+    custom.write_text("cold_start:\n  warmup_deadline_for: 5m\n")
+    page = runbooks.generate(load_thresholds(str(custom)))[
+        "runbooks/InferenceWarmupDeadlineExceeded.md"
+    ]
+    default = (RUNBOOKS / "InferenceWarmupDeadlineExceeded.md").read_text()
+    assert "without a completed warm-up) for 5m." in page
+    assert "without a completed warm-up) for 1m." in default
+    diagnosis = dict(sections(default))["Diagnosis"]
+    for reason in ("connect", "timeout", "http_status", "bad_response", "no_model"):
+        assert f"`{reason}`" in diagnosis, reason
+    assert "inferwatch advise --agent-url http://AGENT:10127 --worker W" in diagnosis

@@ -45,6 +45,7 @@ def test_defaults_are_the_documented_numbers() -> None:
     assert t.tpot.p99_slo_seconds == 0.1
     assert t.latency.tail_ratio == 5
     assert t.cold_start.within == 600.0
+    assert t.cold_start.warmup_deadline_for == 60.0
     assert t.errors.ratio_above == 0.01
     assert {48, 79} <= set(t.gpu_health.xid_critical)
     assert t.pack.selector() == '{job="inferwatch"}'
@@ -120,6 +121,11 @@ def test_empty_user_file_is_the_defaults(tmp_path: Path) -> None:
         ("- 1\n", "(top level)", "a mapping"),
         ("gpu_utilization:\n  waste_below: 0.9\n", "gpu_utilization.waste_below", "below"),
         ("gpu_utilization:\n  waste_for: soon\n", "gpu_utilization.waste_for", "a duration"),
+        (
+            "cold_start:\n  warmup_deadline_for: -1m\n",
+            "cold_start.warmup_deadline_for",
+            "a duration",
+        ),
         ("gpu_utilization:\n  healthy_band: [0.9, 0.6]\n", "gpu_utilization.healthy_band", "two"),
         ("vram:\n  squeeze_above: 0.95\n", "vram.squeeze_above", "below vram.scale_above"),
         ("queue:\n  over_capacity_samples: 2.5\n", "queue.over_capacity_samples", "whole"),

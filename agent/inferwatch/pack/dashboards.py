@@ -121,7 +121,13 @@ _GPM = (
     "newer GPUs only; the simulated GPU reports them only when the simulator sets them"
 )
 
-#: The one place that says which panel queries may return nothing on the fake GPU.
+_WARMUP = (
+    "the warm-up gate's series (docs/warmup.md) exist only when the agent runs with "
+    "`warmup:` enabled; a stack whose agent has no gate leaves the Warm-up row empty"
+)
+
+#: The one place that says which panel queries may return nothing on the test stack: the
+#: fake GPU lacks some hardware, and some series need an agent feature turned on.
 #: Keys are panel titles (unique across the dashboards where they matter).
 HARDWARE_OPTIONAL: dict[str, HardwareOptional] = {
     "Utilization vs SM, tensor and DRAM activity": HardwareOptional(
@@ -135,6 +141,16 @@ HARDWARE_OPTIONAL: dict[str, HardwareOptional] = {
         "MIG needs an A100/H100-class GPU in MIG mode; the fake GPU has MIG devices only "
         "when a test adds them"
     ),
+    **{
+        title: HardwareOptional(_WARMUP)
+        for title in (
+            "Warm",
+            "Gate opened on deadline",
+            "Warm-up TTFT",
+            "Warm-up duration",
+            "Warm-ups and failures",
+        )
+    },
 }
 
 

@@ -556,6 +556,35 @@ def contract_metrics(metrics_md: str) -> tuple[set[str], set[str]]:
     return names, prefixes
 
 
+#: The project's metrics reference, relative to the repository root. Its "Extensions"
+#: section documents families beyond METRICS.md (engines and features the original
+#: contract did not cover, such as the warm-up gate); those count as contract names.
+PROJECT_METRICS_DOC = "docs/metrics.md"
+
+_EXTENSIONS_HEADING = "## Extensions"
+
+
+def extension_metrics(project_metrics_md: str) -> set[str]:
+    """Exact names from the tables of the "Extensions" section of docs/metrics.md.
+
+    Only that section counts (up to the next ``## `` heading; its ``###`` subsections
+    are part of it), and only exact names: a wildcard row there adds nothing, so an
+    extension cannot open a whole prefix the way METRICS.md's ``process_*`` does.
+    """
+    lines = project_metrics_md.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == _EXTENSIONS_HEADING)
+    except StopIteration:
+        return set()
+    section: list[str] = []
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        section.append(line)
+    names, _prefixes = contract_metrics("\n".join(section))
+    return names
+
+
 def recording_rules(rule_files: Mapping[str, Any]) -> set[str]:
     """``record:`` names in parsed Prometheus rule files (path -> YAML document)."""
     out: set[str] = set()

@@ -584,6 +584,26 @@ def alerts(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
+            # An extension of ALERTS.md's catalogue (docs/alerts.md). The gauge exists
+            # only where the agent's warm-up gate is on: with the gate off it is absent
+            # and the alert stays silent.
+            name="InferenceWarmupDeadlineExceeded",
+            group=WORKER_GROUP,
+            expr=(
+                f"max by (job, instance, worker) (inferwatch_warmup_deadline_exceeded{s()}) == 1"
+            ),
+            for_seconds=t.cold_start.warmup_deadline_for,
+            severity="warning",
+            summary="The warm-up gate let a worker into service without warming it up.",
+            description=(
+                "The agent on {{ $labels.instance }} opened the warm-up gate of worker "
+                "{{ $labels.worker }} because warmup.deadline passed before a warm-up "
+                "succeeded; the worker has been taking traffic cold for at least "
+                f"{dur(t.cold_start.warmup_deadline_for)}."
+            ),
+            dashboard="worker",
+        ),
+        Alert(
             name="InferenceKVCachePreemptions",
             group=WORKER_GROUP,
             expr=f"{n.rate('preemptions')} > {num(t.kv_cache.preemption_rate_above)}",

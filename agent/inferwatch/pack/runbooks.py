@@ -711,6 +711,28 @@ def _load_imbalance(c: Ctx) -> Page:
     )
 
 
+def _warmup_gate_checks(c: Ctx, step: int) -> str:
+    """The diagnosis step that reads the agent's warm-up gate (docs/warmup.md) for worker W."""
+    w = 'worker="W"'
+    return (
+        f"{step}. With the agent's warm-up gate on, look at the gate for the worker "
+        f"(replace `W`; {c.panel('worker', 'Warm', 'Warm-up TTFT', 'Gate opened on deadline')}"
+        "): is it warm, and how far apart are the cold and the warm time to first token?"
+        + promql(
+            f"inferwatch_worker_ready{c.s(w)}",
+            f"inferwatch_warmup_ttft_seconds{c.s(w)}",
+            f"inferwatch_warmup_deadline_exceeded{c.s(w)} == 1",
+            f"sum by (reason) (increase(inferwatch_warmup_failures_total{c.s(w)}[1h]))",
+        )
+        + "   `inferwatch_warmup_deadline_exceeded == 1` means the gate opened on "
+        "`warmup.deadline` without ever warming the worker: the failures by reason "
+        "(`connect`, `timeout`, `http_status`, `bad_response`, `no_model`) and the agent's "
+        "log (`kubectl logs POD -c inferwatch`, `journalctl -u inferwatch`) say why. The "
+        "agent's advice for the worker, with the evidence behind it:"
+        + sh("inferwatch advise --agent-url http://AGENT:10127 --worker W")
+    )
+
+
 def _cold_start(c: Ctx) -> Page:
     t = c.t
     a = c.variants[0]
@@ -742,12 +764,24 @@ def _cold_start(c: Ctx) -> Page:
                 f"{c.n.quantile('worker', 'ttft', 'p95')}",
                 f"changes(inferwatch_worker_start_time_seconds{c.sel}[1d])",
             )
+            + _warmup_gate_checks(c, 4)
         ),
         mitigation=(
-            '- Add a warm-up step between "server up" and "in the load balancer": wait '
-            "until `/health` answers, send one or two completions with `max_tokens: 1`, and "
-            "only then report ready. In Kubernetes, make the readiness probe depend on the "
-            "warm-up; under systemd, run it in `ExecStartPost=`. Sketch:"
+            "- First, turn on the agent's warm-up gate: add `warmup: {enabled: true}` to the "
+            "agent's configuration, and list long fixed system prompts under "
+            "`warmup.system_prompts` so the prefix cache holds them before users arrive. "
+            "The agent then waits for `/health`, sends its warm-up requests and answers "
+            "`/readyz` with 200 only once the worker is warm. In Kubernetes the sidecar's "
+            "readinessProbe on `/readyz` keeps the pod out of the Service until then, and "
+            "again after every restart of the worker, because the gate closes when the "
+            "worker restarts (docs/warmup.md). Elsewhere, point the load balancer's health "
+            "check at `http://AGENT:10127/readyz`.\n"
+            "- Setups without the sidecar (a DaemonSet agent is not in the worker's pod and "
+            'cannot gate it): add the warm-up step yourself between "server up" and "in '
+            'the load balancer": '
+            "wait until `/health` answers, send one or two completions with `max_tokens: 1`, "
+            "and only then report ready. In Kubernetes, make the readiness probe depend on "
+            "the warm-up; under systemd, run it in `ExecStartPost=`. Sketch:"
             + sh(
                 "# blocks until the server accepts connections (up to 10 minutes)",
                 "curl -fsS --retry 600 --retry-delay 1 --retry-all-errors \\",
@@ -765,6 +799,73 @@ def _cold_start(c: Ctx) -> Page:
             "- Avoid scaling to zero and aggressive scale-in for interactive models: every "
             "new replica starts cold [5.2]. TensorRT-LLM engines: fix the shapes at build "
             "time (`--max_batch_size` etc.) to avoid run-time compilation [3.2]."
+        ),
+    )
+
+
+def _warmup_deadline(c: Ctx) -> Page:
+    a = c.variants[0]
+    w = 'worker="W"'
+    return Page(
+        condition=(
+            "the agent's warm-up gate reports `inferwatch_warmup_deadline_exceeded == 1` for "
+            "a worker (the gate opened on `warmup.deadline` without a completed warm-up) for "
+            f"{dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The agent's warm-up gate (`warmup:` in its configuration, docs/warmup.md) holds "
+            "a worker out of service until warm-up requests have compiled its kernels, "
+            "touched its KV cache and loaded the configured system prompts into the prefix "
+            "cache. This worker did not get warm within `warmup.deadline`, so the gate opened "
+            "anyway rather than keep the pod out forever: the worker now takes traffic cold. "
+            "The agent keeps trying in the background; when a warm-up succeeds, the gauge "
+            "returns to 0 and the alert clears. Agents without the gate export no such "
+            "series, so the alert is silent there."
+        ),
+        impact=(
+            "Users routed to this worker pay for the missing warm-up: the guide measured an "
+            "unwarmed first call at 4.8 s against about 180 ms warm [5.2]. If the warm-up "
+            "failed because the worker itself is broken (nothing listening, HTTP errors), "
+            "their requests may fail as well: check InferenceWorkerDown and "
+            "InferenceRequestErrors for the same worker."
+        ),
+        diagnosis=(
+            f"1. Open {c.panel('worker', 'Gate opened on deadline', 'Warm', 'Warm-ups and failures')}"
+            ": which workers, since when, and which failures came before.\n"
+            "2. Paste (replace `W` with the alert's worker):"
+            + promql(
+                f"inferwatch_warmup_deadline_exceeded{c.s(w)}",
+                f"inferwatch_worker_ready{c.s(w)}",
+                f"sum by (reason) (increase(inferwatch_warmup_failures_total{c.s(w)}[1h]))",
+                f"inferwatch_warmup_ttft_seconds{c.s(w)}",
+                f"inferwatch_target_up{c.s(w)}",
+            )
+            + "3. Read the failure reasons: `connect` (wrong URL, or nothing listening), "
+            "`timeout` (a cold request took longer than `warmup.timeout`), `http_status` (the "
+            "worker refused the requests; a 404 is usually a wrong `warmup.model`), "
+            "`bad_response`, `no_model` (`/v1/models` lists nothing). No failures at all "
+            "means the worker never answered `/health` (still loading the model, or a wrong "
+            "URL), or, with `warmup.warm_ttft_below` set, that the warm TTFT "
+            '(`phase="warm"`) never got below it.\n'
+            "4. The agent's log says the same in words (`kubectl logs POD -c inferwatch`, "
+            "`journalctl -u inferwatch`): look for `waiting for .../health`, `warm-up failed` "
+            "and `not warm after`. The agent's advice for the worker, with its evidence:"
+            + sh("inferwatch advise --agent-url http://AGENT:10127 --worker W")
+        ),
+        mitigation=(
+            "- Fix what kept the worker cold, by reason: correct `workers[].url`; raise "
+            "`warmup.timeout` for a big model whose first request takes tens of seconds; set "
+            "`warmup.model` after a 404 or `no_model`; raise `warmup.warm_ttft_below` when "
+            "the warm TTFT never gets that low.\n"
+            "- A model that legitimately loads for longer than `warmup.deadline`: raise the "
+            "deadline, keeping it below what the rollout tolerates "
+            "(`progressDeadlineSeconds` in Kubernetes).\n"
+            "- While the worker is cold, take it out of the load balancer by hand, or warm it "
+            "by hand with the request sketch of InferenceWorkerColdStart (`/health`, then a "
+            "`max_tokens: 1` completion); a long fixed system prompt belongs in "
+            "`warmup.system_prompts`, so the prefix cache holds it before users arrive [2.3].\n"
+            "- The alert clears once a background warm-up succeeds; its hold time is "
+            "`cold_start.warmup_deadline_for` in the thresholds."
         ),
     )
 
@@ -964,6 +1065,7 @@ PAGES: dict[str, Callable[[Ctx], Page]] = {
     "InferenceLatencyLongTail": _long_tail,
     "InferenceLoadImbalance": _load_imbalance,
     "InferenceWorkerColdStart": _cold_start,
+    "InferenceWarmupDeadlineExceeded": _warmup_deadline,
     "InferenceKVCachePreemptions": _kv_preemptions,
     "InferenceRequestErrors": _request_errors,
     "InferenceWorkerDown": _worker_down,

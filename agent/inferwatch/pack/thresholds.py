@@ -162,6 +162,7 @@ class LoadImbalance:
 class ColdStart:
     within: float = field(metadata={"kind": POSITIVE})
     cold_start_for: float = field(metadata={"kind": DURATION})
+    warmup_deadline_for: float = field(metadata={"kind": DURATION})
 
 
 @dataclass(frozen=True)
