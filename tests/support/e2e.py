@@ -1,0 +1,657 @@
+"""A whole inferwatch stack on loopback, for the live tests and the latency benchmark.
+
+Simulated vLLM workers (``inferwatch simulate``, one fake GPU each), the agent
+watching all of them (``inferwatch run`` with the fake GPU backend), a real
+Prometheus rendered from the shipped ``deploy/prometheus/prometheus.yml``
+(:func:`tests.support.stack.render_prometheus_config`) with rule files
+generated from a thresholds file, and optionally a real Alertmanager whose
+configuration is the shipped ``deploy/alertmanager/alertmanager.yml`` with its
+webhook URLs pointed at a test receiver and its timers shortened
+(:func:`render_alertmanager_config`). Load comes from ``inferwatch loadgen``.
+
+Every part is a child process started the way a user starts it::
+
+    stack = Stack(tmp, [WorkerSpec("w-over", max_num_seqs=4)],
+                  thresholds=E2E_THRESHOLDS, webhook=hook.url)
+    try:
+        stack.wait_load(stack.load("overload", ["w-over"], 20), timeout=60)
+    finally:
+        stack.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.support.proc import (
+    REPO,
+    Alertmanager,
+    Process,
+    Prometheus,
+    free_port,
+    http_get,
+    inferwatch_cmd,
+    wait_until,
+)
+from tests.support.stack import parse_duration, render_prometheus_config
+from tests.support.webhook import AlertEvent, WebhookReceiver, parse_time
+
+from inferwatch.pack import rules
+from inferwatch.pack.thresholds import Thresholds, load_thresholds
+
+#: the thresholds of the live tests: every `for` in seconds, 1 s scrapes, a 15 s window
+E2E_THRESHOLDS = REPO / "tests" / "data" / "e2e-thresholds.yaml"
+ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+
+#: agent timers of the live stacks (defaults: 2s and 60s)
+COLLECT_INTERVAL = "0.5s"
+STATS_WINDOW = "10s"
+
+
+@dataclass(frozen=True)
+class AlertmanagerTimers:
+    """Alertmanager's notification timers, shortened for a test (shipped: 30s/10s, 5m, 12h)."""
+
+    group_wait: str = "1s"
+    group_interval: str = "1s"
+    repeat_interval: str = "1h"
+    resolve_timeout: str = "1m"
+
+
+def generate_rule_files(t: Thresholds, out: Path) -> Path:
+    """Write the alert and recording rule files generated for ``t``; returns their directory.
+
+    The same generator as ``inferwatch generate --thresholds FILE --out DIR``
+    (``inferwatch.pack.rules.generate``, one of ``GENERATORS``); only the
+    Prometheus rule files are written (``DIR/alerts/*.yaml``, the layout
+    ``render_prometheus_config(rules_dir=...)`` expects).
+    """
+    rules_dir = out / "alerts"
+    rules_dir.mkdir(parents=True, exist_ok=True)
+    for rel, text in rules.generate(t).items():
+        if rel.startswith("alerts/") and rel.endswith(".yaml"):
+            (out / rel).write_text(text)
+    if not list(rules_dir.glob("*.yaml")):
+        raise AssertionError(f"the rules generator wrote no alerts/*.yaml under {out}")
+    return rules_dir
+
+
+def render_alertmanager_config(
+    webhook_url: str,
+    timers: AlertmanagerTimers = AlertmanagerTimers(),
+    path: Path = ALERTMANAGER_CONFIG,
+) -> str:
+    """The shipped Alertmanager configuration, pointed at ``webhook_url`` and made fast.
+
+    Kept as shipped: the routing tree (severity -> receiver), grouping and
+    inhibition rules. Replaced: the scheme and host of every webhook URL (the
+    path stays, so ``/page`` and ``/ticket`` tell which receiver a
+    notification was routed to), ``global.resolve_timeout``, and
+    ``group_wait``/``group_interval``/``repeat_interval`` on the root route
+    and on every child route that sets them.
+    """
+    doc = yaml.safe_load(path.read_text())
+    base = webhook_url.rstrip("/")
+    doc.setdefault("global", {})["resolve_timeout"] = timers.resolve_timeout
+
+    def shorten(route: dict[str, Any], root: bool) -> None:
+        for key in ("group_wait", "group_interval", "repeat_interval"):
+            if root or key in route:
+                route[key] = getattr(timers, key)
+        for child in route.get("routes") or []:
+            shorten(child, False)
+
+    shorten(doc["route"], True)
+    webhooks = 0
+    for receiver in doc.get("receivers") or []:
+        for hook in receiver.get("webhook_configs") or []:
+            hook["url"] = re.sub(r"^https?://[^/]+", base, str(hook["url"]))
+            webhooks += 1
+    if not webhooks:
+        raise AssertionError(f"{path} has no webhook receiver to point at the test")
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One simulated worker of a stack; its GPU is the next fake GPU index."""
+
+    name: str
+    max_num_seqs: int = 20
+    time_scale: float = 1.0
+    #: more ``inferwatch simulate`` flags (``--num-gpu-blocks``, ``--max-queued-requests``...)
+    args: tuple[str, ...] = ()
+    model: str = "sim-7b"
+
+
+class SimWorker:
+    """An ``inferwatch simulate`` process on a fixed port, so a restart keeps its URL."""
+
+    def __init__(self, spec: WorkerSpec, gpu_index: int, gpu_dir: Path, log_dir: Path) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.gpu_index = gpu_index
+        self.gpu = str(gpu_index)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._gpu_dir = gpu_dir
+        self._log_dir = log_dir
+        self._starts = 0
+        self.process: Process | None = None
+        #: time.time() of the last start (process launched) and last kill
+        self.started_at = 0.0
+        self.killed_at = 0.0
+
+    def command(self) -> list[str]:
+        s = self.spec
+        return inferwatch_cmd(
+            "simulate",
+            "--port",
+            str(self.port),
+            "--model",
+            s.model,
+            "--max-num-seqs",
+            str(s.max_num_seqs),
+            "--time-scale",
+            str(s.time_scale),
+            "--gpu-state-dir",
+            str(self._gpu_dir),
+            "--gpu-index",
+            str(self.gpu_index),
+            "--seed",
+            str(self.gpu_index + 1),
+            *s.args,
+        )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def start(self, timeout: float = 60.0) -> None:
+        if self.alive():
+            raise AssertionError(f"{self.name} is already running")
+        self._starts += 1
+        log = self._log_dir / f"{self.name}.{self._starts}.log"
+        self.started_at = time.time()
+        self.process = Process(self.command(), log)
+        proc = self.process
+
+        def healthy() -> bool:
+            if not proc.alive():
+                raise AssertionError(f"{self.name} exited:\n{proc.log()[-3000:]}")
+            return http_get(f"{self.url}/health", timeout=2)[0] == 200
+
+        wait_until(healthy, timeout, message=f"{self.name} on :{self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies without closing anything, as an OOM kill does."""
+        if self.process is None or not self.process.alive():
+            raise AssertionError(f"{self.name} is not running")
+        self.killed_at = time.time()
+        self.process.signal(signal.SIGKILL)
+        self.process.popen.wait(10)
+        self.process.stop()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+class Stack:
+    """Simulated workers + agent + Prometheus (+ Alertmanager); see the module doc."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        workers: Sequence[WorkerSpec],
+        *,
+        thresholds: Path | None = E2E_THRESHOLDS,
+        rules_dir: Path | None = None,
+        webhook: str | None = None,
+        scrape_interval: str | None = None,
+        timers: AlertmanagerTimers = AlertmanagerTimers(),
+        warmup: dict[str, Any] | None = None,
+    ) -> None:
+        """``rules_dir`` None: generate rule files from ``thresholds`` (None: the defaults).
+
+        ``webhook`` None: no Alertmanager. ``scrape_interval`` None: the
+        thresholds' ``pack.scrape_interval`` (used for scrapes and rule
+        evaluation alike). ``warmup``: the agent's ``warmup:`` section (its
+        readiness gate warms the workers before the stack is up), None: no gate.
+        """
+        self._warmup = warmup
+        self.tmp = tmp
+        self.thresholds = load_thresholds(str(thresholds) if thresholds else None)
+        self.scrape_interval = scrape_interval or self.thresholds.pack.interval
+        self.gpu_dir = tmp / "gpus"
+        self.gpu_dir.mkdir(parents=True)
+        self.logs = tmp / "logs"
+        self.logs.mkdir()
+        self.rules_dir = rules_dir or generate_rule_files(self.thresholds, tmp / "pack")
+        self.workers = {
+            spec.name: SimWorker(spec, i, self.gpu_dir, self.logs) for i, spec in enumerate(workers)
+        }
+        if len(self.workers) != len(workers):
+            raise ValueError("worker names must be unique")
+        self.agent: Process | None = None
+        self.alertmanager: Alertmanager | None = None
+        self.prometheus: Prometheus | None = None
+        self._loads: list[Process] = []
+        try:
+            self._start(webhook, timers)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, webhook: str | None, timers: AlertmanagerTimers) -> None:
+        # every worker starts with the stack: one the agent watches but cannot reach
+        # is a worker down (InferenceWorkerDown after a few seconds with short `for`s)
+        for worker in self.workers.values():
+            worker.start()
+        self.agent_port = free_port()
+        self.agent_target = f"127.0.0.1:{self.agent_port}"
+        self.agent_url = f"http://{self.agent_target}"
+        config = {
+            "listen": self.agent_target,
+            "collect_interval": COLLECT_INTERVAL,
+            "stats_window": STATS_WINDOW,
+            "gpu": {
+                "backend": "fake",
+                "fake_count": len(self.workers),
+                "fake_state_dir": str(self.gpu_dir),
+            },
+            # max_num_seqs: the simulator's command line is not `vllm serve`
+            "workers": [
+                {
+                    "name": w.name,
+                    "url": w.url,
+                    "engine": "vllm",
+                    "max_num_seqs": w.spec.max_num_seqs,
+                }
+                for w in self.workers.values()
+            ],
+        }
+        if self._warmup is not None:
+            config["warmup"] = self._warmup
+        config_path = self.tmp / "agent.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.agent = Process(
+            inferwatch_cmd("run", "--config", str(config_path)), self.logs / "agent.log"
+        )
+        agent = self.agent
+
+        def agent_ready() -> bool:
+            if not agent.alive():
+                raise AssertionError(f"the agent exited:\n{agent.log()[-3000:]}")
+            return http_get(f"{self.agent_url}/readyz", timeout=2)[0] == 200
+
+        wait_until(agent_ready, 60, message="agent ready")
+        if webhook is not None:
+            self.alertmanager = Alertmanager(self.tmp, render_alertmanager_config(webhook, timers))
+        prom_config = render_prometheus_config(
+            agent_targets=[self.agent_target],
+            alertmanager=self.alertmanager.url if self.alertmanager else None,
+            scrape_interval=self.scrape_interval,
+            evaluation_interval=self.scrape_interval,
+            rules_dir=self.rules_dir,
+        )
+        self.prometheus = Prometheus(self.tmp, prom_config)
+        self.started_at = time.time()
+        prom = self.prometheus
+        wait_until(prom.targets_up, 60, message="the agent scraped by Prometheus")
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def prom(self) -> Prometheus:
+        if self.prometheus is None:
+            raise AssertionError("the stack has no Prometheus")
+        return self.prometheus
+
+    def record(self, documented: str) -> str:
+        """The recording rule name generated for this stack's window (``..._5m`` -> ``..._15s``)."""
+        return rules.record_names(self.thresholds)[documented]
+
+    def load(
+        self,
+        scenario: str,
+        workers: Sequence[str],
+        duration: float,
+        *,
+        rate: float | None = None,
+        time_scale: float | None = None,
+        seed: int = 1,
+        drain: float = 5.0,
+        extra: Sequence[str] = (),
+    ) -> Process:
+        """Start ``inferwatch loadgen`` against some workers; ``wait_load`` waits for it."""
+        if time_scale is None:
+            time_scale = self.workers[workers[0]].spec.time_scale
+        args = ["loadgen", "--scenario", scenario]
+        for name in workers:
+            args += ["--target", self.workers[name].url]
+        args += ["--duration", f"{duration:g}", "--time-scale", f"{time_scale:g}"]
+        args += ["--seed", str(seed), "--drain", f"{drain:g}"]
+        if rate is not None:
+            args += ["--rate", f"{rate:g}"]
+        args += list(extra)
+        n = len(self._loads) + 1
+        proc = Process(inferwatch_cmd(*args), self.logs / f"loadgen-{n}-{scenario}.log")
+        self._loads.append(proc)
+        return proc
+
+    @staticmethod
+    def wait_load(proc: Process, timeout: float) -> str:
+        """Wait for a loadgen run to end; its output (the summary) or AssertionError."""
+        try:
+            code = proc.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.stop()
+            raise AssertionError(
+                f"loadgen still running after {timeout}s:\n{proc.log()[-2000:]}"
+            ) from None
+        out = proc.log()
+        proc.stop()
+        if code != 0:
+            raise AssertionError(f"loadgen exited {code}:\n{out[-3000:]}")
+        return out
+
+    def firing(self, alertname: str, **labels: str) -> list[dict[str, Any]]:
+        """Prometheus's active alerts of that name (pending or firing) matching the labels."""
+        data = self.prom.api("alerts")
+        return [
+            a
+            for a in data["alerts"]
+            if a["labels"].get("alertname") == alertname
+            and all(a["labels"].get(k) == v for k, v in labels.items())
+        ]
+
+    def alertmanager_alerts(self) -> list[dict[str, Any]]:
+        if self.alertmanager is None:
+            return []
+        status, body, _ = http_get(f"{self.alertmanager.url}/api/v2/alerts", timeout=5)
+        return list(json.loads(body)) if status == 200 else []
+
+    def logs_tail(self, lines: int = 30) -> str:
+        """The last lines of every log, for a failure message."""
+        out = []
+        for path in sorted(self.logs.glob("*.log")):
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for proc in self._loads:
+            with contextlib.suppress(Exception):
+                proc.stop()
+        for part in (self.prometheus, self.alertmanager, self.agent):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.stop()
+        for worker in self.workers.values():
+            with contextlib.suppress(Exception):
+                worker.stop()
+
+
+def seconds(duration: str) -> float:
+    """A duration in seconds: Prometheus's (``1s``, ``1m30s``) or decimal seconds (``0.5s``)."""
+    m = re.fullmatch(r"(\d+\.\d+)s", duration)
+    return float(m.group(1)) if m else parse_duration(duration)
+
+
+# --------------------------------------------------------------------------- scenarios
+#
+# Each scenario drives one alert (or two) through the whole pipeline and returns
+# what happened, with the timestamps the benchmark prints. The tests assert on
+# the same records. Waiting is always on a condition with a deadline.
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One alert of a scenario, from the condition's start to its resolution at the webhook."""
+
+    alert: str
+    #: the labels that pick this alert out (its worker or GPU)
+    labels: dict[str, str]
+    #: what the scenario did to cause it: load started, worker killed, GPU left idle
+    condition_start: float
+    #: Prometheus's activeAt: the first evaluation at which the expression held (pending)
+    active_at: float
+    #: the firing notification at the webhook (its starts_at: when Prometheus fired it)
+    fired: AlertEvent
+    #: the scenario ended: load stopped, worker restarted, GPU busy again
+    condition_end: float
+    #: the resolved notification of the same episode
+    resolved: AlertEvent
+
+    @property
+    def latency(self) -> float:
+        """Condition start to the firing notification at the webhook."""
+        return self.fired.received - self.condition_start
+
+    @property
+    def to_pending(self) -> float:
+        """Condition start to the expression holding (workload, agent, scrape, window, eval)."""
+        return self.active_at - self.condition_start
+
+    @property
+    def pending(self) -> float:
+        """Pending to firing: the rule's `for` (plus at most one evaluation interval)."""
+        return self.fired.starts_at - self.active_at
+
+    @property
+    def notify(self) -> float:
+        """Firing to the webhook: Prometheus -> Alertmanager -> group_wait -> POST."""
+        return self.fired.received - self.fired.starts_at
+
+    @property
+    def resolve_latency(self) -> float:
+        """Condition end to the resolved notification at the webhook."""
+        return self.resolved.received - self.condition_end
+
+
+def _describe(stack: Stack, hook: WebhookReceiver) -> str:
+    alerts = [
+        f"{a['labels'].get('alertname')} {a['state']} {a['labels'].get('worker') or a['labels'].get('gpu')}"
+        for a in stack.prom.api("alerts")["alerts"]
+    ]
+    events = [
+        f"{e.path} {e.status} {e.alertname} {e.labels.get('worker') or e.labels.get('gpu')}"
+        for e in hook.events()
+    ]
+    return (
+        f"Prometheus alerts: {alerts}\nwebhook events: {events}\n"
+        f"Alertmanager alerts: {len(stack.alertmanager_alerts())}\n{stack.logs_tail(15)}"
+    )
+
+
+def wait_firing(
+    stack: Stack,
+    hook: WebhookReceiver,
+    alert: str,
+    since: float,
+    timeout: float,
+    **labels: str,
+) -> tuple[AlertEvent, float]:
+    """The first firing notification of an alert that started at or after ``since``.
+
+    Returns it with Prometheus's ``activeAt`` for the same episode, read while
+    the alert is active (pending or firing).
+    """
+    active: list[float] = []
+
+    def arrived() -> AlertEvent | None:
+        for a in stack.firing(alert, **labels):
+            at = parse_time(a["activeAt"])
+            if at >= since - 1.0 and not active:
+                active.append(at)
+        return hook.first(alert, "firing", labels, started_after=since)
+
+    try:
+        event = wait_until(arrived, timeout, interval=0.2, message=f"{alert} {labels} firing")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_describe(stack, hook)}") from None
+    if not active:  # fired within one poll of becoming active: ask once more
+        arrived()
+    active_at = active[0] if active else event.starts_at
+    return event, active_at
+
+
+def wait_resolved(
+    stack: Stack, hook: WebhookReceiver, fired: AlertEvent, timeout: float
+) -> AlertEvent:
+    try:
+        return wait_until(
+            lambda: hook.resolution(fired),
+            timeout,
+            interval=0.2,
+            message=f"{fired.alertname} {fired.labels} resolved",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_describe(stack, hook)}") from None
+
+
+#: The workers of the alert scenarios (tests/test_e2e_alerts.py, bench/bench_alert_latency.py)
+OVER, COLD, IDLE, DOWN = "w-over", "w-cold", "w-idle", "w-down"
+ALERT_WORKERS = (
+    # the simulator's defaults (max_num_seqs 20, 1702 KV blocks), four times faster so
+    # the batch fills and VRAM passes 92% within seconds; no warm-up (that is w-cold's)
+    WorkerSpec(OVER, time_scale=0.25, args=("--cold-start-requests", "0")),
+    # the defaults: the first 3 requests wait for a warm-up of up to 4.6 s
+    WorkerSpec(COLD),
+    WorkerSpec(IDLE),
+    WorkerSpec(DOWN),
+)
+
+#: How the scenarios drive the simulators (overload: arrivals per second at time scale 1)
+OVERLOAD_RATE = 4.0
+OVERLOAD_SECONDS = 24.0
+COLD_START_SECONDS = 12.0
+FIRE_TIMEOUT = 60.0
+RESOLVE_TIMEOUT = 60.0
+
+
+def scenario_overload(stack: Stack, hook: WebhookReceiver, worker: str) -> list[Detection]:
+    """Overload: InferenceQueueOverCapacity, then InferenceVRAMPressureQueueRising.
+
+    Long prompts arrive faster than the worker serves them: the queue passes
+    max_num_seqs within seconds; the running requests' KV blocks push VRAM past
+    92% while the queue keeps rising. The load stops with its requests
+    cancelled (``--drain 0``): the queue empties and VRAM falls back at once.
+    """
+    w = stack.workers[worker]
+    start = time.time()
+    load = stack.load("overload", [worker], OVERLOAD_SECONDS, rate=OVERLOAD_RATE, drain=0)
+    try:
+        queue, queue_active = wait_firing(
+            stack, hook, "InferenceQueueOverCapacity", start, FIRE_TIMEOUT, worker=worker
+        )
+        vram, vram_active = wait_firing(
+            stack, hook, "InferenceVRAMPressureQueueRising", start, FIRE_TIMEOUT, gpu=w.gpu
+        )
+        stack.wait_load(load, OVERLOAD_SECONDS + 60)
+    finally:
+        load.stop()
+    end = time.time()
+    return [
+        Detection(
+            "InferenceQueueOverCapacity",
+            {"worker": worker},
+            start,
+            queue_active,
+            queue,
+            end,
+            wait_resolved(stack, hook, queue, RESOLVE_TIMEOUT),
+        ),
+        Detection(
+            "InferenceVRAMPressureQueueRising",
+            {"gpu": w.gpu},
+            start,
+            vram_active,
+            vram,
+            end,
+            wait_resolved(stack, hook, vram, RESOLVE_TIMEOUT),
+        ),
+    ]
+
+
+def scenario_cold_start(stack: Stack, hook: WebhookReceiver, worker: str) -> list[Detection]:
+    """Cold start: the first requests of a worker that has served none wait for its warm-up.
+
+    The simulator's defaults: the first 3 requests pay a warm-up of up to 4.6 s
+    (field guide 5.2), so the TTFT P95 passes 2 s within the worker's first
+    minutes. The alert resolves once those slow first tokens leave the
+    quantile window after the load ends.
+    """
+    start = time.time()
+    load = stack.load("cold-start", [worker], COLD_START_SECONDS, drain=0)
+    try:
+        fired, active = wait_firing(
+            stack, hook, "InferenceWorkerColdStart", start, FIRE_TIMEOUT, worker=worker
+        )
+        stack.wait_load(load, COLD_START_SECONDS + 60)
+    finally:
+        load.stop()
+    end = time.time()
+    resolved = wait_resolved(stack, hook, fired, RESOLVE_TIMEOUT)
+    return [Detection(fired.alertname, {"worker": worker}, start, active, fired, end, resolved)]
+
+
+def scenario_idle(stack: Stack, hook: WebhookReceiver, worker: str) -> list[Detection]:
+    """Idle: the GPU works (steady load), then only the idle trickle reaches it, then work again.
+
+    InferenceGPUUnderutilized fires once the GPU's windowed average falls
+    below the waste line for the (shortened) ``waste_for``, and resolves when
+    steady traffic brings the average back above it.
+    """
+    w = stack.workers[worker]
+    util = stack.record("gpu:inferwatch_gpu_utilization_ratio:avg5m")
+    line = stack.thresholds.gpu_utilization.waste_below
+    alert = "InferenceGPUUnderutilized"
+
+    def working() -> bool:
+        value = stack.prom.scalar(f'{util}{{gpu="{w.gpu}"}}')
+        return value is not None and value >= line and not stack.firing(alert, gpu=w.gpu)
+
+    busy = stack.load("steady", [worker], 600, drain=0)
+    try:
+        wait_until(working, 90, interval=0.5, message=f"GPU {w.gpu} busy above {line:.0%}")
+    finally:
+        busy.stop()
+    start = time.time()
+    idle = stack.load("idle", [worker], 600, drain=0)
+    try:
+        fired, active = wait_firing(stack, hook, alert, start, FIRE_TIMEOUT, gpu=w.gpu)
+    finally:
+        idle.stop()
+    end = time.time()
+    busy = stack.load("steady", [worker], 600, drain=0, seed=2)
+    try:
+        resolved = wait_resolved(stack, hook, fired, RESOLVE_TIMEOUT)
+    finally:
+        busy.stop()
+    return [Detection(alert, {"gpu": w.gpu}, start, active, fired, end, resolved)]
+
+
+def scenario_worker_killed(stack: Stack, hook: WebhookReceiver, worker: str) -> list[Detection]:
+    """A worker is SIGKILLed; InferenceWorkerDown fires, and resolves when it is restarted."""
+    w = stack.workers[worker]
+    w.kill()
+    fired, active = wait_firing(
+        stack, hook, "InferenceWorkerDown", w.killed_at, FIRE_TIMEOUT, worker=worker
+    )
+    w.start()
+    resolved = wait_resolved(stack, hook, fired, RESOLVE_TIMEOUT)
+    return [
+        Detection(
+            fired.alertname, {"worker": worker}, w.killed_at, active, fired, w.started_at, resolved
+        )
+    ]
