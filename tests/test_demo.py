@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd
+from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
 
 # Families the demo cannot produce without a fault, and why.
 NOT_IN_DEMO = {
@@ -96,3 +96,52 @@ def test_demo_stops_when_a_worker_cannot_start(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert "the agent did not start" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_stack_loads_the_generated_rules(tmp_path: Path) -> None:
+    import json
+    import shutil
+    import subprocess as sp
+
+    if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
+        pytest.skip("Prometheus and Alertmanager are not installed")
+    port = free_port()
+    proc = sp.Popen(
+        inferwatch_cmd(
+            "demo", "--stack", "--duration", "30", "--no-live", "--listen", f"127.0.0.1:{port}"
+        ),
+        stdout=sp.PIPE,
+        stderr=sp.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    prometheus = alertmanager = None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        words = line.split()
+        if words[:1] == ["prometheus"]:
+            prometheus = words[1].removesuffix("/alerts")
+        if words[:1] == ["alertmanager"]:
+            alertmanager = words[1]
+        if prometheus and alertmanager:
+            break
+    try:
+        assert prometheus and alertmanager, "".join(lines)
+        status, body, _ = http_get(f"{prometheus}/api/v1/rules")
+        groups = json.loads(body)["data"]["groups"]
+        rules = {r["name"] for g in groups for r in g["rules"]}
+        assert status == 200 and "InferenceQueueOverCapacity" in rules
+        assert "worker:inferwatch_ttft_seconds:p99_5m" in rules
+        status, body, _ = http_get(f"{alertmanager}/-/ready")
+        assert status == 200
+
+        def targets() -> list[str]:
+            doc = json.loads(http_get(f"{prometheus}/api/v1/targets")[1])
+            return [t["labels"]["instance"] for t in doc["data"]["activeTargets"]]
+
+        assert wait_until(targets, 20, message="the agent as a target") == [f"127.0.0.1:{port}"]
+    finally:
+        rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, "".join(lines) + rest

@@ -471,7 +471,12 @@ class Demo:
         )
         agent_target = f"127.0.0.1:{self.agent_port}"
         prom_cfg = {
-            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+            # The generated rules count samples (the queue rule's three in a row): scrape
+            # and evaluate at the interval the thresholds were generated for.
+            "global": {
+                "scrape_interval": self.thresholds.pack.interval,
+                "evaluation_interval": self.thresholds.pack.interval,
+            },
             "rule_files": rule_files,
             "alerting": {
                 "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]
