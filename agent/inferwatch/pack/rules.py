@@ -571,7 +571,11 @@ def alerts(t: Thresholds) -> list[Alert]:
                 f"  time() - max by (job, instance, worker) "
                 f"(inferwatch_worker_start_time_seconds{s()})\n"
                 f"  < {num(t.cold_start.within)}\n"
-                f")"
+                f")\n"
+                # Slow first tokens on an overloaded worker are queueing, not a cold
+                # path: InferenceQueueOverCapacity speaks for that case.
+                f"unless on (job, instance, worker)\n"
+                f"max by (job, instance, worker) ({n.queue_over_capacity}) == 1"
             ),
             for_seconds=t.cold_start.cold_start_for,
             severity="warning",
