@@ -168,3 +168,50 @@ def test_nan_and_negative_samples_never_reach_counters(name: str, value: float) 
         assert all(v >= 0 and math.isfinite(v) for v in series.values())
     for series in mapped.gauges.values():
         assert not any(math.isnan(v) for v in series.values())
+
+
+def _shape(families: object) -> list[tuple[object, ...]]:
+    return [
+        (f.name, f.type, f.documentation,
+         [(s.name, s.labels, repr(s.value), s.timestamp) for s in f.samples])
+        for f in families  # type: ignore[attr-defined]
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["v1", "dp", "v0", "v011", "disabled"])
+def test_series_cache_reads_exactly_like_the_public_parser(fmt: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from inferwatch.engines import mapping
+
+    if not mapping._SERIES_CACHE:
+        pytest.skip("the installed prometheus_client does not allow the series cache")
+    text = render(fmt, [busy(1), busy(2)] if fmt == "dp" else [busy()])
+    public = _shape(text_string_to_metric_families(text))
+    assert _shape(mapping._cached_families(text)) == public  # first read fills the cache
+    assert _shape(mapping._cached_families(text)) == public  # second read uses it
+
+
+label_values = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(label_values, st.floats(allow_nan=False)), min_size=1, max_size=6))
+def test_series_cache_matches_the_parser_on_escaped_labels(rows: list[tuple[str, float]]) -> None:
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from inferwatch.engines import mapping
+
+    if not mapping._SERIES_CACHE:
+        pytest.skip("the installed prometheus_client does not allow the series cache")
+    registry = CollectorRegistry()
+    gauge = Gauge("vllm:odd", "Odd labels.", ["model_name", "engine"], registry=registry)
+    for i, (label, value) in enumerate(rows):
+        gauge.labels(label, str(i)).set(value)
+    text = generate_latest(registry).decode()
+    public = _shape(text_string_to_metric_families(text))
+    assert _shape(mapping._cached_families(text)) == public
+    assert _shape(mapping._cached_families(text)) == public

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.utils import floatToGoString
 
 from inferwatch import __version__
 from inferwatch.collectors.base import Source
@@ -29,6 +31,12 @@ from inferwatch.collectors.process import ProcessSource
 from inferwatch.config import DEFAULT_PORT, AgentConfig, load_config
 
 log = logging.getLogger("inferwatch")
+
+
+def _gzip(body: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(body, compresslevel=5)
 
 
 class _Bridge:
@@ -40,11 +48,94 @@ class _Bridge:
     def collect(self) -> Iterable[Metric]:
         yield from self.agent.self_families()
         for source in self.agent.sources:
-            try:
-                yield from source.families()
-            except Exception:  # a bug in one source must not empty the whole exposition
-                source.health.error("internal", "building metric families failed")
-                log.exception("source %s: families() failed", source.name)
+            yield from _source_families(source)
+
+
+def _source_families(source: Source) -> Iterable[Metric]:
+    try:
+        yield from source.families()
+    except Exception:  # a bug in one source must not empty the whole exposition
+        source.health.error("internal", "building metric families failed")
+        log.exception("source %s: families() failed", source.name)
+
+
+class _Listed:
+    """Families already built, in the shape generate_latest() reads (a registry)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+#: A rebuild hands the event loop back to scrapes after about this much work (seconds).
+_REBUILD_SLICE = 0.002
+
+_LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+#: metric and label names seen to need no escaping (the agent's own: a small, fixed set)
+_PLAIN_NAMES: set[str] = set()
+_PLAIN_LABELS: set[str] = set()
+
+
+def _plain(name: str, known: set[str], pattern: re.Pattern[str]) -> bool:
+    if name in known:
+        return True
+    if not pattern.fullmatch(name):
+        return False
+    if len(known) < 10_000:
+        known.add(name)
+    return True
+
+
+def _family_text(family: Metric) -> str:
+    """One family in the text format, the bytes generate_latest() writes for it.
+
+    generate_latest() validates and escapes every label name of every sample, which
+    made it most of a rebuild's cost. Families of the common shape (names that need
+    no escaping, no timestamps, no OpenMetrics-only samples) are written here; any
+    other family is handed to generate_latest() itself.
+    """
+    name, kind = family.name, family.type
+    if kind == "counter":
+        name += "_total"
+    elif kind not in ("gauge", "histogram", "summary", "untyped"):
+        return _generated(family)
+    if not _plain(name, _PLAIN_NAMES, _LEGACY_NAME):
+        return _generated(family)
+    doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    lines = [f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"]
+    special = (family.name + "_created", family.name + "_gsum", family.name + "_gcount")
+    for sample in family.samples:
+        sname, labels = sample.name, sample.labels
+        if (
+            sample.timestamp is not None
+            or sname in special
+            or not _plain(sname, _PLAIN_NAMES, _LEGACY_NAME)
+        ):
+            return _generated(family)
+        if labels:
+            pairs = []
+            for key in sorted(labels):
+                if not _plain(key, _PLAIN_LABELS, _LEGACY_LABEL):
+                    return _generated(family)
+                value = labels[key]
+                if "\\" in value or "\n" in value or '"' in value:
+                    value = value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+                pairs.append(f'{key}="{value}"')
+            lines.append(f"{sname}{{{','.join(pairs)}}} {floatToGoString(sample.value)}\n")
+        else:
+            lines.append(f"{sname} {floatToGoString(sample.value)}\n")
+    return "".join(lines)
+
+
+def _generated(family: Metric) -> str:
+    return generate_latest(_Listed((family,))).decode("utf-8")
+
+
+def _render(families: Iterable[Metric]) -> bytes:
+    return "".join(_family_text(family) for family in families).encode("utf-8")
 
 
 class Agent:
@@ -57,14 +148,23 @@ class Agent:
         self.process: ProcessSource | None = None
         self.engine: EngineSource | None = None
         self._build_sources()
+        #: everything the exposition holds, in its order (rebuild() renders it in parts)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Bridge(self))
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        self._runtime = CollectorRegistry(auto_describe=False)
+        for collector in (
+            ProcessCollector(registry=self._runtime),
+            PlatformCollector(registry=self._runtime),
+            GCCollector(registry=self._runtime),
+        ):
+            self.registry.register(collector)
         self.exposition: bytes = b""
         self.built_at = 0.0
         self._gzip_cache: tuple[bytes, bytes] | None = None
+        self._gzip_pending: tuple[bytes, asyncio.Future[bytes]] | None = None
+        #: source name -> (the family list it returned, that list rendered as text)
+        self._parts: dict[str, tuple[list[Metric], bytes]] = {}
+        self._rebuilding = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._refreshed: set[str] = set()
@@ -96,6 +196,13 @@ class Agent:
                     pid_workers=process.pid_workers,
                 )
             )
+        if config.warmup:
+            from inferwatch.warmup import WarmupGate
+
+            gate = WarmupGate.from_config(config, process=process, engine=engine)
+            if gate is not None:
+                self.sources.append(gate)
+                self.ready_checks.append(gate.ready)
 
     def _launch_max_num_seqs(self, worker: str) -> int | None:
         info = self.process.launch_info(worker) if self.process is not None else None
@@ -136,18 +243,97 @@ class Agent:
         yield fresh
 
     # ------------------------------------------------------------------ exposition
+    # The exposition is the same text as generate_latest(self.registry), rendered in
+    # parts: a source whose families() returns the very list it returned last time
+    # (NVML between its passes, the engine between its scrapes) keeps its text, so a
+    # GPU pass no longer re-renders every worker's histograms (docs/performance.md).
     def rebuild(self) -> None:
-        self.exposition = generate_latest(self.registry)
+        """Render the exposition in one go (start-up, tools, tests)."""
+        parts = [_render(self.self_families())]
+        for source in self.sources:
+            families = self._families_of(source)
+            cached = self._parts.get(source.name)
+            if cached is None or cached[0] is not families:
+                cached = (families, _render(families))
+                self._parts[source.name] = cached
+            parts.append(cached[1])
+        parts.append(generate_latest(self._runtime))
+        self._publish(parts)
+
+    async def rebuild_async(self) -> None:
+        """As rebuild(), yielding to the event loop between slices of rendering.
+
+        A scrape that arrives while many workers' families are rendered waits for one
+        slice (about _REBUILD_SLICE), not for the whole rebuild.
+        """
+        async with self._rebuilding:
+            await asyncio.sleep(0)  # the refresh's last step and the rebuild: two turns
+            mark = time.perf_counter()
+            parts = [_render(self.self_families())]
+            for source in self.sources:
+                families = self._families_of(source)
+                if time.perf_counter() - mark > _REBUILD_SLICE:
+                    await asyncio.sleep(0)
+                    mark = time.perf_counter()
+                cached = self._parts.get(source.name)
+                if cached is None or cached[0] is not families:
+                    text: list[str] = []
+                    for family in families:
+                        text.append(_family_text(family))
+                        if time.perf_counter() - mark > _REBUILD_SLICE:
+                            await asyncio.sleep(0)
+                            mark = time.perf_counter()
+                    cached = (families, "".join(text).encode("utf-8"))
+                    self._parts[source.name] = cached
+                parts.append(cached[1])
+            parts.append(generate_latest(self._runtime))
+            self._publish(parts)
+
+    @staticmethod
+    def _families_of(source: Source) -> list[Metric]:
+        """The source's families as a list: the very list when families() returns one."""
+        got: list[Metric] = []
+        try:
+            families = source.families()
+            if isinstance(families, list):
+                return families
+            for family in families:
+                got.append(family)
+        except Exception:  # a bug in one source must not empty the whole exposition
+            source.health.error("internal", "building metric families failed")
+            log.exception("source %s: families() failed", source.name)
+        return got
+
+    def _publish(self, parts: list[bytes]) -> None:
+        self.exposition = b"".join(parts)
         self.built_at = time.time()
         self._gzip_cache = None
 
     def gzipped(self) -> bytes:
-        import gzip
-
         body = self.exposition
         if self._gzip_cache is None or self._gzip_cache[0] is not body:
-            self._gzip_cache = (body, gzip.compress(body, compresslevel=5))
+            self._gzip_cache = (body, _gzip(body))
         return self._gzip_cache[1]
+
+    async def gzipped_async(self) -> bytes:
+        """gzipped(), compressing in a thread: zlib lets go of the GIL, so scrapes of the
+        plain text and other work go on meanwhile; concurrent callers share one job."""
+        body = self.exposition
+        cache = self._gzip_cache
+        if cache is not None and cache[0] is body:
+            return cache[1]
+        pending = self._gzip_pending
+        if pending is None or pending[0] is not body:
+            pending = (body, asyncio.ensure_future(asyncio.to_thread(_gzip, body)))
+            self._gzip_pending = pending
+        try:
+            zipped = await asyncio.shield(pending[1])
+        finally:
+            if self._gzip_pending is pending and pending[1].done():
+                self._gzip_pending = None
+        if self.exposition is body:
+            self._gzip_cache = (body, zipped)
+        return zipped
 
     def ready(self) -> bool:
         """Every source has finished one pass, and every extra gate (warm-up) is open."""
@@ -165,7 +351,7 @@ class Agent:
                 source.health.error("internal", "refresh raised")
                 log.exception("source %s: refresh raised", source.name)
             self._refreshed.add(source.name)
-            self.rebuild()
+            await self.rebuild_async()
             delay = max(0.0, source.interval - (time.monotonic() - started))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
@@ -295,6 +481,10 @@ def main(args: argparse.Namespace) -> int:
         from inferwatch.webconfig import load_web_config
 
         load_web_config(config.web_config_file)  # validate before anything starts
+    if config.warmup:
+        from inferwatch.warmup import parse_warmup
+
+        parse_warmup(config)  # validate before anything starts
     setup_logging(config.log_level)
     asyncio.run(serve(config))
     return 0

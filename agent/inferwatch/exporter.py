@@ -77,7 +77,7 @@ class Exporter:
         headers = {"Content-Type": CONTENT_TYPE_LATEST}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             headers["Content-Encoding"] = "gzip"
-            return web.Response(body=self.agent.gzipped(), headers=headers)
+            return web.Response(body=await self.agent.gzipped_async(), headers=headers)
         return web.Response(body=self.agent.exposition, headers=headers)
 
     async def healthz(self, request: web.Request) -> web.Response:

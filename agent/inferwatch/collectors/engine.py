@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: engines with a small JSON endpoint that names their version ({"version": "..."})
 VERSION_PATHS = {"vllm": "/version"}
+#: work done before handing the event loop back to the agent's scrapes (seconds)
+_SLICE = 0.002
 SCRAPE_ERROR_REASONS = (
     "connect",
     "timeout",
@@ -208,6 +210,10 @@ class EngineSource(Source):
         self._launch_max_num_seqs = launch_max_num_seqs
         self._session: aiohttp.ClientSession | None = None
         self.passes = 0
+        # One worker's exposition is parsed at a time, each in its own turn of the event
+        # loop, so that a scrape of the agent waits for one worker's parse, not for all.
+        self._parsing = asyncio.Lock()
+        self._families_cache: tuple[tuple[object, ...], list[Metric]] | None = None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -226,6 +232,10 @@ class EngineSource(Source):
         if self._session is None:
             await self.start()
         await asyncio.gather(*(self._scrape(state) for state in self.workers.values()))
+        # The new pass's families are built here, a few workers at a time, so that the
+        # agent's rebuild finds them ready; until then families() serves the last pass.
+        key = (self.passes + 1, *(self.max_num_seqs(state) for state in self.workers.values()))
+        self._families_cache = (key, await self._build_families_in_slices())
         self.passes += 1
         self.health.finished_pass(started)
 
@@ -280,6 +290,10 @@ class EngineSource(Source):
             state.engine = engine
         return mapped
 
+    async def _map_in_turn(self, state: WorkerState, body: bytes) -> Mapped:
+        async with self._parsing:
+            return self._map(state, body.decode("utf-8", errors="replace"))
+
     async def _scrape_body(self, state: WorkerState) -> Mapped:
         """Fetch and map the exposition; until it is found, try the engines' other paths.
 
@@ -291,7 +305,7 @@ class EngineSource(Source):
         """
         try:
             body = await self._fetch(state, state.base_url, state.metrics_path)
-            mapped = self._map(state, body.decode("utf-8", errors="replace"))
+            mapped = await self._map_in_turn(state, body)
         except ScrapeError as first:
             if (
                 state.located
@@ -305,7 +319,7 @@ class EngineSource(Source):
                     continue
                 try:
                     body = await self._fetch(state, base_url, path)
-                    mapped = self._map(state, body.decode("utf-8", errors="replace"))
+                    mapped = await self._map_in_turn(state, body)
                 except ScrapeError as exc:
                     tried.append(f"{base_url}{path}: {exc}")
                     continue
@@ -448,53 +462,74 @@ class EngineSource(Source):
         return None
 
     def families(self) -> Iterable[Metric]:
+        # The same list until the next pass (or a new capacity from the process source):
+        # the agent then keeps its rendered text instead of rendering it again.
+        key = (self.passes, *(self.max_num_seqs(state) for state in self.workers.values()))
+        cached = self._families_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        families = self._build_families()
+        self._families_cache = (key, families)
+        return families
+
+    def _build_families(self) -> list[Metric]:
         out = _Families()
         for name, state in self.workers.items():
-            wl = ["worker"]
-            out.gauge("inferwatch_target_up", wl, [name], 1.0 if state.up else 0.0)
-            if state.duration is not None:
-                out.gauge("inferwatch_target_scrape_duration_seconds", wl, [name], state.duration)
-            for reason, count in state.errors.items():
-                out.counter(
-                    "inferwatch_target_scrape_errors", ["worker", "reason"], [name, reason], count
-                )
-            mapped = state.mapped
-            if mapped is None:
-                continue
-            engine = mapped.engine
-            exported = (
-                {s.target for s in state.engine.signals if s.export} if state.engine else set()
-            )
-            for target, series in sorted(mapped.gauges.items()):
-                if target not in exported or target == "inferwatch_max_num_seqs":
-                    continue
-                for key, value in sorted(series.items()):
-                    out.gauge(target, *_labels(name, engine, key), value)
-            for target, series in sorted(mapped.counters.items()):
-                if target not in exported:
-                    continue
-                for key, value in sorted(series.items()):
-                    out.counter(target, *_labels(name, engine, key), value)
-            for target, hseries in sorted(mapped.histograms.items()):
-                for key, hist in sorted(hseries.items()):
-                    out.histogram(target, *_labels(name, engine, key), hist)
-            for (target, key), qs in sorted(state.quantiles.items()):
-                labels, values = _labels(name, engine, key)
-                for q, v in sorted(qs.items()):
-                    out.gauge(
-                        QUANTILE_GAUGES[target], [*labels, "quantile"], [*values, f"{q:g}"], v
-                    )
-            for (target, key), ratio in sorted(state.ratios.items()):
-                out.gauge(target, *_labels(name, engine, key), ratio)
-            for key, slope in sorted(state.slopes.items()):
-                out.gauge("inferwatch_queue_depth_slope", *_labels(name, engine, key), slope)
-            capacity = self.max_num_seqs(state)
-            if capacity is not None:
-                for model in sorted(mapped.models()) or [""]:
-                    out.gauge(
-                        "inferwatch_max_num_seqs",
-                        ["worker", "engine", "model"],
-                        [name, engine, model],
-                        float(capacity),
-                    )
+            self._add_worker(out, name, state)
         return list(out.by_name.values())
+
+    async def _build_families_in_slices(self) -> list[Metric]:
+        """_build_families(), handing the event loop back between workers now and then."""
+        out = _Families()
+        mark = time.perf_counter()
+        for name, state in list(self.workers.items()):
+            self._add_worker(out, name, state)
+            if time.perf_counter() - mark > _SLICE:
+                await asyncio.sleep(0)
+                mark = time.perf_counter()
+        return list(out.by_name.values())
+
+    def _add_worker(self, out: _Families, name: str, state: WorkerState) -> None:
+        wl = ["worker"]
+        out.gauge("inferwatch_target_up", wl, [name], 1.0 if state.up else 0.0)
+        if state.duration is not None:
+            out.gauge("inferwatch_target_scrape_duration_seconds", wl, [name], state.duration)
+        for reason, count in state.errors.items():
+            out.counter(
+                "inferwatch_target_scrape_errors", ["worker", "reason"], [name, reason], count
+            )
+        mapped = state.mapped
+        if mapped is None:
+            return
+        engine = mapped.engine
+        exported = {s.target for s in state.engine.signals if s.export} if state.engine else set()
+        for target, series in sorted(mapped.gauges.items()):
+            if target not in exported or target == "inferwatch_max_num_seqs":
+                continue
+            for key, value in sorted(series.items()):
+                out.gauge(target, *_labels(name, engine, key), value)
+        for target, series in sorted(mapped.counters.items()):
+            if target not in exported:
+                continue
+            for key, value in sorted(series.items()):
+                out.counter(target, *_labels(name, engine, key), value)
+        for target, hseries in sorted(mapped.histograms.items()):
+            for key, hist in sorted(hseries.items()):
+                out.histogram(target, *_labels(name, engine, key), hist)
+        for (target, key), qs in sorted(state.quantiles.items()):
+            labels, values = _labels(name, engine, key)
+            for q, v in sorted(qs.items()):
+                out.gauge(QUANTILE_GAUGES[target], [*labels, "quantile"], [*values, f"{q:g}"], v)
+        for (target, key), ratio in sorted(state.ratios.items()):
+            out.gauge(target, *_labels(name, engine, key), ratio)
+        for key, slope in sorted(state.slopes.items()):
+            out.gauge("inferwatch_queue_depth_slope", *_labels(name, engine, key), slope)
+        capacity = self.max_num_seqs(state)
+        if capacity is not None:
+            for model in sorted(mapped.models()) or [""]:
+                out.gauge(
+                    "inferwatch_max_num_seqs",
+                    ["worker", "engine", "model"],
+                    [name, engine, model],
+                    float(capacity),
+                )

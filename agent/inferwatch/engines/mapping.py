@@ -11,9 +11,25 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from inferwatch.engines.base import EngineMap, Signal
+
+try:  # the parser's own pieces, for the lines the series cache cannot answer
+    from prometheus_client.parser import (
+        _is_valid_legacy_metric_name,
+        _parse_sample,
+        _parse_value_and_timestamp,
+        _replace_help_escaping,
+        _split_quoted,
+        _unquote_unescape,
+    )
+
+    _SERIES_CACHE = True
+except ImportError:  # another prometheus_client layout: its public parser does it all
+    _SERIES_CACHE = False
 
 #: a series' identity: sorted (label, value) pairs, always including "model"
 LabelKey = tuple[tuple[str, str], ...]
@@ -113,11 +129,170 @@ def parse(text: str, families: set[str] | None = None) -> dict[str, object]:
         text = prefilter(text, families)
     out: dict[str, object] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        parsed = _cached_families(text) if _SERIES_CACHE else text_string_to_metric_families(text)
+        for family in parsed:
             out[family.name] = family
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on bad input
         raise ParseError(str(exc) or type(exc).__name__) from None
     return out
+
+
+# Series cache. A worker's exposition repeats the same series every scrape; only the
+# values move. prometheus_client reads label sets one character at a time, which is
+# most of a scrape's cost, so the text before the value (name and label set) is
+# looked up here and parsed by prometheus_client only the first time it is seen.
+# The result is the same families and samples as text_string_to_metric_families()
+# (bench/bench_engine_parse.py checks it). Label dicts are shared between scrapes:
+# nothing downstream modifies them.
+_SERIES: dict[str, tuple[str, dict[str, str]]] = {}
+#: Cleared when larger: label values that never repeat must not grow it without bound.
+#: An entry takes about 0.7 KB; eight workers of one model need about 1,000 entries.
+_SERIES_MAX = 20_000
+
+
+def _sample(line: str) -> Sample:
+    """One sample line, as prometheus_client's parser reads it."""
+    open_ = line.find("{")
+    if open_ == -1:
+        cut = line.find(" ")
+        if cut == -1 or "\t" in line or " # " in line:
+            return _parse_sample(line)
+    else:
+        # One label set, no quote or exemplar around it: the series text ends at "}".
+        cut = line.find("}") + 1
+        if cut <= open_ or line.count("{") != 1 or line.count("}") != 1 or '"' in line[:open_]:
+            return _parse_sample(line)
+    key = line[:cut]
+    series = _SERIES.get(key)
+    if series is None:
+        sample = _parse_sample(line)
+        if len(_SERIES) >= _SERIES_MAX:
+            _SERIES.clear()
+        _SERIES[key] = (sample.name, sample.labels)
+        return sample
+    rest = line[cut:]
+    value = rest.strip()
+    if value and "_" not in value and " " not in value and "\t" not in value:
+        digits = value[1:] if value[0] in "+-" else value
+        number: float = int(value) if digits.isdecimal() else float(value)
+        return Sample(series[0], series[1], number, None)
+    number, timestamp = _parse_value_and_timestamp(rest)
+    return Sample(series[0], series[1], number, timestamp)
+
+
+#: sample names a family of each type owns (anything else starts an untyped family)
+_OWNED = {"summary": ("_count", "_sum", ""), "histogram": ("_count", "_sum", "_bucket")}
+
+
+def _family(name: str, documentation: str, typ: str, samples: list[Sample]) -> Metric:
+    # Counters are kept in OpenMetrics form, as prometheus_client's parser keeps them.
+    if typ == "counter":
+        if name.endswith("_total"):
+            name = name[:-6]
+        else:
+            samples = [Sample(s.name + "_total", *s[1:]) for s in samples]
+    metric = Metric(name, documentation, typ)
+    metric.samples = samples
+    return metric
+
+
+def _cached_families(text: str) -> Iterable[Metric]:
+    """text_string_to_metric_families(), with sample lines read through the series cache."""
+    name = ""
+    documentation = ""
+    typ = "untyped"
+    samples: list[Sample] = []
+    owned: list[str] | tuple[str, ...] = ()
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            # Without quotes or unusual characters, str.split() cuts a comment line as
+            # the parser's quote-aware splitter does, and much faster.
+            if '"' not in line and line.isascii() and line.isprintable():
+                parts = line.split(None, 3)
+            else:
+                parts = _split_quoted(line, None, 3)
+            if len(parts) < 2:
+                continue
+            candidate, quoted = "", False
+            if len(parts) > 2:
+                if parts[1] not in ("TYPE", "HELP"):
+                    continue
+                candidate, quoted = _unquote_unescape(parts[2])
+                if not quoted and not _is_valid_legacy_metric_name(candidate):
+                    raise ValueError
+            if parts[1] == "HELP":
+                if candidate != name:
+                    if name:
+                        yield _family(name, documentation, typ, samples)
+                    name, typ, samples, owned = candidate, "untyped", [], [candidate]
+                documentation = _replace_help_escaping(parts[3]) if len(parts) == 4 else ""
+            elif parts[1] == "TYPE":
+                if len(parts) < 4:
+                    raise ValueError
+                if candidate != name:
+                    if name:
+                        yield _family(name, documentation, typ, samples)
+                    name, documentation, samples = candidate, "", []
+                typ = parts[3]
+                owned = [name + suffix for suffix in _OWNED.get(typ, ("",))]
+            continue
+        sample = _sample(line)
+        if sample.name in owned:
+            samples.append(sample)
+            continue
+        if name:
+            yield _family(name, documentation, typ, samples)
+        name, documentation, typ, samples, owned = "", "", "untyped", [], ()
+        yield _family(sample.name, "", "untyped", [sample])
+    if name:
+        yield _family(name, documentation, typ, samples)
+
+
+_SELF_TEST = """# HELP t:requests_total Requests.
+# TYPE t:requests_total counter
+t:requests_total{engine="0",model_name="m",reason="a \\"b\\""} 3.0
+t:requests_created{engine="0",model_name="m"} 1.7e+09
+# TYPE t:latency_seconds histogram
+t:latency_seconds_bucket{le="0.5",model_name="m"} 1.0
+t:latency_seconds_bucket{le="+Inf",model_name="m"} 2.0
+t:latency_seconds_count{model_name="m"} 2.0
+t:latency_seconds_sum{model_name="m"} 1.25
+# TYPE t:waiting gauge
+t:waiting{model_name="m"} NaN
+stray_untyped 7
+"""
+
+
+def _cache_agrees() -> bool:
+    """Whether the cached reader gives the public parser's result on a known exposition.
+
+    It leans on prometheus_client's private helpers; if a release changes them, the
+    agent falls back to the public parser instead of failing every scrape.
+    """
+
+    def shape(families: Iterable[Metric]) -> list[tuple[object, ...]]:
+        return [
+            (f.name, f.type, f.documentation,
+             [(x.name, x.labels, repr(x.value), x.timestamp) for x in f.samples])
+            for f in families
+        ]  # fmt: skip
+
+    try:
+        _SERIES.clear()
+        first = shape(_cached_families(_SELF_TEST))
+        second = shape(_cached_families(_SELF_TEST))  # the second read hits the cache
+        return first == second == shape(text_string_to_metric_families(_SELF_TEST))
+    except Exception:  # any surprise from the private helpers disables the cache
+        return False
+    finally:
+        _SERIES.clear()
+
+
+if _SERIES_CACHE:
+    _SERIES_CACHE = _cache_agrees()
 
 
 def _key(labels: Mapping[str, str], signal: Signal, model_label: str | None) -> LabelKey:
