@@ -396,9 +396,19 @@ class Demo:
             "listen": f"{self.agent_host}:{self.agent_port}",
             "collect_interval": "1s",
             "stats_window": "30s",
-            "gpu": {"backend": "fake", "fake_count": len(WORKERS), "fake_state_dir": str(gpu_dir)},
+            "gpu": {
+                "backend": "fake",
+                "fake_count": len(WORKERS),
+                "fake_state_dir": str(gpu_dir),
+                # GPM every 2 s rather than 15 s, so the demo shows it at once
+                "activity_interval": "2s",
+            },
             "workers": workers,
         }
+        if self.args.scenario != "cold-start":
+            # The warm-up gate takes the simulators' cold start on itself, as in
+            # production; the cold-start scenario leaves it off to show the cold path.
+            config["warmup"] = {"enabled": True}
         config_path = self.dir / "agent.yaml"
         config_path.write_text(json.dumps(config, indent=2))
         agent_args = ["run", "--config", str(config_path)]
@@ -416,6 +426,13 @@ class Demo:
             _wait_http, self.agent_url + "/healthz", deadline, self.agent
         ):
             raise RuntimeError(f"the agent did not start:\n{self.agent.tail()}")
+        if "warmup" in config:
+            # As a Service would, send users only once the gate has warmed the workers.
+            ready_by = time.monotonic() + 120
+            if not await asyncio.to_thread(
+                _wait_http, self.agent_url + "/readyz", ready_by, self.agent
+            ):
+                raise RuntimeError(f"the warm-up gate did not open:\n{self.agent.tail()}")
         if self.args.stack:
             await self._start_stack()
         load = ["loadgen", "--scenario", self.args.scenario]
