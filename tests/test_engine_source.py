@@ -309,7 +309,14 @@ async def test_version_is_read_once_and_reported_to_process_info(stub: Stub) -> 
     src = source_for(stub.url)
     try:
         await src.refresh()
-        assert src.engine_facts("w") == {"engine": "vllm", "model": "m", "version": "0.33.0"}
+        assert src.engine_facts("w") == {
+            "engine": "vllm",
+            "model": "m",
+            "version": "0.33.0",
+            # from vllm:cache_config_info, for worker_info where the command line is silent
+            "prefix_caching": "true",
+            "gpu_memory_utilization": "0.9",
+        }
         stub.mode = "500"
         await src.refresh()
         assert src.engine_facts("w") == {}  # down: nothing stale

@@ -538,3 +538,23 @@ def test_an_agent_without_privileges_degrades_gracefully(engines: Engines) -> No
     assert labels["max_num_seqs"] == "5"
     assert labels["model"] == ""
     assert isinstance(seen["bypid_rss"], int) and seen["bypid_rss"] > 0
+
+
+async def test_engine_stated_settings_fill_what_the_command_line_leaves_out(
+    engines: Engines,
+) -> None:
+    port = free_port()
+    proc = engines.start(
+        [engines.script("vllm"), "serve", "m", "--port", str(port), "--no-enable-prefix-caching"],
+        port,
+    )
+    stated = {"prefix_caching": "true", "gpu_memory_utilization": "0.9"}
+    source = ProcessSource(
+        [WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", pid=proc.popen.pid)],
+        engine_facts=lambda name: stated,
+    )
+    await source.refresh()
+    labels = info_labels(source, "w")
+    # the flag on the command line wins; the engine fills what the command line left out
+    assert labels["prefix_caching"] == "false"
+    assert labels["gpu_memory_utilization"] == "0.9"

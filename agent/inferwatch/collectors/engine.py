@@ -447,6 +447,8 @@ class EngineSource(Source):
             facts["model"] = models[0]
         if state.version:
             facts["version"] = state.version
+        for key, value in state.mapped.facts.items():
+            facts.setdefault(key, value)
         return facts
 
     def max_num_seqs(self, state: WorkerState) -> int | None:

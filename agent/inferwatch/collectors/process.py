@@ -538,8 +538,16 @@ class ProcessSource(Source):
         snapshot = self._snapshot
         for name in sorted(snapshot):
             seen = snapshot[name]
-            engine, model, version = self._identity(seen)
+            engine, model, version, facts = self._identity(seen)
             launch = seen.launch or LaunchInfo()
+            # The command line wins; where it is silent, what the engine says of itself
+            # (vLLM's cache_config_info) is still known, not a guess.
+            prefix: str = launch.prefix_caching
+            if prefix == "unknown":
+                prefix = facts.get("prefix_caching", "unknown")
+            gpu_mem = _text(launch.gpu_memory_utilization) or facts.get(
+                "gpu_memory_utilization", ""
+            )
             info.add_metric(
                 [
                     name,
@@ -550,8 +558,8 @@ class ProcessSource(Source):
                     _text(launch.max_num_seqs),
                     _text(launch.max_model_len),
                     _text(launch.max_num_batched_tokens),
-                    _text(launch.gpu_memory_utilization),
-                    launch.prefix_caching,
+                    gpu_mem,
+                    prefix,
                 ],
                 1.0,
             )
@@ -561,9 +569,10 @@ class ProcessSource(Source):
             start.add_metric(labels, seen.start_time)
         return [info, cpu, rss, start]
 
-    def _identity(self, seen: WorkerProcess) -> tuple[str, str, str]:
+    def _identity(self, seen: WorkerProcess) -> tuple[str, str, str, Mapping[str, str]]:
         """engine, model and version labels: the engine's own report first, then config,
-        then the command line, so the labels join with the engine source's series."""
+        then the command line, so the labels join with the engine source's series; and
+        the engine's facts."""
         try:
             facts = self._engine_facts(seen.worker) or {}
         except Exception:  # a callback must not break the exposition
@@ -573,7 +582,7 @@ class ProcessSource(Source):
         configured = spec.engine if spec is not None and spec.engine != "auto" else None
         engine = facts.get("engine") or configured or (launch.engine if launch else None)
         model = facts.get("model") or (launch.label_model if launch else None)
-        return engine or "", model or "", facts.get("version") or ""
+        return engine or "", model or "", facts.get("version") or "", facts
 
     def pid_workers(self) -> Mapping[int, str]:
         """Every pid of every watched worker's tree -> the worker's name."""

@@ -80,6 +80,15 @@ class Ratio:
 
 
 @dataclass(frozen=True)
+class InfoFamily:
+    """A constant-1 family whose labels state the engine's effective settings."""
+
+    source: str
+    #: engine label -> fact key (``prefix_caching``, ``gpu_memory_utilization``)
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class EngineMap:
     name: str
     #: metric name prefixes that identify the engine in an exposition
@@ -99,10 +108,14 @@ class EngineMap:
     #: port of a separate metrics listener, tried when the worker URL is the API port
     #: (Triton serves /metrics on 8002, not on its HTTP port 8000)
     metrics_port: int | None = None
+    #: settings the engine states about itself, for inferwatch_worker_info
+    info: InfoFamily | None = None
     notes: str = ""
 
     def source_families(self) -> set[str]:
         names: set[str] = set()
         for s in self.signals:
             names.update(s.sources)
+        if self.info is not None:
+            names.add(self.info.source)
         return names

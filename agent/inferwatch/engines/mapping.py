@@ -61,6 +61,8 @@ class Mapped:
     #: targets whose engine family was present, with or without series (an engine that
     #: creates a counter's series on its first increment declares it before that)
     declared: frozenset[str] = frozenset()
+    #: settings the engine states about itself (its info family), e.g. prefix_caching
+    facts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def has_data(self) -> bool:
@@ -457,7 +459,29 @@ def map_families(families: Mapping[str, object], engine: EngineMap) -> Mapped:
         {k: v for k, v in counters.items() if v},
         {k: v for k, v in histograms.items() if v},
         frozenset(declared),
+        _facts(families, engine),
     )
+
+
+_BOOLEAN_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false"}
+
+
+def _facts(families: Mapping[str, object], engine: EngineMap) -> dict[str, str]:
+    """The engine's stated settings, from the first series of its info family."""
+    info = engine.info
+    family = families.get(info.source) if info is not None else None
+    if info is None or family is None:
+        return {}
+    for sample in family.samples:  # type: ignore[attr-defined]
+        facts = {}
+        for label, key in info.labels.items():
+            value = sample.labels.get(label, "").strip()
+            if key == "prefix_caching":
+                value = _BOOLEAN_WORDS.get(value.lower(), "")
+            if value and value.lower() not in ("none", "null"):
+                facts[key] = value[:64]
+        return facts
+    return {}
 
 
 def map_exposition(text: str, engine: EngineMap) -> Mapped:

@@ -9,7 +9,7 @@ per API-server ``pid`` (max is right: idle processes report 0).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, Signal
+from inferwatch.engines.base import EngineMap, InfoFamily, Ratio, Signal
 
 VLLM = EngineMap(
     name="vllm",
@@ -62,5 +62,14 @@ VLLM = EngineMap(
             "inferwatch_prefix_cache_hits",
             "inferwatch_prefix_cache_queries",
         ),
+    ),
+    # CacheConfig as labels: the effective settings, also when the command line
+    # left them at vLLM's defaults (which differ across versions)
+    info=InfoFamily(
+        "vllm:cache_config_info",
+        {
+            "enable_prefix_caching": "prefix_caching",
+            "gpu_memory_utilization": "gpu_memory_utilization",
+        },
     ),
 )
