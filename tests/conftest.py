@@ -3,5 +3,28 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from inferwatch.collectors.nvml import NvmlSource
 
 logging.getLogger("asyncio").setLevel(logging.WARNING)
+
+
+@pytest.fixture
+async def make_source() -> AsyncIterator[Callable[..., NvmlSource]]:
+    """NvmlSource(...) that is stopped (event thread joined, NVML shut down) after the test."""
+    made: list[NvmlSource] = []
+
+    def make(*args: Any, **kwargs: Any) -> NvmlSource:
+        # Activity windows (GPM, per-process SM share) on every pass unless a test says otherwise.
+        kwargs.setdefault("activity_interval", 0.0)
+        src = NvmlSource(*args, **kwargs)
+        made.append(src)
+        return src
+
+    yield make
+    for src in made:
+        await src.stop()

@@ -6,9 +6,8 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pynvml
@@ -102,23 +101,6 @@ def busy_state(pid: int) -> SimGpuState:
         memory_clock_hz=3_201e6,
         processes=[SimGpuProcess(pid=pid, used_bytes=60 * GIB, sm_utilization=0.75)],
     )
-
-
-@pytest.fixture
-async def make_source() -> AsyncIterator[Callable[..., NvmlSource]]:
-    """NvmlSource(...) that is stopped (event thread joined, NVML shut down) after the test."""
-    made: list[NvmlSource] = []
-
-    def make(*args: Any, **kwargs: Any) -> NvmlSource:
-        # Activity windows (GPM, per-process SM share) on every pass unless a test says otherwise.
-        kwargs.setdefault("activity_interval", 0.0)
-        src = NvmlSource(*args, **kwargs)
-        made.append(src)
-        return src
-
-    yield make
-    for src in made:
-        await src.stop()
 
 
 async def passes(src: NvmlSource, n: int) -> None:

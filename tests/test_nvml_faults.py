@@ -9,8 +9,7 @@ import logging
 import os
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import Callable
 
 import pynvml
 import pytest
@@ -50,22 +49,6 @@ async def refresh_until(src: NvmlSource, cond: Callable[[], bool], timeout: floa
         assert time.monotonic() < deadline, "condition not reached before the deadline"
         await src.refresh()
         await asyncio.sleep(0.005)
-
-
-@pytest.fixture
-async def make_source() -> AsyncIterator[Callable[..., NvmlSource]]:
-    made: list[NvmlSource] = []
-
-    def make(*args: Any, **kwargs: Any) -> NvmlSource:
-        # Activity windows (GPM, per-process SM share) on every pass unless a test says otherwise.
-        kwargs.setdefault("activity_interval", 0.0)
-        src = NvmlSource(*args, **kwargs)
-        made.append(src)
-        return src
-
-    yield make
-    for src in made:
-        await src.stop()
 
 
 def loaded(pid: int) -> SimGpuState:
