@@ -5,10 +5,6 @@ on its own interval and keeps the latest snapshot. The agent asks each source
 for metric families when it rebuilds the exposition, which happens after every
 refresh, never during a scrape. A source owns its failures: ``refresh`` never
 raises, it records the reason in its :class:`SourceHealth` and carries on.
-
-TEAM NOTE: read docs/development.md ("Working rules") before changing code here:
-never run git commands that change state (the lead commits), touch only the
-files you own, use tests/support/proc.py in tests.
 """
 
 from __future__ import annotations
