@@ -32,6 +32,7 @@ from typing import Any
 
 from inferwatch.config import parse_listen
 from inferwatch.errors import UsageError
+from inferwatch.sim.gpustate import state_path
 
 SCENARIOS = ("idle", "steady", "overload", "long-tail", "cold-start", "imbalance")
 WORKERS = ("worker-a", "worker-b")
@@ -413,15 +414,23 @@ class Demo:
         config_path.write_text(json.dumps(config, indent=2))
         agent_args = ["run", "--config", str(config_path)]
         self.agent = Child("agent", _cli(*agent_args), self.dir / "agent.log")
-        self.children.append(self.agent)
-        for child in self.children:
+        simulators = list(self.children)
+        for child in simulators:
             await child.start()
         deadline = time.monotonic() + 60
-        for child, name in zip(self.children, WORKERS, strict=False):
+        for i, (child, name) in enumerate(zip(simulators, WORKERS, strict=True)):
             if not await asyncio.to_thread(
                 _wait_http, self.worker_urls[name] + "/health", deadline, child
             ):
                 raise RuntimeError(f"{name} did not start:\n{child.tail()}")
+            # The agent reads what each GPU supports (GPM) when it opens it, as on real
+            # hardware: start it once every simulated GPU has published its state.
+            while not state_path(gpu_dir, i).exists():
+                if time.monotonic() > deadline or not child.alive():
+                    raise RuntimeError(f"{name} published no GPU state:\n{child.tail()}")
+                await asyncio.sleep(0.1)
+        self.children.append(self.agent)
+        await self.agent.start()
         if not await asyncio.to_thread(
             _wait_http, self.agent_url + "/healthz", deadline, self.agent
         ):
