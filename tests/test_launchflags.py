@@ -516,8 +516,18 @@ def test_never_raises_on_any_command_line(argv: list[str]) -> None:
 def test_the_simulator_reads_like_vllm() -> None:
     for argv in (
         ["inferwatch", "simulate", "--port", "8001", "--max-num-seqs", "20", "--model", "demo-7b"],
-        ["/usr/bin/python3", "-m", "inferwatch.cli", "simulate", "--max-num-seqs=20",
-         "--port", "8001", "--model", "demo-7b", "--no-enable-prefix-caching"],
+        [
+            "/usr/bin/python3",
+            "-m",
+            "inferwatch.cli",
+            "simulate",
+            "--max-num-seqs=20",
+            "--port",
+            "8001",
+            "--model",
+            "demo-7b",
+            "--no-enable-prefix-caching",
+        ],
     ):
         info = parse_launch(argv)
         assert info is not None
