@@ -15,7 +15,7 @@ import logging
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.gc_collector import GCCollector
@@ -48,15 +48,7 @@ class _Bridge:
     def collect(self) -> Iterable[Metric]:
         yield from self.agent.self_families()
         for source in self.agent.sources:
-            yield from _source_families(source)
-
-
-def _source_families(source: Source) -> Iterable[Metric]:
-    try:
-        yield from source.families()
-    except Exception:  # a bug in one source must not empty the whole exposition
-        source.health.error("internal", "building metric families failed")
-        log.exception("source %s: families() failed", source.name)
+            yield from Agent._families_of(source)
 
 
 class _Listed:
@@ -247,18 +239,37 @@ class Agent:
     # parts: a source whose families() returns the very list it returned last time
     # (NVML between its passes, the engine between its scrapes) keeps its text, so a
     # GPU pass no longer re-renders every worker's histograms (docs/performance.md).
-    def rebuild(self) -> None:
-        """Render the exposition in one go (start-up, tools, tests)."""
+    def _build(self) -> Iterator[None]:
+        """Render the exposition, yielding wherever a caller may hand the loop back.
+
+        A source whose families() returns the very list it returned last time keeps
+        its rendered text; after about _REBUILD_SLICE of work the generator yields.
+        """
+        mark = time.perf_counter()
         parts = [_render(self.self_families())]
         for source in self.sources:
             families = self._families_of(source)
+            if time.perf_counter() - mark > _REBUILD_SLICE:
+                yield
+                mark = time.perf_counter()
             cached = self._parts.get(source.name)
             if cached is None or cached[0] is not families:
-                cached = (families, _render(families))
+                text: list[str] = []
+                for family in families:
+                    text.append(_family_text(family))
+                    if time.perf_counter() - mark > _REBUILD_SLICE:
+                        yield
+                        mark = time.perf_counter()
+                cached = (families, "".join(text).encode("utf-8"))
                 self._parts[source.name] = cached
             parts.append(cached[1])
         parts.append(generate_latest(self._runtime))
         self._publish(parts)
+
+    def rebuild(self) -> None:
+        """Render the exposition in one go (start-up, tools, tests)."""
+        for _ in self._build():
+            pass
 
     async def rebuild_async(self) -> None:
         """As rebuild(), yielding to the event loop between slices of rendering.
@@ -268,26 +279,8 @@ class Agent:
         """
         async with self._rebuilding:
             await asyncio.sleep(0)  # the refresh's last step and the rebuild: two turns
-            mark = time.perf_counter()
-            parts = [_render(self.self_families())]
-            for source in self.sources:
-                families = self._families_of(source)
-                if time.perf_counter() - mark > _REBUILD_SLICE:
-                    await asyncio.sleep(0)
-                    mark = time.perf_counter()
-                cached = self._parts.get(source.name)
-                if cached is None or cached[0] is not families:
-                    text: list[str] = []
-                    for family in families:
-                        text.append(_family_text(family))
-                        if time.perf_counter() - mark > _REBUILD_SLICE:
-                            await asyncio.sleep(0)
-                            mark = time.perf_counter()
-                    cached = (families, "".join(text).encode("utf-8"))
-                    self._parts[source.name] = cached
-                parts.append(cached[1])
-            parts.append(generate_latest(self._runtime))
-            self._publish(parts)
+            for _ in self._build():
+                await asyncio.sleep(0)
 
     @staticmethod
     def _families_of(source: Source) -> list[Metric]:
