@@ -234,8 +234,10 @@ class EngineSource(Source):
         await asyncio.gather(*(self._scrape(state) for state in self.workers.values()))
         # The new pass's families are built here, a few workers at a time, so that the
         # agent's rebuild finds them ready; until then families() serves the last pass.
-        key = (self.passes + 1, *(self.max_num_seqs(state) for state in self.workers.values()))
-        self._families_cache = (key, await self._build_families_in_slices())
+        self._families_cache = (
+            self._families_key(self.passes + 1),
+            await self._build_families_in_slices(),
+        )
         self.passes += 1
         self.health.finished_pass(started)
 
@@ -340,19 +342,11 @@ class EngineSource(Source):
         try:
             mapped = await self._scrape_body(state)
         except ScrapeError as exc:
-            state.duration = time.perf_counter() - started
-            state.errors[exc.reason] += 1
-            state.up = False
-            state.forget()
-            self.health.error(exc.reason, str(exc), key=name)
+            self._failed(state, started, exc.reason, exc.reason, str(exc))
             return
         except Exception as exc:  # a bug must not stop the other workers
-            state.duration = time.perf_counter() - started
-            state.errors["parse"] += 1
-            state.up = False
-            state.forget()
-            self.health.error("internal", f"{type(exc).__name__}: {exc}", key=name)
             log.debug("worker %s scrape failed", name, exc_info=True)
+            self._failed(state, started, "parse", "internal", f"{type(exc).__name__}: {exc}")
             return
         state.duration = time.perf_counter() - started
         state.up = True
@@ -361,6 +355,16 @@ class EngineSource(Source):
         state.mapped = mapped
         if state.version is None and mapped.engine in VERSION_PATHS:
             state.version = await self._fetch_version(state, VERSION_PATHS[mapped.engine])
+
+    def _failed(
+        self, state: WorkerState, started: float, reason: str, health_reason: str, message: str
+    ) -> None:
+        """Count a failed scrape and drop the worker's engine data (nothing stale stays)."""
+        state.duration = time.perf_counter() - started
+        state.errors[reason] += 1
+        state.up = False
+        state.forget()
+        self.health.error(health_reason, message, key=state.spec.name)
 
     async def _fetch_version(self, state: WorkerState, path: str) -> str:
         """The engine's version from its API, once per (re)start; "" when it cannot say."""
@@ -466,13 +470,17 @@ class EngineSource(Source):
     def families(self) -> Iterable[Metric]:
         # The same list until the next pass (or a new capacity from the process source):
         # the agent then keeps its rendered text instead of rendering it again.
-        key = (self.passes, *(self.max_num_seqs(state) for state in self.workers.values()))
+        key = self._families_key(self.passes)
         cached = self._families_cache
         if cached is not None and cached[0] == key:
             return cached[1]
         families = self._build_families()
         self._families_cache = (key, families)
         return families
+
+    def _families_key(self, passes: int) -> tuple[int | None, ...]:
+        """What the families depend on besides the scrapes: the pass and each capacity."""
+        return (passes, *(self.max_num_seqs(state) for state in self.workers.values()))
 
     def _build_families(self) -> list[Metric]:
         out = _Families()
