@@ -255,11 +255,7 @@ def _workers(raw: Any, source: str, key: str = "workers") -> tuple[WorkerSpec, .
     if not isinstance(raw, list):
         raise ConfigError(source, key, "a list of workers (each a URL or a mapping with url)", raw)
     workers = tuple(_worker(item, source, f"{key}[{i}]") for i, item in enumerate(raw))
-    seen: set[str] = set()
-    for i, w in enumerate(workers):
-        if w.name in seen:
-            raise ConfigError(source, f"{key}[{i}].name", "a name no other worker uses", w.name)
-        seen.add(w.name)
+    _check_unique(workers, source)
     return workers
 
 
@@ -352,8 +348,17 @@ def _check_unique(workers: Sequence[WorkerSpec], source: str) -> None:
     seen: set[str] = set()
     for i, w in enumerate(workers):
         if w.name in seen:
-            raise ConfigError(source, f"workers[{i}]", "a worker name used once", w.name)
+            raise ConfigError(source, f"workers[{i}].name", "a name no other worker uses", w.name)
         seen.add(w.name)
+
+
+# Flags whose names are not their key's last part.
+FLAG_NAMES: dict[str, str] = {
+    "workers": "--worker",
+    "gpu.backend": "--gpu-backend",
+    "gpu.fake_count": "--fake-gpus",
+    "gpu.fake_state_dir": "--fake-gpu-state",
+}
 
 
 def load_config(
@@ -378,18 +383,10 @@ def load_config(
     for key, value in (flags or {}).items():
         if value is None:
             continue
-        source = "--" + key.split(".")[-1].replace("_", "-")
+        source = FLAG_NAMES.get(key) or "--" + key.split(".")[-1].replace("_", "-")
         if key == "workers":
-            value = tuple(
-                parse_worker_arg(v, "--worker", f"workers[{i}]") for i, v in enumerate(value)
-            )
-            _check_unique(value, "--worker")
-        elif key in ("gpu.fake_count",):
-            source = "--fake-gpus"
-        elif key == "gpu.fake_state_dir":
-            source = "--fake-gpu-state"
-        elif key == "gpu.backend":
-            source = "--gpu-backend"
+            value = tuple(parse_worker_arg(v, source, f"workers[{i}]") for i, v in enumerate(value))
+            _check_unique(value, source)
         config = _apply(config, _nest(key, value), source)
     _check_consistency(config)
     return config
