@@ -151,7 +151,6 @@ class Agent:
         ):
             self.registry.register(collector)
         self.exposition: bytes = b""
-        self.built_at = 0.0
         self._gzip_cache: tuple[bytes, bytes] | None = None
         self._gzip_pending: tuple[bytes, asyncio.Future[bytes]] | None = None
         #: source name -> (the family list it returned, that list rendered as text)
@@ -299,18 +298,12 @@ class Agent:
 
     def _publish(self, parts: list[bytes]) -> None:
         self.exposition = b"".join(parts)
-        self.built_at = time.time()
         self._gzip_cache = None
 
-    def gzipped(self) -> bytes:
-        body = self.exposition
-        if self._gzip_cache is None or self._gzip_cache[0] is not body:
-            self._gzip_cache = (body, _gzip(body))
-        return self._gzip_cache[1]
-
     async def gzipped_async(self) -> bytes:
-        """gzipped(), compressing in a thread: zlib lets go of the GIL, so scrapes of the
-        plain text and other work go on meanwhile; concurrent callers share one job."""
+        """The exposition gzip-compressed, once per build. The compression runs in a
+        thread (zlib lets go of the GIL), so scrapes of the plain text and other work go
+        on meanwhile; concurrent callers share one job."""
         body = self.exposition
         cache = self._gzip_cache
         if cache is not None and cache[0] is body:

@@ -128,11 +128,6 @@ class CumulativeWindow:
         first, last = self._history[0], self._history[-1]
         return tuple(b - a for a, b in zip(first.values, last.values, strict=True))
 
-    def span(self) -> float:
-        if len(self._history) < 2:
-            return 0.0
-        return self._history[-1].time - self._history[0].time
-
 
 class GaugeWindow:
     """Recent (time, value) samples of a gauge, for trends over the window."""
