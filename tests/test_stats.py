@@ -120,3 +120,8 @@ def test_slope_of_a_rising_flat_and_falling_queue() -> None:
         g.add(t, t / 2)
     assert len(g) == 6  # only the last 10 s are kept
     assert g.slope() == pytest.approx(0.5)
+
+
+def test_zero_quantile_with_an_empty_first_bucket_is_its_lower_bound() -> None:
+    # the interpolation would divide 0 by 0 here (found by the property test above)
+    assert histogram_quantile(0.0, [(0.01, 0.0), (INF, 1.0)]) == 0.0

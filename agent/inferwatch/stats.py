@@ -71,6 +71,10 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         start = merged[idx - 1][0]
         count -= merged[idx - 1][1]
         rank -= merged[idx - 1][1]
+    if count == 0:
+        # Only for q = 0 with an empty first bucket: no observation inside, rank 0
+        # sits at the bucket's start (rather than the 0/0 of the interpolation).
+        return start
     return start + (end - start) * (rank / count)
 
 
