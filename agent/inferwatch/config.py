@@ -40,6 +40,10 @@ class WorkerSpec:
     max_num_seqs: int | None = None
     timeout: float | None = None
 
+    @property
+    def port(self) -> int | None:
+        return urlsplit(self.url).port
+
 
 @dataclass(frozen=True)
 class GpuConfig:
