@@ -40,6 +40,17 @@ from typing import Any
 
 import yaml
 
+from inferwatch.pack.names import (
+    GPU,
+    HISTOGRAMS,
+    INSTANCE,
+    MODEL,
+    QUANTILES,
+    WORKER,
+    WORKER_GPU,
+    WORKER_KEY,
+    names,
+)
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
 HEADER = (
@@ -51,19 +62,10 @@ RULES_FILE = "alerts/inferwatch-rules.yaml"
 ALERTS_FILE = "alerts/inferwatch-alerts.yaml"
 PROMETHEUS_RULE_FILE = "deploy/kubernetes/prometheusrule.yaml"
 
-WORKER = "job, instance, worker, model, engine"
-GPU = "job, instance, gpu, uuid"
-INSTANCE = "job, instance"
-MODEL = "job, model"
-
 SEVERITIES = ("critical", "warning", "info")
 
 #: clock-event reasons that mean heat or the power brake slowed the GPU down
 THERMAL_REASONS = ("hw_slowdown", "hw_thermal", "power_brake", "sw_thermal")
-
-#: latency histograms of METRICS.md -> short name used in rule names
-HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
-QUANTILES = ((0.5, "p50"), (0.95, "p95"), (0.99, "p99"))
 
 
 def num(x: float) -> str:
@@ -92,59 +94,11 @@ def secs(seconds: float) -> str:
 # --------------------------------------------------------------------------- names
 
 
-@dataclass(frozen=True)
-class Names:
-    """Recording rule names for one set of thresholds (the window is part of the name)."""
-
-    window: str
-
-    def quantile(self, level: str, short: str, label: str) -> str:
-        return f"{level}:inferwatch_{short}_seconds:{label}_{self.window}"
-
-    def rate(self, name: str) -> str:
-        return f"worker:inferwatch_{name}:rate{self.window}"
-
-    @property
-    def error_ratio(self) -> str:
-        return f"worker:inferwatch_request_errors:ratio_rate{self.window}"
-
-    queue_over_capacity = "worker:inferwatch_queue_over_capacity:bool"
-
-    @property
-    def queue_avg(self) -> str:
-        return f"worker:inferwatch_queue_depth:avg{self.window}"
-
-    instance_slope = "instance:inferwatch_queue_depth_slope:max"
-
-    @property
-    def instance_ttft_p99(self) -> str:
-        return f"instance:inferwatch_ttft_seconds:max_p99_{self.window}"
-
-    @property
-    def gpu_util(self) -> str:
-        return f"gpu:inferwatch_gpu_utilization_ratio:avg{self.window}"
-
-    @property
-    def instance_util(self) -> str:
-        return f"instance:inferwatch_gpu_utilization_ratio:avg{self.window}"
-
-    @property
-    def model_util(self) -> str:
-        return f"model:inferwatch_gpu_utilization_ratio:avg{self.window}"
-
-    gpu_vram = "gpu:inferwatch_gpu_memory_used_ratio:max"
-    gpu_state = "gpu:inferwatch_gpu_state:code"
-    cluster_util = "cluster:inferwatch_gpu_utilization_ratio:avg"
-    cluster_vram = "cluster:inferwatch_gpu_memory_used_ratio:max"
-
-
-def names(t: Thresholds) -> Names:
-    return Names(window=t.pack.window)
-
-
 def record_names(t: Thresholds) -> dict[str, str]:
     """Documented name (written with the default ``5m``) -> the name generated for ``t``."""
-    documented = replace(t, pack=replace(t.pack, rate_window=300.0))
+    documented = replace(
+        t, pack=replace(t.pack, rate_window=300.0), queue=replace(t.queue, rising_window=600.0)
+    )
     return {
         doc["record"]: rule["record"]
         for doc, rule in zip(recording_rules(documented), recording_rules(t), strict=True)
@@ -219,13 +173,48 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         )
     )
 
-    # Queue: capacity (absent where max_num_seqs is unknown), smoothed depth, slope per agent.
+    # One series per worker with its model and engine: the "one" side of every join that
+    # brings a model to a GPU. topk keeps a worker that reports two models from making
+    # the joins many-to-many (an evaluation error); engine series exist while it is up.
+    rules.append(
+        _record(
+            n.worker_labels,
+            f"topk by ({WORKER_KEY}) (\n"
+            f"  1,\n"
+            f"  group by ({WORKER}) (\n"
+            f"    inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
+            f"  )\n"
+            f")",
+        )
+    )
+
+    # Queue: what the worker can batch now, over capacity, smoothed depth and load, slope.
+    # Capacity is max_num_seqs, or the running batch once the KV cache is full: an engine
+    # whose cache holds fewer sequences than max_num_seqs cannot batch more (a KV-limited
+    # overload), and an engine whose max_num_seqs is unknown still has this bound.
+    rules.append(
+        _record(
+            n.batch_capacity,
+            f"min by ({WORKER}) (\n"
+            f"    label_replace(\n"
+            f"      max by ({WORKER}) (inferwatch_max_num_seqs{s()}),\n"
+            f'      "capacity_from", "max_num_seqs", "", ""\n'
+            f"    )\n"
+            f"  or\n"
+            f"    label_replace(\n"
+            f"        max by ({WORKER}) (inferwatch_requests_running{s()})\n"
+            f"      and on ({WORKER_KEY})\n"
+            f"        max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()}) "
+            f">= {num(t.vram.scale_above)},\n"
+            f'      "capacity_from", "kv_cache", "", ""\n'
+            f"    )\n"
+            f")",
+        )
+    )
     rules.append(
         _record(
             n.queue_over_capacity,
-            f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n"
-            f"> bool\n"
-            f"max by ({WORKER}) (inferwatch_max_num_seqs{s()})",
+            f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n> bool\n{n.batch_capacity}",
         )
     )
     rules.append(
@@ -235,64 +224,125 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         )
     )
     rules.append(
-        _record(n.instance_slope, f"max by ({INSTANCE}) (inferwatch_queue_depth_slope{s()})")
+        _record(
+            n.running_avg,
+            f"max by ({WORKER}) (avg_over_time(inferwatch_requests_running{s()}[{w}]))",
+        )
     )
+    rules.append(_record(n.open_avg, f"{n.queue_avg} + {n.running_avg}"))
     rules.append(
         _record(
-            n.instance_ttft_p99,
-            f"max by ({INSTANCE}) ({n.quantile('worker', 'ttft', 'p99')})",
+            n.queue_deriv,
+            f"max by ({WORKER}) (deriv(inferwatch_queue_depth{s()}[{n.rising_window}]))",
         )
     )
 
-    # GPU utilization: smoothed per GPU, per agent, per model (through the agent's
-    # instance), and over the fleet.
+    # GPU utilization, smoothed per GPU. A MIG device has no NVML utilization: its GPM
+    # SM activity (Hopper and newer) stands in for it.
     rules.append(
         _record(
             n.gpu_util,
-            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{s()}[{w}]))",
+            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{s()}[{w}]))\n"
+            f"or\n"
+            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_sm_active_ratio{s()}[{w}]))",
         )
     )
-    rules.append(_record(n.instance_util, f"avg by ({INSTANCE}) ({n.gpu_util})"))
+    rules.append(_record(n.gpu_vram, f"max by ({GPU}) (inferwatch_gpu_memory_used_ratio{s()})"))
+
+    # Which worker runs on which GPU (the agent's attribution, MIG labels dropped), and
+    # everything joined through it: the per-worker view of its own GPUs, the per-model
+    # view of the model's own GPUs, memory pressure per GPU and worker.
+    rules.append(
+        _record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})")
+    )
+    rules.append(
+        _record(
+            n.worker_util,
+            f"avg by ({WORKER_KEY}) (\n"
+            f"    {n.gpu_util}\n"
+            f"  * on ({GPU}) group_right ()\n"
+            f"    {n.worker_gpu}\n"
+            f")\n"
+            f"* on ({WORKER_KEY}) group_left (model, engine)\n"
+            f"{n.worker_labels}",
+        )
+    )
     rules.append(
         _record(
             n.model_util,
             f"avg by ({MODEL}) (\n"
-            f"  {n.instance_util}\n"
-            f"  * on ({INSTANCE}) group_right ()\n"
-            f"  group by ({INSTANCE}, model) (inferwatch_queue_depth{s()})\n"
-            ")",
+            f"    {n.gpu_util}\n"
+            f"  * on ({GPU}) group_right ()\n"
+            f"    group by ({GPU}, model) (\n"
+            f"        {n.worker_gpu}\n"
+            f"      * on ({WORKER_KEY}) group_left (model)\n"
+            f"        {n.worker_labels}\n"
+            f"    )\n"
+            f")",
+        )
+    )
+    rules.append(
+        _record(
+            n.worker_gpu_pressure,
+            f"label_replace(\n"
+            f"    max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()})\n"
+            f"  * on ({WORKER_KEY}) group_right ()\n"
+            f"    {n.worker_gpu},\n"
+            f'  "pressure_from", "kv_cache", "", ""\n'
+            f")\n"
+            f"or on ({WORKER_GPU})\n"
+            f"label_replace(\n"
+            f"    {n.gpu_vram}\n"
+            f"  * on ({GPU}) group_right ()\n"
+            f"    {n.worker_gpu},\n"
+            f'  "pressure_from", "gpu_memory", "", ""\n'
+            f")",
+        )
+    )
+    rules.append(
+        _record(
+            n.gpu_pressure,
+            f"max by ({GPU}) ({n.worker_gpu_pressure})\nor\n{n.gpu_vram}",
         )
     )
     rules.append(_record(n.cluster_util, f"avg(inferwatch_gpu_utilization_ratio{s()})"))
     rules.append(_record(n.cluster_vram, f"max(inferwatch_gpu_memory_used_ratio{s()})"))
 
-    # GPU state, first match wins: 3 pressure, 0 idle, 2 squeeze, 1 healthy.
+    # GPU state, first match wins: 3 pressure, 0 idle, 2 squeeze, 1 healthy. Pressure
+    # pairs a GPU with a worker on it: that worker's queue rising while the pressure is
+    # above scale_above, or its TTFT P99 at or above the squeeze's latency bound while
+    # the pressure is above squeeze_above [4.2].
     v = t.vram
-    vram = n.gpu_vram
-    rules.append(_record(vram, f"max by ({GPU}) (inferwatch_gpu_memory_used_ratio{s()})"))
+    pressure = n.gpu_pressure
     rules.append(
         _record(
             n.gpu_state,
             f"(\n"
-            f"    3 + 0 * {vram}\n"
+            f"    3 + 0 * {pressure}\n"
             f"  and on ({GPU})\n"
             f"    (\n"
-            f"        {vram} > {num(v.scale_above)}\n"
-            f"      and on ({INSTANCE}) {n.instance_slope} > 0\n"
+            f"        {n.worker_gpu_pressure} > {num(v.scale_above)}\n"
+            f"      and on ({WORKER_KEY}) {_rising(t)}\n"
             f"    or\n"
-            f"        {vram} > {num(v.squeeze_above)}\n"
-            f"      and on ({INSTANCE}) {n.instance_ttft_p99} >= {num(v.squeeze_p99_ok_seconds)}\n"
+            f"        {n.worker_gpu_pressure} > {num(v.squeeze_above)}\n"
+            f"      and on ({WORKER_KEY})\n"
+            f"        {n.quantile('worker', 'ttft', 'p99')} >= {num(v.squeeze_p99_ok_seconds)}\n"
             f"    )\n"
             f")\n"
             f"or\n"
-            f"(0 * {vram} and on ({GPU}) {n.gpu_util} < {num(t.gpu_utilization.idle_below)})\n"
+            f"(0 * {pressure} and on ({GPU}) {n.gpu_util} < {num(t.gpu_utilization.idle_below)})\n"
             f"or\n"
-            f"(2 + 0 * {vram} and {vram} > {num(v.squeeze_above)})\n"
+            f"(2 + 0 * {pressure} and {pressure} > {num(v.squeeze_above)})\n"
             f"or\n"
-            f"(1 + 0 * {vram})",
+            f"(1 + 0 * {pressure})",
         )
     )
     return rules
+
+
+def _rising(t: Thresholds) -> str:
+    """The condition "the worker's queue is rising", on the queue slope recording rule."""
+    return f"{names(t).queue_deriv} > {num(t.queue.rising_min_per_minute / 60)}"
 
 
 # --------------------------------------------------------------------------- alerts
@@ -381,15 +431,21 @@ def alerts(t: Thresholds) -> list[Alert]:
             name="InferenceVRAMPressureQueueRising",
             group=GPU_GROUP,
             expr=(
-                f"{n.gpu_vram} > {num(v.scale_above)}\nand on ({INSTANCE})\n{n.instance_slope} > 0"
+                f"{n.worker_gpu_pressure} > {num(v.scale_above)}\n"
+                f"and on ({WORKER_KEY})\n"
+                f"{_rising(t)}"
             ),
             for_seconds=v.pressure_for,
             severity="critical",
             summary="GPU memory is nearly full while the request queue keeps growing.",
             description=(
-                f"{_GPU_WHERE} has {{{{ $value | humanizePercentage }}}} of its memory in use "
-                f"(above {pct(v.scale_above)}) and the queue of a worker on that host has been "
-                f"rising for {dur(v.pressure_for)}: scale out or rate-limit."
+                f"{_GPU_WHERE} is under memory pressure: "
+                "{{ if eq $labels.pressure_from \"kv_cache\" }}the KV cache of worker "
+                "{{ $labels.worker }} is {{ $value | humanizePercentage }} full"
+                "{{ else }}{{ $value | humanizePercentage }} of its memory is in use"
+                "{{ end }} "
+                f"(above {pct(v.scale_above)}) and the queue of worker {{{{ $labels.worker }}}} "
+                f"on it has been rising for {dur(v.pressure_for)}: scale out or rate-limit."
             ),
             dashboard="gpu",
         ),
@@ -407,6 +463,23 @@ def alerts(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
+            # An extension of ALERTS.md's catalogue (docs/alerts.md): with the NVML
+            # library or driver gone there is no GPU series at all, so InferenceGPULost
+            # (gpu_up == 0) cannot fire and every GPU alert goes quiet.
+            name="InferenceGPUTelemetryDown",
+            group=GPU_GROUP,
+            expr=_telemetry_down_expr(t),
+            for_seconds=t.availability.gpu_lost_for,
+            severity="critical",
+            summary="The agent cannot read NVML at all: every GPU alert of its host is blind.",
+            description=(
+                "The agent on {{ $labels.instance }} has not finished an NVML pass for "
+                f"over {dur(t.availability.gpu_lost_for)} (or never has): the driver or the "
+                "NVML library is gone or failing, and its GPUs are unwatched."
+            ),
+            dashboard="gpu",
+        ),
+        Alert(
             name="InferenceGPUXidErrors",
             group=GPU_GROUP,
             expr=_xid_expr(t, f'xid=~"{xids}"'),
@@ -414,7 +487,8 @@ def alerts(t: Thresholds) -> list[Alert]:
             severity="critical",
             summary="A GPU reported an XID error that needs a GPU reset or hardware service.",
             description=(
-                f"{_GPU_WHERE} reported XID {{{{ $labels.xid }}}} in the last {w} "
+                f"{_GPU_WHERE} reported XID {{{{ $labels.xid }}}} "
+                "{{ $value | humanizeDuration }} ago "
                 f"(critical XIDs: {xid_list})."
             ),
             dashboard="gpu",
@@ -427,7 +501,8 @@ def alerts(t: Thresholds) -> list[Alert]:
             severity="warning",
             summary="A GPU reported an XID error.",
             description=(
-                f"{_GPU_WHERE} reported XID {{{{ $labels.xid }}}} in the last {w}; "
+                f"{_GPU_WHERE} reported XID {{{{ $labels.xid }}}} "
+                "{{ $value | humanizeDuration }} ago; "
                 "usually an application fault, check whether it repeats."
             ),
             dashboard="gpu",
@@ -454,10 +529,14 @@ def alerts(t: Thresholds) -> list[Alert]:
                 f"{n.queue_over_capacity} == 1"
             ),
             for_seconds=(samples - 1) * t.pack.scrape_interval,
-            severity="warning",
+            # The guide's leading indicator [6 FAQ]: act on the queue before the latency
+            # alerts. It pages, and the Alertmanager example lets it hold back the same
+            # worker's latency pages, not the other way round.
+            severity="critical",
             summary="More requests are waiting than the worker can batch: it is overloaded.",
             description=(
-                f"{_WORKER_WHERE} has had more requests waiting than its max_num_seqs for "
+                f"{_WORKER_WHERE} has had more requests waiting than it can batch (its "
+                "max_num_seqs, or its running batch once the KV cache is full) for "
                 f"{samples} consecutive samples ({t.pack.interval} apart); "
                 "{{ $value | humanize }} are waiting now."
             ),
@@ -468,10 +547,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             group=WORKER_GROUP,
             expr=(
                 f"{ttft_p95} > {num(t.ttft.warmup_p95_seconds)}\n"
-                f"and on ({INSTANCE}) {n.instance_util} < {num(g.idle_below)}\n"
-                f"unless on (job, instance, worker)\n"
-                f"(time() - inferwatch_worker_start_time_seconds{s()} "
-                f"< {num(t.cold_start.within)})"
+                f"and on ({WORKER_KEY}) {n.worker_util} < {num(g.idle_below)}\n"
+                f"unless on ({WORKER_KEY})\n"
+                f"{_young(t, t.cold_start.within)}"
             ),
             for_seconds=t.ttft.idle_gpu_for,
             severity="warning",
@@ -486,7 +564,13 @@ def alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name="InferenceTTFTSLOBreach",
             group=WORKER_GROUP,
-            expr=f"{ttft_p99} > {num(t.ttft.p99_slo_seconds)}",
+            # The first minutes after a start belong to InferenceWorkerColdStart: the
+            # warm-up gate's own cold request lands in the engine's histogram too.
+            expr=(
+                f"{ttft_p99} > {num(t.ttft.p99_slo_seconds)}\n"
+                f"unless on ({WORKER_KEY})\n"
+                f"{_young(t, t.cold_start.within)}"
+            ),
             for_seconds=t.ttft.slo_for,
             severity="critical",
             summary="Users wait too long for the first token.",
@@ -514,17 +598,24 @@ def alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name="InferenceLatencyLongTail",
             group=WORKER_GROUP,
-            expr=(
-                f"{n.quantile('worker', 'e2e_latency', 'p99')}\n"
-                f"/\n"
-                f"{n.quantile('worker', 'e2e_latency', 'p50')}\n"
-                f"> {num(t.latency.tail_ratio)}"
+            # TTFT and per-token latency, not end-to-end: end-to-end latency grows with
+            # the answer's length, so a healthy mix of 10- to 2000-token answers has an
+            # end-to-end P99 fifteen times its P50.
+            expr="\nor\n".join(
+                f"label_replace(\n"
+                f"    {n.quantile('worker', short, 'p99')}\n"
+                f"  /\n"
+                f"    {n.quantile('worker', short, 'p50')}\n"
+                f"  >= {num(t.latency.tail_ratio)},\n"
+                f'  "latency", "{short}", "", ""\n'
+                f")"
+                for short in ("ttft", "tpot")
             ),
             for_seconds=t.latency.tail_for,
             severity="warning",
             summary="The slowest requests take many times longer than the typical one.",
             description=(
-                f"{_WORKER_WHERE} has an end-to-end P99 "
+                f"{_WORKER_WHERE} has a {{{{ $labels.latency | toUpper }}}} P99 "
                 '{{ printf "%.1f" $value }} times its P50 over the last '
                 f"{w} (limit {num(t.latency.tail_ratio)}x); long requests are holding up "
                 "short ones."
@@ -534,30 +625,18 @@ def alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name="InferenceLoadImbalance",
             group=WORKER_GROUP,
-            expr=(
-                f"{n.queue_avg} >= {num(lb.min_queue)}\n"
-                f"and\n"
-                f"(\n"
-                f"    {n.queue_avg}\n"
-                f"  * on ({MODEL}) group_left ()\n"
-                f"    (count by ({MODEL}) ({n.queue_avg}) + {num(lb.queue_ratio - 1)})\n"
-                f")\n"
-                f"> on ({MODEL}) group_left ()\n"
-                f"(\n"
-                f"  {num(lb.queue_ratio)} * sum by ({MODEL}) ({n.queue_avg})\n"
-                f")\n"
-                f"and on ({MODEL}) {n.model_util} < {num(g.idle_below)}\n"
-                f"and on ({MODEL}) {n.quantile('model', 'ttft', 'p99')} "
-                f"<= {num(t.ttft.p99_slo_seconds)}"
-            ),
+            expr=_imbalance_expr(t),
             for_seconds=lb.imbalance_for,
             severity="warning",
-            summary="Requests pile up on one worker while its peers and their GPUs sit idle.",
+            summary="One worker carries far more load than its peers while the model's GPUs idle.",
             description=(
-                f"{_WORKER_WHERE} has {{{{ $value | humanize }}}} requests waiting on average, "
-                f"over {num(lb.queue_ratio)}x the average of the other workers serving "
-                f"{{{{ $labels.model }}}}, whose GPUs average below {pct(g.idle_below)}: "
-                "the load balancer is not spreading requests."
+                f"{_WORKER_WHERE} has "
+                '{{ if eq $labels.load "gpu_utilization" }}its GPUs at '
+                "{{ $value | humanizePercentage }}{{ else }}{{ $value | humanize }} open "
+                "requests on average{{ end }}, over "
+                f"{num(lb.load_ratio)}x the average of the other workers serving "
+                f"{{{{ $labels.model }}}}, whose GPUs average below {pct(g.idle_below)} with "
+                "latency within the SLO: the load balancer is not spreading requests."
             ),
             dashboard="overview",
         ),
@@ -566,16 +645,12 @@ def alerts(t: Thresholds) -> list[Alert]:
             group=WORKER_GROUP,
             expr=(
                 f"{ttft_p95} > {num(t.ttft.warmup_p95_seconds)}\n"
-                f"and on (job, instance, worker)\n"
-                f"(\n"
-                f"  time() - max by (job, instance, worker) "
-                f"(inferwatch_worker_start_time_seconds{s()})\n"
-                f"  < {num(t.cold_start.within)}\n"
-                f")\n"
+                f"and on ({WORKER_KEY})\n"
+                f"{_young(t, t.cold_start.within)}\n"
                 # Slow first tokens on an overloaded worker are queueing, not a cold
                 # path: InferenceQueueOverCapacity speaks for that case.
-                f"unless on (job, instance, worker)\n"
-                f"max by (job, instance, worker) ({n.queue_over_capacity}) == 1"
+                f"unless on ({WORKER_KEY})\n"
+                f"max by ({WORKER_KEY}) ({n.queue_over_capacity}) == 1"
             ),
             for_seconds=t.cold_start.cold_start_for,
             severity="warning",
@@ -636,7 +711,20 @@ def alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name="InferenceWorkerDown",
             group=HEALTH_GROUP,
-            expr=f"max by (job, instance, worker) (inferwatch_target_up{s()}) == 0",
+            # A young process whose /metrics does not answer yet is loading its model,
+            # not down; a crash loop is down however young each start is.
+            expr=(
+                f"max by ({WORKER_KEY}) (inferwatch_target_up{s()}) == 0\n"
+                f"unless on ({WORKER_KEY})\n"
+                f"(\n"
+                f"    {_young(t, t.availability.startup_grace)}\n"
+                f"  unless on ({WORKER_KEY})\n"
+                f"    max by ({WORKER_KEY}) (\n"
+                f"      changes(inferwatch_worker_start_time_seconds{s()}"
+                f"[{dur(t.availability.crash_loop_window)}])\n"
+                f"    ) >= {t.availability.crash_loop_restarts}\n"
+                f")"
+            ),
             for_seconds=t.availability.worker_down_for,
             severity="critical",
             summary="An inference worker cannot be scraped or reports no engine data.",
@@ -668,22 +756,77 @@ def alerts(t: Thresholds) -> list[Alert]:
 
 
 def _xid_expr(t: Thresholds, matcher: str) -> str:
-    """New XIDs: an increase of a known counter, or a counter that appeared in the window.
+    """A new XID: the agent's timestamp of the last event of that XID is recent.
 
-    The agent creates the series of an XID when it first happens, at 1; increase()
-    needs two samples, so the first event is caught by ``unless ... offset``.
+    Counter arithmetic across gaps misleads both ways: ``x unless x offset 5m`` is
+    true again after one failed scrape (the sample 5 minutes back is a staleness
+    marker), and a counter back at 1 after an agent restart looks old. The value is
+    the event's age in seconds; the alert resolves once the event is older than the
+    window.
     """
     sel = t.pack.selector(matcher)
-    w = t.pack.window
     return (
-        f"max by ({GPU}, xid) (\n"
-        f"    increase(inferwatch_gpu_xid_errors_total{sel}[{w}]) > 0\n"
-        f"  or\n"
-        f"    (\n"
-        f"      inferwatch_gpu_xid_errors_total{sel} > 0\n"
-        f"      unless inferwatch_gpu_xid_errors_total{sel} offset {w}\n"
-        f"    )\n"
-        f")"
+        f"min by ({GPU}, xid) (time() - inferwatch_gpu_xid_last_timestamp_seconds{sel})\n"
+        f"< {num(t.pack.rate_window)}"
+    )
+
+
+def _young(t: Thresholds, seconds: float) -> str:
+    """Workers whose process started less than ``seconds`` ago (labels job, instance, worker)."""
+    return (
+        f"(time() - max by ({WORKER_KEY}) "
+        f"(inferwatch_worker_start_time_seconds{t.pack.selector()}) < {num(seconds)})"
+    )
+
+
+def _imbalance_expr(t: Thresholds) -> str:
+    """Loop 1 [6.2]: a worker far above its model's other workers, in GPU utilization or
+    in open requests, while the model's own GPUs average below idle_below and its
+    latency is fine.
+
+    ``x * (count + r - 1) > r * sum`` is ``x > r * (mean of the others)`` without a
+    division; with one worker it is ``x * r > r * x``, never true.
+    """
+    n = names(t)
+    lb = t.load_imbalance
+    r = num(lb.load_ratio)
+    r1 = num(lb.load_ratio - 1)
+    branches = []
+    for load, series, floor in (
+        ("gpu_utilization", n.worker_util, f"> {num(t.gpu_utilization.idle_below)}"),
+        ("open_requests", n.open_avg, f">= {num(lb.min_open_requests)}"),
+    ):
+        branches.append(
+            f"label_replace(\n"
+            f"    {series} {floor}\n"
+            f"  and\n"
+            f"    {series}\n"
+            f"  * on ({MODEL}) group_left ()\n"
+            f"    (count by ({MODEL}) ({series}) + {r1})\n"
+            f"  > on ({MODEL}) group_left ()\n"
+            f"    {r} * sum by ({MODEL}) ({series}),\n"
+            f'  "load", "{load}", "", ""\n'
+            f")"
+        )
+    return (
+        "(\n"
+        + "\nor\n".join(branches)
+        + "\n)\n"
+        + f"and on ({MODEL}) {n.model_util} < {num(t.gpu_utilization.idle_below)}\n"
+        + f"and on ({MODEL}) {n.quantile('model', 'ttft', 'p99')} "
+        + f"<= {num(t.ttft.p99_slo_seconds)}"
+    )
+
+
+def _telemetry_down_expr(t: Thresholds) -> str:
+    """No finished NVML pass for gpu_lost_for, or errors and never a finished pass."""
+    nvml = t.pack.selector('collector="nvml"')
+    last = f"inferwatch_last_collect_timestamp_seconds{nvml}"
+    errors = f"inferwatch_collect_errors_total{nvml}"
+    return (
+        f"time() - max by ({INSTANCE}) ({last}) > {num(t.availability.gpu_lost_for)}\n"
+        f"or\n"
+        f"(max by ({INSTANCE}) ({errors}) unless on ({INSTANCE}) {last})"
     )
 
 

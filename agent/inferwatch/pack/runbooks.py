@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferwatch.pack.rules import Alert, Names, alerts, dur, names, num, pct, secs
+from inferwatch.pack.names import Names, names
+from inferwatch.pack.rules import Alert, alerts, dur, num, pct, secs
 from inferwatch.pack.thresholds import Thresholds
 
 RUNBOOK_DIR = "runbooks"
@@ -332,6 +333,51 @@ def _gpu_lost(c: Ctx) -> Page:
     )
 
 
+def _gpu_telemetry_down(c: Ctx) -> Page:
+    a = c.variants[0]
+    nvml = c.s('collector="nvml"')
+    return Page(
+        condition=(
+            f"the agent has not finished an NVML pass for {dur(c.t.availability.gpu_lost_for)}, "
+            "or reports NVML errors and has never finished one, for "
+            f"{dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The agent cannot read the NVIDIA management library (NVML) at all: the driver "
+            "is not loaded, the library is missing from the agent's container, or every call "
+            "fails. Unlike InferenceGPULost (one GPU stops answering), no GPU series exists "
+            "any more, so every GPU alert of this host is silent."
+        ),
+        impact=(
+            "Idle, overloaded, overheating or failing GPUs on this host go unseen: no waste "
+            "reminder, no memory pressure page, no XID page. The workers may be fine."
+        ),
+        diagnosis=(
+            "1. See why the agent fails (the `reason` label: `library_not_found`, "
+            "`driver_not_loaded`, `timeout`, ...). Paste into Prometheus:"
+            + promql(f"increase(inferwatch_collect_errors_total{nvml}[10m])")
+            + "2. On the host, does the driver answer?"
+            + sh("nvidia-smi")
+            + "3. Read the agent's log for the line that names the NVML error:"
+            + sh(
+                "journalctl -u inferwatch --since -1h | grep -i nvml    # systemd",
+                "kubectl logs <agent-pod> | grep -i nvml               # Kubernetes",
+            )
+        ),
+        mitigation=(
+            "- If `nvidia-smi` fails on the host too, the driver is gone: drain the host "
+            "(take its workers out of the load balancer) and reboot it or reinstall the "
+            "driver.\n"
+            "- If `nvidia-smi` works on the host but the agent cannot load NVML, the agent's "
+            "container lacks the driver's libraries: run it with the NVIDIA container runtime "
+            "(`runtimeClassName: nvidia` in Kubernetes, `runtime: nvidia` or "
+            "`gpus: all` in Compose), as deploy/ does.\n"
+            "- If the errors say `timeout`, an NVML call hangs: check `dmesg` for XID errors "
+            "and treat it as InferenceGPULost."
+        ),
+    )
+
+
 def _xid(c: Ctx) -> Page:
     crit = ", ".join(str(x) for x in c.t.gpu_health.xid_critical)
     return Page(
@@ -497,7 +543,7 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
             "4. Paste:"
             + promql(
                 f"{c.n.quantile('worker', 'ttft', 'p95')}",
-                f"{c.n.instance_util}",
+                f"{c.n.worker_util}",
                 f"inferwatch_prefix_cache_hit_ratio{c.sel}",
                 f"inferwatch_worker_info{c.sel}",
             )
@@ -672,9 +718,11 @@ def _load_imbalance(c: Ctx) -> Page:
     a = c.variants[0]
     return Page(
         condition=(
-            f"a worker's queue (averaged over {t.pack.window}) is at least "
-            f"{num(lb.min_queue)} and more than {num(lb.queue_ratio)} times the average of "
-            "the other workers of the same model, while that model's GPUs average below "
+            f"a worker's GPU utilization (above {pct(t.gpu_utilization.idle_below)}), or its "
+            f"open requests (waiting plus running, at least {num(lb.min_open_requests)}), "
+            f"averaged over {t.pack.window}, are more than {num(lb.load_ratio)} times the "
+            "average of the other workers of the same model, while that model's own GPUs "
+            "average below "
             f"{pct(t.gpu_utilization.idle_below)} and its TTFT P99 is within "
             f"{secs(t.ttft.p99_slo_seconds)}, for {dur(a.for_seconds)}"
         ),
@@ -693,8 +741,8 @@ def _load_imbalance(c: Ctx) -> Page:
             ": compare the workers of the model.\n"
             "2. Paste:"
             + promql(
-                f"{c.n.queue_avg}",
-                f"{c.n.rate('requests_finished')}",
+                f"{c.n.worker_util}",
+                f"{c.n.open_avg}",
                 f"{c.n.model_util}",
             )
             + "3. Check the balancer's configuration: algorithm, session affinity, weights, "
@@ -706,7 +754,7 @@ def _load_imbalance(c: Ctx) -> Page:
             "- For one model on a multi-GPU host, one worker with tensor parallelism balances "
             "across the GPUs by itself [6.2].\n"
             "- This is an inferwatch default, not a guide number: tune "
-            "`load_imbalance.queue_ratio` and `load_imbalance.min_queue` if it is noisy."
+            "`load_imbalance.load_ratio` and `load_imbalance.min_open_requests` if it is noisy."
         ),
     )
 
@@ -1059,6 +1107,7 @@ PAGES: dict[str, Callable[[Ctx], Page]] = {
     "InferenceGPUXidErrors": _xid,
     "InferenceGPUThermalThrottling": _thermal,
     "InferenceQueueOverCapacity": _queue_over_capacity,
+    "InferenceGPUTelemetryDown": _gpu_telemetry_down,
     "InferenceTTFTHighGPUIdle": _ttft_high_gpu_idle,
     "InferenceTTFTSLOBreach": _ttft_slo,
     "InferenceTPOTSLOBreach": _tpot_slo,

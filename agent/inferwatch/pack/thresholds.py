@@ -129,6 +129,8 @@ class Vram:
 @dataclass(frozen=True)
 class Queue:
     over_capacity_samples: int = field(metadata={"kind": COUNT})
+    rising_window: float = field(metadata={"kind": DURATION})
+    rising_min_per_minute: float = field(metadata={"kind": NON_NEGATIVE})
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,8 @@ class Latency:
 
 @dataclass(frozen=True)
 class LoadImbalance:
-    queue_ratio: float = field(metadata={"kind": ABOVE_ONE})
-    min_queue: float = field(metadata={"kind": NON_NEGATIVE})
+    load_ratio: float = field(metadata={"kind": ABOVE_ONE})
+    min_open_requests: float = field(metadata={"kind": NON_NEGATIVE})
     imbalance_for: float = field(metadata={"kind": DURATION})
 
 
@@ -180,6 +182,9 @@ class Errors:
 @dataclass(frozen=True)
 class Availability:
     worker_down_for: float = field(metadata={"kind": DURATION})
+    startup_grace: float = field(metadata={"kind": DURATION})
+    crash_loop_restarts: int = field(metadata={"kind": COUNT})
+    crash_loop_window: float = field(metadata={"kind": DURATION})
     agent_down_for: float = field(metadata={"kind": DURATION})
     gpu_lost_for: float = field(metadata={"kind": DURATION})
 
@@ -426,6 +431,14 @@ def _check(t: Thresholds, source: str) -> None:
             "pack.rate_window",
             f"at least twice pack.scrape_interval ({format_duration(2 * p.scrape_interval)})",
             format_duration(p.rate_window),
+        )
+    if t.queue.rising_window < 2 * p.scrape_interval:
+        # deriv() needs two samples inside its window
+        raise ConfigError(
+            source,
+            "queue.rising_window",
+            f"at least twice pack.scrape_interval ({format_duration(2 * p.scrape_interval)})",
+            format_duration(t.queue.rising_window),
         )
 
 

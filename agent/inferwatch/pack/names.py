@@ -1,0 +1,116 @@
+"""Names of the pack's recording rules and alerts, written out once.
+
+The rules (``pack.rules``), dashboards (``pack.dashboard_defs``), runbooks
+(``pack.runbooks``), the report and the tests import them from here, so a grep
+for a name finds its one definition. Recording rules follow Prometheus'
+``level:metric:operations`` convention; a window in a name is the configured
+one (``pack.rate_window``, ``queue.rising_window``), so ``names(t)`` builds
+them for a set of thresholds: ``worker:inferwatch_ttft_seconds:p99_5m`` with
+the default ``5m``.
+
+Levels and their labels (the contract in docs/development.md):
+
+=============  =============================================
+``worker``     job, instance, worker, model, engine
+``worker_gpu`` job, instance, worker, gpu, uuid (one per GPU a worker runs on)
+``gpu``        job, instance, gpu, uuid
+``instance``   job, instance
+``model``      job, model
+``cluster``    none
+=============  =============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferwatch.pack.thresholds import Thresholds, format_duration
+
+#: label sets, as PromQL ``by``/``on`` lists
+WORKER = "job, instance, worker, model, engine"
+WORKER_KEY = "job, instance, worker"
+WORKER_GPU = "job, instance, worker, gpu, uuid"
+GPU = "job, instance, gpu, uuid"
+INSTANCE = "job, instance"
+MODEL = "job, model"
+
+#: latency histograms of METRICS.md -> short name used in rule names
+HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
+QUANTILES = ((0.5, "p50"), (0.95, "p95"), (0.99, "p99"))
+
+
+@dataclass(frozen=True)
+class Names:
+    """Recording rule names for one set of thresholds (windows are part of some names)."""
+
+    window: str
+    rising_window: str
+
+    # -- worker level -------------------------------------------------------------
+    def quantile(self, level: str, short: str, label: str) -> str:
+        return f"{level}:inferwatch_{short}_seconds:{label}_{self.window}"
+
+    def rate(self, name: str) -> str:
+        return f"worker:inferwatch_{name}:rate{self.window}"
+
+    @property
+    def error_ratio(self) -> str:
+        return f"worker:inferwatch_request_errors:ratio_rate{self.window}"
+
+    #: one series per worker carrying its model and engine labels (the join's "one" side)
+    worker_labels = "worker:inferwatch_worker_labels:info"
+    #: what the worker can batch now: max_num_seqs, or the running batch once the KV
+    #: cache is full (whichever is smaller)
+    batch_capacity = "worker:inferwatch_batch_capacity:min"
+    queue_over_capacity = "worker:inferwatch_queue_over_capacity:bool"
+
+    @property
+    def queue_avg(self) -> str:
+        return f"worker:inferwatch_queue_depth:avg{self.window}"
+
+    @property
+    def running_avg(self) -> str:
+        return f"worker:inferwatch_requests_running:avg{self.window}"
+
+    @property
+    def open_avg(self) -> str:
+        """Waiting plus running requests, averaged: the load loop 1 compares."""
+        return f"worker:inferwatch_requests_open:avg{self.window}"
+
+    @property
+    def queue_deriv(self) -> str:
+        """Least-squares slope of the queue depth (requests per second)."""
+        return f"worker:inferwatch_queue_depth:deriv{self.rising_window}"
+
+    @property
+    def worker_util(self) -> str:
+        """Average utilization of the GPUs the worker runs on (through attribution)."""
+        return f"worker:inferwatch_gpu_utilization_ratio:avg{self.window}"
+
+    # -- worker x GPU -------------------------------------------------------------
+    #: inferwatch_worker_gpu_info without the MIG labels, one series per pair
+    worker_gpu = "worker_gpu:inferwatch_worker_gpu_info:max"
+    #: the worker's KV-cache usage on each of its GPUs, else the GPU's NVML used ratio
+    worker_gpu_pressure = "worker_gpu:inferwatch_memory_pressure:ratio"
+
+    # -- GPU level ----------------------------------------------------------------
+    @property
+    def gpu_util(self) -> str:
+        return f"gpu:inferwatch_gpu_utilization_ratio:avg{self.window}"
+
+    gpu_vram = "gpu:inferwatch_gpu_memory_used_ratio:max"
+    gpu_pressure = "gpu:inferwatch_memory_pressure:ratio"
+    gpu_state = "gpu:inferwatch_gpu_state:code"
+
+    # -- model, cluster -----------------------------------------------------------
+    @property
+    def model_util(self) -> str:
+        """Average utilization of the model's own GPUs (through attribution)."""
+        return f"model:inferwatch_gpu_utilization_ratio:avg{self.window}"
+
+    cluster_util = "cluster:inferwatch_gpu_utilization_ratio:avg"
+    cluster_vram = "cluster:inferwatch_gpu_memory_used_ratio:max"
+
+
+def names(t: Thresholds) -> Names:
+    return Names(window=t.pack.window, rising_window=format_duration(t.queue.rising_window))
