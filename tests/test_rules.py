@@ -218,6 +218,7 @@ def _labels(labels: dict[str, str]) -> str:
 
 CATALOGUE_ROW = re.compile(r"^\| (Inference\w+) \|[^|]*\| ([^|]+) \| ([^|]+) \|$", re.M)
 EXTENSIONS_HEADING = "### Extensions to the catalogue"
+CHANGES_HEADING = "### Changes to the catalogue"
 
 
 def catalogue() -> dict[str, tuple[str, str]]:
@@ -228,26 +229,44 @@ def catalogue() -> dict[str, tuple[str, str]]:
     return {name: (for_.strip(), sev.strip()) for name, for_, sev in rows}
 
 
-def documented_extensions() -> dict[str, tuple[str, str]]:
-    """Alerts beyond the catalogue, from the extensions table of docs/alerts.md only."""
+def _doc_table(heading: str) -> dict[str, tuple[str, str]]:
+    """alert -> (for, severity) from the table under ``heading`` in docs/alerts.md."""
     text = ALERTS_DOC.read_text()
-    assert EXTENSIONS_HEADING in text, f"{ALERTS_DOC}: no {EXTENSIONS_HEADING!r} section"
-    section = re.split(r"^#{1,3} ", text.split(EXTENSIONS_HEADING, 1)[1], maxsplit=1, flags=re.M)[0]
+    assert heading in text, f"{ALERTS_DOC}: no {heading!r} section"
+    section = re.split(r"^#{1,3} ", text.split(heading, 1)[1], maxsplit=1, flags=re.M)[0]
     rows = CATALOGUE_ROW.findall(section)
     return {name: (for_.strip(), sev.strip()) for name, for_, sev in rows}
+
+
+def documented_extensions() -> dict[str, tuple[str, str]]:
+    """Alerts beyond the catalogue, from the extensions table of docs/alerts.md only."""
+    return _doc_table(EXTENSIONS_HEADING)
+
+
+def documented_changes() -> dict[str, tuple[str, str]]:
+    """Catalogue alerts whose for or severity an issue changed, from docs/alerts.md."""
+    return _doc_table(CHANGES_HEADING)
 
 
 def test_extensions_are_documented_and_do_not_redefine_the_catalogue() -> None:
     extensions = documented_extensions()
     assert extensions["InferenceWarmupDeadlineExceeded"] == ("1m", "warning")
+    assert extensions["InferenceGPUTelemetryDown"] == ("1m", "critical")
     # an extension adds an alert; it may not change a catalogue alert's for or severity
     assert not set(extensions) & set(catalogue())
+
+
+def test_changes_to_the_catalogue_are_documented_and_name_catalogue_alerts() -> None:
+    changes = documented_changes()
+    # the guide's leading indicator pages [6 FAQ]: act on the queue before latency alerts
+    assert changes["InferenceQueueOverCapacity"] == ("(samples)", "critical")
+    assert set(changes) <= set(catalogue())
 
 
 def test_every_catalogue_alert_exists_with_its_for_and_severity() -> None:
     base = catalogue()
     assert len(base) >= 15
-    expected = {**base, **documented_extensions()}
+    expected = {**base, **documented_changes(), **documented_extensions()}
     generated: dict[str, list[dict[str, Any]]] = {}
     for rule in ALERT_RULES:
         generated.setdefault(rule["alert"], []).append(rule)
@@ -346,9 +365,9 @@ def test_every_metric_exists_in_metrics_md() -> None:
 
 
 def test_counters_only_under_rate_and_rate_only_over_counters() -> None:
-    # The XID rule also asks whether a counter series is new ("x unless x offset 5m"),
-    # which reads the counter's presence, not its value.
-    presence_checks = {"inferwatch_gpu_xid_errors_total"}
+    # InferenceGPUTelemetryDown asks whether the NVML collector has reported errors
+    # at all (and never a finished pass): the counter's presence, not its value.
+    presence_checks = {"inferwatch_collect_errors_total"}
     for rule in RECORD_RULES + ALERT_RULES:
         for name, in_rate in selectors(rule["expr"]):
             counter = name.endswith(("_total", "_bucket"))
@@ -367,9 +386,13 @@ def test_recording_rules_keep_the_contract_labels() -> None:
             outer = outer.args[-1] if type(outer).__name__ == "Call" else outer.expr
         if type(outer).__name__ != "AggregateExpr":
             continue  # binary expressions: their operands are checked where recorded
+        if str(outer.op) in ("topk", "bottomk"):
+            # topk by (key) keeps every label of its operand: check the operand's
+            outer = outer.expr
         labels = set(outer.modifier.labels) - {"le"} if outer.modifier else set()
         expected = {
             "worker": WORKER_LABELS,
+            "worker_gpu": {"job", "instance", "worker", "gpu", "uuid"},
             "gpu": GPU_LABELS,
             "instance": {"job", "instance"},
             "model": {"job", "model"},
@@ -467,7 +490,7 @@ def test_custom_thresholds_generate_valid_rules(tmp_path: Path) -> None:
     assert 'job="gpu-agents",env=~"prod|staging"' in alerts_text
     assert 'job="inferwatch"' not in alerts_text
     assert "worker:inferwatch_ttft_seconds:p99_2m > 2" in alerts_text
-    assert "gpu:inferwatch_gpu_memory_used_ratio:max > 0.9\n" in alerts_text
+    assert "worker_gpu:inferwatch_memory_pressure:ratio > 0.9\n" in alerts_text
     assert "https://wiki.example/rb/InferenceGPULost.md" in alerts_text
 
 
@@ -555,9 +578,12 @@ def test_critical_inhibits_warnings_of_the_same_worker(tmp_path: Path) -> None:
     with running(am):
         common = {"job": "inferwatch", "instance": "host-a:10127"}
         posted = [
+            # the queue pages first (the leading indicator): the same worker's latency
+            # pages wait, another worker's do not
+            {"alertname": "InferenceQueueOverCapacity", "severity": "critical", "worker": "w0"},
             {"alertname": "InferenceTTFTSLOBreach", "severity": "critical", "worker": "w0"},
-            {"alertname": "InferenceQueueOverCapacity", "severity": "warning", "worker": "w0"},
-            {"alertname": "InferenceQueueOverCapacity", "severity": "warning", "worker": "w1"},
+            {"alertname": "InferenceTPOTSLOBreach", "severity": "warning", "worker": "w0"},
+            {"alertname": "InferenceTTFTSLOBreach", "severity": "critical", "worker": "w1"},
             {
                 "alertname": "InferenceGPULost",
                 "severity": "critical",
@@ -589,12 +615,13 @@ def test_critical_inhibits_warnings_of_the_same_worker(tmp_path: Path) -> None:
                 for a in alerts
             }
             # the inhibitor reads new alerts asynchronously: wait until it has seen them
-            settled = len(result) == len(posted) and list(result.values()).count("suppressed") >= 2
+            settled = len(result) == len(posted) and list(result.values()).count("suppressed") >= 3
             return result if settled else None
 
         got = wait_until(states, timeout=30, message="alerts in Alertmanager, some inhibited")
-    assert got[("InferenceTTFTSLOBreach", "w0")] == "active"
-    assert got[("InferenceQueueOverCapacity", "w0")] == "suppressed"  # same worker
-    assert got[("InferenceQueueOverCapacity", "w1")] == "active"  # another worker
+    assert got[("InferenceQueueOverCapacity", "w0")] == "active"
+    assert got[("InferenceTTFTSLOBreach", "w0")] == "suppressed"  # the queue pages for it
+    assert got[("InferenceTPOTSLOBreach", "w0")] == "suppressed"  # a warning of a paged worker
+    assert got[("InferenceTTFTSLOBreach", "w1")] == "active"  # another worker
     assert got[("InferenceGPULost", "")] == "active"
     assert got[("InferenceTTFTHighGPUIdle", "w9")] == "suppressed"  # host of a lost GPU

@@ -350,7 +350,8 @@ def _gpu_telemetry_down(c: Ctx) -> Page:
         ),
         impact=(
             "Idle, overloaded, overheating or failing GPUs on this host go unseen: no waste "
-            "reminder, no memory pressure page, no XID page. The workers may be fine."
+            "reminder [6.1], no memory pressure page [4.2], no XID page. The workers may be "
+            "fine."
         ),
         diagnosis=(
             "1. See why the agent fails (the `reason` label: `library_not_found`, "
