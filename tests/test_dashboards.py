@@ -520,7 +520,7 @@ def test_thresholds_drawn_from_thresholds_yaml(
         gu.healthy_band[0],
         gu.scale_review_above,
     ]
-    assert [v for v, _ in _steps(overview, "VRAM level")] == [
+    assert [v for v, _ in _steps(overview, "Memory pressure")] == [
         None,
         thresholds.vram.squeeze_above,
         thresholds.vram.scale_above,
@@ -545,7 +545,7 @@ def test_thresholds_drawn_from_thresholds_yaml(
         (0.8, "orange"),
         (0.85, "red"),
     ]
-    assert _steps(other, "VRAM level")[2] == (0.95, "red")
+    assert _steps(other, "Memory pressure")[2] == (0.95, "red")
     assert _steps(other, "TTFT P50 / P95 / P99")[1] == (0.2, "red")
     alerts = _first(other, lambda p: p["title"] == "Firing alerts")
     (link,) = alerts["fieldConfig"]["defaults"]["links"]
@@ -713,8 +713,9 @@ def test_bottleneck_and_band_queries_in_promtool(
     }
     labels = 'job="inferwatch", instance="h{h}:10127", gpu="0", uuid="GPU-{h}"'
     series = []
-    # h1: busy GPU with a queue (compute-bound); h2: full VRAM, low utilization
-    # (memory-bound); h3: busy GPU without a queue (balanced); h4: idle GPU.
+    # h1: busy GPU with a queue on its worker (compute-bound); h2: full VRAM, low
+    # utilization (memory-bound); h3: busy GPU without a queue (balanced); h4: idle GPU.
+    # Each GPU runs its host's worker (the bottleneck joins queues through attribution).
     for h, util, vram, queue in (
         (1, 0.95, 0.5, 4),
         (2, 0.4, 0.9, 0),
@@ -735,13 +736,20 @@ def test_bottleneck_and_band_queries_in_promtool(
                 f'worker="w{h}", model="m"}}',
                 "values": f"{queue}x20",
             },
+            {
+                "series": f'inferwatch_worker_gpu_info{{job="inferwatch", instance="h{h}:10127", '
+                f'worker="w{h}", gpu="0", uuid="GPU-{h}"}}',
+                "values": "1x20",
+            },
         ]
     expected = [
         {"labels": f"test:bottleneck:code{{{labels.format(h=h)}}}", "value": code}
         for h, code in ((1, 1), (2, 2), (3, 0), (4, 0))
     ]
     tests = {
-        "rule_files": ["rules.yaml"],
+        # the pack's recording rules too: the bottleneck reads memory pressure and the
+        # worker-to-GPU join from them
+        "rule_files": [str(REPO / "alerts" / "inferwatch-rules.yaml"), "rules.yaml"],
         "evaluation_interval": "1m",
         "tests": [
             {

@@ -17,6 +17,7 @@ from typing import Any
 from grafanalib import core as g
 
 from inferwatch.pack import panels as p
+from inferwatch.pack.names import names
 from inferwatch.pack.panels import Cell, Query, Section, Step, gpu_sel, host_sel, steps, worker_sel
 from inferwatch.pack.thresholds import Thresholds
 
@@ -89,12 +90,6 @@ def _vram_text(t: Thresholds) -> str:
 # --- reusable panels -------------------------------------------------------------
 
 
-def _rule(t: Thresholds, level: str, metric: str, op: str) -> str:
-    """Name of a generated recording rule, ``level:metric:<op><window>``
-    (``worker:inferwatch_ttft_seconds:p99_5m``, ``...:ratio_rate5m``)."""
-    return f"{level}:{metric}:{op}{t.pack.window}"
-
-
 def _quantile_queries(metric: str, by: str, legend: str) -> list[Query]:
     return [
         Query(
@@ -120,10 +115,33 @@ def gpu_utilization_panel(t: Thresholds) -> Any:
     )
 
 
+_PRESSURE_TEXT = (
+    "Memory pressure per GPU: the KV-cache usage of the workers on it where their engine "
+    "exports one, else NVML's used memory. Engines that pre-allocate (vLLM reserves "
+    "--gpu-memory-utilization of the card at start) keep NVML's level flat whatever the "
+    "load, so the KV cache is the level that moves. "
+)
+
+
+def memory_pressure_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "Memory pressure",
+        _PRESSURE_TEXT + _vram_text(t),
+        [Query(f"{names(t).gpu_pressure}{gpu_sel()}", _gpu_label())],
+        unit="percentunit",
+        min_value=0,
+        max_value=1,
+        thresholds=vram_steps(t),
+        threshold_style="dashed",
+    )
+
+
 def vram_panel(t: Thresholds) -> Any:
     return p.timeseries(
         "VRAM level",
-        "(used + reserved) / total memory of each GPU. " + _vram_text(t),
+        "(used + reserved) / total memory of each GPU (NVML). For an engine that "
+        "pre-allocates its share of the card this stays flat: the Memory pressure panel "
+        "shows its KV cache. " + _vram_text(t),
         [Query(f"inferwatch_gpu_memory_used_ratio{gpu_sel()}", _gpu_label())],
         unit="percentunit",
         min_value=0,
@@ -193,13 +211,14 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
 def gpu_state_panel(t: Thresholds) -> Any:
     return p.state_timeline(
         "GPU state",
-        "The recording rule gpu:inferwatch_gpu_state:code per GPU: idle (utilization "
-        f"below {_pct(t.gpu_utilization.idle_below)}), healthy, squeeze (VRAM above "
+        f"The recording rule {names(t).gpu_state} per GPU: idle (utilization "
+        f"below {_pct(t.gpu_utilization.idle_below)}), healthy, squeeze (memory pressure above "
         f"{_pct(t.vram.squeeze_above)} with P99 under {_secs(t.vram.squeeze_p99_ok_seconds)}: "
-        f"no action) or pressure (VRAM above {_pct(t.vram.scale_above)} with a rising queue, "
-        f"or above {_pct(t.vram.squeeze_above)} with P99 at or above "
-        f"{_secs(t.vram.squeeze_p99_ok_seconds)}).",
-        [Query(f"gpu:inferwatch_gpu_state:code{gpu_sel()}", _gpu_label())],
+        f"no action) or pressure (above {_pct(t.vram.scale_above)} with the queue of a worker "
+        f"on that GPU rising, or above {_pct(t.vram.squeeze_above)} with its P99 at or above "
+        f"{_secs(t.vram.squeeze_p99_ok_seconds)}). Memory pressure is the KV-cache usage of "
+        "the GPU's workers, else NVML's used memory.",
+        [Query(f"{names(t).gpu_state}{gpu_sel()}", _gpu_label())],
         mappings=p.value_mappings(
             {
                 0: ("idle", "blue"),
@@ -216,18 +235,22 @@ def bottleneck_expr(t: Thresholds) -> str:
     """1 compute-bound, 2 memory-bound, 0 neither, per GPU (field guide 6.1).
 
     Compute-bound: utilization at or above the scale-review line while requests
-    wait on the GPU's host. Memory-bound: VRAM at or above the squeeze line with
-    utilization below the healthy band. Queues are per worker and GPUs per host,
-    so "requests wait" is read per (job, instance): exact for a sidecar agent,
-    the busiest worker of the host for an agent that watches several.
+    wait on a worker of that GPU (through ``inferwatch_worker_gpu_info``).
+    Memory-bound: memory pressure (the workers' KV cache, else NVML) at or above
+    the squeeze line with utilization below the healthy band.
     """
+    n = names(t)
     util = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
-    vram = f"inferwatch_gpu_memory_used_ratio{gpu_sel()}"
-    queue = f"max by (job, instance) (inferwatch_queue_depth{host_sel()})"
+    vram = f"{n.gpu_pressure}{gpu_sel()}"
+    queue = (
+        "max by (job, instance, gpu, uuid) ("
+        f"max by (job, instance, worker) (inferwatch_queue_depth{host_sel()}) "
+        f"* on (job, instance, worker) group_right () {n.worker_gpu}{host_sel()})"
+    )
     busy = t.gpu_utilization.scale_review_above
     modest = t.gpu_utilization.healthy_band[0]
     return (
-        f"(0 * ({util} >= {busy:g} and on (job, instance) ({queue} > 0)) + 1)"
+        f"(0 * ({util} >= {busy:g} and on (job, instance, gpu, uuid) ({queue} > 0)) + 1)"
         f" or (0 * ({util} < {modest:g} and {vram} >= {t.vram.squeeze_above:g}) + 2)"
         f" or (0 * {util})"
     )
@@ -238,8 +261,9 @@ def bottleneck_panel(t: Thresholds) -> Any:
     modest = t.gpu_utilization.healthy_band[0]
     return p.state_timeline(
         "Compute-bound or memory-bound",
-        f"Compute-bound: utilization at or above {_pct(busy)} while requests wait on the "
-        f"host; memory-bound: VRAM at or above {_pct(t.vram.squeeze_above)} while utilization "
+        f"Compute-bound: utilization at or above {_pct(busy)} while requests wait on a "
+        f"worker of that GPU; memory-bound: memory pressure (KV cache, else VRAM) at or "
+        f"above {_pct(t.vram.squeeze_above)} while utilization "
         f"is below {_pct(modest)} (field guide 6.1). Compute-bound asks for scale-out or "
         "rate limiting; memory-bound asks for prefix caching, an FP8 KV cache or a lower "
         "--max-num-seqs, not for more GPUs.",
@@ -290,7 +314,7 @@ def error_ratio_panel(t: Thresholds) -> Any:
         f"{_pct(t.errors.ratio_above)}.",
         [
             Query(
-                f"{_rule(t, 'worker', 'inferwatch_request_errors', 'ratio_rate')}{worker_sel()}",
+                f"{names(t).error_ratio}{worker_sel()}",
                 "{{worker}}",
             )
         ],
@@ -419,9 +443,10 @@ def overview(t: Thresholds) -> dict[str, Any]:
             ),
             Cell(
                 p.stat(
-                    "Highest VRAM level",
-                    "VRAM level of the fullest selected GPU. " + _vram_text(t),
-                    [Query(f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})")],
+                    "Highest memory pressure",
+                    "Memory pressure of the fullest selected GPU: the KV cache of its workers, "
+                    "else NVML's used memory. " + _vram_text(t),
+                    [Query(f"max({names(t).gpu_pressure}{gpu_sel()})")],
                     unit="percentunit",
                     thresholds=vram_steps(t),
                 ),
@@ -491,7 +516,7 @@ def overview(t: Thresholds) -> dict[str, Any]:
         "The four lifelines: GPU utilization, VRAM level, queue depth, latency",
         [
             Cell(gpu_utilization_panel(t), 8, 8),
-            Cell(vram_panel(t), 8, 8),
+            Cell(memory_pressure_panel(t), 8, 8),
             Cell(queue_panel(t), 8, 8),
             Cell(
                 latency_panel(
@@ -590,7 +615,7 @@ def worker(t: Thresholds) -> dict[str, Any]:
                     f"the SLO of {_secs(t.ttft.p99_slo_seconds)}.",
                     [
                         Query(
-                            f"max({_rule(t, 'worker', 'inferwatch_ttft_seconds', 'p99_')}"
+                            f"max({names(t).quantile('worker', 'ttft', 'p99')}"
                             f"{worker_sel()})"
                         )
                     ],
@@ -1421,7 +1446,7 @@ def gpu(t: Thresholds) -> dict[str, Any]:
 
 def weekly(t: Thresholds) -> dict[str, Any]:
     ttft_slo = t.ttft.p99_slo_seconds
-    ttft_p99 = _rule(t, "worker", "inferwatch_ttft_seconds", "p99_")
+    ttft_p99 = names(t).quantile("worker", "ttft", "p99")
     util = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
 
     def band(lo: float | None, hi: float | None) -> str:
@@ -1480,7 +1505,7 @@ def weekly(t: Thresholds) -> dict[str, Any]:
                         [
                             Query(
                                 f"max by (model) (max_over_time("
-                                f"{_rule(t, 'worker', metric, 'p99_')}{worker_sel()}[$__interval]))",
+                                f"{names(t).quantile('worker', metric.removeprefix('inferwatch_').removesuffix('_seconds'), 'p99')}{worker_sel()}[$__interval]))",
                                 "{{model}}",
                             )
                         ],
