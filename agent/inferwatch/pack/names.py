@@ -57,8 +57,11 @@ class Names:
     def error_ratio(self) -> str:
         return f"worker:inferwatch_request_errors:ratio_rate{self.window}"
 
-    #: one series per worker carrying its model and engine labels (the join's "one" side)
+    #: one series per (worker, model, engine) the engine reports: how a per-worker value
+    #: gets the model and engine labels (a worker serving two models gets both)
     worker_labels = "worker:inferwatch_worker_labels:info"
+    #: how many GPUs (or MIG devices) the worker runs on
+    worker_gpus = "worker:inferwatch_worker_gpus:count"
     #: what the worker can batch now: max_num_seqs, or the running batch once the KV
     #: cache is full (whichever is smaller)
     batch_capacity = "worker:inferwatch_batch_capacity:min"
@@ -81,6 +84,11 @@ class Names:
     def queue_deriv(self) -> str:
         """Least-squares slope of the queue depth (requests per second)."""
         return f"worker:inferwatch_queue_depth:deriv{self.rising_window}"
+
+    @property
+    def worker_util_sum(self) -> str:
+        """Summed utilization of the GPUs the worker runs on (through attribution)."""
+        return f"worker:inferwatch_gpu_utilization_ratio:sum{self.window}"
 
     @property
     def worker_util(self) -> str:

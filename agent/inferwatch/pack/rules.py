@@ -173,17 +173,15 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         )
     )
 
-    # One series per worker with its model and engine: the "one" side of every join that
-    # brings a model to a GPU. topk keeps a worker that reports two models from making
-    # the joins many-to-many (an evaluation error); engine series exist while it is up.
+    # The (worker, model, engine) combinations the engines report: the "many" side that
+    # gives a per-worker value (labels job, instance, worker) its model and engine. A
+    # worker that serves two models gets the value under both; no join here can become
+    # many-to-many (an evaluation error). Engine series exist while the worker is up.
     rules.append(
         _record(
             n.worker_labels,
-            f"topk by ({WORKER_KEY}) (\n"
-            f"  1,\n"
-            f"  group by ({WORKER}) (\n"
-            f"    inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
-            f"  )\n"
+            f"group by ({WORKER}) (\n"
+            f"  inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
             f")",
         )
     )
@@ -257,28 +255,31 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     )
     rules.append(
         _record(
-            n.worker_util,
-            f"avg by ({WORKER_KEY}) (\n"
-            f"    {n.gpu_util}\n"
-            f"  * on ({GPU}) group_right ()\n"
-            f"    {n.worker_gpu}\n"
-            f")\n"
-            f"* on ({WORKER_KEY}) group_left (model, engine)\n"
-            f"{n.worker_labels}",
+            n.worker_gpus,
+            f"{n.worker_labels}\n"
+            f"* on ({WORKER_KEY}) group_left ()\n"
+            f"count by ({WORKER_KEY}) ({n.worker_gpu})",
         )
     )
     rules.append(
         _record(
-            n.model_util,
-            f"avg by ({MODEL}) (\n"
+            n.worker_util_sum,
+            f"{n.worker_labels}\n"
+            f"* on ({WORKER_KEY}) group_left ()\n"
+            f"sum by ({WORKER_KEY}) (\n"
             f"    {n.gpu_util}\n"
             f"  * on ({GPU}) group_right ()\n"
-            f"    group by ({GPU}, model) (\n"
-            f"        {n.worker_gpu}\n"
-            f"      * on ({WORKER_KEY}) group_left (model)\n"
-            f"        {n.worker_labels}\n"
-            f"    )\n"
+            f"    {n.worker_gpu}\n"
             f")",
+        )
+    )
+    rules.append(_record(n.worker_util, f"{n.worker_util_sum} / {n.worker_gpus}"))
+    # Per model: every GPU of the model's workers counts once per worker (a tensor-
+    # parallel worker's GPUs each count; a GPU shared by two models counts for both).
+    rules.append(
+        _record(
+            n.model_util,
+            f"sum by ({MODEL}) ({n.worker_util_sum})\n/\nsum by ({MODEL}) ({n.worker_gpus})",
         )
     )
     rules.append(
@@ -361,6 +362,17 @@ class Alert:
     description: str
     #: key of ``pack.dashboard_uids`` whose panels show the signal
     dashboard: str
+    #: the labels that say what the alert is about; the dashboard link opens with the
+    #: dashboards' variables of the same names set to the alert's values
+    scope: tuple[str, ...] = ()
+
+    def dashboard_link(self, t: Thresholds) -> str:
+        """The dashboard URL with its variables templated from the alert's labels."""
+        url = t.pack.dashboard_url(self.dashboard)
+        if not self.scope:
+            return url
+        query = "&".join(f"var-{k}={{{{ $labels.{k} | urlquery }}}}" for k in self.scope)
+        return f"{url}?{query}"
 
     def rule(self, t: Thresholds) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
@@ -368,7 +380,7 @@ class Alert:
             rule["for"] = dur(self.for_seconds)
         rule["labels"] = {"severity": self.severity}
         rule["annotations"] = {
-            "dashboard_url": t.pack.dashboard_url(self.dashboard),
+            "dashboard_url": self.dashboard_link(t),
             "description": self.description,
             "runbook_url": t.pack.runbook_url(self.name),
             "summary": self.summary,
@@ -384,8 +396,28 @@ _GPU_WHERE = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance 
 _WORKER_WHERE = "Worker {{ $labels.worker }} ({{ $labels.model }}, {{ $labels.engine }})"
 
 
+#: what each group's alerts are about, unless an alert says otherwise
+_GROUP_SCOPE = {
+    "inferwatch-gpu.alerts": ("job", "instance", "gpu"),
+    "inferwatch-worker.alerts": ("job", "instance", "worker"),
+    "inferwatch-health.alerts": ("job", "instance", "worker"),
+}
+#: alerts whose labels differ from their group's
+_SCOPE = {
+    "InferenceVRAMPressureQueueRising": ("job", "instance", "gpu", "worker"),
+    "InferenceGPUTelemetryDown": ("job", "instance"),
+    "InferenceAgentDown": (),  # its absent() form has no labels to fill in
+}
+
+
 def alerts(t: Thresholds) -> list[Alert]:
     """The catalogue of ALERTS.md, in the order of the generated file."""
+    return [
+        replace(a, scope=_SCOPE.get(a.name, _GROUP_SCOPE[a.group])) for a in _catalogue(t)
+    ]
+
+
+def _catalogue(t: Thresholds) -> list[Alert]:
     n = names(t)
     s = t.pack.selector
     w = t.pack.window
