@@ -11,6 +11,7 @@ never timings: the machine is shared and slow.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -292,6 +293,7 @@ def test_a_restart_resets_the_counters_and_rereads_props(tmp_path: Path, parts: 
     assert one(s, "inferwatch_generation_tokens_total", "w") == second.predicted
     assert r["llamacpp:tokens_predicted_total"] == second.predicted < first.predicted
     assert one(s, "inferwatch_prompt_tokens_total", "w") == second.prompt
+
     # the restarted process's own flags and account of itself, not the old one's
     # (the process source finds the new pid on its own timer)
     def renewed() -> Series | None:
@@ -391,11 +393,36 @@ def test_llamacpp_alerts_through_prometheus_with_the_generated_rules(
 
     # load gone: the queue alert ends; the worker without metrics stays down
     wait_until(
-        lambda: not active("InferenceQueueOverCapacity", "busy")
-        and not active("InferenceQueueOverCapacity", "busy", "pending"),
+        lambda: (
+            not active("InferenceQueueOverCapacity", "busy")
+            and not active("InferenceQueueOverCapacity", "busy", "pending")
+        ),
         90,
         interval=0.5,
         message="InferenceQueueOverCapacity resolved",
     )
     assert active("InferenceWorkerDown", "off")
     assert math.isfinite(float(down["value"]))
+
+
+# --------------------------------------------------------------------------- capture drift
+def test_the_server_built_here_writes_the_captured_families(
+    tmp_path: Path, parts: list[Any]
+) -> None:
+    """The simulator is held to tests/data/llamacpp/: a new pin must come with a new capture."""
+    server = LlamaServer(tmp_path, ["--metrics", "--parallel", "1"])
+    parts.append(server.start())
+    captured = (Path(__file__).parent / "data" / "llamacpp" / "metrics-idle.txt").read_text()
+
+    def shape(text: str) -> list[tuple[str, str, str]]:
+        return [(f.name, f.type, f.documentation) for f in text_string_to_metric_families(text)]
+
+    assert shape(server.metrics_text()) == shape(captured), (
+        "llama-server's families changed: run `python -m tests.engines.llamacpp.capture`"
+    )
+    assert (
+        server.props()["build_info"]
+        == json.loads((Path(__file__).parent / "data" / "llamacpp" / "props.json").read_text())[
+            "build_info"
+        ]
+    )

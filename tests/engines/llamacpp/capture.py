@@ -9,6 +9,8 @@ and writes to ``tests/data/llamacpp/``:
   token and is still generating (its prompt is counted, its tokens are not);
 - ``metrics-after.txt``: that request finished, then a second one with the
   same prompt (served from the slot's cache) finished too;
+- ``props.json``: its ``/props`` (less the chat template), for the
+  self-description reader;
 - ``capture.json``: what the client counted (prompt lengths from ``/tokenize``,
   ``n_predict``), the build and the command line.
 
@@ -52,6 +54,11 @@ def capture(out: Path = OUT) -> dict[str, object]:
         server = LlamaServer(Path(tmp), ["--metrics", "--parallel", "1"]).start()
         try:
             (out / "metrics-idle.txt").write_text(server.metrics_text())
+            props = server.props()
+            # the chat template and the random media marker say nothing the agent reads
+            for key in ("chat_template", "media_marker"):
+                props.pop(key, None)
+            (out / "props.json").write_text(json.dumps(props, indent=2, sort_keys=True) + "\n")
             n_prompt = server.n_tokens(PROMPT)
             body = {**completion(PROMPT, N_PREDICT_LONG), "stream": True}
             req = urllib.request.Request(
