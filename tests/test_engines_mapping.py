@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.proc import PROMTOOL, REPO, require_binary
 
-from inferwatch.engines import ENGINES, detect, metrics_locations
+from inferwatch.engines import ENGINES, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
     Mapped,
     ParseError,
@@ -700,3 +700,11 @@ def test_damaged_expositions_map_or_fail_cleanly(engine: str, cut: int, junk: st
     for hseries in mapped.histograms.values():
         for h in hseries.values():
             assert all(c >= 0 for c in h.counts) and h.bounds[-1] == math.inf
+
+
+def test_status_hints_name_what_an_http_error_means() -> None:
+    # llama-server answers 501 on /metrics without --metrics
+    assert "--metrics" in status_hint(501)
+    assert status_hint(501, ENGINES["llamacpp"]) == status_hint(501)
+    assert status_hint(501, ENGINES["vllm"]) == ""
+    assert status_hint(404) == ""
