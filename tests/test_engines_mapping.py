@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.proc import PROMTOOL, REPO, require_binary
 
-from inferwatch.engines import ENGINES, detect, metrics_locations
+from inferwatch.engines import ENGINES, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
     Mapped,
     ParseError,
@@ -238,6 +238,7 @@ def llamacpp_text(predicted: int = 400, seconds: float = 10.0) -> str:
     """As llama-server writes it by hand: no labels, C++ stream number formatting."""
     items = [
         ("prompt_tokens_total", "counter", 1200),
+        ("prompt_tokens_cached_total", "counter", 300),
         ("prompt_seconds_total", "counter", 1.5),
         ("tokens_predicted_total", "counter", predicted),
         ("tokens_predicted_seconds_total", "counter", seconds),
@@ -261,18 +262,36 @@ def test_llamacpp_counters_and_the_inputs_of_the_tpot_window_mean() -> None:
     none = (("model", ""),)
     assert mapped.gauges["inferwatch_queue_depth"] == {none: 2.0}
     assert mapped.gauges["inferwatch_requests_running"] == {none: 3.0}
-    assert mapped.counters["inferwatch_prompt_tokens"] == {none: 1200.0}
+    # the contract counts cached prompt tokens too: evaluated + cached
+    assert mapped.counters["inferwatch_prompt_tokens"] == {none: 1500.0}
+    assert mapped.counters["inferwatch_prefix_cache_hits"] == {none: 300.0}
     assert mapped.counters["inferwatch_generation_tokens"] == {none: 400.0}
     assert mapped.counters["inferwatch_generation_seconds"] == {none: 10.0}
     assert not mapped.histograms  # no latency histogram at all
     assert "inferwatch_kv_cache_usage_ratio" not in mapped.gauges
-    ratio = ENGINES["llamacpp"].ratios[0]
-    assert (ratio.target, ratio.numerator, ratio.denominator, ratio.cap) == (
-        "inferwatch_tpot_mean_seconds",
+    ratios = {r.target: r for r in ENGINES["llamacpp"].ratios}
+    hit = ratios["inferwatch_prefix_cache_hit_ratio"]
+    assert (hit.numerator, hit.denominator, hit.cap) == (
+        "inferwatch_prefix_cache_hits",
+        "inferwatch_prompt_tokens",
+        1.0,
+    )
+    tpot = ratios["inferwatch_tpot_mean_seconds"]
+    assert (tpot.numerator, tpot.denominator, tpot.cap) == (
         "inferwatch_generation_seconds",
         "inferwatch_generation_tokens",
         None,
     )
+
+
+def test_llamacpp_builds_without_the_cached_counter_count_evaluated_tokens_only() -> None:
+    text = "\n".join(
+        line for line in llamacpp_text().splitlines() if "prompt_tokens_cached" not in line
+    )
+    mapped = map_exposition(text + "\n", ENGINES["llamacpp"])
+    none = (("model", ""),)
+    assert mapped.counters["inferwatch_prompt_tokens"] == {none: 1200.0}
+    assert "inferwatch_prefix_cache_hits" not in mapped.counters
 
 
 # --------------------------------------------------------------------------- Triton
@@ -681,3 +700,11 @@ def test_damaged_expositions_map_or_fail_cleanly(engine: str, cut: int, junk: st
     for hseries in mapped.histograms.values():
         for h in hseries.values():
             assert all(c >= 0 for c in h.counts) and h.bounds[-1] == math.inf
+
+
+def test_status_hints_name_what_an_http_error_means() -> None:
+    # llama-server answers 501 on /metrics without --metrics
+    assert "--metrics" in status_hint(501)
+    assert status_hint(501, ENGINES["llamacpp"]) == status_hint(501)
+    assert status_hint(501, ENGINES["vllm"]) == ""
+    assert status_hint(404) == ""

@@ -317,6 +317,18 @@ def test_llama_server_environment_and_hf_repo() -> None:
     assert info.port == 9090
 
 
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), ("true", True), ("on", True), ("enabled", True), ("0", False),
+     ("off", False), ("yes", False), ("TRUE", False)],
+)  # fmt: skip
+def test_llama_server_metrics_switch_from_the_environment(value: str, on: bool) -> None:
+    # llama.cpp's is_truthy: exactly on / enabled / true / 1 turn a switch on
+    info = parse("llama-server", "-m", "x.gguf", environ={"LLAMA_ARG_ENDPOINT_METRICS": value})
+    assert info.extra.get("metrics") == ("true" if on else None)
+    assert parse("llama-server", "--metrics").extra["metrics"] == "true"
+
+
 # -- Triton, trtllm-serve, LMDeploy -----------------------------------------
 
 

@@ -225,7 +225,10 @@ TGI = EngineFlags(
 # @ 145b6280d6aa1890e22457143dad0badb3fd6820 (-m/--model LLAMA_ARG_MODEL, -a/--alias
 # LLAMA_ARG_ALIAS, -hf/-hfr/--hf-repo, -np/--parallel LLAMA_ARG_N_PARALLEL, --host
 # LLAMA_ARG_HOST, --port LLAMA_ARG_PORT, -ngl, --metrics); -c/--ctx-size
-# LLAMA_ARG_CTX_SIZE in the same parser of other revisions. --parallel -1 means "auto"
+# LLAMA_ARG_CTX_SIZE in the same parser of other revisions; --metrics also from
+# LLAMA_ARG_ENDPOINT_METRICS (common/arg.cpp of the llama.cpp that llama-cpp-python
+# 0.3.36 vendors: a switch read from the environment is on for "on", "enabled",
+# "true" or "1", common_arg_utils::is_truthy). --parallel -1 means "auto"
 # in newer builds, so only a positive value is a capacity. --ctx-size is the context
 # shared by all slots, not a per-request limit, so it is kept in extra.
 LLAMACPP = EngineFlags(
@@ -239,7 +242,7 @@ LLAMACPP = EngineFlags(
         Flag(("-np", "--parallel"), "max_num_seqs", "int", env=("LLAMA_ARG_N_PARALLEL",)),
         Flag(("-c", "--ctx-size"), "ctx_size", "int", env=("LLAMA_ARG_CTX_SIZE",)),
         Flag(("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", "int"),
-        Flag(("--metrics",), "metrics", "true"),
+        Flag(("--metrics",), "metrics", "true", env=("LLAMA_ARG_ENDPOINT_METRICS",)),
     ),
 )
 
@@ -470,6 +473,9 @@ _INDEXES: Mapping[str, Mapping[str, Flag]] = MappingProxyType(
 )
 
 _SWITCH: Mapping[str, str] = MappingProxyType({"true": "true", "false": "false"})
+#: values of an environment variable that turn a switch on (llama.cpp's is_truthy; see
+#: the llama.cpp table): the only engine here whose switches have variables
+_ENV_SWITCH_ON = frozenset({"on", "enabled", "true", "1"})
 
 
 def _scan(args: Sequence[str], index: Mapping[str, Flag]) -> dict[str, list[str]]:
@@ -587,9 +593,15 @@ def _read_environ(
         if flag.key in raw:
             continue
         for var in flag.env:
-            if environ.get(var):
+            if not environ.get(var):
+                continue
+            if flag.kind in _SWITCH:
+                # a switch set by a variable: only the engine's words for "on" set it
+                if environ[var] in _ENV_SWITCH_ON:
+                    raw[flag.key] = [_SWITCH[flag.kind]]
+            else:
                 raw[flag.key] = [environ[var]]
-                break
+            break
     for var, key in table.env_only.items():
         word = environ.get(var, "").strip().lower()
         if key not in raw and word in _BOOL_WORDS:

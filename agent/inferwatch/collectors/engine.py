@@ -25,9 +25,10 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
+from inferwatch.collectors import selfdesc
 from inferwatch.collectors.base import Source
 from inferwatch.config import AgentConfig, WorkerSpec
-from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations
+from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
     LabelKey,
     Mapped,
@@ -41,8 +42,6 @@ from inferwatch.stats import CumulativeWindow, GaugeWindow, window_quantiles
 
 log = logging.getLogger(__name__)
 
-#: engines with a small JSON endpoint that names their version ({"version": "..."})
-VERSION_PATHS = {"vllm": "/version"}
 #: work done before handing the event loop back to the agent's scrapes (seconds)
 _SLICE = 0.002
 SCRAPE_ERROR_REASONS = (
@@ -131,7 +130,8 @@ class WorkerState:
     quantiles: dict[tuple[str, LabelKey], dict[float, float]] = field(default_factory=dict)
     ratios: dict[tuple[str, LabelKey], float] = field(default_factory=dict)
     slopes: dict[LabelKey, float] = field(default_factory=dict)
-    version: str | None = None
+    #: what the engine says of itself (selfdesc); None until it could be asked
+    described: selfdesc.SelfDescription | None = None
 
     def forget(self) -> None:
         """Drop engine data and history: a worker that is gone leaves nothing stale."""
@@ -142,7 +142,7 @@ class WorkerState:
         self.quantiles.clear()
         self.ratios.clear()
         self.slopes.clear()
-        self.version = None  # a worker that comes back may be another build
+        self.described = None  # a worker that comes back may be another build
 
 
 def _labels(worker: str, engine: str, key: LabelKey) -> tuple[list[str], list[str]]:
@@ -251,7 +251,8 @@ class EngineSource(Source):
         try:
             async with self._session.get(url, timeout=timeout, allow_redirects=False) as resp:
                 if resp.status != 200:
-                    raise ScrapeError("http_status", f"{url} answered HTTP {resp.status}")
+                    hint = status_hint(resp.status, state.engine)
+                    raise ScrapeError("http_status", f"{url} answered HTTP {resp.status}{hint}")
                 if resp.content_length is not None and resp.content_length > limit:
                     raise ScrapeError("too_large", f"{url} body of {resp.content_length} bytes")
                 body = bytearray()
@@ -351,10 +352,18 @@ class EngineSource(Source):
         state.duration = time.perf_counter() - started
         state.up = True
         self.health.ok(key=name)
+        if state.mapped is not None and selfdesc.restarted(state.mapped, mapped):
+            state.described = None  # restarted between two scrapes: maybe with other flags
+        if state.described is None:
+            timeout = state.spec.timeout or self.config.scrape.timeout
+            assert self._session is not None
+            state.described = await selfdesc.fetch(
+                self._session, state.spec.url, mapped.engine, timeout
+            )
+        if state.described is not None:
+            mapped = selfdesc.with_model(mapped, state.described.model)
         self._update_windows(state, mapped, time.time())
         state.mapped = mapped
-        if state.version is None and mapped.engine in VERSION_PATHS:
-            state.version = await self._fetch_version(state, VERSION_PATHS[mapped.engine])
 
     def _failed(
         self, state: WorkerState, started: float, reason: str, health_reason: str, message: str
@@ -365,22 +374,6 @@ class EngineSource(Source):
         state.up = False
         state.forget()
         self.health.error(health_reason, message, key=state.spec.name)
-
-    async def _fetch_version(self, state: WorkerState, path: str) -> str:
-        """The engine's version from its API, once per (re)start; "" when it cannot say."""
-        assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=state.spec.timeout or self.config.scrape.timeout)
-        try:
-            async with self._session.get(
-                state.base_url + path, timeout=timeout, allow_redirects=False
-            ) as resp:
-                if resp.status != 200:
-                    return ""
-                doc = await resp.json(content_type=None)
-        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError):
-            return ""
-        version = doc.get("version") if isinstance(doc, dict) else None
-        return str(version)[:64] if isinstance(version, (str, int, float)) else ""
 
     # ------------------------------------------------------------------ windows
     def _update_windows(self, state: WorkerState, mapped: Mapped, now: float) -> None:
@@ -449,8 +442,11 @@ class EngineSource(Source):
         models = sorted(state.mapped.models())
         if models:
             facts["model"] = models[0]
-        if state.version:
-            facts["version"] = state.version
+        described = state.described or selfdesc.SelfDescription()
+        if described.version:
+            facts["version"] = described.version
+        if described.max_num_seqs is not None:
+            facts["max_num_seqs"] = str(described.max_num_seqs)
         for key, value in state.mapped.facts.items():
             facts.setdefault(key, value)
         return facts
@@ -465,6 +461,8 @@ class EngineSource(Source):
             engine_value = state.mapped.gauges.get("inferwatch_max_num_seqs")
             if engine_value:
                 return int(max(engine_value.values()))
+        if state.described is not None:
+            return state.described.max_num_seqs
         return None
 
     def families(self) -> Iterable[Metric]:

@@ -555,7 +555,7 @@ class ProcessSource(Source):
                     model,
                     str(seen.pid),
                     version,
-                    _text(launch.max_num_seqs),
+                    _text(launch.max_num_seqs) or facts.get("max_num_seqs", ""),
                     _text(launch.max_model_len),
                     _text(launch.max_num_batched_tokens),
                     gpu_mem,

@@ -25,7 +25,15 @@ ENGINES: dict[str, EngineMap] = {
     m.name: m for m in (VLLM, SGLANG, TGI, LLAMACPP, TRITON, TRTLLM, LMDEPLOY, NIM)
 }
 
-__all__ = ["ENGINES", "EngineMap", "Ratio", "Signal", "detect", "metrics_locations"]
+__all__ = [
+    "ENGINES",
+    "EngineMap",
+    "Ratio",
+    "Signal",
+    "detect",
+    "metrics_locations",
+    "status_hint",
+]
 
 
 def _score(engine: EngineMap, names: set[str]) -> int:
@@ -50,6 +58,16 @@ def detect(family_names: Iterable[str]) -> EngineMap | None:
     scores = {e.name: _score(e, names) for e in ENGINES.values()}
     best = max(scores, key=lambda n: (scores[n], n))
     return ENGINES[best] if scores[best] > 0 else None
+
+
+def status_hint(status: int, engine: EngineMap | None = None) -> str:
+    """What an HTTP status of the metrics path means (" (...)"), or "".
+
+    With the engine unknown, the hint of every engine that gives one for the status.
+    """
+    engines = [engine] if engine is not None else list(ENGINES.values())
+    hints = [e.status_hints[status] for e in engines if status in e.status_hints]
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _with_port(url: str, port: int) -> str:

@@ -110,6 +110,9 @@ class EngineMap:
     metrics_port: int | None = None
     #: settings the engine states about itself, for inferwatch_worker_info
     info: InfoFamily | None = None
+    #: HTTP status of the metrics path -> what it means for this engine (llama.cpp
+    #: answers 501 when metrics are off), added to the scrape error's message
+    status_hints: Mapping[int, str] = field(default_factory=dict)
     notes: str = ""
 
     def source_families(self) -> set[str]:

@@ -1,30 +1,39 @@
 """llama.cpp's ``llama-server --metrics`` onto the contract.
 
-Verified in ggml-org/llama.cpp ``tools/server/server-context.cpp`` @
-001d906a6d86e2490e394361e7cc6f478b100088 (``get_metrics``: only with
-``--metrics``, else an error response, ``text/plain; version=0.0.4``), the
-older ``emit`` list of the same handler, and the server README's metrics table
-as merged in PR #22879 (2026-05) and PR #26389 (2026-08). Every family is
-written by hand as ``llamacpp:<name>`` with no labels at all:
+Read in the llama.cpp that the llama-cpp-python 0.3.36 sdist vendors
+(``vendor/llama.cpp/tools/server/server-task.cpp``,
+``server_task_result_metrics::to_metrics``; ``server-context.cpp`` for when
+each counter moves) and checked against that server running
+(``tests/test_llamacpp_live.py``). Only with ``--metrics`` (or
+``LLAMA_ARG_ENDPOINT_METRICS``); otherwise ``/metrics`` answers HTTP 501.
+Every family is written by hand as ``llamacpp:<name>`` with no labels:
 
 - gauges ``llamacpp:requests_processing`` (busy slots: running) and
   ``llamacpp:requests_deferred`` (tasks waiting for a slot: queue depth);
-- counters ``llamacpp:prompt_tokens_total`` (prompt tokens evaluated: tokens
-  reused from the slot's cache are not counted), ``llamacpp:tokens_predicted_total``,
-  ``llamacpp:tokens_predicted_seconds_total`` (seconds spent generating, the
-  server's microsecond timer divided down to seconds).
+- counters ``llamacpp:prompt_tokens_total`` (prompt tokens evaluated, counted
+  as each prefill batch is decoded; tokens reused from the slot's cache are
+  not in it), ``llamacpp:prompt_tokens_cached_total`` (those reused tokens,
+  counted when the request's prompt is loaded), ``llamacpp:tokens_predicted_total``
+  and ``llamacpp:tokens_predicted_seconds_total`` (both added when a slot
+  releases its request).
+
+The contract's prompt tokens include prefix-cache hits, so
+``inferwatch_prompt_tokens`` is evaluated + cached, and the hit ratio is
+cached / (evaluated + cached) over the stats window. Builds older than the
+cached counter give evaluated tokens only and no ratio.
 
 TPOT is *derived*: llama.cpp has no latency histogram, so the agent exports
 ``inferwatch_tpot_mean_seconds`` = increase(tokens_predicted_seconds_total) /
 increase(tokens_predicted_total) over the stats window: a window mean of
 generation time per token, not a percentile. ``llamacpp:n_tokens_max`` and
-``llamacpp:n_busy_slots_per_decode`` are typed counter/gauge but are not
-monotonic counts and are not used.
+``llamacpp:n_busy_slots_per_decode`` are not monotonic counts and are not used,
+nor are the speculative-decoding counters (no contract family).
+
+The model and the slot count are not in the exposition: the agent reads them
+from ``/props`` (:mod:`inferwatch.collectors.selfdesc`).
 
 Not available: TTFT, end-to-end latency, KV-cache usage (the kv_cache_* gauges
-were removed in PR #13660), prefix-cache hits (a ``prompt_tokens_cached_total``
-counter exists only in downstream forks we could read, unverified upstream),
-preemptions, finished/rejected request counts, a model label.
+were removed in PR #13660), preemptions, finished/rejected request counts.
 """
 
 from __future__ import annotations
@@ -35,10 +44,20 @@ LLAMACPP = EngineMap(
     name="llamacpp",
     prefixes=("llamacpp:",),
     model_label=None,
+    # get_metrics answers ERROR_TYPE_NOT_SUPPORTED (HTTP 501) unless metrics are on
+    status_hints={501: "llama-server without --metrics (or LLAMA_ARG_ENDPOINT_METRICS=1)"},
     signals=(
         Signal("inferwatch_queue_depth", "gauge", ("llamacpp:requests_deferred",)),
         Signal("inferwatch_requests_running", "gauge", ("llamacpp:requests_processing",)),
+        # evaluated + cached: two signals of one target add up
         Signal("inferwatch_prompt_tokens", "counter", ("llamacpp:prompt_tokens",)),
+        Signal("inferwatch_prompt_tokens", "counter", ("llamacpp:prompt_tokens_cached",)),
+        Signal(
+            "inferwatch_prefix_cache_hits",
+            "counter",
+            ("llamacpp:prompt_tokens_cached",),
+            export=False,
+        ),
         Signal("inferwatch_generation_tokens", "counter", ("llamacpp:tokens_predicted",)),
         Signal(
             "inferwatch_generation_seconds",
@@ -48,6 +67,11 @@ LLAMACPP = EngineMap(
         ),
     ),
     ratios=(
+        Ratio(
+            "inferwatch_prefix_cache_hit_ratio",
+            "inferwatch_prefix_cache_hits",
+            "inferwatch_prompt_tokens",
+        ),
         Ratio(
             "inferwatch_tpot_mean_seconds",
             "inferwatch_generation_seconds",

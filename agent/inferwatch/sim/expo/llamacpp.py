@@ -1,14 +1,25 @@
 """llama.cpp's ``llama-server --metrics`` text.
 
 llama-server writes its families by hand (``# HELP``, ``# TYPE``, one sample),
-all named ``llamacpp:<name>``, with no labels and numbers as a C++ stream
-prints them (six significant digits). Counters count a slot's work when the
-slot releases its request. Names and types: see
-``agent/inferwatch/engines/llamacpp.py`` (ggml-org/llama.cpp
-``tools/server/server-context.cpp``).
+all named ``llamacpp:<name>``, counters first, with no labels and numbers as a
+C++ stream prints them (six significant digits). Names, help texts, order and
+counting moments follow the server that llama-cpp-python 0.3.36 vendors
+(``tools/server/server-task.cpp`` ``to_metrics``, ``server-context.cpp``) and
+are held to a capture of that server running
+(``tests/data/llamacpp/metrics-*.txt``, ``tests/test_llamacpp_capture.py``):
 
-llama-server has one slot pool: with ``--data-parallel`` > 1 the simulated
-engines add up into one set of series.
+- prompt tokens are counted when the prompt is decoded (evaluated ones) or
+  loaded from the slot's cache (cached ones), i.e. at prefill, not at finish;
+- generated tokens and their seconds are counted when the slot releases its
+  request;
+- the two throughput gauges cover the time since the previous scrape (the
+  server resets their buckets on every ``/metrics`` call);
+- the speculative-decoding counters are 0 (no draft model), and the per-position
+  family is absent, as on a server without ``--model-draft``.
+
+Prompt seconds are added at finish: the simulator's step records do not carry
+per-step prefill time. llama-server has one slot pool: with ``--data-parallel``
+> 1 the simulated engines add up into one set of series.
 """
 
 from __future__ import annotations
@@ -29,16 +40,61 @@ def cpp_number(value: float) -> str:
     return f"{value:g}"
 
 
+#: (name, help) of the counters, in the server's order
+COUNTERS = (
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens"),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache"),
+    ("prompt_seconds_total", "Total time spent processing prompts"),
+    ("tokens_predicted_total", "Number of generation tokens processed"),
+    ("tokens_predicted_seconds_total", "Total time spent generating tokens"),
+    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding "
+     "and multimodal decoding"),
+    ("n_tokens_max", "Largest observed sequence length (prompt + generation)"),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated"),
+    ("spec_decode_num_accepted_tokens_total",
+     "Speculative: Total draft tokens accepted by the target model"),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps"),
+)  # fmt: skip
+#: (name, help) of the gauges, in the server's order
+GAUGES = (
+    ("prompt_tokens_seconds", "Average prompt throughput in tokens/s"),
+    ("predicted_tokens_seconds", "Average generation throughput in tokens/s"),
+    ("requests_processing", "Number of requests processing"),
+    ("requests_deferred", "Number of requests deferred"),
+    ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call"),
+)
+
+
+class _Bucket:
+    """Tokens, decode steps and seconds, as the server's metric buckets keep them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.steps = 0
+        self.seconds = 0.0
+
+    def add(self, count: int, steps: int, seconds: float) -> None:
+        self.count += count
+        self.steps += steps
+        self.seconds += seconds
+
+    def per_second(self) -> float:
+        # the server's rate divides decode steps, not tokens, by the time
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
 class LlamaCppWriter:
     metrics_path = "/metrics"
     supports_gzip = False
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
-        self.prompt_tokens = 0
-        self.prompt_seconds = 0.0
-        self.predicted_tokens = 0
-        self.predicted_seconds = 0.0
+        self.prompt = _Bucket()
+        self.predict = _Bucket()
+        # since the last scrape: the throughput gauges
+        self.prompt_window = _Bucket()
+        self.predict_window = _Bucket()
+        self.prompt_cached = 0
         self.n_decode = 0
         self.n_busy_slots = 0
         self.n_tokens_max = 0
@@ -47,12 +103,17 @@ class LlamaCppWriter:
         if stats.step:
             self.n_decode += 1
             self.n_busy_slots += len(stats.itls) + len(stats.ttfts)
+        # prefill: the evaluated part of the prompts and the part reused from the cache
+        evaluated = stats.prompt_tokens - stats.cached_prompt_tokens
+        for bucket in (self.prompt, self.prompt_window):
+            bucket.add(evaluated, evaluated, 0.0)
+        self.prompt_cached += stats.cached_prompt_tokens
         for req in stats.finished:
-            # tokens reused from the slot's cache are not evaluated, so not counted
-            self.prompt_tokens += req.computed_prompt_tokens
-            self.prompt_seconds += req.prefill_time
-            self.predicted_tokens += req.generation_tokens
-            self.predicted_seconds += req.decode_time
+            # a slot's generated tokens and their time are flushed when it releases
+            for bucket in (self.predict, self.predict_window):
+                bucket.add(req.generation_tokens, req.generation_tokens, req.decode_time)
+            for bucket in (self.prompt, self.prompt_window):
+                bucket.add(0, 0, req.prefill_time)
             self.n_tokens_max = max(self.n_tokens_max, req.prompt_tokens + req.generation_tokens)
 
     def on_rejection(self, reason: str) -> None:
@@ -62,32 +123,34 @@ class LlamaCppWriter:
         """llama-server has no per-HTTP-request metrics."""
 
     def render(self, states: Sequence[EngineSnapshot], accept: str = "") -> Exposition:
-        def rate(n: float, seconds: float) -> float:
-            return n / seconds if seconds > 0 else 0.0
-
         counters = (
-            ("prompt_tokens_total", "Number of prompt tokens processed.", self.prompt_tokens),
-            ("prompt_seconds_total", "Prompt process time", self.prompt_seconds),
-            ("tokens_predicted_total", "Number of generation tokens processed.",
-             self.predicted_tokens),
-            ("tokens_predicted_seconds_total", "Predict process time", self.predicted_seconds),
-            ("n_decode_total", "Total number of llama_decode() calls", self.n_decode),
-            ("n_tokens_max", "Largest observed n_tokens.", self.n_tokens_max),
-        )  # fmt: skip
+            self.prompt.count,
+            self.prompt_cached,
+            self.prompt.seconds,
+            self.predict.count,
+            self.predict.seconds,
+            self.n_decode,
+            self.n_tokens_max,
+            0,
+            0,
+            0,
+        )
         gauges = (
-            ("prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
-             rate(self.prompt_tokens, self.prompt_seconds)),
-            ("predicted_tokens_seconds", "Average generation throughput in tokens/s.",
-             rate(self.predicted_tokens, self.predicted_seconds)),
-            ("requests_processing", "Number of requests processing.",
-             sum(s.running for s in states)),
-            ("requests_deferred", "Number of requests deferred.", sum(s.waiting for s in states)),
-            ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
-             self.n_busy_slots / max(self.n_decode, 1)),
-        )  # fmt: skip
+            self.prompt_window.per_second(),
+            self.predict_window.per_second(),
+            sum(s.running for s in states),
+            sum(s.waiting for s in states),
+            self.n_busy_slots / max(self.n_decode, 1),
+        )
+        # every scrape starts a new window for the throughput gauges
+        self.prompt_window = _Bucket()
+        self.predict_window = _Bucket()
         lines: list[str] = []
-        for kind, items in (("counter", counters), ("gauge", gauges)):
-            for name, help_text, value in items:
+        for kind, items, values in (
+            ("counter", COUNTERS, counters),
+            ("gauge", GAUGES, gauges),
+        ):
+            for (name, help_text), value in zip(items, values, strict=True):
                 lines.append(f"# HELP llamacpp:{name} {help_text}")
                 lines.append(f"# TYPE llamacpp:{name} {kind}")
                 lines.append(f"llamacpp:{name} {cpp_number(value)}")
