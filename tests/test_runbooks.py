@@ -131,12 +131,12 @@ def test_promql_in_runbooks_parses_and_uses_known_metrics() -> None:
     count = 0
     for page in sorted(RUNBOOKS.glob("*.md")):
         head, body = page.read_text().split("</details>", 1)
-        # the alert's own query (in <details>) spans lines; each block to paste below
-        # holds one query per line
+        # the alert's own query (in <details>) and each block to paste below hold one
+        # query each, which may span lines: a block pastes into the query box as it is
         queries = re.findall(r"```promql\n(.*?)\n```", head, re.S)
         blocks = re.findall(r"```promql\n(.*?)\n\s*```", body, re.S)
         assert blocks, f"{page.name}: no PromQL to paste"
-        queries += [line.strip() for block in blocks for line in block.splitlines()]
+        queries += [" ".join(line.strip() for line in block.splitlines()) for block in blocks]
         for query in queries:
             for name in vector_selectors(promql_parser, query):
                 assert name in known, f"{page.name}: {name} is not a metric or recorded rule"
@@ -222,14 +222,14 @@ def test_cold_start_page_reads_the_warmup_gate_and_turns_it_on_first() -> None:
     found = dict(sections(page))
     diagnosis, mitigation = found["Diagnosis"], found["Mitigation"]
     for query in (
-        'inferwatch_worker_ready{job="inferwatch",worker="W"}',
-        'inferwatch_warmup_ttft_seconds{job="inferwatch",worker="W"}',
-        'inferwatch_warmup_deadline_exceeded{job="inferwatch",worker="W"} == 1',
+        'inferwatch_worker_ready{job="inferwatch",instance="INSTANCE",worker="WORKER"}',
+        'inferwatch_warmup_ttft_seconds{job="inferwatch",instance="INSTANCE",worker="WORKER"}',
+        'inferwatch_warmup_deadline_exceeded{job="inferwatch",instance="INSTANCE",worker="WORKER"} == 1',
         "sum by (reason) (increase(inferwatch_warmup_failures_total"
-        '{job="inferwatch",worker="W"}[1h]))',
+        '{job="inferwatch",instance="INSTANCE",worker="WORKER"}[1h]))',
     ):
         assert query in diagnosis, query
-    assert "inferwatch advise --agent-url http://AGENT:10127 --worker W" in diagnosis
+    assert "inferwatch advise --agent-url http://INSTANCE --worker WORKER" in diagnosis
     first, *rest = mitigation.split("\n- ")
     assert "warmup: {enabled: true}" in first and "warmup.system_prompts" in first
     assert "readinessProbe" in first and "/readyz" in first and "restart" in first
@@ -250,4 +250,22 @@ def test_warmup_deadline_page_follows_the_thresholds(tmp_path: Path) -> None:
     diagnosis = dict(sections(default))["Diagnosis"]
     for reason in ("connect", "timeout", "http_status", "bad_response", "no_model"):
         assert f"`{reason}`" in diagnosis, reason
-    assert "inferwatch advise --agent-url http://AGENT:10127 --worker W" in diagnosis
+    assert "inferwatch advise --agent-url http://INSTANCE --worker WORKER" in diagnosis
+
+
+def test_pasted_queries_are_scoped_to_the_alert_and_restarting_is_never_the_first_step() -> None:
+    """Each query to paste names the alert's instance, worker, GPU or model placeholder;
+    each dashboard link carries them; a restart is never the first mitigation."""
+    t = load_thresholds()
+    scoped = {a.name for a in rules.alerts(t) if a.scope}
+    for page in sorted(RUNBOOKS.glob("*.md")):
+        name = page.stem
+        head, body = page.read_text().split("</details>", 1)
+        if name in scoped:
+            for block in re.findall(r"```promql\n(.*?)\n\s*```", body, re.S):
+                assert re.search(r'="(INSTANCE|WORKER|GPU|MODEL)"', block), (name, block)
+            for link in re.findall(r"\]\((http[^)]*?/d/[^)]*)\)", body):
+                assert "var-instance=INSTANCE" in link, (name, link)
+        mitigation = dict(sections(page.read_text()))["Mitigation"]
+        first = mitigation.lstrip().splitlines()[0].lower()
+        assert not re.match(r"-\s*(restart|reboot)", first), (name, first)

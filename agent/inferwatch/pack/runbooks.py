@@ -43,24 +43,66 @@ class Page:
     mitigation: str
 
 
+#: what an on-call engineer replaces in a page's queries and links: the alert's labels
+PLACEHOLDERS = {"instance": "INSTANCE", "worker": "WORKER", "gpu": "GPU", "model": "MODEL"}
+
+
 @dataclass(frozen=True)
 class Ctx:
-    """What every page function needs: thresholds, rule names, the alert's variants."""
+    """What every page function needs: thresholds, rule names, the alert's variants.
+
+    Queries and dashboard links are scoped to what the alert is about (its
+    ``scope``: the instance and the worker or GPU), with upper-case placeholders
+    the engineer replaces with the alert's labels (the alert's own dashboard link
+    has them filled in already).
+    """
 
     t: Thresholds
     n: Names
     variants: tuple[Alert, ...]
 
     @property
+    def scope(self) -> tuple[str, ...]:
+        return tuple(k for k in self.variants[0].scope if k in PLACEHOLDERS)
+
+    def _matchers(self, keys: tuple[str, ...]) -> list[str]:
+        return [f'{k}="{PLACEHOLDERS[k]}"' for k in keys]
+
+    @property
     def sel(self) -> str:
-        return self.t.pack.selector()
+        """The agent's selector narrowed to the alert's instance and worker or GPU."""
+        return self.t.pack.selector(*self._matchers(self.scope))
 
     def s(self, *extra: str) -> str:
-        return self.t.pack.selector(*extra)
+        return self.t.pack.selector(*self._matchers(self.scope), *extra)
+
+    def only(self, *keys: str) -> str:
+        """The selector narrowed to some of the placeholders (``only("instance")``)."""
+        return self.t.pack.selector(*self._matchers(keys))
+
+    def r(self, record: str) -> str:
+        """A recording rule's series for the alert's instance and worker or GPU."""
+        return record + self.sel
+
+    def on_gpu(self, expr: str) -> str:
+        """Worker series (labels job, instance, worker) of the workers on the alert's GPU."""
+        return (
+            f"{expr}\nand on (job, instance, worker) "
+            f"{self.n.worker_gpu}{self.only('instance', 'gpu')}"
+        )
+
+    def of_worker(self, expr: str) -> str:
+        """GPU series (labels job, instance, gpu, uuid) of the GPUs the alert's worker runs on."""
+        return (
+            f"{expr}\n* on (job, instance, gpu, uuid) group_left (worker) "
+            f"{self.n.worker_gpu}{self.only('instance', 'worker')}"
+        )
 
     def panel(self, dashboard: str, *titles: str) -> str:
-        """``[Inference GPU](url) → **VRAM level**, **GPU state**``"""
+        """``[Inference GPU](url?var-...) → **VRAM level**, **GPU state**``"""
         url = self.t.pack.dashboard_url(dashboard)
+        if self.scope:
+            url += "?" + "&".join(f"var-{k}={PLACEHOLDERS[k]}" for k in self.scope)
         return f"[{DASHBOARD_TITLES[dashboard]}]({url}) → " + ", ".join(f"**{x}**" for x in titles)
 
 
@@ -72,7 +114,9 @@ def _block(lang: str, lines: tuple[str, ...], indent: int) -> str:
 
 
 def promql(*queries: str, indent: int = 3) -> str:
-    return _block("promql", queries, indent)
+    """One fenced block per query: each pastes into Prometheus' query box as it is."""
+    blocks = [_block("promql", tuple(q.splitlines()), indent).strip("\n") for q in queries]
+    return "\n\n" + "\n\n".join(blocks) + "\n\n"
 
 
 def sh(*lines: str, indent: int = 3) -> str:
@@ -103,9 +147,11 @@ def _kv_remedies(t: Thresholds) -> str:
         "prefix caching off: the cache is worth more than the memory it costs [5.1].\n"
         "- Store the KV cache in FP8 (`--kv-cache-dtype fp8`): close to half the KV memory for "
         "an accuracy loss the guide puts under 0.5% [6.2].\n"
-        "- Leave headroom: `--gpu-memory-utilization 0.85` instead of the 0.9 default, so "
-        "PyTorch's temporary buffers and the CUDA context fit; prefix caching pushes real use "
-        "past 0.9 and ends in OOM restarts otherwise [2.3, 6.2].\n"
+        "- Do not lower `--gpu-memory-utilization` for this: it is the share of the card vLLM "
+        "reserves at start, and the KV cache gets what is left after the weights, so a lower "
+        "value means a smaller KV cache and more preemptions. Lower it (to 0.85 [2.3, 6.2]) "
+        "only when the process itself dies of out-of-memory (InferenceWorkerDown); raise it "
+        "(0.9 to 0.95) when `nvidia-smi` shows the card with room no other process needs.\n"
         "- Bound the longest request: set `--max-model-len` to what the product needs and "
         "reject over-long inputs at the gateway; one unexpected 10K-token prompt can take the "
         "KV cache a whole batch needed [4 FAQ]."
@@ -129,8 +175,10 @@ _SCALE_CHOICES = (
     "under 10% more TTFT [2.1, 4.3].\n"
     "- One large model that needs lower latency: tensor parallelism "
     "(`--tensor-parallel-size 2`) splits the weights across cards; it pays off over NVLink "
-    "much more than over PCIe [6 FAQ]. The guide measured 2×A100-40GB with TP about 40% "
-    "faster than one A100-80GB for a 70B model [2.1]."
+    "much more than over PCIe [6 FAQ]. Check that a layout fits before you choose it: a "
+    "70B model's FP16 weights alone take about 140 GB [4.2], more than 2 × 40 GB, so it needs "
+    "quantized weights or more (or larger) cards. `inferwatch advise capacity` computes "
+    "weights, KV cache per sequence and the `--max-num-seqs` a card set holds."
 )
 
 
@@ -164,9 +212,9 @@ def _gpu_underutilized(c: Ctx) -> Page:
             "(see InferenceLoadImbalance).\n"
             "3. Compare the workers of one model side by side:"
             + promql(
-                f"{c.n.gpu_util}",
-                f"{c.n.rate('requests_finished')}",
-                f"{c.n.queue_avg}",
+                c.r(c.n.gpu_util),
+                c.on_gpu(c.n.rate("requests_finished")),
+                c.on_gpu(c.n.queue_avg),
             )
             + "4. Check the batch capacity of the worker on this GPU (`max_num_seqs` in the "
             "**Launch flags** table): a small value caps how full the GPU can get."
@@ -217,9 +265,9 @@ def _gpu_scale_review(c: Ctx) -> Page:
             "full, utilization modest) needs KV-cache work first [6.1].\n"
             "3. Headroom left per worker:"
             + promql(
-                f"{c.n.gpu_util}",
-                f"{c.n.quantile('worker', 'ttft', 'p99')}",
-                f"max by (worker) (inferwatch_queue_depth{c.sel})",
+                c.r(c.n.gpu_util),
+                c.on_gpu(c.n.quantile("worker", "ttft", "p99")),
+                c.on_gpu(c.n.queue_avg),
             )
         ),
         mitigation=(
@@ -266,10 +314,10 @@ def _vram_pressure(c: Ctx) -> Page:
             "for the workers on that host.\n"
             "3. Paste:"
             + promql(
-                f"{c.n.gpu_vram}",
-                f"inferwatch_queue_depth_slope{c.sel}",
-                f"inferwatch_kv_cache_usage_ratio{c.sel}",
-                f"{c.n.rate('preemptions')}",
+                c.r(c.n.worker_gpu_pressure),
+                c.n.queue_deriv + c.only("instance", "worker") + " * 60",
+                c.n.rate("preemptions") + c.only("instance", "worker"),
+                c.r(c.n.gpu_vram).replace(c.sel, c.only("instance", "gpu")),
             )
             + "4. Look for unusually long prompts (a 10K-token input can take what a batch "
             "needed) in the gateway logs [4 FAQ]."
@@ -404,6 +452,7 @@ def _xid(c: Ctx) -> Page:
         diagnosis=(
             f"1. Open {c.panel('gpu', 'XID errors', 'ECC errors')}:"
             + promql(
+                f"time() - inferwatch_gpu_xid_last_timestamp_seconds{c.sel}",
                 f"increase(inferwatch_gpu_xid_errors_total{c.sel}[1h])",
                 f"increase(inferwatch_gpu_ecc_errors_total{c.sel}[1h])",
             )
@@ -488,9 +537,10 @@ def _queue_over_capacity(c: Ctx) -> Page:
             "2. Paste:"
             + promql(
                 f"inferwatch_queue_depth{c.sel}",
+                c.r(c.n.batch_capacity),
                 f"inferwatch_max_num_seqs{c.sel}",
                 f"inferwatch_requests_running{c.sel}",
-                f"{c.n.queue_over_capacity}",
+                f"inferwatch_kv_cache_usage_ratio{c.sel}",
             )
             + "3. Are all workers of the model over capacity (real overload) or only this one "
             "(an imbalance: see InferenceLoadImbalance)?\n"
@@ -543,8 +593,8 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
             "fleet cold.\n"
             "4. Paste:"
             + promql(
-                f"{c.n.quantile('worker', 'ttft', 'p95')}",
-                f"{c.n.worker_util}",
+                c.r(c.n.quantile("worker", "ttft", "p95")),
+                c.r(c.n.worker_util),
                 f"inferwatch_prefix_cache_hit_ratio{c.sel}",
                 f"inferwatch_worker_info{c.sel}",
             )
@@ -592,11 +642,11 @@ def _ttft_slo(c: Ctx) -> Page:
             "GPU means warm-up (see InferenceTTFTHighGPUIdle).\n"
             "3. Paste:"
             + promql(
-                f"{c.n.quantile('worker', 'ttft', 'p99')}",
+                c.r(c.n.quantile("worker", "ttft", "p99")),
                 "histogram_quantile(0.99, sum by (le, worker) "
                 f"(rate(inferwatch_queue_time_seconds_bucket{c.sel}[{t.pack.window}])))",
                 f"inferwatch_queue_depth{c.sel}",
-                f"{c.n.gpu_state}",
+                c.of_worker(c.n.gpu_state + c.only("instance")),
             )
         ),
         mitigation=(
@@ -647,9 +697,9 @@ def _tpot_slo(c: Ctx) -> Page:
             "everyone (see InferenceGPUThermalThrottling).\n"
             "4. Paste:"
             + promql(
-                f"{c.n.quantile('worker', 'tpot', 'p99')}",
+                c.r(c.n.quantile("worker", "tpot", "p99")),
                 f"inferwatch_requests_running{c.sel}",
-                f"inferwatch_gpu_dram_active_ratio{c.sel}",
+                c.of_worker(f"inferwatch_gpu_dram_active_ratio{c.only('instance')}"),
             )
         ),
         mitigation=(
@@ -693,10 +743,11 @@ def _long_tail(c: Ctx) -> Page:
             "workers only?\n"
             "3. Paste:"
             + promql(
-                f"{c.n.quantile('worker', 'e2e_latency', 'p99')} "
-                f"/ {c.n.quantile('worker', 'e2e_latency', 'p50')}",
-                f"{c.n.quantile('worker', 'ttft', 'p99')}",
-                f"{c.n.quantile('worker', 'tpot', 'p99')}",
+                f"{c.r(c.n.quantile('worker', 'ttft', 'p99'))} "
+                f"/ {c.r(c.n.quantile('worker', 'ttft', 'p50'))}",
+                f"{c.r(c.n.quantile('worker', 'tpot', 'p99'))} "
+                f"/ {c.r(c.n.quantile('worker', 'tpot', 'p50'))}",
+                c.r(c.n.quantile("worker", "e2e_latency", "p99")),
             )
             + "   The TTFT and TPOT P99 tell whether the tail is waiting (TTFT) or generating "
             "(TPOT)."
@@ -742,9 +793,9 @@ def _load_imbalance(c: Ctx) -> Page:
             ": compare the workers of the model.\n"
             "2. Paste:"
             + promql(
-                f"{c.n.worker_util}",
-                f"{c.n.open_avg}",
-                f"{c.n.model_util}",
+                c.n.worker_util + c.only("model"),
+                c.n.open_avg + c.only("model"),
+                c.n.model_util + c.only("model"),
             )
             + "3. Check the balancer's configuration: algorithm, session affinity, weights, "
             "and whether all workers are in its pool."
@@ -761,24 +812,23 @@ def _load_imbalance(c: Ctx) -> Page:
 
 
 def _warmup_gate_checks(c: Ctx, step: int) -> str:
-    """The diagnosis step that reads the agent's warm-up gate (docs/warmup.md) for worker W."""
-    w = 'worker="W"'
+    """The diagnosis step that reads the agent's warm-up gate (docs/warmup.md) for the alert's worker."""
     return (
         f"{step}. With the agent's warm-up gate on, look at the gate for the worker "
-        f"(replace `W`; {c.panel('worker', 'Warm', 'Warm-up TTFT', 'Gate opened on deadline')}"
+        f"({c.panel('worker', 'Warm', 'Warm-up TTFT', 'Gate opened on deadline')}"
         "): is it warm, and how far apart are the cold and the warm time to first token?"
         + promql(
-            f"inferwatch_worker_ready{c.s(w)}",
-            f"inferwatch_warmup_ttft_seconds{c.s(w)}",
-            f"inferwatch_warmup_deadline_exceeded{c.s(w)} == 1",
-            f"sum by (reason) (increase(inferwatch_warmup_failures_total{c.s(w)}[1h]))",
+            f"inferwatch_worker_ready{c.sel}",
+            f"inferwatch_warmup_ttft_seconds{c.sel}",
+            f"inferwatch_warmup_deadline_exceeded{c.sel} == 1",
+            f"sum by (reason) (increase(inferwatch_warmup_failures_total{c.sel}[1h]))",
         )
         + "   `inferwatch_warmup_deadline_exceeded == 1` means the gate opened on "
         "`warmup.deadline` without ever warming the worker: the failures by reason "
         "(`connect`, `timeout`, `http_status`, `bad_response`, `no_model`) and the agent's "
         "log (`kubectl logs POD -c inferwatch`, `journalctl -u inferwatch`) say why. The "
         "agent's advice for the worker, with the evidence behind it:"
-        + sh("inferwatch advise --agent-url http://AGENT:10127 --worker W")
+        + sh("inferwatch advise --agent-url http://INSTANCE --worker WORKER")
     )
 
 
@@ -810,7 +860,7 @@ def _cold_start(c: Ctx) -> Page:
             "3. Paste:"
             + promql(
                 f"time() - inferwatch_worker_start_time_seconds{c.sel}",
-                f"{c.n.quantile('worker', 'ttft', 'p95')}",
+                c.r(c.n.quantile("worker", "ttft", "p95")),
                 f"changes(inferwatch_worker_start_time_seconds{c.sel}[1d])",
             )
             + _warmup_gate_checks(c, 4)
@@ -854,7 +904,6 @@ def _cold_start(c: Ctx) -> Page:
 
 def _warmup_deadline(c: Ctx) -> Page:
     a = c.variants[0]
-    w = 'worker="W"'
     return Page(
         condition=(
             "the agent's warm-up gate reports `inferwatch_warmup_deadline_exceeded == 1` for "
@@ -881,13 +930,13 @@ def _warmup_deadline(c: Ctx) -> Page:
         diagnosis=(
             f"1. Open {c.panel('worker', 'Gate opened on deadline', 'Warm', 'Warm-ups and failures')}"
             ": which workers, since when, and which failures came before.\n"
-            "2. Paste (replace `W` with the alert's worker):"
+            "2. Paste:"
             + promql(
-                f"inferwatch_warmup_deadline_exceeded{c.s(w)}",
-                f"inferwatch_worker_ready{c.s(w)}",
-                f"sum by (reason) (increase(inferwatch_warmup_failures_total{c.s(w)}[1h]))",
-                f"inferwatch_warmup_ttft_seconds{c.s(w)}",
-                f"inferwatch_target_up{c.s(w)}",
+                f"inferwatch_warmup_deadline_exceeded{c.sel}",
+                f"inferwatch_worker_ready{c.sel}",
+                f"sum by (reason) (increase(inferwatch_warmup_failures_total{c.sel}[1h]))",
+                f"inferwatch_warmup_ttft_seconds{c.sel}",
+                f"inferwatch_target_up{c.sel}",
             )
             + "3. Read the failure reasons: `connect` (wrong URL, or nothing listening), "
             "`timeout` (a cold request took longer than `warmup.timeout`), `http_status` (the "
@@ -899,7 +948,7 @@ def _warmup_deadline(c: Ctx) -> Page:
             "4. The agent's log says the same in words (`kubectl logs POD -c inferwatch`, "
             "`journalctl -u inferwatch`): look for `waiting for .../health`, `warm-up failed` "
             "and `not warm after`. The agent's advice for the worker, with its evidence:"
-            + sh("inferwatch advise --agent-url http://AGENT:10127 --worker W")
+            + sh("inferwatch advise --agent-url http://INSTANCE --worker WORKER")
         ),
         mitigation=(
             "- Fix what kept the worker cold, by reason: correct `workers[].url`; raise "
@@ -945,7 +994,7 @@ def _kv_preemptions(c: Ctx) -> Page:
             "`gpu_memory_utilization`, `prefix_caching`.\n"
             "3. Paste:"
             + promql(
-                f"{c.n.rate('preemptions')}",
+                c.r(c.n.rate("preemptions")),
                 f"inferwatch_kv_cache_usage_ratio{c.sel}",
                 f"inferwatch_requests_running{c.sel}",
             )
@@ -986,10 +1035,10 @@ def _request_errors(c: Ctx) -> Page:
             + ": errors or rejections?\n"
             "2. Paste:"
             + promql(
-                f"{c.n.error_ratio}",
+                c.r(c.n.error_ratio),
                 f"sum by (worker, reason) (rate(inferwatch_requests_finished_total{c.sel}"
                 f"[{t.pack.window}]))",
-                f"{c.n.rate('requests_rejected')}",
+                c.r(c.n.rate("requests_rejected")),
             )
             + "3. Rejections: the worker is full; check InferenceQueueOverCapacity and the "
             "queue panels. Errors: read the worker's log around the first failures "
@@ -1044,14 +1093,20 @@ def _worker_down(c: Ctx) -> Page:
             "there."
         ),
         mitigation=(
-            "- Restart the worker (delete the pod, `systemctl restart`), and take it out of "
-            "the load balancer until it is warm (see InferenceWorkerColdStart).\n"
+            "- Take the worker out of the load balancer (or check that its readiness probe "
+            "did) so no request is routed to it.\n"
             "- Crash loop with out-of-memory: lower `--gpu-memory-utilization` to 0.85 and "
             "check `--max-num-seqs`; prefix caching on top of 0.9 is a known cause of OOM "
             "restarts [2.3].\n"
             "- `no_engine_metrics`: remove `--disable-log-stats` from the server's flags "
             "(SGLang needs `--enable-metrics`, llama.cpp `--metrics`).\n"
-            "- A wrong URL or port in the agent's `workers:` list: fix the agent config."
+            "- A wrong URL or port in the agent's `workers:` list: fix the agent config.\n"
+            "- A hung process (alive, `/health` does not answer, nothing in its log for "
+            "minutes): restart it (delete the pod, `systemctl restart <unit>`) and keep it out "
+            "of the load balancer until it is warm (see InferenceWorkerColdStart). A process "
+            "younger than "
+            f"{dur(c.t.availability.startup_grace)} is still loading its model and does not "
+            "page."
         ),
     )
 
@@ -1088,14 +1143,15 @@ def _agent_down(c: Ctx) -> Page:
             "`journalctl -u inferwatch` (the unit of deploy/systemd)."
         ),
         mitigation=(
-            "- Restart the agent (sidecar container, DaemonSet pod or systemd unit); it "
-            "does not affect the inference server.\n"
             "- Connection refused: check the listen address (`--listen`, default port "
             "10127) and any NetworkPolicy or firewall between Prometheus and the host.\n"
             "- 401/TLS errors: the scrape config's credentials must match the agent's "
             "`web_config_file`.\n"
             "- No target at all: restore the scrape job, or set `pack.agent_selector` in "
-            "your thresholds file to its job and regenerate the rules."
+            "your thresholds file to its job and regenerate the rules.\n"
+            "- The agent process is gone or hangs (its log stops): restart it (sidecar "
+            "container, DaemonSet pod or systemd unit); that does not touch the inference "
+            "server."
         ),
     )
 
