@@ -145,12 +145,14 @@ def _by_uuid(entry: str, candidates: Sequence[DeviceLike]) -> DeviceLike | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def _legacy_mig(entry: str, candidates: Sequence[DeviceLike]) -> DeviceLike | None:
+def _legacy_mig(
+    entry: str, candidates: Sequence[DeviceLike], parents: Sequence[DeviceLike]
+) -> DeviceLike | None:
     """``MIG-GPU-<uuid>/<gpu instance>/<compute instance>`` (drivers before R470)."""
     m = _MIG_LEGACY.match(entry)
     if m is None:
         return None
-    parent = _by_uuid(m.group(1), [d for d in candidates if not _is_mig(d)])
+    parent = _by_uuid(m.group(1), [d for d in parents if not _is_mig(d)])
     if parent is None:
         return None
     hits = [
@@ -159,9 +161,13 @@ def _legacy_mig(entry: str, candidates: Sequence[DeviceLike]) -> DeviceLike | No
     return hits[0] if len(hits) == 1 else None
 
 
-def _uuid_entry(entry: str, candidates: Sequence[DeviceLike]) -> DeviceLike | None:
+def _uuid_entry(
+    entry: str, candidates: Sequence[DeviceLike], parents: Sequence[DeviceLike] = ()
+) -> DeviceLike | None:
+    """The device among ``candidates`` an UUID names; ``parents``: where the GPU of a
+    MIG device named by its parent's UUID is looked up (default: the candidates)."""
     if entry.upper().startswith("MIG-GPU-"):
-        return _legacy_mig(entry, candidates)
+        return _legacy_mig(entry, candidates, parents or candidates)
     return _by_uuid(entry, candidates)
 
 
@@ -236,26 +242,43 @@ def visible_to_runtime(
     return _Resolution(_dedup(out), notes)
 
 
-def cuda_order(visible: Sequence[DeviceLike], device_order: str | None) -> list[DeviceLike] | None:
-    """The visible devices in CUDA's enumeration order, or None when it cannot be known.
+def cuda_order(gpus: Sequence[DeviceLike], device_order: str | None) -> list[DeviceLike] | None:
+    """Whole GPUs in the order CUDA's integer indices count them; None when unknowable.
 
-    PCI bus order when CUDA_DEVICE_ORDER=PCI_BUS_ID, or when every visible GPU is
-    the same model (FASTEST_FIRST then ties, broken by PCI bus id). Mixed models
-    under FASTEST_FIRST, or MIG devices, leave the order to a heuristic this agent
-    does not reproduce.
+    PCI bus order when CUDA_DEVICE_ORDER=PCI_BUS_ID, or when every GPU is the same
+    model (FASTEST_FIRST then ties, broken by PCI bus id). Mixed models under
+    FASTEST_FIRST leave the order to a speed heuristic this agent does not reproduce.
     """
-    if any(_is_mig(d) for d in visible):
-        return None
-    ordered = sorted(visible, key=lambda d: d.pci_bus_id.lower())
+    ordered = sorted(gpus, key=lambda d: d.pci_bus_id.lower())
     if (device_order or "").strip().upper() == "PCI_BUS_ID":
         return ordered
-    if len({d.name for d in visible}) <= 1:
+    if len({d.name for d in gpus}) <= 1:
         return ordered
     return None
 
 
-def select_cuda(value: str, visible: Sequence[DeviceLike], device_order: str | None) -> _Resolution:
-    """The devices CUDA_VISIBLE_DEVICES selects among ``visible``."""
+def _whole_gpus(visible: Sequence[DeviceLike], devices: Sequence[DeviceLike]) -> list[DeviceLike]:
+    """The GPUs of the visible devices: a MIG device counts as its GPU, once."""
+    out: list[DeviceLike] = []
+    for dev in visible:
+        if _is_mig(dev):
+            parents = [d for d in devices if not _is_mig(d) and d.gpu == dev.gpu]
+            if not parents:
+                continue
+            dev = parents[0]
+        if all(d.uuid != dev.uuid for d in out):
+            out.append(dev)
+    return out
+
+
+def select_cuda(
+    value: str,
+    visible: Sequence[DeviceLike],
+    device_order: str | None,
+    devices: Sequence[DeviceLike] = (),
+) -> _Resolution:
+    """The devices CUDA_VISIBLE_DEVICES selects among ``visible`` (``devices``: every
+    device NVML lists, MIG-mode GPUs included)."""
     if value.strip() == "":
         return _Resolution([])
     out: list[DeviceLike] = []
@@ -266,19 +289,27 @@ def select_cuda(value: str, visible: Sequence[DeviceLike], device_order: str | N
         dev: DeviceLike | None = None
         if re.fullmatch(r"-?\d+", entry):
             if not order_known:
-                order, order_known = cuda_order(visible, device_order), True
+                whole = _whole_gpus(visible, devices or visible)
+                order, order_known = cuda_order(whole, device_order), True
             if order is None:
                 notes.append(
                     f"CUDA_VISIBLE_DEVICES entry {entry!r} is an index, and CUDA's order of "
-                    "these GPUs is not known (mixed models without CUDA_DEVICE_ORDER=PCI_BUS_ID, "
-                    "or MIG devices); skipped (UUIDs are exact)"
+                    "these GPUs is not known (mixed models without CUDA_DEVICE_ORDER=PCI_BUS_ID); "
+                    "skipped (UUIDs are exact)"
                 )
                 continue
             index = int(entry)
             dev = order[index] if 0 <= index < len(order) else None
+            if dev is not None and dev.mig_mode == "enabled":
+                notes.append(
+                    f"CUDA_VISIBLE_DEVICES entry {entry!r} is the index of a GPU in MIG mode, "
+                    "whose MIG device CUDA picks is not known; skipped (name the MIG device's UUID)"
+                )
+                continue
         elif _is_uuid(entry):
-            dev = _uuid_entry(entry, visible)
-            if dev is not None and not _is_mig(dev) and dev.mig_mode == "enabled":
+            dev = _uuid_entry(entry, visible, devices)
+            in_mig_mode = [d for d in devices if not _is_mig(d) and d.mig_mode == "enabled"]
+            if dev is None and _by_uuid(entry, in_mig_mode) is not None:
                 notes.append(
                     f"CUDA_VISIBLE_DEVICES entry {entry!r} names a GPU in MIG mode; skipped "
                     "(name the MIG device's UUID)"
@@ -313,7 +344,7 @@ def from_environment(
             visible if (visible or explicit_none) else None,
             runtime.notes,
         )
-    chosen = select_cuda(cuda_value, visible, env.get("CUDA_DEVICE_ORDER"))
+    chosen = select_cuda(cuda_value, visible, env.get("CUDA_DEVICE_ORDER"), devices)
     assert chosen.devices is not None
     notes = runtime.notes + chosen.notes
     if not chosen.devices and cuda_value.strip() != "":
@@ -347,7 +378,7 @@ def from_agent_environment(
             visible = []
     if cuda_value is None or cuda_value.strip().lower() == "all":
         return _Resolution(visible or None, notes)
-    chosen = select_cuda(cuda_value, visible, own_env.get("CUDA_DEVICE_ORDER"))
+    chosen = select_cuda(cuda_value, visible, own_env.get("CUDA_DEVICE_ORDER"), devices)
     return _Resolution(chosen.devices or None, notes + chosen.notes)
 
 
