@@ -8,11 +8,20 @@ processes (the end-to-end test at the bottom).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.support.proc import free_port, http_get, wait_until
 
+from inferwatch.agent import Agent
 from inferwatch.collectors.attribution import (
     HOW_TO_ENABLE,
     Answer,
@@ -25,6 +34,7 @@ from inferwatch.collectors.attribution import (
 from inferwatch.collectors.nvml import DeviceReading, NvmlSource, ProcessReading
 from inferwatch.config import load_config
 from inferwatch.errors import ConfigError
+from inferwatch.exporter import Exporter
 from inferwatch.sim.fakegpu import FakeNvml
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState
 
@@ -426,15 +436,13 @@ def test_one_info_line_when_the_source_changes(caplog: pytest.LogCaptureFixture)
 # ---------------------------------------------------------------------- configuration
 
 
-def write_config(tmp_path: pytest.TempPathFactory | object, text: str) -> str:
-    from pathlib import Path
-
-    path = Path(str(tmp_path)) / "agent.yaml"
+def write_config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "agent.yaml"
     path.write_text(text)
     return str(path)
 
 
-def test_workers_gpus_in_the_config_file(tmp_path: object) -> None:
+def test_workers_gpus_in_the_config_file(tmp_path: Path) -> None:
     path = write_config(
         tmp_path,
         "workers:\n"
@@ -466,7 +474,7 @@ def test_workers_gpus_in_the_config_file(tmp_path: object) -> None:
         ("'0,1'", "workers[0].gpus"),
     ],
 )
-def test_bad_gpus_are_one_line_config_errors(tmp_path: object, value: str, key: str) -> None:
+def test_bad_gpus_are_one_line_config_errors(tmp_path: Path, value: str, key: str) -> None:
     path = write_config(tmp_path, f"workers:\n  - url: http://127.0.0.1:8000\n    gpus: {value}\n")
     with pytest.raises(ConfigError) as err:
         load_config(path, env={})
@@ -586,10 +594,6 @@ class Tree:
     """A real process with ``n`` real children (tensor-parallel ranks stand-in)."""
 
     def __init__(self, n: int = 0, env: dict[str, str] | None = None) -> None:
-        import os
-        import subprocess
-        import sys
-
         full = {k: v for k, v in os.environ.items() if not k.endswith("VISIBLE_DEVICES")}
         full.update(env or {})
         self.popen = subprocess.Popen(
@@ -605,24 +609,12 @@ class Tree:
         self.children = [int(p) for p in line.split()]
 
     def stop(self) -> None:
-        import os
-        import signal
-
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait(10)
 
 
-async def test_the_agent_serves_worker_gpu_info_for_every_layout(tmp_path: object) -> None:
-    import asyncio
-    from pathlib import Path
-
-    from prometheus_client.parser import text_string_to_metric_families
-    from tests.support.proc import free_port, http_get, wait_until
-
-    from inferwatch.agent import Agent
-    from inferwatch.exporter import Exporter
-
+async def test_the_agent_serves_worker_gpu_info_for_every_layout(tmp_path: Path) -> None:
     trees: dict[str, Tree] = {}
     try:
         trees["tp"] = Tree(2)  # ranks on GPUs 0 and 1, seen in NVML's process lists
@@ -670,8 +662,8 @@ async def test_the_agent_serves_worker_gpu_info_for_every_layout(tmp_path: objec
                 f"    url: http://127.0.0.1:{dead}",
                 f"    pid: {tree.pid}",
             ]
-        lines += [f"  - name: conf", f"    url: http://127.0.0.1:{dead}", "    gpus: [3]"]
-        path = Path(str(tmp_path)) / "agent.yaml"
+        lines += ["  - name: conf", f"    url: http://127.0.0.1:{dead}", "    gpus: [3]"]
+        path = tmp_path / "agent.yaml"
         path.write_text("\n".join(lines) + "\n")
         port = free_port()
         config = load_config(str(path), flags={"listen": f"127.0.0.1:{port}"}, env={})
