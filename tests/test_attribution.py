@@ -727,3 +727,61 @@ def test_an_index_counts_whole_gpus_and_skips_one_in_mig_mode() -> None:
     answer = one(devices, CUDA_VISIBLE_DEVICES="1,2")
     assert gpus_of(answer) == ["2"]
     assert any("'1'" in n and "MIG mode" in n for n in answer.notes)
+
+
+def test_a_lost_gpu_stays_joined_to_the_worker_it_served() -> None:
+    import dataclasses
+
+    pids = {11: "tp", 12: "tp"}
+    before = run([WorkerGpuInputs("tp")], [gpu(0, pids=[11]), gpu(1, pids=[12])], pid_workers=pids)
+    assert gpus_of(before["tp"]) == ["0", "1"]
+    # GPU 1 falls off the bus: NVML lists nothing on it; the join stays for the page
+    lost = dataclasses.replace(gpu(1), up=False)
+    after = attribute(
+        [WorkerGpuInputs("tp")],
+        [gpu(0, pids=[11]), lost],
+        pid_workers=pids,
+        own_env={},
+        previous=before,
+    )
+    assert after["tp"].source == "processes"
+    assert gpus_of(after["tp"]) == ["0", "1"]
+    assert after["tp"].devices[1] is lost
+    # back and without the process: no longer the worker's
+    again = attribute(
+        [WorkerGpuInputs("tp")],
+        [gpu(0, pids=[11]), gpu(1)],
+        pid_workers=pids,
+        own_env={},
+        previous=after,
+    )
+    assert gpus_of(again["tp"]) == ["0"]
+
+
+async def test_the_source_keeps_a_lost_gpu_s_worker(make_source: Callable[..., NvmlSource]) -> None:
+    fake = FakeNvml(2)
+    fake.set_state(0, h200(0, [SimGpuProcess(pid=601, used_bytes=GIB)]))
+    fake.set_state(1, h200(1, [SimGpuProcess(pid=602, used_bytes=GIB)]))
+    src = make_source(
+        fake,
+        interval=0.01,
+        pid_workers=lambda: {600: "tp", 601: "tp", 602: "tp"},
+        worker_gpu_inputs=lambda: [WorkerGpuInputs("tp")],
+    )
+    await src.refresh()
+    want = [("tp", "0", uuid_of(0)), ("tp", "1", uuid_of(1))]
+
+    def rows() -> list[tuple[str, str, str]]:
+        return sorted((ls["worker"], ls["gpu"], ls["uuid"]) for _, ls, _ in worker_gpu_series(src))
+
+    assert rows() == want
+    fake.lose(1)
+    await src.refresh()
+    up = {
+        s.labels["gpu"]: s.value
+        for fam in src.families()
+        for s in fam.samples
+        if s.name == "inferwatch_gpu_up"
+    }
+    assert up == {"0": 1.0, "1": 0.0}
+    assert rows() == want  # the page for GPU 1 still names its worker

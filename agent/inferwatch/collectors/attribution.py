@@ -85,6 +85,9 @@ class DeviceLike(Protocol):
     @property
     def pids(self) -> tuple[int, ...]: ...
 
+    @property
+    def up(self) -> bool: ...
+
     def labels(self) -> dict[str, str]: ...
 
 
@@ -197,10 +200,24 @@ def _unrestricted(value: str | None) -> bool:
 
 
 def from_processes(
-    worker: str, devices: Sequence[DeviceLike], pid_workers: Mapping[int, str]
+    worker: str,
+    devices: Sequence[DeviceLike],
+    pid_workers: Mapping[int, str],
+    previous: Sequence[DeviceLike] = (),
 ) -> list[DeviceLike] | None:
-    """Source 1: the devices whose compute-process list holds a process of the worker's tree."""
+    """Source 1: the devices whose compute-process list holds a process of the worker's tree.
+
+    ``previous``: the devices this source named last time. One of them that is now
+    lost (``up`` false: NVML lists no process on it any more) stays the worker's,
+    so that a GPU that falls off the bus is still joined to the worker it served.
+    """
     found = [d for d in devices if any(pid_workers.get(pid) == worker for pid in d.pids)]
+    lost = {d.uuid: d for d in devices if not d.up}
+    names = {d.uuid for d in found}
+    for dev in previous:
+        if dev.uuid in lost and dev.uuid not in names:
+            found.append(lost[dev.uuid])
+            names.add(dev.uuid)
     return found or None
 
 
@@ -416,15 +433,21 @@ def attribute(
     *,
     pid_workers: Mapping[int, str],
     own_env: Mapping[str, str],
+    previous: Mapping[str, Answer] | None = None,
 ) -> dict[str, Answer]:
-    """Each worker's devices from the first source that answers, in SOURCES order."""
+    """Each worker's devices from the first source that answers, in SOURCES order.
+
+    ``previous``: the answers of the last call (a lost GPU keeps its worker).
+    """
     host_indices = host_indices_match(own_env)
     sidecar = len(workers) == 1
     answers: dict[str, Answer] = {}
     for worker in workers:
         notes: list[str] = []
         answer: Answer | None = None
-        found = from_processes(worker.name, devices, pid_workers)
+        last = (previous or {}).get(worker.name)
+        before = last.devices if last is not None and last.source == "processes" else ()
+        found = from_processes(worker.name, devices, pid_workers, before)
         if found is not None:
             answer = Answer("processes", tuple(found))
         if answer is None:

@@ -441,7 +441,13 @@ class NvmlSource(Source):
             # The agent rebuilds its exposition after every source's refresh; the GPU
             # part changes only with a new snapshot, a new PID join or new worker facts.
             return cached[3]
-        self._answers = attribute(inputs, snap.devices, pid_workers=workers, own_env=self.own_env)
+        self._answers = attribute(
+            inputs,
+            snap.devices,
+            pid_workers=workers,
+            own_env=self.own_env,
+            previous=self._answers,
+        )
         self.attribution_log.update(self._answers)
         worker_gpus = [
             (worker, dev) for worker, answer in self._answers.items() for dev in answer.devices
