@@ -199,19 +199,32 @@ def _unrestricted(value: str | None) -> bool:
 # ---------------------------------------------------------------------- sources
 
 
+def process_index(
+    devices: Sequence[DeviceLike], pid_workers: Mapping[int, str]
+) -> dict[str, list[DeviceLike]]:
+    """Worker -> the devices whose compute-process list holds one of its processes."""
+    index: dict[str, list[DeviceLike]] = {}
+    for dev in devices:
+        owners = {pid_workers[pid] for pid in dev.pids if pid in pid_workers}
+        for worker in sorted(owners):
+            index.setdefault(worker, []).append(dev)
+    return index
+
+
 def from_processes(
     worker: str,
     devices: Sequence[DeviceLike],
-    pid_workers: Mapping[int, str],
+    index: Mapping[str, Sequence[DeviceLike]],
     previous: Sequence[DeviceLike] = (),
 ) -> list[DeviceLike] | None:
-    """Source 1: the devices whose compute-process list holds a process of the worker's tree.
+    """Source 1: the devices whose compute-process list holds a process of the worker's
+    tree (``index``: :func:`process_index` of this pass).
 
     ``previous``: the devices this source named last time. One of them that is now
     lost (``up`` false: NVML lists no process on it any more) stays the worker's,
     so that a GPU that falls off the bus is still joined to the worker it served.
     """
-    found = [d for d in devices if any(pid_workers.get(pid) == worker for pid in d.pids)]
+    found = list(index.get(worker, ()))
     lost = {d.uuid: d for d in devices if not d.up}
     names = {d.uuid for d in found}
     for dev in previous:
@@ -276,15 +289,14 @@ def cuda_order(gpus: Sequence[DeviceLike], device_order: str | None) -> list[Dev
 
 def _whole_gpus(visible: Sequence[DeviceLike], devices: Sequence[DeviceLike]) -> list[DeviceLike]:
     """The GPUs of the visible devices: a MIG device counts as its GPU, once."""
+    parents = {d.gpu: d for d in devices if not _is_mig(d)}
     out: list[DeviceLike] = []
+    seen: set[str] = set()
     for dev in visible:
-        if _is_mig(dev):
-            parents = [d for d in devices if not _is_mig(d) and d.gpu == dev.gpu]
-            if not parents:
-                continue
-            dev = parents[0]
-        if all(d.uuid != dev.uuid for d in out):
-            out.append(dev)
+        whole = parents.get(dev.gpu) if _is_mig(dev) else dev
+        if whole is not None and whole.uuid not in seen:
+            seen.add(whole.uuid)
+            out.append(whole)
     return out
 
 
@@ -441,13 +453,14 @@ def attribute(
     """
     host_indices = host_indices_match(own_env)
     sidecar = len(workers) == 1
+    by_worker = process_index(devices, pid_workers)
     answers: dict[str, Answer] = {}
     for worker in workers:
         notes: list[str] = []
         answer: Answer | None = None
         last = (previous or {}).get(worker.name)
         before = last.devices if last is not None and last.source == "processes" else ()
-        found = from_processes(worker.name, devices, pid_workers, before)
+        found = from_processes(worker.name, devices, by_worker, before)
         if found is not None:
             answer = Answer("processes", tuple(found))
         if answer is None:
