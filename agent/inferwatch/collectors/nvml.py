@@ -361,6 +361,7 @@ class NvmlSource(Source):
             tuple[NvmlSnapshot, dict[int, str], list[WorkerGpuInputs], list[Metric]] | None
         ) = None
         self._answers: dict[str, Answer] = {}
+        self._attribution_failed = False
         self._lock = threading.Lock()  # one pass (or teardown) at a time
         self._inflight: asyncio.Future[bool] | None = None
         # Health reports made off the event loop, applied by refresh() on it: SourceHealth
@@ -428,8 +429,10 @@ class NvmlSource(Source):
             workers = {}
         try:
             inputs = list(self.worker_gpu_inputs())
-        except Exception:  # nor a broken worker lookup
-            log.exception("nvml: worker_gpu_inputs() failed; no worker-to-GPU series")
+        except Exception:  # nor a broken worker lookup (logged once, not every rebuild)
+            if not self._attribution_failed:
+                log.exception("nvml: worker_gpu_inputs() failed; no worker-to-GPU series")
+            self._attribution_failed = True
             inputs = []
         cached = self._families_cache
         if (
@@ -441,14 +444,20 @@ class NvmlSource(Source):
             # The agent rebuilds its exposition after every source's refresh; the GPU
             # part changes only with a new snapshot, a new PID join or new worker facts.
             return cached[3]
-        self._answers = attribute(
-            inputs,
-            snap.devices,
-            pid_workers=workers,
-            own_env=self.own_env,
-            previous=self._answers,
-        )
-        self.attribution_log.update(self._answers)
+        try:
+            self._answers = attribute(
+                inputs,
+                snap.devices,
+                pid_workers=workers,
+                own_env=self.own_env,
+                previous=self._answers,
+            )
+            self.attribution_log.update(self._answers)
+        except Exception:  # a bug in attribution must not cost the GPU series either
+            if not self._attribution_failed:
+                log.exception("nvml: attribution failed; no worker-to-GPU series")
+            self._attribution_failed = True
+            self._answers = {}
         worker_gpus = [
             (worker, dev) for worker, answer in self._answers.items() for dev in answer.devices
         ]
