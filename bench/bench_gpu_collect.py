@@ -49,7 +49,9 @@ from typing import Any
 
 import pynvml
 
-from inferwatch.collectors.nvml import NvmlSource, build_families, load_backend
+from inferwatch.agent import load_backend
+from inferwatch.collectors.nvml import NvmlSource, build_families
+from inferwatch.config import GpuConfig
 
 #: nvidia-smi fields for the quantities the agent exports (older names as fallbacks).
 SAME_FIELDS = [
@@ -237,7 +239,8 @@ def _cpu_model() -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    make: Callable[[], Any] = lambda: load_backend(args.backend, fake_count=args.fake_gpus)  # noqa: E731
+    gpu = GpuConfig(backend=args.backend, fake_count=args.fake_gpus)
+    make: Callable[[], Any] = lambda: load_backend(gpu)  # noqa: E731
     backend = make()
     result: dict[str, Any] = {"machine": machine(backend, args.backend)}
     gpus = int(result["machine"].get("gpus") or 1)

@@ -15,6 +15,7 @@ from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_u
 NOT_IN_DEMO = {
     "inferwatch_collect_errors_total": "exists only after a collector met an error",
     "inferwatch_gpu_xid_errors_total": "the demo's fake GPUs raise no XID events",
+    "inferwatch_gpu_xid_last_timestamp_seconds": "the demo's fake GPUs raise no XID events",
     "inferwatch_requests_rejected_total": "steady load stays under any admission limit",
     "inferwatch_tpot_mean_seconds": "only for engines without a TPOT histogram (llama.cpp)",
     "inferwatch_e2e_latency_mean_seconds": "only for engines without an E2E histogram (Triton)",

@@ -16,7 +16,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from inferwatch.collectors.nvml import NvmlSource, load_backend, mig_profile
+from inferwatch.agent import load_backend
+from inferwatch.collectors.nvml import NvmlSource, mig_profile
+from inferwatch.config import GpuConfig
 from inferwatch.sim.fakegpu import FakeNvml, default_uuid
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState, write_state
 
@@ -44,6 +46,7 @@ CONTRACT = {
     "inferwatch_gpu_memory_clock_hertz",
     "inferwatch_gpu_clock_event_active",
     "inferwatch_gpu_xid_errors_total",
+    "inferwatch_gpu_xid_last_timestamp_seconds",
     "inferwatch_gpu_ecc_errors_total",
     "inferwatch_gpu_process_memory_used_bytes",
     "inferwatch_gpu_process_sm_utilization_ratio",
@@ -120,6 +123,7 @@ async def test_every_gpu_series_has_the_state_s_value(
     fake.set_ecc(0, corrected=7, uncorrected=2)
     src = make_source(fake, interval=0.01, slow_interval=0.0)
     await passes(src, 2)
+    pushed = time.time()
     fake.push_xid(0, 79)
     await passes(src, 1)  # the event thread counts it; wait for it through the snapshot
     for _ in range(200):
@@ -177,6 +181,8 @@ async def test_every_gpu_series_has_the_state_s_value(
     assert value(data, "inferwatch_gpu_ecc_errors_total", type="corrected", **gpu) == 7
     assert value(data, "inferwatch_gpu_ecc_errors_total", type="uncorrected", **gpu) == 2
     assert value(data, "inferwatch_gpu_xid_errors_total", xid="79", **gpu) == 1
+    last_xid = value(data, "inferwatch_gpu_xid_last_timestamp_seconds", xid="79", **gpu)
+    assert last_xid is not None and pushed <= last_xid <= time.time()
     proc = {**gpu, "pid": str(pid), "process": psutil.Process(pid).name()}
     assert value(data, "inferwatch_gpu_process_memory_used_bytes", **proc) == 60 * GIB
     assert value(data, "inferwatch_gpu_process_sm_utilization_ratio", **proc) == pytest.approx(0.75)
@@ -204,7 +210,10 @@ async def test_exposition_is_valid_text_and_names_follow_the_contract(
     exported = {s.name for f in parsed.values() for s in f.samples}
     assert exported <= CONTRACT, exported - CONTRACT
     # GPU 1 is an idle A10: GPM absent, everything else there.
-    assert exported >= CONTRACT - {"inferwatch_gpu_xid_errors_total"}
+    assert exported >= CONTRACT - {
+        "inferwatch_gpu_xid_errors_total",
+        "inferwatch_gpu_xid_last_timestamp_seconds",
+    }
 
 
 async def test_gpm_is_absent_on_the_first_pass_and_present_after(
@@ -485,15 +494,31 @@ async def test_stop_frees_what_the_source_took(make_source: Callable[..., NvmlSo
 
 
 def test_load_backend(tmp_path: Path) -> None:
-    fake = load_backend("fake", fake_count=3, fake_state_dir=str(tmp_path))
+    fake = load_backend(GpuConfig(backend="fake", fake_count=3, fake_state_dir=str(tmp_path)))
     assert isinstance(fake, FakeNvml)
     fake.nvmlInit()
     assert fake.nvmlDeviceGetCount() == 3
     assert fake.state_dir == str(tmp_path)
-    assert load_backend("nvml") is pynvml
-    assert load_backend("none") is None
+    assert load_backend(GpuConfig(backend="nvml")) is pynvml
+    assert load_backend(GpuConfig(backend="none")) is None
     with pytest.raises(ValueError, match="nvml, fake or none"):
-        load_backend("cuda")
+        load_backend(GpuConfig(backend="cuda"))
+
+
+def test_the_nvml_source_imports_no_simulator() -> None:
+    """The wiring picks the backend: collectors/nvml.py stays free of sim/ (issue 15)."""
+    import ast
+
+    import inferwatch.collectors.nvml as nvml_module
+
+    tree = ast.parse(Path(nvml_module.__file__).read_text())
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert not {name for name in imported if name and name.startswith("inferwatch.sim")}
 
 
 def test_fake_raises_real_pynvml_errors_and_constants() -> None:
@@ -509,3 +534,40 @@ def test_fake_raises_real_pynvml_errors_and_constants() -> None:
     assert fake.NVML_CLOCK_SM == pynvml.NVML_CLOCK_SM
     with pytest.raises(AttributeError):
         fake.nvmlDeviceGetBAR1MemoryInfo  # noqa: B018 - a function the fake leaves out
+
+
+async def test_xid_timestamp_is_the_last_event_s_time(
+    make_source: Callable[..., NvmlSource],
+) -> None:
+    """The gauge moves to each new event of a code: alerts key on 'within the window'."""
+    fake = FakeNvml(1)
+    src = make_source(fake, interval=0.01)
+    await src.refresh()
+
+    async def xid_count(n: int) -> Series:
+        deadline = time.monotonic() + 20
+        while True:
+            await src.refresh()
+            data = series(src)
+            if value(data, "inferwatch_gpu_xid_errors_total", xid="48") == n:
+                return data
+            assert time.monotonic() < deadline, f"XID count never reached {n}"
+            await asyncio.sleep(0.01)
+
+    fake.push_xid(0, 48)
+    first = value(await xid_count(1), "inferwatch_gpu_xid_last_timestamp_seconds", xid="48")
+    assert first is not None
+    second_pushed = time.time()
+    assert second_pushed > first
+    fake.push_xid(0, 48)
+    data = await xid_count(2)
+    second = value(data, "inferwatch_gpu_xid_last_timestamp_seconds", xid="48")
+    assert second is not None and second >= second_pushed > first
+    # another code keeps its own time; the first code's is untouched by it
+    fake.push_xid(0, 79)
+    deadline = time.monotonic() + 20
+    while value(series(src), "inferwatch_gpu_xid_last_timestamp_seconds", xid="79") is None:
+        assert time.monotonic() < deadline
+        await src.refresh()
+        await asyncio.sleep(0.01)
+    assert value(series(src), "inferwatch_gpu_xid_last_timestamp_seconds", xid="48") == second

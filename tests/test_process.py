@@ -467,6 +467,38 @@ async def test_tgi_settings_from_the_environment(engines: Engines) -> None:
     )
 
 
+async def test_gpu_variables_of_the_root_process_and_nothing_else(engines: Engines) -> None:
+    """Attribution reads the root's NVIDIA_/CUDA_ variables; other variables (secrets) are
+    never kept."""
+    port = free_port()
+    gpu_vars = {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6,3",
+        "CUDA_VISIBLE_DEVICES": "1,0",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    engines.module("vllm.entrypoints.openai.api_server")
+    engines.start(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)],
+        port,
+        env={**gpu_vars, "HF_TOKEN": "hf_not_to_be_kept"},
+    )
+    plain = free_port()
+    engines.start([engines.script("vllm"), "serve", "m", "--port", str(plain)], plain)
+    source = ProcessSource([worker("gpu", port), worker("plain", plain)])
+    await source.refresh()
+    envs = source.gpu_environments()
+    assert envs["gpu"] == gpu_vars
+    seen = source.worker_process("gpu")
+    assert seen is not None and seen.gpu_env == gpu_vars
+    # the second engine inherits the test's environment, minus what was set above
+    expected_plain = {k: v for k, v in os.environ.items() if k in gpu_vars}
+    assert envs["plain"] == expected_plain
+    assert "hf_not_to_be_kept" not in repr(envs) + repr(seen)
+    # the same mapping until something changes: the NVML source's cache keys on it
+    await source.refresh()
+    assert source.gpu_environments() is envs
+
+
 def _run_as_nobody(port: int, pid: int) -> dict[str, object]:
     """Run one pass in a forked child that dropped root, and return what it saw."""
     read_end, write_end = os.pipe()
@@ -490,6 +522,7 @@ def _run_as_nobody(port: int, pid: int) -> dict[str, object]:
                 "byport_failing": source.health.failing("byport"),
                 "bypid": info_labels(source, "bypid") if seen else None,
                 "bypid_rss": seen.rss_bytes if seen else None,
+                "bypid_gpu_env": seen.gpu_env if seen else "not found",
             }
         except BaseException as exc:
             result = {"error": repr(exc)}
@@ -538,6 +571,8 @@ def test_an_agent_without_privileges_degrades_gracefully(engines: Engines) -> No
     assert labels["max_num_seqs"] == "5"
     assert labels["model"] == ""
     assert isinstance(seen["bypid_rss"], int) and seen["bypid_rss"] > 0
+    # nor are its GPU variables: unreadable (None), not "no restriction" ({})
+    assert seen["bypid_gpu_env"] is None
 
 
 async def test_engine_stated_settings_fill_what_the_command_line_leaves_out(

@@ -12,10 +12,12 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.gc_collector import GCCollector
@@ -28,7 +30,7 @@ from inferwatch import __version__
 from inferwatch.collectors.base import Source
 from inferwatch.collectors.engine import EngineSource
 from inferwatch.collectors.process import ProcessSource
-from inferwatch.config import DEFAULT_PORT, AgentConfig, load_config
+from inferwatch.config import DEFAULT_PORT, AgentConfig, GpuConfig, load_config
 
 log = logging.getLogger("inferwatch")
 
@@ -130,11 +132,42 @@ def _render(families: Iterable[Metric]) -> bytes:
     return "".join(_family_text(family) for family in families).encode("utf-8")
 
 
-class Agent:
-    """Runs the sources and holds the last built exposition."""
+def load_backend(gpu: GpuConfig) -> Any | None:
+    """The NVML backend ``gpu.backend`` names: the pynvml module, a FakeNvml, or None.
 
-    def __init__(self, config: AgentConfig) -> None:
+    Chosen here, by the wiring, so that the NVML source never imports a simulator.
+    """
+    if gpu.backend == "nvml":
+        import pynvml
+
+        return pynvml
+    if gpu.backend == "fake":
+        from inferwatch.sim.fakegpu import FakeNvml
+
+        return FakeNvml(count=gpu.fake_count, state_dir=gpu.fake_state_dir)
+    if gpu.backend == "none":
+        return None
+    raise ValueError(f"unknown GPU backend {gpu.backend!r}: expected nvml, fake or none")
+
+
+class Agent:
+    """Runs the sources and holds the last built exposition.
+
+    ``gpu_backend`` replaces the backend ``config.gpu.backend`` names (tests and
+    tools hand in a FakeNvml they drive); ``environ`` is the agent's own
+    environment (default ``os.environ``), read for its visible GPUs.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        gpu_backend: Any | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.config = config
+        self._gpu_backend = gpu_backend
+        self._environ = os.environ if environ is None else environ
         self.sources: list[Source] = []
         self.ready_checks: list[Callable[[], bool]] = []
         self.process: ProcessSource | None = None
@@ -170,14 +203,17 @@ class Agent:
         self.process = process
         if config.workers:
             self.sources += [engine, process]
-        if config.gpu.backend != "none":
-            from inferwatch.collectors.nvml import NvmlSource, load_backend
+        backend = self._gpu_backend
+        if backend is None and config.gpu.backend != "none":
+            backend = load_backend(config.gpu)
+        if backend is not None:
+            from inferwatch.collectors.attribution import WorkerGpuInputs, gpu_env
+            from inferwatch.collectors.nvml import NvmlSource
 
-            backend = load_backend(
-                config.gpu.backend,
-                fake_count=config.gpu.fake_count,
-                fake_state_dir=config.gpu.fake_state_dir,
-            )
+            def worker_gpu_inputs() -> list[WorkerGpuInputs]:
+                envs = process.gpu_environments()
+                return [WorkerGpuInputs(w.name, envs.get(w.name), w.gpus) for w in config.workers]
+
             self.sources.append(
                 NvmlSource(
                     backend,
@@ -185,6 +221,10 @@ class Agent:
                     slow_interval=config.gpu.slow_interval,
                     activity_interval=config.gpu.activity_interval,
                     pid_workers=process.pid_workers,
+                    worker_gpu_inputs=worker_gpu_inputs,
+                    own_env=gpu_env(self._environ),
+                    # the process source needs a pass or two to find each worker
+                    attribution_grace=max(30.0, 3 * config.process_interval),
                 )
             )
         if config.warmup:

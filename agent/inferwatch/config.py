@@ -39,6 +39,9 @@ class WorkerSpec:
     cmd_match: str | None = None
     max_num_seqs: int | None = None
     timeout: float | None = None
+    #: the GPUs it runs on, when nothing the agent can read says so (NVML indices or
+    #: GPU-/MIG- UUIDs; docs/attribution.md)
+    gpus: tuple[int | str, ...] | None = None
 
     @property
     def port(self) -> int | None:
@@ -181,6 +184,33 @@ def _metrics_path(value: Any, source: str, key: str) -> str:
     return value
 
 
+_GPU_ID = re.compile(r"^(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
+
+
+def _gpu_list(value: Any, source: str, key: str) -> tuple[int | str, ...]:
+    """``workers[].gpus``: NVML indices or GPU-/MIG- UUIDs (full, or a prefix naming one)."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            source, key, "a non-empty list of NVML indices or GPU-/MIG- UUIDs, such as [0, 1]"
+        )
+    out: list[int | str] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str) and item.strip().isdigit():
+            item = int(item.strip())
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            out.append(item)
+        elif isinstance(item, str) and _GPU_ID.match(item.strip()):
+            out.append(item.strip())
+        else:
+            raise ConfigError(
+                source,
+                f"{key}[{i}]",
+                "an NVML index (0, 1, ...) or a UUID starting GPU- or MIG- (nvidia-smi -L)",
+                item,
+            )
+    return tuple(out)
+
+
 def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(source, key, "a mapping of keys to values", value)
@@ -210,6 +240,7 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "cmd_match": _optional(_string),
     "max_num_seqs": _optional(_positive_int),
     "timeout": _optional(parse_duration),
+    "gpus": _optional(_gpu_list),
 }
 _TOP_SCALARS: dict[str, Parser] = {
     "web_config_file": _optional(_string),

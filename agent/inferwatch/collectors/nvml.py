@@ -33,8 +33,15 @@ Failures, by NVML's answer:
 * Anything else: that reading is absent for this pass and the reason counted.
 
 XID errors arrive as NVML events, read by a daemon thread blocked in
-``nvmlEventSetWait``; it keeps one counter per (GPU, XID), so an XID storm costs
-counts, never memory.
+``nvmlEventSetWait``; it keeps one counter and the time of the last event per
+(GPU, XID), so an XID storm costs counts, never memory.
+
+Which GPUs each worker runs on (``inferwatch_worker_gpu_info``) is decided by
+:mod:`inferwatch.collectors.attribution` over the device list of the last pass,
+with what the callbacks given to the source say of the workers.
+
+The backend (``pynvml`` itself or a stand-in with its function names) is chosen
+by the caller: this module never imports a simulator.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import ctypes
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +62,13 @@ import pynvml
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
+from inferwatch.collectors.attribution import (
+    Answer,
+    AttributionLog,
+    DeviceLike,
+    WorkerGpuInputs,
+    attribute,
+)
 from inferwatch.collectors.base import Source
 
 log = logging.getLogger(__name__)
@@ -127,6 +141,14 @@ CLOCK_EVENT_HELP = (
     "1 while NVML reports this reason for holding the clocks down (clock event reasons)."
 )
 XID_HELP = "XID errors reported by NVML events since the agent started, by XID code."
+XID_LAST_HELP = (
+    "Unix time of the last NVML XID event of this XID code on this GPU since the agent started."
+)
+WORKER_GPU_HELP = (
+    "1 for each GPU or MIG device a worker runs on: from NVML's process list, else the "
+    "worker's NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, else the agent's own visible "
+    "devices (one-worker sidecar), else workers[].gpus; absent when unknown."
+)
 ECC_HELP = "Volatile ECC error counts since the driver was loaded (NVML), by type."
 PROCESS_MEMORY_HELP = "Device memory used by one process (NVML compute running processes)."
 PROCESS_SM_HELP = "Share of SM time one process had since the previous pass (NVML)."
@@ -222,6 +244,11 @@ class DeviceReading:
     ecc: Mapping[str, float] = field(default_factory=dict)
     processes: tuple[ProcessReading, ...] = ()
 
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The PIDs in this device's compute-process list."""
+        return tuple(p.pid for p in self.processes)
+
     def labels(self) -> dict[str, str]:
         labels = {"gpu": self.gpu, "uuid": self.uuid}
         if self.gpu_instance is not None:
@@ -233,8 +260,8 @@ class DeviceReading:
 @dataclass(frozen=True)
 class NvmlSnapshot:
     devices: tuple[DeviceReading, ...] = ()
-    #: (gpu, uuid, xid, count), counted since the agent started
-    xid: tuple[tuple[str, str, str, int], ...] = ()
+    #: (gpu, uuid, xid, count, unix time of the last event), since the agent started
+    xid: tuple[tuple[str, str, str, int, float], ...] = ()
     taken: float = 0.0
 
 
@@ -306,6 +333,9 @@ class NvmlSource(Source):
         slow_interval: float = 30.0,
         pid_workers: Callable[[], Mapping[int, str]] = dict,
         activity_interval: float = 15.0,
+        worker_gpu_inputs: Callable[[], Sequence[WorkerGpuInputs]] = tuple,
+        own_env: Mapping[str, str] | None = None,
+        attribution_grace: float = 60.0,
     ) -> None:
         super().__init__()
         self.nvml = nvml
@@ -314,6 +344,11 @@ class NvmlSource(Source):
         #: Window of the GPM ratios and per-process SM shares (0: every pass).
         self.activity_interval = activity_interval
         self.pid_workers = pid_workers
+        #: What the process source and the configuration know of each worker (attribution).
+        self.worker_gpu_inputs = worker_gpu_inputs
+        #: The agent's own GPU variables (attribution.GPU_ENV_VARS), read once by the caller.
+        self.own_env: Mapping[str, str] = dict(own_env or {})
+        self.attribution_log = AttributionLog(grace=attribution_grace)
         #: How long refresh() waits for a pass before it returns and serves older readings.
         self.pass_timeout = max(10 * interval, 5.0)
         #: First wait before re-opening a lost GPU (doubles up to MAX_GPU_RETRY).
@@ -322,7 +357,11 @@ class NvmlSource(Source):
         self.init_retry = max(slow_interval, interval)
 
         self._snapshot = NvmlSnapshot()
-        self._families_cache: tuple[NvmlSnapshot, dict[int, str], list[Metric]] | None = None
+        self._families_cache: (
+            tuple[NvmlSnapshot, dict[int, str], list[WorkerGpuInputs], list[Metric]] | None
+        ) = None
+        self._answers: dict[str, Answer] = {}
+        self._attribution_failed = False
         self._lock = threading.Lock()  # one pass (or teardown) at a time
         self._inflight: asyncio.Future[bool] | None = None
         # Health reports made off the event loop, applied by refresh() on it: SourceHealth
@@ -338,6 +377,7 @@ class NvmlSource(Source):
 
         self._xid_lock = threading.Lock()
         self._xid: dict[int, dict[str, int]] = {}
+        self._xid_last: dict[int, dict[str, float]] = {}
         self._event_set: Any = None
         self._event_thread: threading.Thread | None = None
         self._event_stop = threading.Event()
@@ -387,14 +427,48 @@ class NvmlSource(Source):
         except Exception:  # a broken PID join must not cost the GPU series
             log.exception("nvml: pid_workers() failed; per-process series lack the worker label")
             workers = {}
+        try:
+            inputs = list(self.worker_gpu_inputs())
+        except Exception:  # nor a broken worker lookup (logged once, not every rebuild)
+            if not self._attribution_failed:
+                log.exception("nvml: worker_gpu_inputs() failed; no worker-to-GPU series")
+            self._attribution_failed = True
+            inputs = []
         cached = self._families_cache
-        if cached is not None and cached[0] is snap and cached[1] == workers:
+        if (
+            cached is not None
+            and cached[0] is snap
+            and cached[1] == workers
+            and cached[2] == inputs
+        ):
             # The agent rebuilds its exposition after every source's refresh; the GPU
-            # part changes only with a new snapshot or a new PID join.
-            return cached[2]
-        families = build_families(snap, workers)
-        self._families_cache = (snap, dict(workers), families)
+            # part changes only with a new snapshot, a new PID join or new worker facts.
+            return cached[3]
+        try:
+            self._answers = attribute(
+                inputs,
+                snap.devices,
+                pid_workers=workers,
+                own_env=self.own_env,
+                previous=self._answers,
+            )
+            self.attribution_log.update(self._answers)
+        except Exception:  # a bug in attribution must not cost the GPU series either
+            if not self._attribution_failed:
+                log.exception("nvml: attribution failed; no worker-to-GPU series")
+            self._attribution_failed = True
+            self._answers = {}
+        worker_gpus = [
+            (worker, dev) for worker, answer in self._answers.items() for dev in answer.devices
+        ]
+        families = build_families(snap, workers, worker_gpus)
+        self._families_cache = (snap, dict(workers), inputs, families)
         return families
+
+    @property
+    def attribution(self) -> Mapping[str, Answer]:
+        """Each worker's devices and the source that said so, as last exported."""
+        return self._answers
 
     async def stop(self) -> None:
         inflight = self._inflight
@@ -1026,6 +1100,7 @@ class NvmlSource(Source):
         self._event_devices = devices
         with self._xid_lock:
             self._xid.setdefault(gpu.index, {})
+            self._xid_last.setdefault(gpu.index, {})
 
     def _event_loop(self, event_set: Any, stop: threading.Event) -> None:
         wait = getattr(self.nvml, "nvmlEventSetWait_v2", None) or self.nvml.nvmlEventSetWait
@@ -1053,18 +1128,21 @@ class NvmlSource(Source):
                 self._count_xid(index, int(data.eventData))
 
     def _count_xid(self, index: int, xid: int) -> None:
+        # NVML's event data carries no time: the time it is read is a few ms after it.
+        now = time.time()
         with self._xid_lock:
             counts = self._xid.setdefault(index, {})
             code = str(xid)
             if code not in counts and len(counts) >= MAX_XID_CODES:
                 code = "other"
             counts[code] = counts.get(code, 0) + 1
+            self._xid_last.setdefault(index, {})[code] = now
 
-    def _xid_rows(self) -> tuple[tuple[str, str, str, int], ...]:
+    def _xid_rows(self) -> tuple[tuple[str, str, str, int, float], ...]:
         uuids = {gpu.index: gpu.uuid for gpu in self._gpus}
         with self._xid_lock:
             return tuple(
-                (str(index), uuids.get(index, ""), code, count)
+                (str(index), uuids.get(index, ""), code, count, self._xid_last[index][code])
                 for index, counts in sorted(self._xid.items())
                 for code, count in sorted(counts.items())
             )
@@ -1085,8 +1163,13 @@ class NvmlSource(Source):
 # ---------------------------------------------------------------------- families
 
 
-def build_families(snap: NvmlSnapshot, workers: Mapping[int, str]) -> list[Metric]:
-    """Metric families for a snapshot; ``workers`` maps a PID to its worker's name."""
+def build_families(
+    snap: NvmlSnapshot,
+    workers: Mapping[int, str],
+    worker_gpus: Iterable[tuple[str, DeviceLike]] = (),
+) -> list[Metric]:
+    """Metric families for a snapshot; ``workers`` maps a PID to its worker's name,
+    ``worker_gpus`` lists (worker, device) pairs of attribution."""
     gauges: dict[str, Metric] = {}
     counters: dict[str, Metric] = {}
 
@@ -1147,30 +1230,16 @@ def build_families(snap: NvmlSnapshot, workers: Mapping[int, str]) -> list[Metri
             if proc.sm_ratio is not None:
                 name = "inferwatch_gpu_process_sm_utilization_ratio"
                 gauge(name, PROCESS_SM_HELP).samples.append(Sample(name, labels, proc.sm_ratio))
-    for gpu, uuid, xid, count in snap.xid:
+    for gpu, uuid, xid, count, last in snap.xid:
+        labels = {"gpu": gpu, "uuid": uuid, "xid": xid}
         counter("inferwatch_gpu_xid_errors_total", XID_HELP).samples.append(
-            Sample(
-                "inferwatch_gpu_xid_errors_total",
-                {"gpu": gpu, "uuid": uuid, "xid": xid},
-                float(count),
-            )
+            Sample("inferwatch_gpu_xid_errors_total", labels, float(count))
+        )
+        gauge("inferwatch_gpu_xid_last_timestamp_seconds", XID_LAST_HELP).samples.append(
+            Sample("inferwatch_gpu_xid_last_timestamp_seconds", labels, last)
+        )
+    for worker, device in worker_gpus:
+        gauge("inferwatch_worker_gpu_info", WORKER_GPU_HELP).samples.append(
+            Sample("inferwatch_worker_gpu_info", {**device.labels(), "worker": worker}, 1.0)
         )
     return [*gauges.values(), *counters.values()]
-
-
-# ---------------------------------------------------------------------- backends
-
-
-def load_backend(
-    kind: str, *, fake_count: int = 1, fake_state_dir: str | None = None
-) -> Any | None:
-    """The NVML backend for ``--gpu-backend``: the pynvml module, a FakeNvml, or None."""
-    if kind == "nvml":
-        return pynvml
-    if kind == "fake":
-        from inferwatch.sim.fakegpu import FakeNvml
-
-        return FakeNvml(count=fake_count, state_dir=fake_state_dir)
-    if kind == "none":
-        return None
-    raise ValueError(f"unknown GPU backend {kind!r}: expected nvml, fake or none")

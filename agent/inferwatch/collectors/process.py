@@ -10,7 +10,11 @@ Each pass runs in a thread (psutil reads /proc synchronously) and:
    the socket often belongs to a child: vLLM's extra API-server processes,
    TGI's router, a re-titled worker;
 2. sums CPU time and RSS over the root and all its live descendants, and lists
-   their pids for the GPU collector's per-process series.
+   their pids for the GPU collector's per-process series;
+3. keeps the root's GPU variables (``NVIDIA_VISIBLE_DEVICES``,
+   ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``; nothing else of its
+   environment, which may hold secrets), read once when the root is found, for
+   worker-to-GPU attribution (None where the environment cannot be read).
 
 CPU time of the tree counts, for every live process, its own user + system time
 plus the time of the children it has already reaped (the kernel adds a reaped
@@ -43,6 +47,7 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from inferwatch.collectors.attribution import gpu_env
 from inferwatch.collectors.base import Source
 from inferwatch.launchflags import LaunchInfo, parse_launch
 
@@ -113,6 +118,8 @@ class WorkerProcess:
     start_time: float
     #: "pid", "cmd_match" or "port"
     found_by: str
+    #: the root's GPU variables (attribution.GPU_ENV_VARS); None when unreadable
+    gpu_env: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -124,6 +131,7 @@ class _Tracked:
     start_time: float
     found_by: str
     last_cpu: float = 0.0
+    gpu_env: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +282,7 @@ class ProcessSource(Source):
         self._tracked: dict[str, _Tracked] = {}
         self._snapshot: Mapping[str, WorkerProcess] = {}
         self._pid_workers: Mapping[int, str] = {}
+        self._gpu_envs: Mapping[str, Mapping[str, str] | None] = {}
         self._missing: dict[str, str] = {}
         self._locality: dict[str, tuple[float, bool]] = {}
         self._self_pid = os.getpid()
@@ -295,6 +304,9 @@ class ProcessSource(Source):
             for pid in snapshot[name].pids:
                 pid_workers.setdefault(pid, name)
         self._pid_workers = pid_workers
+        envs = {name: seen.gpu_env for name, seen in snapshot.items()}
+        if envs != self._gpu_envs:
+            self._gpu_envs = envs
         failing = {p.worker for p in problems}
         for problem in problems:
             self.health.error(problem.reason, problem.message, key=problem.worker)
@@ -401,6 +413,7 @@ class ProcessSource(Source):
             rss_bytes=rss,
             start_time=tracked.start_time,
             found_by=tracked.found_by,
+            gpu_env=tracked.gpu_env,
         )
 
     # -- finding a worker's process -------------------------------------------
@@ -476,14 +489,20 @@ class ProcessSource(Source):
     def _track(self, proc: psutil.Process, table: _Table, found_by: str) -> _Tracked:
         cmdline = table.cmdline(proc.pid) if proc.pid in table.procs else _cmdline(proc)
         launch = parse_launch(cmdline)
-        if launch is not None and launch.engine in _ENV_ENGINES:
-            try:
-                environ = proc.environ()
-            except (psutil.Error, OSError):
-                environ = {}  # another user's environment: the command line alone
-            if environ:
-                launch = parse_launch(cmdline, environ=environ)
-        return _Tracked(root=proc, launch=launch, start_time=proc.create_time(), found_by=found_by)
+        environ: dict[str, str] | None
+        try:
+            environ = dict(proc.environ())
+        except (psutil.Error, OSError):
+            environ = None  # another user's environment: the command line alone
+        if environ and launch is not None and launch.engine in _ENV_ENGINES:
+            launch = parse_launch(cmdline, environ=environ)
+        return _Tracked(
+            root=proc,
+            launch=launch,
+            start_time=proc.create_time(),
+            found_by=found_by,
+            gpu_env=None if environ is None else gpu_env(environ),
+        )
 
     def _is_local(self, host: str) -> bool:
         """Whether ``host`` names this machine (cached: name resolution may be slow)."""
@@ -587,6 +606,11 @@ class ProcessSource(Source):
     def pid_workers(self) -> Mapping[int, str]:
         """Every pid of every watched worker's tree -> the worker's name."""
         return self._pid_workers
+
+    def gpu_environments(self) -> Mapping[str, Mapping[str, str] | None]:
+        """Each found worker's root GPU variables (None where unreadable); the same
+        object until one changes."""
+        return self._gpu_envs
 
     def launch_info(self, worker: str) -> LaunchInfo | None:
         """The worker's launch flags, or None when its process is not found or unknown."""

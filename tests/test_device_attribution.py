@@ -1,0 +1,38 @@
+"""On a host with NVIDIA GPUs: inferwatch_worker_gpu_info names, per worker, the GPUs its CUDA
+processes run on, as nvidia-smi (or CUDA itself) says (bench/device/validate_attribution.py).
+Skipped elsewhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support.proc import REPO
+from tests.test_device_multi_gpu import gpu_count
+
+
+@pytest.mark.device
+def test_worker_gpu_info_agrees_with_nvidia_smi(tmp_path: Path) -> None:
+    if gpu_count() < 1:
+        pytest.skip("needs a host with an NVIDIA GPU (nvidia-smi -L lists none)")
+    pytest.importorskip("torch", reason="the worker stand-ins are PyTorch processes")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "agent"))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "device" / "validate_attribution.py"),
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    record = json.loads((tmp_path / "attribution.json").read_text())
+    assert not record["errors"], record["errors"]
+    assert record["agent_ok"], record["agent"]
+    assert record["environment_ok"], record["environment"]
+    if record.get("smi_lists_our_pids"):
+        assert record["colocation_memory_ok"], record["colocation_memory"]
+    if len(record["gpus"]) >= 2:
+        assert record["reversed_order_ok"], record.get("reversed_order")
+    assert (tmp_path / "agent_metrics_final.txt").exists()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
