@@ -961,7 +961,7 @@ def rule_spread(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendation
         return None
     if not all(latency_ok(p, t) for p in group):
         return None
-    ratio_line = t.load_imbalance.queue_ratio
+    ratio_line = t.load_imbalance.load_ratio
     measure, unit = "requests", "req/s"
     loads = [p.request_rate for p in group]
     if any(v is None for v in loads):
@@ -999,7 +999,7 @@ def rule_spread(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendation
                 "x",
                 ">=",
                 ratio_line,
-                "load_imbalance.queue_ratio",
+                "load_imbalance.load_ratio",
             )
         )
     model = group[0].model

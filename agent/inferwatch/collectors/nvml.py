@@ -445,12 +445,18 @@ class NvmlSource(Source):
             # part changes only with a new snapshot, a new PID join or new worker facts.
             return cached[3]
         try:
-            self._answers = attribute(
-                inputs,
-                snap.devices,
-                pid_workers=workers,
-                own_env=self.own_env,
-                previous=self._answers,
+            # Before the first pass nothing can be resolved: attributing then would only
+            # log notes about devices not read yet.
+            self._answers = (
+                attribute(
+                    inputs,
+                    snap.devices,
+                    pid_workers=workers,
+                    own_env=self.own_env,
+                    previous=self._answers,
+                )
+                if snap.devices
+                else {}
             )
             self.attribution_log.update(self._answers)
         except Exception:  # a bug in attribution must not cost the GPU series either
