@@ -122,3 +122,26 @@ class Names:
 
 def names(t: Thresholds) -> Names:
     return Names(window=t.pack.window, rising_window=format_duration(t.queue.rising_window))
+
+
+# --------------------------------------------------------------------------- alerts
+# Alert names, in the order of the generated file (pack.rules.alerts).
+GPU_UNDERUTILIZED = "InferenceGPUUnderutilized"
+GPU_SCALE_REVIEW = "InferenceGPUScaleReview"
+VRAM_PRESSURE_QUEUE_RISING = "InferenceVRAMPressureQueueRising"
+GPU_LOST = "InferenceGPULost"
+GPU_TELEMETRY_DOWN = "InferenceGPUTelemetryDown"
+GPU_XID_ERRORS = "InferenceGPUXidErrors"
+GPU_THERMAL_THROTTLING = "InferenceGPUThermalThrottling"
+QUEUE_OVER_CAPACITY = "InferenceQueueOverCapacity"
+TTFT_HIGH_GPU_IDLE = "InferenceTTFTHighGPUIdle"
+TTFT_SLO_BREACH = "InferenceTTFTSLOBreach"
+TPOT_SLO_BREACH = "InferenceTPOTSLOBreach"
+LATENCY_LONG_TAIL = "InferenceLatencyLongTail"
+LOAD_IMBALANCE = "InferenceLoadImbalance"
+WORKER_COLD_START = "InferenceWorkerColdStart"
+WARMUP_DEADLINE_EXCEEDED = "InferenceWarmupDeadlineExceeded"
+KV_CACHE_PREEMPTIONS = "InferenceKVCachePreemptions"
+REQUEST_ERRORS = "InferenceRequestErrors"
+WORKER_DOWN = "InferenceWorkerDown"
+AGENT_DOWN = "InferenceAgentDown"

@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from inferwatch.pack import names as an
 from inferwatch.pack.names import (
     GPU,
     HISTOGRAMS,
@@ -402,9 +403,9 @@ _GROUP_SCOPE = {
 }
 #: alerts whose labels differ from their group's
 _SCOPE = {
-    "InferenceVRAMPressureQueueRising": ("job", "instance", "gpu", "worker"),
-    "InferenceGPUTelemetryDown": ("job", "instance"),
-    "InferenceAgentDown": (),  # its absent() form has no labels to fill in
+    an.VRAM_PRESSURE_QUEUE_RISING: ("job", "instance", "gpu", "worker"),
+    an.GPU_TELEMETRY_DOWN: ("job", "instance"),
+    an.AGENT_DOWN: (),  # its absent() form has no labels to fill in
 }
 
 
@@ -428,7 +429,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
     lb = t.load_imbalance
     return [
         Alert(
-            name="InferenceGPUUnderutilized",
+            name=an.GPU_UNDERUTILIZED,
             group=GPU_GROUP,
             expr=f"{n.gpu_util} < {num(g.waste_below)}",
             for_seconds=g.waste_for,
@@ -442,7 +443,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceGPUScaleReview",
+            name=an.GPU_SCALE_REVIEW,
             group=GPU_GROUP,
             expr=f"{n.gpu_util} > {num(g.scale_review_above)}",
             for_seconds=g.scale_review_for,
@@ -456,7 +457,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceVRAMPressureQueueRising",
+            name=an.VRAM_PRESSURE_QUEUE_RISING,
             group=GPU_GROUP,
             expr=(
                 f"{n.worker_gpu_pressure} > {num(v.scale_above)}\n"
@@ -478,7 +479,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceGPULost",
+            name=an.GPU_LOST,
             group=GPU_GROUP,
             expr=f"max by ({GPU}) (inferwatch_gpu_up{s()}) == 0",
             for_seconds=t.availability.gpu_lost_for,
@@ -494,7 +495,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             # An extension of ALERTS.md's catalogue (docs/alerts.md): with the NVML
             # library or driver gone there is no GPU series at all, so InferenceGPULost
             # (gpu_up == 0) cannot fire and every GPU alert goes quiet.
-            name="InferenceGPUTelemetryDown",
+            name=an.GPU_TELEMETRY_DOWN,
             group=GPU_GROUP,
             expr=_telemetry_down_expr(t),
             for_seconds=t.availability.gpu_lost_for,
@@ -508,7 +509,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceGPUXidErrors",
+            name=an.GPU_XID_ERRORS,
             group=GPU_GROUP,
             expr=_xid_expr(t, f'xid=~"{xids}"'),
             for_seconds=0,
@@ -522,7 +523,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceGPUXidErrors",
+            name=an.GPU_XID_ERRORS,
             group=GPU_GROUP,
             expr=_xid_expr(t, f'xid!~"{xids}"'),
             for_seconds=0,
@@ -536,7 +537,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceGPUThermalThrottling",
+            name=an.GPU_THERMAL_THROTTLING,
             group=GPU_GROUP,
             expr=(f"max by ({GPU}, reason) (inferwatch_gpu_clock_event_active{thermal}) == 1"),
             for_seconds=t.gpu_health.thermal_for,
@@ -549,7 +550,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="gpu",
         ),
         Alert(
-            name="InferenceQueueOverCapacity",
+            name=an.QUEUE_OVER_CAPACITY,
             group=WORKER_GROUP,
             expr=(
                 f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n"
@@ -571,7 +572,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceTTFTHighGPUIdle",
+            name=an.TTFT_HIGH_GPU_IDLE,
             group=WORKER_GROUP,
             expr=(
                 f"{ttft_p95} > {num(t.ttft.warmup_p95_seconds)}\n"
@@ -590,7 +591,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceTTFTSLOBreach",
+            name=an.TTFT_SLO_BREACH,
             group=WORKER_GROUP,
             # The first minutes after a start belong to InferenceWorkerColdStart: the
             # warm-up gate's own cold request lands in the engine's histogram too.
@@ -610,7 +611,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceTPOTSLOBreach",
+            name=an.TPOT_SLO_BREACH,
             group=WORKER_GROUP,
             expr=f"{n.quantile('worker', 'tpot', 'p99')} > {num(t.tpot.p99_slo_seconds)}",
             for_seconds=t.tpot.slo_for,
@@ -624,7 +625,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceLatencyLongTail",
+            name=an.LATENCY_LONG_TAIL,
             group=WORKER_GROUP,
             # TTFT and per-token latency, not end-to-end: end-to-end latency grows with
             # the answer's length, so a healthy mix of 10- to 2000-token answers has an
@@ -651,7 +652,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceLoadImbalance",
+            name=an.LOAD_IMBALANCE,
             group=WORKER_GROUP,
             expr=_imbalance_expr(t),
             for_seconds=lb.imbalance_for,
@@ -669,7 +670,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="overview",
         ),
         Alert(
-            name="InferenceWorkerColdStart",
+            name=an.WORKER_COLD_START,
             group=WORKER_GROUP,
             expr=(
                 f"{ttft_p95} > {num(t.ttft.warmup_p95_seconds)}\n"
@@ -694,7 +695,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             # An extension of ALERTS.md's catalogue (docs/alerts.md). The gauge exists
             # only where the agent's warm-up gate is on: with the gate off it is absent
             # and the alert stays silent.
-            name="InferenceWarmupDeadlineExceeded",
+            name=an.WARMUP_DEADLINE_EXCEEDED,
             group=WORKER_GROUP,
             expr=(
                 f"max by (job, instance, worker) (inferwatch_warmup_deadline_exceeded{s()}) == 1"
@@ -711,7 +712,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceKVCachePreemptions",
+            name=an.KV_CACHE_PREEMPTIONS,
             group=WORKER_GROUP,
             expr=f"{n.rate('preemptions')} > {num(t.kv_cache.preemption_rate_above)}",
             for_seconds=t.kv_cache.preemptions_for,
@@ -724,7 +725,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceRequestErrors",
+            name=an.REQUEST_ERRORS,
             group=WORKER_GROUP,
             expr=f"{n.error_ratio} > {num(t.errors.ratio_above)}",
             for_seconds=t.errors.errors_for,
@@ -737,7 +738,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="worker",
         ),
         Alert(
-            name="InferenceWorkerDown",
+            name=an.WORKER_DOWN,
             group=HEALTH_GROUP,
             # A young process whose /metrics does not answer yet is loading its model,
             # not down; a crash loop is down however young each start is.
@@ -763,7 +764,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="overview",
         ),
         Alert(
-            name="InferenceAgentDown",
+            name=an.AGENT_DOWN,
             group=HEALTH_GROUP,
             # one rule, two cases: a known agent fails, or no agent target exists at all
             expr=f"up{s()} == 0\nor\nabsent(up{s()})",

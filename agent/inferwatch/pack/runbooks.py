@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferwatch.pack import names as an
 from inferwatch.pack.names import Names, names
 from inferwatch.pack.rules import Alert, alerts, dur, num, pct, secs
 from inferwatch.pack.thresholds import Thresholds
@@ -1157,25 +1158,25 @@ def _agent_down(c: Ctx) -> Page:
 
 
 PAGES: dict[str, Callable[[Ctx], Page]] = {
-    "InferenceGPUUnderutilized": _gpu_underutilized,
-    "InferenceGPUScaleReview": _gpu_scale_review,
-    "InferenceVRAMPressureQueueRising": _vram_pressure,
-    "InferenceGPULost": _gpu_lost,
-    "InferenceGPUXidErrors": _xid,
-    "InferenceGPUThermalThrottling": _thermal,
-    "InferenceQueueOverCapacity": _queue_over_capacity,
-    "InferenceGPUTelemetryDown": _gpu_telemetry_down,
-    "InferenceTTFTHighGPUIdle": _ttft_high_gpu_idle,
-    "InferenceTTFTSLOBreach": _ttft_slo,
-    "InferenceTPOTSLOBreach": _tpot_slo,
-    "InferenceLatencyLongTail": _long_tail,
-    "InferenceLoadImbalance": _load_imbalance,
-    "InferenceWorkerColdStart": _cold_start,
-    "InferenceWarmupDeadlineExceeded": _warmup_deadline,
-    "InferenceKVCachePreemptions": _kv_preemptions,
-    "InferenceRequestErrors": _request_errors,
-    "InferenceWorkerDown": _worker_down,
-    "InferenceAgentDown": _agent_down,
+    an.GPU_UNDERUTILIZED: _gpu_underutilized,
+    an.GPU_SCALE_REVIEW: _gpu_scale_review,
+    an.VRAM_PRESSURE_QUEUE_RISING: _vram_pressure,
+    an.GPU_LOST: _gpu_lost,
+    an.GPU_XID_ERRORS: _xid,
+    an.GPU_THERMAL_THROTTLING: _thermal,
+    an.QUEUE_OVER_CAPACITY: _queue_over_capacity,
+    an.GPU_TELEMETRY_DOWN: _gpu_telemetry_down,
+    an.TTFT_HIGH_GPU_IDLE: _ttft_high_gpu_idle,
+    an.TTFT_SLO_BREACH: _ttft_slo,
+    an.TPOT_SLO_BREACH: _tpot_slo,
+    an.LATENCY_LONG_TAIL: _long_tail,
+    an.LOAD_IMBALANCE: _load_imbalance,
+    an.WORKER_COLD_START: _cold_start,
+    an.WARMUP_DEADLINE_EXCEEDED: _warmup_deadline,
+    an.KV_CACHE_PREEMPTIONS: _kv_preemptions,
+    an.REQUEST_ERRORS: _request_errors,
+    an.WORKER_DOWN: _worker_down,
+    an.AGENT_DOWN: _agent_down,
 }
 
 
