@@ -165,9 +165,12 @@ def test_overload_fires_queue_over_capacity_then_vram_pressure(
     stack: Stack, hook: WebhookReceiver
 ) -> None:
     queue, vram = scenario_overload(stack, hook, OVER)
-    check_delivered(stack, queue, "ticket", "warning")
+    # the leading indicator pages too [6 FAQ]
+    check_delivered(stack, queue, "page", "critical")
     check_delivered(stack, vram, "page", "critical")
+    # the pressure page names the overloaded worker's own GPU, and the worker itself
     assert vram.fired.labels["gpu"] == stack.workers[OVER].gpu
+    assert vram.fired.labels["worker"] == OVER
     # the queue is the leading indicator: it fires, and reaches the webhook, first
     assert queue.fired.starts_at < vram.fired.starts_at
     assert queue.fired.received <= vram.fired.received
