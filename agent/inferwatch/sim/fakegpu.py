@@ -7,8 +7,11 @@ both; failures are raised as the real ``pynvml.NVMLError`` subclasses, so the
 collector's error handling is exercised exactly as on a real GPU.
 
 GPU ``i`` reports a :class:`~inferwatch.sim.gpustate.SimGpuState`: the one set
-with :meth:`FakeNvml.set_state`, else the file a simulated worker writes
-(``gpustate.write_state(state_dir, i, ...)``), else an idle GPU. On top of that,
+with :meth:`FakeNvml.set_state`, else the merge of the fragments simulated
+workers write (``gpustate.write_state(state_dir, i, ..., tag)``, see
+:func:`~inferwatch.sim.gpustate.merge`), else an idle GPU. Fragments that name a
+MIG slice put the GPU in MIG mode with one MIG device per GPU instance, as
+:meth:`add_mig` does in code (code-added MIG devices win). On top of that,
 tests inject faults: :meth:`fail` (one function raises a given NVML error),
 :meth:`lose` (GPU_IS_LOST on every call until :meth:`restore`), :meth:`slow` and
 :meth:`hold` (a call that takes long, or until the test releases it),
@@ -36,7 +39,13 @@ from typing import Any
 
 import pynvml
 
-from inferwatch.sim.gpustate import SimGpuState, read_state, state_path
+from inferwatch.sim.gpustate import (
+    SimGpuState,
+    fragment_paths,
+    merge,
+    mig_devices,
+    read_fragment,
+)
 
 #: What nvmlDeviceGetMigDeviceHandleByIndex can return at most per GPU (an A100/H100 has 7).
 MAX_MIG_DEVICES = 7
@@ -53,6 +62,11 @@ _NO_INSTANCE = 0xFFFFFFFF
 def default_uuid(index: int) -> str:
     """The stable UUID of fake GPU ``index`` when its state names none."""
     return f"GPU-fake-{index}-0000-4000-8000-{index:012x}"
+
+
+def default_mig_uuid(index: int, gpu_instance: int) -> str:
+    """The UUID of a fake MIG device when its state names none."""
+    return f"MIG-fake-{index}-{gpu_instance}-4000-8000-{index:06x}{gpu_instance:06x}"
 
 
 def default_pci_bus_id(index: int) -> str:
@@ -83,7 +97,10 @@ class _Gpu:
     index: int
     state: SimGpuState | None = None  # set in code; wins over the state file
     file_state: SimGpuState | None = None
-    file_stamp: tuple[int, int] | None = None
+    file_stamp: tuple[tuple[str, int, int], ...] | None = None
+    #: the last good parse of each fragment file, by name
+    fragments: dict[str, tuple[tuple[int, int], SimGpuState]] = field(default_factory=dict)
+    file_migs: list[_Mig] = field(default_factory=list)
     lost: bool = False
     faults: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     delays: dict[str, float] = field(default_factory=dict)
@@ -214,8 +231,7 @@ class FakeNvml:
             if len(gpu.migs) >= MAX_MIG_DEVICES:
                 raise ValueError(f"GPU {index} already has {MAX_MIG_DEVICES} MIG devices")
             if not state.uuid:
-                uuid = f"MIG-fake-{index}-{gpu_instance}-4000-8000-{index:06x}{gpu_instance:06x}"
-                state = dataclasses.replace(state, uuid=uuid)
+                state = dataclasses.replace(state, uuid=default_mig_uuid(index, gpu_instance))
             gpu.migs.append(_Mig(gpu_instance, profile, state))
 
     def clear_mig(self, index: int) -> None:
@@ -262,22 +278,61 @@ class FakeNvml:
         return state
 
     def _file_state(self, gpu: _Gpu) -> SimGpuState | None:
-        # Re-parse only when the file was replaced: the agent asks ~10 times per GPU per pass.
+        # Re-merge only when a fragment came, went or was replaced: the agent asks
+        # ~10 times per GPU per pass.
         assert self.state_dir is not None
-        try:
-            st = os.stat(state_path(self.state_dir, gpu.index))
-        except FileNotFoundError:
-            gpu.file_state, gpu.file_stamp = None, None
-            return None
-        stamp = (st.st_mtime_ns, st.st_ino)
-        if stamp != gpu.file_stamp:
+        stamps: list[tuple[str, int, int]] = []
+        for path in fragment_paths(self.state_dir, gpu.index):
             try:
-                gpu.file_state = read_state(self.state_dir, gpu.index)
-            except (ValueError, TypeError):
-                # A writer that is not ours left something unreadable: keep the last good state.
-                return gpu.file_state
-            gpu.file_stamp = stamp
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            stamps.append((path.name, st.st_mtime_ns, st.st_ino))
+        stamp = tuple(stamps)
+        if stamp == gpu.file_stamp:
+            return gpu.file_state
+        gpu.file_stamp = stamp
+        states: list[SimGpuState] = []
+        kept: dict[str, tuple[tuple[int, int], SimGpuState]] = {}
+        for name, mtime, ino in stamps:
+            known = gpu.fragments.get(name)
+            if known is not None and known[0] == (mtime, ino):
+                kept[name] = known
+            else:
+                try:
+                    kept[name] = ((mtime, ino), read_fragment(os.path.join(self.state_dir, name)))
+                except FileNotFoundError:
+                    continue
+                except (ValueError, TypeError, KeyError):
+                    # A writer that is not ours left something unreadable: keep its last
+                    # good state, if any.
+                    if known is None:
+                        continue
+                    kept[name] = known
+            states.append(kept[name][1])
+        gpu.fragments = kept
+        if not states:
+            gpu.file_state, gpu.file_migs = None, []
+            return None
+        gpu.file_state = merge(states)
+        gpu.file_migs = [
+            _Mig(
+                m.gpu_instance,
+                m.profile,
+                m.state
+                if m.state.uuid
+                else dataclasses.replace(m.state, uuid=default_mig_uuid(gpu.index, m.gpu_instance)),
+            )
+            for m in mig_devices(states)
+        ]
         return gpu.file_state
+
+    def _migs(self, gpu: _Gpu) -> list[_Mig]:
+        """The GPU's MIG devices: those added in code, else those its fragments describe."""
+        if gpu.migs or gpu.state is not None or self.state_dir is None:
+            return gpu.migs
+        self._file_state(gpu)
+        return gpu.file_migs
 
     def _enter(
         self, function: str, handle: Any = None, *, fault_key: str | None = None
@@ -322,9 +377,10 @@ class FakeNvml:
     def _target(self, gpu: _Gpu, handle: FakeHandle) -> tuple[SimGpuState, _Mig | None]:
         if handle.mig is None:
             return self._state(gpu), None
-        if handle.mig >= len(gpu.migs):
+        migs = self._migs(gpu)
+        if handle.mig >= len(migs):
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        mig = gpu.migs[handle.mig]
+        mig = migs[handle.mig]
         return mig.state, mig
 
     def _whole_gpu(self, function: str, handle: FakeHandle) -> SimGpuState:
@@ -378,7 +434,7 @@ class FakeNvml:
                 if gpu.lost:
                     raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
                 return self._handle(gpu.index)
-            for n, mig in enumerate(gpu.migs):
+            for n, mig in enumerate(self._migs(gpu)):
                 if mig.state.uuid == text:
                     return self._handle(gpu.index, n)
         raise _error(pynvml.NVML_ERROR_NOT_FOUND)
@@ -444,7 +500,7 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
         state = self._whole_gpu("nvmlDeviceGetUtilizationRates", handle)
-        if self._gpus[handle.index].migs:
+        if self._migs(self._gpus[handle.index]):
             # A GPU in MIG mode does not report whole-GPU utilization.
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(
@@ -530,16 +586,16 @@ class FakeNvml:
 
     def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
         self._whole_gpu("nvmlDeviceGetMigMode", handle)
-        mode = 1 if self._gpus[handle.index].migs else 0
+        mode = 1 if self._migs(self._gpus[handle.index]) else 0
         return [mode, mode]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
         self._whole_gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
-        return MAX_MIG_DEVICES if self._gpus[handle.index].migs else 0
+        return MAX_MIG_DEVICES if self._migs(self._gpus[handle.index]) else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, index: int) -> FakeHandle:
         self._whole_gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
-        if not 0 <= index < len(self._gpus[handle.index].migs):
+        if not 0 <= index < len(self._migs(self._gpus[handle.index])):
             raise _error(pynvml.NVML_ERROR_NOT_FOUND)
         return self._handle(handle.index, index)
 
@@ -587,7 +643,7 @@ class FakeNvml:
 
     def nvmlGpmMigSampleGet(self, handle: FakeHandle, gpu_instance: int, sample: Any) -> Any:
         self._whole_gpu("nvmlGpmMigSampleGet", handle)
-        for mig in self._gpus[handle.index].migs:
+        for mig in self._migs(self._gpus[handle.index]):
             if mig.gpu_instance == gpu_instance:
                 return self._record_sample(mig.state, sample)
         raise _error(pynvml.NVML_ERROR_NOT_FOUND)
