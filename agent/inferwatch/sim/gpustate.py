@@ -100,6 +100,8 @@ class SimGpuState:
 
     @classmethod
     def from_dict(cls, data: dict) -> SimGpuState:
+        if not isinstance(data, dict):
+            raise TypeError(f"a GPU state is a JSON object, not {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["processes"] = [SimGpuProcess(**p) for p in data.get("processes", [])]

@@ -33,6 +33,8 @@ except (OSError, AttributeError):
 if os.getppid() != int(sys.argv[2]):
     sys.exit(0)  # the parent died before the death signal was armed
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+sys.stdout.buffer.write(b"r")  # ready: named and bound to the parent
+sys.stdout.buffer.close()
 while sys.stdin.buffer.read(4096):
     pass
 """
@@ -64,11 +66,18 @@ class RankProcesses:
                     subprocess.Popen(
                         [sys.executable, "-c", _CHILD, rank_name(rank), parent],
                         stdin=subprocess.PIPE,
-                        stdout=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,
                         close_fds=True,
                     )
                 )
+            # As vLLM waits for its workers, return once every rank is ready.
+            for proc in self._procs:
+                assert proc.stdout is not None
+                ready = proc.stdout.read(1)
+                proc.stdout.close()
+                if ready != b"r":
+                    raise OSError(f"rank process {proc.pid} exited at start ({proc.poll()})")
         except OSError:
             self.stop()
             raise
