@@ -224,6 +224,12 @@ def _mig(samples: list, seen: list) -> None:
     assert sorted(procs) == [("0", "1"), ("0", "2")]
     modes = {lab.get("mig_mode") for n, lab, _ in samples if n == "inferwatch_gpu_info"}
     assert modes == {"enabled"}
+    profiles = {
+        lab.get("mig_profile")
+        for n, lab, _ in samples
+        if n == "inferwatch_gpu_memory_used_bytes" and lab.get("gpu_instance")
+    }
+    assert profiles == {"3g.40gb"}
 
 
 LAYOUT_CHECKS = {"tp": _tp, "colocate": _colocate, "host8": _host8, "mig": _mig}

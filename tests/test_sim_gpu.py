@@ -107,7 +107,7 @@ def test_a_mig_slice_reserves_its_share_of_the_slice() -> None:
 @pytest.mark.parametrize(
     ("overrides", "flag"),
     [
-        ({"mig": MigPlacement(0, "3g.40gb")}, "--mig"),  # an A10 has no MIG
+        ({"mig": MigPlacement(0, "3g.40gb")}, "--gpu-model"),  # an A10 has no MIG
         ({"gpu": GPU_MODELS["h100"], "mig": MigPlacement(0, "9g.40gb")}, "--mig"),
         (
             {"gpu": GPU_MODELS["h100"], "mig": MigPlacement(0, "1g.10gb")},

@@ -242,7 +242,7 @@ class SimConfig:
         _positive_int(src, "--mig", mig.gpu_instance, minimum=0)
         if not self.gpu.mig_capable:
             raise ConfigError(
-                src, "--mig", "a MIG-capable card (--gpu-model h100; an A10 has no MIG)", "a10"
+                src, "--gpu-model", "a MIG-capable card for --mig (h100)", self.gpu.name
             )
         if mig.memory_bytes > self.gpu.total_bytes:
             raise ConfigError(
