@@ -87,7 +87,7 @@ def layout_for(scenario: str) -> Layout:
             8,
             (
                 LoadGroup("overload", (workers[0].name,)),
-                LoadGroup("steady", rest, ("--rate", "4")),
+                LoadGroup("steady", rest, ("--rate", "10")),
             ),
         )
     if scenario == "mig":
