@@ -10,9 +10,10 @@ Memory is accounted as the engines do it: at start a worker reserves
 ``gpu_memory_utilization x`` its device's memory (the whole card, or its MIG
 slice) on every GPU it runs on; the weights (split over the tensor-parallel
 ranks) and the runtime overhead take their part of it, and the rest is the KV
-pool, whatever block count a test picks (each block is the pool divided by
-``num_gpu_blocks``). With the defaults the pool is 13.3 GiB (1702 blocks) and
-NVML shows 97 % of the card used from start to stop, idle or not.
+pool, which ``num_gpu_blocks`` (when given) divides into however many blocks a
+test wants without changing what NVML shows. With the defaults the pool is
+13.3 GiB (1702 blocks) and NVML shows 97 % of the card used from start to stop,
+idle or not.
 """
 
 from __future__ import annotations
@@ -170,11 +171,6 @@ class SimConfig:
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         return self.kv_pool_bytes // (self.profile.kv_bytes_per_token * self.block_size)
-
-    @property
-    def block_bytes(self) -> float:
-        """VRAM one block stands for (the pool split evenly, see the module docstring)."""
-        return self.kv_pool_bytes / self.blocks
 
     def validate(self) -> None:
         """Raise ConfigError (one line, naming the flag) on the first bad value."""
