@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pynvml
@@ -25,9 +29,15 @@ H100 = 80 * GIB
 
 
 def worker(
-    pid: int, used: float, util: float, *, temp: float = 50.0, mig: SimMigSlice | None = None
+    pid: int,
+    used: float,
+    util: float,
+    *,
+    temp: float = 50.0,
+    mig: SimMigSlice | None = None,
+    updated: float | None = None,
 ) -> SimGpuState:
-    """A fragment as a simulator writes it (idle 55 W, limit 150 W)."""
+    """A fragment as a simulator writes it (idle 55 W, limit 150 W), just written."""
     return SimGpuState(
         uuid="GPU-x",
         memory_used_bytes=int(used * GIB),
@@ -39,12 +49,13 @@ def worker(
         temperature_celsius=temp,
         processes=[SimGpuProcess(pid=pid, used_bytes=int(used * GIB), sm_utilization=util)],
         mig=mig,
-        updated=float(pid),
+        updated=time.time() if updated is None else updated,
     )
 
 
 def test_two_workers_on_one_card_add_up() -> None:
-    a, b = worker(1, 10.8, 0.3, temp=45.0), worker(2, 10.8, 0.4, temp=50.0)
+    a = worker(1, 10.8, 0.3, temp=45.0, updated=1.0)
+    b = worker(2, 10.8, 0.4, temp=50.0, updated=2.0)
     m = merge([a, b])
     assert m.memory_used_bytes == a.memory_used_bytes + b.memory_used_bytes
     assert m.utilization_gpu == pytest.approx(0.7)
@@ -210,3 +221,28 @@ def test_fake_nvml_reports_a_gpu_in_mig_mode_from_slice_fragments(tmp_path: Path
     for tag in ("a", "b"):
         gpustate.remove_state(tmp_path, 0, tag)
     assert nvml.nvmlDeviceGetMigMode(gpu) == [0, 0]
+
+
+def exited_pid() -> int:
+    """The pid of a process that has come and gone (reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_simulators_fragment_is_dropped_once_silent(tmp_path: Path) -> None:
+    now = time.time()
+    dead = exited_pid()
+    # silent for 10 s and its process gone: a SIGKILLed simulator's; the GPU freed it
+    gpustate.write_state(tmp_path, 0, worker(dead, 8, 0.5, updated=now - 10), tag="killed")
+    # silent but its process alive: a stopped (hung) engine still holds its memory
+    gpustate.write_state(tmp_path, 0, worker(os.getpid(), 4, 0.0, updated=now - 10), tag="hung")
+    # just written with a dead pid: not judged yet
+    gpustate.write_state(tmp_path, 1, worker(dead, 2, 0.1), tag="fresh")
+    # the format before fragments is never dropped
+    gpustate.write_state(tmp_path, 1, worker(dead, 1, 0.1, updated=0.0))
+    nvml = started(FakeNvml(2, state_dir=tmp_path))
+    h0, h1 = nvml.nvmlDeviceGetHandleByIndex(0), nvml.nvmlDeviceGetHandleByIndex(1)
+    assert [p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(h0)] == [os.getpid()]
+    assert nvml.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 4 * GIB
+    assert nvml.nvmlDeviceGetMemoryInfo(h1, pynvml.nvmlMemory_v2).used == 3 * GIB

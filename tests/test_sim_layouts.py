@@ -160,15 +160,21 @@ def test_rank_processes_die_with_the_simulator(
     tmp_path: Path, sims: list[Sim], sig: signal.Signals
 ) -> None:
     sim = start(sims, tmp_path, "--tensor-parallel", "2", "--data-parallel", "2")
+    nvml = nvml_for(tmp_path, 4)
 
     def four() -> list[psutil.Process] | None:
         children = psutil.Process(sim.pid).children()
         return children if len(children) == 4 else None
 
     ranks = wait_until(four, message="four rank processes")
+    assert wait_until(lambda: all(pids_on(nvml, i) for i in range(4))), "four GPUs held"
     sim.proc.signal(sig)
     wait_until(lambda: all(dead(c.pid) for c in ranks), 15, message="no orphaned rank")
-    assert not sim.proc.alive() or dead(sim.pid)
+    wait_until(lambda: not sim.proc.alive(), 15, message="the simulator gone")
+    # the GPUs are free again: withdrawn at a clean stop, dropped once a killed
+    # simulator's fragments have been silent for a while
+    wait_until(lambda: not any(pids_on(nvml, i) for i in range(4)), 15, message="the GPUs freed")
+    assert all(used(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) == 0 for i in range(4))
 
 
 @pytest.mark.slow

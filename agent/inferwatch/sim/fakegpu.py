@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pynvml
 
 from inferwatch.sim.gpustate import (
@@ -45,6 +46,7 @@ from inferwatch.sim.gpustate import (
     merge,
     mig_devices,
     read_fragment,
+    state_path,
 )
 
 #: What nvmlDeviceGetMigDeviceHandleByIndex can return at most per GPU (an A100/H100 has 7).
@@ -57,6 +59,33 @@ GPM_FIELDS = {
     pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active",
 }
 _NO_INSTANCE = 0xFFFFFFFF
+#: A simulator rewrites its fragments ten times a second; one silent this long whose
+#: processes are all gone was left by a killed simulator, and the GPU no longer holds it.
+ABANDONED_AFTER_SECONDS = 3.0
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False  # exists, but not ours to inspect
+
+
+def abandoned(state: SimGpuState, now: float) -> bool:
+    """Whether a fragment is a dead simulator's: silent for a while, and its processes gone.
+
+    The driver frees a process's memory when it exits; a simulator killed with
+    SIGKILL cannot withdraw its fragment, so the backend drops it instead. A
+    silent fragment whose processes live (a stopped simulator) still holds its
+    memory, as a hung engine does. Processes this host cannot see (the
+    simulator in another PID namespace) count as gone, but only once the
+    fragment is silent, which a running simulator never is.
+    """
+    if now - state.updated <= ABANDONED_AFTER_SECONDS:
+        return False
+    return all(_gone(p.pid) for p in state.processes)
 
 
 def default_uuid(index: int) -> str:
@@ -101,6 +130,8 @@ class _Gpu:
     #: the last good parse of each fragment file, by name
     fragments: dict[str, tuple[tuple[int, int], SimGpuState]] = field(default_factory=dict)
     file_migs: list[_Mig] = field(default_factory=list)
+    #: unix time at which the fragments must be read again though none changed
+    recheck_at: float = 0.0
     lost: bool = False
     faults: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     delays: dict[str, float] = field(default_factory=dict)
@@ -278,8 +309,8 @@ class FakeNvml:
         return state
 
     def _file_state(self, gpu: _Gpu) -> SimGpuState | None:
-        # Re-merge only when a fragment came, went or was replaced: the agent asks
-        # ~10 times per GPU per pass.
+        # Re-merge only when a fragment came, went or was replaced, or one may have
+        # been abandoned: the agent asks ~10 times per GPU per pass.
         assert self.state_dir is not None
         stamps: list[tuple[str, int, int]] = []
         for path in fragment_paths(self.state_dir, gpu.index):
@@ -289,11 +320,14 @@ class FakeNvml:
                 continue
             stamps.append((path.name, st.st_mtime_ns, st.st_ino))
         stamp = tuple(stamps)
-        if stamp == gpu.file_stamp:
+        now = time.time()
+        if stamp == gpu.file_stamp and now < gpu.recheck_at:
             return gpu.file_state
         gpu.file_stamp = stamp
+        gpu.recheck_at = float("inf")
         states: list[SimGpuState] = []
         kept: dict[str, tuple[tuple[int, int], SimGpuState]] = {}
+        untagged = state_path(self.state_dir, gpu.index).name
         for name, mtime, ino in stamps:
             known = gpu.fragments.get(name)
             if known is not None and known[0] == (mtime, ino):
@@ -309,7 +343,14 @@ class FakeNvml:
                     if known is None:
                         continue
                     kept[name] = known
-            states.append(kept[name][1])
+            state = kept[name][1]
+            if name != untagged:
+                if abandoned(state, now):
+                    continue
+                # look again when this writer has been silent for too long
+                due = state.updated + ABANDONED_AFTER_SECONDS
+                gpu.recheck_at = min(gpu.recheck_at, due if due > now else now + 1.0)
+            states.append(state)
         gpu.fragments = kept
         if not states:
             gpu.file_state, gpu.file_migs = None, []

@@ -8,7 +8,9 @@ and reports their combination (:func:`merge`), as one card shared by several
 processes looks to NVML. A file written without a tag (``DIR/gpu-N.json``, the
 format before fragments) is one more fragment. Files are replaced atomically
 (write to a temporary file, then rename), so a reader never sees half a
-document. A GPU with no fragment is an idle GPU with the defaults below.
+document. A worker removes its fragments when it stops; the backend drops one
+left by a killed worker (``fakegpu.abandoned``). A GPU with no fragment is an
+idle GPU with the defaults below.
 
 A fragment with :attr:`SimGpuState.mig` set describes a worker on one MIG
 slice of GPU N: the backend then reports GPU N in MIG mode with one MIG device
