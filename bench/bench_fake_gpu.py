@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,7 +30,10 @@ def per_call_seconds(gpus: int, per_gpu: int, calls: int, repeats: int) -> float
     state_dir = tempfile.mkdtemp(prefix="bench-fake-gpu-")
     for index in range(gpus):
         for w in range(per_gpu):
-            state = SimGpuState(processes=[SimGpuProcess(pid=1000 + w, used_bytes=1)])
+            # as a running simulator writes it: just now, by a living process
+            state = SimGpuState(
+                processes=[SimGpuProcess(pid=os.getpid(), used_bytes=1)], updated=time.time()
+            )
             gpustate.write_state(state_dir, index, state, tag=8000 + w)
     nvml = FakeNvml(gpus, state_dir=state_dir)
     nvml.nvmlInit()
