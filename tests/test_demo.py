@@ -11,6 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
 
+from inferwatch.demo import parse_agent_metrics
+from inferwatch.demo_layouts import SCENARIOS, layout_for
+
 # Families the demo cannot produce without a fault, and why.
 NOT_IN_DEMO = {
     "inferwatch_collect_errors_total": "exists only after a collector met an error",
@@ -75,6 +78,15 @@ def test_demo_refuses_a_bad_duration() -> None:
     )
     assert result.returncode == 2
     assert "--duration" in result.stderr
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan"])
+def test_demo_refuses_a_bad_time_scale(bad: str) -> None:
+    result = subprocess.run(
+        inferwatch_cmd("demo", "--time-scale", bad), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "--time-scale" in result.stderr
 
 
 @pytest.mark.slow
@@ -275,3 +287,35 @@ def test_demo_layout_scenarios_show_their_layout(scenario: str) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert seen, "the agent never listed a GPU process"
     LAYOUT_CHECKS[scenario](seen[-1], seen)
+
+
+def test_the_view_reads_each_worker_on_the_devices_its_layout_gave_it() -> None:
+    text = """# TYPE inferwatch_gpu_utilization_ratio gauge
+inferwatch_gpu_utilization_ratio{gpu="0",uuid="a"} 0.5
+inferwatch_gpu_utilization_ratio{gpu="1",uuid="b"} 0.7
+inferwatch_gpu_utilization_ratio{gpu="2",uuid="c"} 0.6
+inferwatch_gpu_utilization_ratio{gpu="3",uuid="d"} 0.6
+inferwatch_gpu_utilization_ratio{gpu="4",uuid="e"} 0.0
+# TYPE inferwatch_gpu_memory_used_ratio gauge
+inferwatch_gpu_memory_used_ratio{gpu="0",uuid="a"} 0.97
+inferwatch_gpu_memory_used_ratio{gpu="1",uuid="b"} 0.98
+inferwatch_gpu_memory_used_ratio{gpu="4",uuid="e"} 0.0
+inferwatch_gpu_memory_used_ratio{gpu="0",gpu_instance="2",uuid="m"} 0.9
+# TYPE inferwatch_gpu_sm_active_ratio gauge
+inferwatch_gpu_sm_active_ratio{gpu="0",gpu_instance="2",uuid="m"} 0.4
+"""
+    tp = parse_agent_metrics(text, layout_for("tp"))["worker-tp"]
+    assert tp.gpu_util == pytest.approx(0.6)  # the mean over its four ranks' GPUs
+    assert tp.vram == 0.98  # the fullest of them
+    mig = parse_agent_metrics(text, layout_for("mig"))
+    assert mig["slice-rising"].gpu_util == 0.4  # a MIG device has SM active, no utilization
+    assert mig["slice-rising"].vram == 0.9
+    assert mig["slice-full"].gpu_util is None  # nothing reported for instance 1
+    pair = parse_agent_metrics(text)
+    assert (pair["worker-a"].gpu_util, pair["worker-b"].gpu_util) == (0.5, 0.7)
+    for name in SCENARIOS:
+        layout = layout_for(name)
+        assert all(g < layout.gpu_count for w in layout.workers for g in w.gpus)
+        assert {n for group in layout.loads for n in group.workers} == set(layout.names)
+    with pytest.raises(ValueError):
+        layout_for("nope")
