@@ -11,6 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
 
+from inferwatch.demo import parse_agent_metrics
+from inferwatch.demo_layouts import SCENARIOS, layout_for
+
 # Families the demo cannot produce without a fault, and why.
 NOT_IN_DEMO = {
     "inferwatch_collect_errors_total": "exists only after a collector met an error",
@@ -76,6 +79,15 @@ def test_demo_refuses_a_bad_duration() -> None:
     )
     assert result.returncode == 2
     assert "--duration" in result.stderr
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan"])
+def test_demo_refuses_a_bad_time_scale(bad: str) -> None:
+    result = subprocess.run(
+        inferwatch_cmd("demo", "--time-scale", bad), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "--time-scale" in result.stderr
 
 
 @pytest.mark.slow
@@ -146,3 +158,165 @@ def test_demo_stack_loads_the_generated_rules(tmp_path: Path) -> None:
     finally:
         rest = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, "".join(lines) + rest
+
+
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (s.name, s.labels, s.value)
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    ]
+
+
+def _by_device(samples: list[tuple[str, dict[str, str], float]], name: str) -> dict:
+    """{(gpu, gpu_instance or ""): value} of one GPU family."""
+    return {(lab["gpu"], lab.get("gpu_instance", "")): v for n, lab, v in samples if n == name}
+
+
+def _processes(samples: list[tuple[str, dict[str, str], float]]) -> dict:
+    """{(gpu, gpu_instance or ""): sorted pids} from the per-process memory series."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for n, lab, _ in samples:
+        if n == "inferwatch_gpu_process_memory_used_bytes":
+            key = (lab["gpu"], lab.get("gpu_instance", ""))
+            out.setdefault(key, []).append(int(lab["pid"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+GIB = 1024**3
+
+
+def _tp(samples: list, seen: list) -> None:
+    used = _by_device(samples, "inferwatch_gpu_memory_used_bytes")
+    procs = _processes(samples)
+    # four ranks, one process each, on GPUs 0-3; GPUs 4 and 5 are idle spares
+    assert used == {
+        **{(str(i), ""): float(int(0.95 * 24 * GIB)) for i in range(4)},
+        ("4", ""): 0.0,
+        ("5", ""): 0.0,
+    }
+    assert sorted(procs) == [(str(i), "") for i in range(4)]
+    assert len({p for pids in procs.values() for p in pids}) == 4
+    busy = [_by_device(s, "inferwatch_gpu_utilization_ratio") for s in seen]
+    assert any(all(u[(str(i), "")] > 0 for i in range(4)) for u in busy)
+    assert all(u[("4", "")] == 0 == u[("5", "")] for u in busy)
+
+
+def _colocate(samples: list, seen: list) -> None:
+    used = _by_device(samples, "inferwatch_gpu_memory_used_bytes")
+    assert used == {("0", ""): float(2 * int(0.45 * 24 * GIB))}
+    assert len(_processes(samples)[("0", "")]) == 2
+
+
+def _queues(samples: list) -> dict[str, float]:
+    return {
+        lab["worker"]: v
+        for n, lab, v in samples
+        if n == "inferwatch_queue_depth" and "worker" in lab
+    }
+
+
+def _host8(samples: list, seen: list) -> None:
+    procs = _processes(samples)
+    assert sorted(procs) == [(str(i), "") for i in range(8)]
+    assert all(len(p) == 1 for p in procs.values())
+    assert len({p for pids in procs.values() for p in pids}) == 8
+    last = _queues(samples)
+    assert sorted(last) == [f"worker-{i}" for i in range(8)]
+    # the first worker is overloaded: its queue passes its batch; the others keep up
+    assert max(_queues(s).get("worker-0", 0) for s in seen) > 20, last
+    assert all(last[f"worker-{i}"] < 5 for i in range(1, 8)), last
+
+
+def _mig(samples: list, seen: list) -> None:
+    used = _by_device(samples, "inferwatch_gpu_memory_used_bytes")
+    slice_used = float(int(0.9 * 40 * GIB))
+    assert used[("0", "1")] == slice_used == used[("0", "2")]
+    assert used[("0", "")] == 2 * slice_used
+    procs = _processes(samples)
+    assert sorted(procs) == [("0", "1"), ("0", "2")]
+    modes = {lab.get("mig_mode") for n, lab, _ in samples if n == "inferwatch_gpu_info"}
+    assert modes == {"enabled"}
+    profiles = {
+        lab.get("mig_profile")
+        for n, lab, _ in samples
+        if n == "inferwatch_gpu_memory_used_bytes" and lab.get("gpu_instance")
+    }
+    assert profiles == {"3g.40gb"}
+
+
+LAYOUT_CHECKS = {"tp": _tp, "colocate": _colocate, "host8": _host8, "mig": _mig}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", sorted(LAYOUT_CHECKS))
+def test_demo_layout_scenarios_show_their_layout(scenario: str) -> None:
+    port = free_port()
+    seen: list[list] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            try:
+                status, body, _ = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+            except OSError:
+                continue
+            if status == 200:
+                samples = _samples(body.decode())
+                if any(n == "inferwatch_gpu_process_memory_used_bytes" for n, _, _ in samples):
+                    seen.append(samples)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    result = subprocess.run(
+        inferwatch_cmd(
+            "demo",
+            "--scenario",
+            scenario,
+            "--duration",
+            "12",
+            "--no-live",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    stop.set()
+    poller.join(5)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert seen, "the agent never listed a GPU process"
+    LAYOUT_CHECKS[scenario](seen[-1], seen)
+
+
+def test_the_view_reads_each_worker_on_the_devices_its_layout_gave_it() -> None:
+    text = """# TYPE inferwatch_gpu_utilization_ratio gauge
+inferwatch_gpu_utilization_ratio{gpu="0",uuid="a"} 0.5
+inferwatch_gpu_utilization_ratio{gpu="1",uuid="b"} 0.7
+inferwatch_gpu_utilization_ratio{gpu="2",uuid="c"} 0.6
+inferwatch_gpu_utilization_ratio{gpu="3",uuid="d"} 0.6
+inferwatch_gpu_utilization_ratio{gpu="4",uuid="e"} 0.0
+# TYPE inferwatch_gpu_memory_used_ratio gauge
+inferwatch_gpu_memory_used_ratio{gpu="0",uuid="a"} 0.97
+inferwatch_gpu_memory_used_ratio{gpu="1",uuid="b"} 0.98
+inferwatch_gpu_memory_used_ratio{gpu="4",uuid="e"} 0.0
+inferwatch_gpu_memory_used_ratio{gpu="0",gpu_instance="2",uuid="m"} 0.9
+# TYPE inferwatch_gpu_sm_active_ratio gauge
+inferwatch_gpu_sm_active_ratio{gpu="0",gpu_instance="2",uuid="m"} 0.4
+"""
+    tp = parse_agent_metrics(text, layout_for("tp"))["worker-tp"]
+    assert tp.gpu_util == pytest.approx(0.6)  # the mean over its four ranks' GPUs
+    assert tp.vram == 0.98  # the fullest of them
+    mig = parse_agent_metrics(text, layout_for("mig"))
+    assert mig["slice-rising"].gpu_util == 0.4  # a MIG device has SM active, no utilization
+    assert mig["slice-rising"].vram == 0.9
+    assert mig["slice-full"].gpu_util is None  # nothing reported for instance 1
+    pair = parse_agent_metrics(text)
+    assert (pair["worker-a"].gpu_util, pair["worker-b"].gpu_util) == (0.5, 0.7)
+    for name in SCENARIOS:
+        layout = layout_for(name)
+        assert all(g < layout.gpu_count for w in layout.workers for g in w.gpus)
+        assert {n for group in layout.loads for n in group.workers} == set(layout.names)
+    with pytest.raises(ValueError):
+        layout_for("nope")

@@ -8,9 +8,11 @@ import os
 from pathlib import Path
 
 import aiohttp
+import pytest
 
+from inferwatch.errors import ConfigError
 from inferwatch.sim import gpustate
-from inferwatch.sim.config import GIB, SimConfig
+from inferwatch.sim.config import GIB, GPU_MODELS, MigPlacement, SimConfig
 from inferwatch.sim.gpu import GpuActivity, gpu_state, memory_used, next_temperature, utilization
 from inferwatch.sim.stats import EngineSnapshot
 from inferwatch.sim.worker import SimWorker
@@ -56,18 +58,73 @@ def test_utilization_follows_batch_occupancy_with_a_floor() -> None:
     assert utilization(snap(running=20), 0.5) == 0.5  # busy half the time
 
 
-def test_default_sizing_puts_overload_above_92_percent_and_idle_far_below() -> None:
-    # a 7B INT8 model on a 24 GB card: weights + overhead alone are about 42 %
+def test_memory_is_the_reservation_from_start_whatever_the_kv_cache_holds() -> None:
+    # vLLM takes gpu_memory_utilization x the card at start; the KV cache fills inside it
+    reserved = int(0.95 * 24 * GIB)
     idle = state_for(snap(), 0.0)
-    assert 0.40 < vram_ratio(idle) < 0.45
-    assert idle.memory_used_bytes == CFG.resident_bytes == int(9.5 * GIB)
-    # a KV cache that is 95 % full (what overload with preemptions looks like)
     full = state_for(snap(running=20, waiting=50, blocks=int(0.95 * CFG.blocks)), 1.0)
-    assert vram_ratio(full) > 0.92
-    # steady traffic (a fifth of the cache) stays in the healthy band
-    steady = state_for(snap(running=8, blocks=CFG.blocks // 5), 1.0)
-    assert 0.5 < vram_ratio(steady) < 0.85
-    assert memory_used(CFG, snap(blocks=CFG.blocks)) <= CFG.gpu_memory_utilization * 24 * GIB
+    assert idle.memory_used_bytes == full.memory_used_bytes == memory_used(CFG) == reserved
+    assert idle.processes[0].used_bytes == reserved
+    assert abs(vram_ratio(idle) - (0.95 + 0.5 / 24)) < 1e-9  # plus the driver's 512 MiB
+    # the KV pool is what the reservation leaves after weights and overhead
+    assert CFG.kv_pool_bytes == reserved - int(9.5 * GIB)
+    half = dataclasses.replace(CFG, gpu_memory_utilization=0.45, num_gpu_blocks=None)
+    assert memory_used(half) == int(0.45 * 24 * GIB) and half.blocks < CFG.blocks
+
+
+def test_tensor_parallel_splits_the_weights_and_multiplies_the_kv_pool() -> None:
+    tp = dataclasses.replace(CFG, tensor_parallel=4, num_gpu_blocks=None)
+    # each GPU reserves the same share; a rank holds a quarter of the weights
+    assert memory_used(tp) == memory_used(CFG)
+    assert tp.resident_per_gpu == 2 * GIB + int(1.5 * GIB)
+    assert tp.kv_pool_bytes == 4 * (tp.reserved_per_gpu - tp.resident_per_gpu)
+    assert tp.blocks > 4 * CFG.blocks  # less weight per GPU leaves more room for KV
+    assert tp.compute_share == 4.0
+
+
+def test_a_mig_slice_reserves_its_share_of_the_slice() -> None:
+    h100 = dataclasses.replace(CFG, gpu=GPU_MODELS["h100"], num_gpu_blocks=None)
+    on_slice = dataclasses.replace(h100, mig=MigPlacement(1, "3g.40gb"), gpu_memory_utilization=0.9)
+    assert on_slice.device_bytes == 40 * GIB
+    assert memory_used(on_slice) == int(0.9 * 40 * GIB)
+    assert on_slice.compute_share == 3 / 7
+    st = gpu_state(
+        on_slice,
+        snap(running=5),
+        GpuActivity(1.0, 0.0),
+        gpu_index=2,
+        pid=7,
+        process_name="p",
+        temperature=40,
+        now=0,
+        host="/h",
+    )
+    assert st.mig is not None and st.mig.gpu_instance == 1 and st.mig.profile == "3g.40gb"
+    assert st.mig.memory_total_bytes == 40 * GIB and st.memory_total_bytes == 80 * GIB
+    assert st.mig.uuid.startswith("MIG-") and st.uuid.startswith("GPU-")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "flag"),
+    [
+        ({"mig": MigPlacement(0, "3g.40gb")}, "--gpu-model"),  # an A10 has no MIG
+        ({"gpu": GPU_MODELS["h100"], "mig": MigPlacement(0, "9g.40gb")}, "--mig"),
+        (
+            {"gpu": GPU_MODELS["h100"], "mig": MigPlacement(0, "1g.10gb")},
+            "--gpu-memory-utilization",
+        ),
+        (
+            {"gpu": GPU_MODELS["h100"], "mig": MigPlacement(0, "3g.40gb"), "tensor_parallel": 2},
+            "--mig",
+        ),
+        ({"tensor_parallel": 0}, "--tensor-parallel"),
+    ],
+)
+def test_bad_layouts_are_refused_naming_the_flag(overrides: dict, flag: str) -> None:
+    cfg = dataclasses.replace(CFG, **overrides)
+    with pytest.raises(ConfigError) as err:
+        cfg.validate()
+    assert flag in str(err.value)
 
 
 def test_state_fields_are_plausible() -> None:
@@ -106,8 +163,10 @@ async def test_worker_writes_its_gpu_state_while_serving(tmp_path: Path) -> None
     async with SimWorker(cfg) as w:
         idle = gpustate.read_state(tmp_path, 3)
         assert idle is not None and idle.utilization_gpu == 0.0
-        assert idle.memory_used_bytes == cfg.resident_bytes
+        assert idle.memory_used_bytes == cfg.reserved_per_gpu
         assert [p.pid for p in idle.processes] == [os.getpid()]
+        # one fragment per GPU, tagged with the worker's port
+        assert gpustate.state_path(tmp_path, 3, w.port).exists()
         assert gpustate.read_state(tmp_path, 4) is not None  # engine 1's GPU
 
         body = {"prompt": " ".join(["word"] * 1500), "max_tokens": 2000}
@@ -123,13 +182,17 @@ async def test_worker_writes_its_gpu_state_while_serving(tmp_path: Path) -> None
                 st = gpustate.read_state(tmp_path, 3)
                 if st is not None:
                     seen.append(st)
-                    if st.utilization_gpu > 0 and st.memory_used_bytes > idle.memory_used_bytes:
+                    if st.utilization_gpu > 0 and w.cores[0].snapshot().blocks_in_use > 0:
                         break
                 await asyncio.sleep(0.05)
             for p in pending:
                 p.cancel()
         busy = seen[-1]
         assert busy.utilization_gpu > 0
-        assert busy.memory_used_bytes > idle.memory_used_bytes
+        # the KV cache fills inside the reservation: NVML memory does not move
+        assert busy.memory_used_bytes == idle.memory_used_bytes
         assert busy.processes[0].used_bytes == busy.memory_used_bytes
         assert busy.updated >= idle.updated
+    # a stopped worker's processes free their GPUs
+    assert gpustate.read_state(tmp_path, 3) is None
+    assert gpustate.read_state(tmp_path, 4) is None

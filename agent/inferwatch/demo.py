@@ -1,10 +1,11 @@
 """``inferwatch demo``: the whole loop on one machine, no GPU needed.
 
-Starts two simulated vLLM workers, each on its own simulated GPU, the agent
-watching both, and the load generator; prints the URLs; shows the four
-lifelines per worker (GPU utilization, VRAM, queue depth, TTFT/TPOT quantiles)
-and which alert conditions hold right now, read from the agent's own
-``/metrics``. With ``--stack`` it also starts Prometheus (with the generated
+Starts simulated vLLM workers on simulated GPUs in the scenario's layout
+(``demo_layouts``: a pair of workers on two GPUs, tensor parallelism over four,
+two workers on one card, an 8-GPU host, two MIG slices), the agent watching
+them, and the load generators; prints the URLs; shows the four lifelines per
+worker (GPU utilization, VRAM, queue depth, TTFT/TPOT quantiles) and which
+alert conditions hold right now, read from the agent's own ``/metrics``. With ``--stack`` it also starts Prometheus (with the generated
 alert and recording rules) and Alertmanager on loopback, and shows the alerts
 Prometheus has firing.
 
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import shutil
 import signal
 import socket
@@ -31,12 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from inferwatch.config import parse_listen
+from inferwatch.demo_layouts import SCENARIOS, Layout, layout_for
 from inferwatch.errors import UsageError
-from inferwatch.sim.gpustate import state_path
-
-SCENARIOS = ("idle", "steady", "overload", "long-tail", "cold-start", "imbalance")
-WORKERS = ("worker-a", "worker-b")
-MAX_NUM_SEQS = 20  # the simulator's default: the guide's 7B INT8 on a 24 GB GPU
+from inferwatch.sim.gpustate import has_state
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +56,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         choices=SCENARIOS,
         default="steady",
-        help="load generator scenario (default steady)",
+        help="load scenario for the worker pair, or a layout: tp, colocate, host8, mig "
+        "(default steady)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        metavar="F",
+        default=1.0,
+        help="simulated durations x F for the workers and the load (default 1)",
     )
     parser.add_argument(
         "--stack",
@@ -154,25 +161,36 @@ _WORKER_QUANTILES = {
 }
 
 
-def parse_agent_metrics(text: str) -> dict[str, Reading]:
-    """Per-worker readings from the agent's exposition (GPU joined through the worker's pid)."""
+#: a GPU device as the agent's series name it: (gpu, gpu_instance or "" for a whole GPU)
+Device = tuple[str, str]
+
+
+def parse_agent_metrics(text: str, layout: Layout | None = None) -> dict[str, Reading]:
+    """Per-worker readings from the agent's exposition.
+
+    A worker's GPU readings come from the devices the layout put it on: its
+    GPUs' utilization (averaged over tensor-parallel ranks; SM active on a MIG
+    slice, which has no utilization) and the highest VRAM level among them.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
-    readings = {w: Reading() for w in WORKERS}
-    gpu_of: dict[str, str] = {}
-    gpu_util: dict[str, float] = {}
-    gpu_vram: dict[str, float] = {}
+    layout = layout or layout_for("steady")
+    readings = {w: Reading() for w in layout.names}
+    gpu_util: dict[Device, float] = {}
+    sm_active: dict[Device, float] = {}
+    gpu_vram: dict[Device, float] = {}
+    gauges = {
+        "inferwatch_gpu_utilization_ratio": gpu_util,
+        "inferwatch_gpu_sm_active_ratio": sm_active,
+        "inferwatch_gpu_memory_used_ratio": gpu_vram,
+    }
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             lab = s.labels
             name = s.name
             w = lab.get("worker", "")
-            if name == "inferwatch_gpu_process_memory_used_bytes" and w:
-                gpu_of[w] = lab.get("gpu", "")
-            elif name == "inferwatch_gpu_utilization_ratio":
-                gpu_util[lab.get("gpu", "")] = s.value
-            elif name == "inferwatch_gpu_memory_used_ratio":
-                gpu_vram[lab.get("gpu", "")] = s.value
+            if name in gauges:
+                gauges[name][(lab.get("gpu", ""), lab.get("gpu_instance", ""))] = s.value
             r = readings.get(w)
             if r is None:
                 continue
@@ -182,10 +200,18 @@ def parse_agent_metrics(text: str) -> dict[str, Reading]:
                 setattr(r, _WORKER_GAUGES[name], s.value)
             elif name in _WORKER_QUANTILES:
                 getattr(r, _WORKER_QUANTILES[name])[lab["quantile"]] = s.value
-    for i, w in enumerate(WORKERS):
-        gpu = gpu_of.get(w, str(i))
-        readings[w].gpu_util = gpu_util.get(gpu)
-        readings[w].vram = gpu_vram.get(gpu)
+    for worker in layout.workers:
+        gi = "" if worker.gpu_instance is None else str(worker.gpu_instance)
+        devices = [(str(g), gi) for g in worker.gpus]
+        utils = [
+            gpu_util[d] if d in gpu_util else sm_active[d]
+            for d in devices
+            if d in gpu_util or d in sm_active
+        ]
+        vrams = [gpu_vram[d] for d in devices if d in gpu_vram]
+        r = readings[worker.name]
+        r.gpu_util = sum(utils) / len(utils) if utils else None
+        r.vram = max(vrams) if vrams else None
     return readings
 
 
@@ -350,6 +376,7 @@ class Demo:
         from inferwatch.pack.thresholds import load_thresholds
 
         self.args = args
+        self.layout = layout_for(args.scenario)
         self.thresholds = load_thresholds(args.thresholds)
         host, port = parse_listen(args.listen, "--listen", "listen")
         self.agent_host = host
@@ -365,33 +392,35 @@ class Demo:
         gpu_dir = self.dir / "gpus"
         gpu_dir.mkdir()
         workers = []
-        for i, name in enumerate(WORKERS):
+        scale = str(self.args.time_scale)
+        for w in self.layout.workers:
             port = _free_port()
             url = f"http://127.0.0.1:{port}"
-            self.worker_urls[name] = url
+            self.worker_urls[w.name] = url
             self.children.append(
                 Child(
-                    name,
+                    w.name,
                     _cli(
                         "simulate",
                         "--port",
                         str(port),
                         "--model",
-                        "demo-7b",
+                        f"demo-{w.name}",
                         "--max-num-seqs",
-                        str(MAX_NUM_SEQS),
+                        str(w.max_num_seqs),
                         "--gpu-state-dir",
                         str(gpu_dir),
-                        "--gpu-index",
-                        str(i),
+                        "--time-scale",
+                        scale,
+                        *w.sim_args,
                     ),
-                    self.dir / f"{name}.log",
+                    self.dir / f"{w.name}.log",
                 )
             )
             # The simulator is not `vllm serve`, so its capacity cannot be read from
             # the command line: configure it, as a user would for such a worker.
             workers.append(
-                {"name": name, "url": url, "engine": "vllm", "max_num_seqs": MAX_NUM_SEQS}
+                {"name": w.name, "url": url, "engine": "vllm", "max_num_seqs": w.max_num_seqs}
             )
         config = {
             "listen": f"{self.agent_host}:{self.agent_port}",
@@ -399,7 +428,7 @@ class Demo:
             "stats_window": "30s",
             "gpu": {
                 "backend": "fake",
-                "fake_count": len(WORKERS),
+                "fake_count": self.layout.gpu_count,
                 "fake_state_dir": str(gpu_dir),
                 # GPM every 2 s rather than 15 s, so the demo shows it at once
                 "activity_interval": "2s",
@@ -418,16 +447,16 @@ class Demo:
         for child in simulators:
             await child.start()
         deadline = time.monotonic() + 60
-        for i, (child, name) in enumerate(zip(simulators, WORKERS, strict=True)):
+        for child, w in zip(simulators, self.layout.workers, strict=True):
             if not await asyncio.to_thread(
-                _wait_http, self.worker_urls[name] + "/health", deadline, child
+                _wait_http, self.worker_urls[w.name] + "/health", deadline, child
             ):
-                raise RuntimeError(f"{name} did not start:\n{child.tail()}")
-            # The agent reads what each GPU supports (GPM) when it opens it, as on real
-            # hardware: start it once every simulated GPU has published its state.
-            while not state_path(gpu_dir, i).exists():
+                raise RuntimeError(f"{w.name} did not start:\n{child.tail()}")
+            # The agent reads what each GPU supports (GPM, MIG) when it opens it, as on
+            # real hardware: start it once every simulated GPU has published its state.
+            while not all(has_state(gpu_dir, g) for g in w.gpus):
                 if time.monotonic() > deadline or not child.alive():
-                    raise RuntimeError(f"{name} published no GPU state:\n{child.tail()}")
+                    raise RuntimeError(f"{w.name} published no GPU state:\n{child.tail()}")
                 await asyncio.sleep(0.1)
         self.children.append(self.agent)
         await self.agent.start()
@@ -444,13 +473,15 @@ class Demo:
                 raise RuntimeError(f"the warm-up gate did not open:\n{self.agent.tail()}")
         if self.args.stack:
             await self._start_stack()
-        load = ["loadgen", "--scenario", self.args.scenario]
-        for url in self.worker_urls.values():
-            load += ["--target", url]
-        load += ["--duration", str(int(self.args.duration or 24 * 3600))]
-        self.loadgen = Child("loadgen", _cli(*load), self.dir / "loadgen.log", expect_exit=True)
-        self.children.append(self.loadgen)
-        await self.loadgen.start()
+        for n, group in enumerate(self.layout.loads):
+            load = ["loadgen", "--scenario", group.scenario, "--time-scale", scale]
+            for name in group.workers:
+                load += ["--target", self.worker_urls[name]]
+            load += ["--duration", str(int(self.args.duration or 24 * 3600)), *group.extra]
+            name = "loadgen" if n == 0 else f"loadgen-{n + 1}"
+            child = Child(name, _cli(*load), self.dir / f"{name}.log", expect_exit=True)
+            self.children.append(child)
+            await child.start()
 
     @property
     def agent_url(self) -> str:
@@ -563,7 +594,7 @@ class Demo:
 
     def snapshot(self) -> tuple[dict[str, Reading], list[tuple[str, str, str]]]:
         text = _get(self.agent_url + "/metrics") or ""
-        readings = parse_agent_metrics(text)
+        readings = parse_agent_metrics(text, self.layout)
         return readings, conditions(readings, self.thresholds)
 
     def dead_child(self) -> Child | None:
@@ -636,4 +667,6 @@ async def run_demo(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration: expected a number of seconds greater than zero")
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
+        raise UsageError("--time-scale: expected a number greater than zero")
     return asyncio.run(run_demo(args))

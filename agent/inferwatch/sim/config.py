@@ -6,12 +6,14 @@ quantized to INT8 (about 8 GB of weights) on an NVIDIA A10 with 24 GB, whose
 The KV cache geometry is Llama-2-7B's (32 layers, hidden size 4096, FP16 KV:
 512 KiB per token), so one 16-token block is 8 MiB.
 
-Memory is accounted so that the VRAM picture is a 24 GB card whatever block count
-a test picks: the KV pool is ``gpu_memory_utilization x total - weights -
-runtime overhead`` and each block is that pool divided by ``num_gpu_blocks``.
-With the defaults the pool is 13.3 GiB (1702 blocks); an idle worker shows
-42 % VRAM and a full KV cache 97 %, so overload (a full cache and a growing
-queue) crosses the 92 % threshold of ALERTS.md together with the queue.
+Memory is accounted as the engines do it: at start a worker reserves
+``gpu_memory_utilization x`` its device's memory (the whole card, or its MIG
+slice) on every GPU it runs on; the weights (split over the tensor-parallel
+ranks) and the runtime overhead take their part of it, and the rest is the KV
+pool, which ``num_gpu_blocks`` (when given) divides into however many blocks a
+test wants without changing what NVML shows. With the defaults the pool is
+13.3 GiB (1702 blocks) and NVML shows 97 % of the card used from start to stop,
+idle or not.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from inferwatch.errors import ConfigError
+from inferwatch.sim.gpustate import MIG_SLICES, parse_profile
 
 GIB = 1024**3
 MIB = 1024**2
@@ -43,6 +46,40 @@ class GpuModel:
     power_limit_watts: float = 150.0
     #: report GPM (SM active, tensor, DRAM) fields; real Ampere cards do not have GPM
     gpm: bool = True
+    #: whether the card can be split into MIG slices (an A10 cannot)
+    mig_capable: bool = False
+
+
+#: The cards ``--gpu-model`` knows. The H100 SXM5: 80 GB HBM3 at 3.35 TB/s, 700 W, MIG.
+GPU_MODELS: dict[str, GpuModel] = {
+    "a10": GpuModel(),
+    "h100": GpuModel(
+        name="NVIDIA H100 80GB HBM3 (simulated)",
+        total_bytes=80 * GIB,
+        reserved_bytes=512 * MIB,
+        hbm_bytes_per_s=3.35e12,
+        effective_flops=400e12,
+        power_idle_watts=70.0,
+        power_limit_watts=700.0,
+        mig_capable=True,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class MigPlacement:
+    """``--mig GI:PROFILE``: the worker runs on GPU instance ``gpu_instance`` of its GPU."""
+
+    gpu_instance: int
+    profile: str
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_profile(self.profile)[1] * GIB
+
+    @property
+    def share(self) -> float:
+        return parse_profile(self.profile)[0] / MIG_SLICES
 
 
 @dataclass(frozen=True)
@@ -92,16 +129,41 @@ class SimConfig:
     seed: int = 0
     gpu_state_dir: str | None = None
     gpu_index: int = 0
+    #: GPUs per engine: ranks 0..N-1 on GPUs gpu_index + engine x N + rank
+    tensor_parallel: int = 1
+    #: run on one MIG slice of GPU ``gpu_index`` instead of the whole card
+    mig: MigPlacement | None = None
     version: str = VLLM_VERSION
     gpu: GpuModel = field(default_factory=GpuModel)
     profile: ModelProfile = field(default_factory=ModelProfile)
 
     @property
+    def device_bytes(self) -> int:
+        """Memory of the device one rank runs on: the card, or its MIG slice."""
+        return self.mig.memory_bytes if self.mig is not None else self.gpu.total_bytes
+
+    @property
+    def reserved_per_gpu(self) -> int:
+        """What the engine takes on each of its GPUs at start and holds until it stops."""
+        return int(self.gpu_memory_utilization * self.device_bytes)
+
+    @property
+    def resident_per_gpu(self) -> int:
+        """Weights (this rank's share) plus runtime overhead, on each GPU."""
+        weights = self.profile.weights_bytes // self.tensor_parallel
+        return weights + self.profile.runtime_overhead_bytes
+
+    @property
     def kv_pool_bytes(self) -> int:
-        """Bytes the KV cache gets: the utilization budget minus what is always resident."""
-        budget = self.gpu_memory_utilization * self.gpu.total_bytes
-        resident = self.profile.weights_bytes + self.profile.runtime_overhead_bytes
-        return int(budget - resident)
+        """Bytes the KV cache gets over all ranks: each GPU's budget minus what is resident."""
+        return (self.reserved_per_gpu - self.resident_per_gpu) * self.tensor_parallel
+
+    @property
+    def compute_share(self) -> float:
+        """How much of the card's bandwidth and FLOPs one engine has (N GPUs, or a slice)."""
+        if self.mig is not None:
+            return self.mig.share
+        return float(self.tensor_parallel)
 
     @property
     def blocks(self) -> int:
@@ -109,15 +171,6 @@ class SimConfig:
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         return self.kv_pool_bytes // (self.profile.kv_bytes_per_token * self.block_size)
-
-    @property
-    def block_bytes(self) -> float:
-        """VRAM one block stands for (the pool split evenly, see the module docstring)."""
-        return self.kv_pool_bytes / self.blocks
-
-    @property
-    def resident_bytes(self) -> int:
-        return self.profile.weights_bytes + self.profile.runtime_overhead_bytes
 
     def validate(self) -> None:
         """Raise ConfigError (one line, naming the flag) on the first bad value."""
@@ -132,6 +185,9 @@ class SimConfig:
             _positive_int(src, "--num-gpu-blocks", self.num_gpu_blocks)
         _positive_int(src, "--cold-start-requests", self.cold_start_requests, minimum=0)
         _positive_int(src, "--gpu-index", self.gpu_index, minimum=0)
+        _positive_int(src, "--tensor-parallel", self.tensor_parallel)
+        if self.mig is not None:
+            self._validate_mig(src, self.mig)
         if self.max_queued_requests is not None:
             _positive_int(src, "--max-queued-requests", self.max_queued_requests, minimum=0)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -148,8 +204,8 @@ class SimConfig:
             raise ConfigError(
                 src,
                 "--gpu-memory-utilization",
-                f"a budget above the {self.resident_bytes / GIB:.1f} GiB of weights and "
-                "runtime overhead",
+                f"a budget above the {self.resident_per_gpu / GIB:.1f} GiB of weights and "
+                "runtime overhead per GPU",
                 self.gpu_memory_utilization,
             )
         if self.blocks < 1:
@@ -171,6 +227,41 @@ class SimConfig:
                 "1 with --format v0 (V0 series have no engine label)",
                 self.data_parallel,
             )
+
+    def _validate_mig(self, src: str, mig: MigPlacement) -> None:
+        try:
+            parse_profile(mig.profile)
+        except ValueError:
+            raise ConfigError(
+                src, "--mig", "GI:PROFILE with a profile like 3g.40gb", mig.profile
+            ) from None
+        _positive_int(src, "--mig", mig.gpu_instance, minimum=0)
+        if not self.gpu.mig_capable:
+            raise ConfigError(
+                src, "--gpu-model", "a MIG-capable card for --mig (h100)", self.gpu.name
+            )
+        if mig.memory_bytes > self.gpu.total_bytes:
+            raise ConfigError(
+                src,
+                "--mig",
+                f"a slice within the card's {self.gpu.total_bytes // GIB} GB",
+                mig.profile,
+            )
+        if self.tensor_parallel != 1 or self.data_parallel != 1:
+            raise ConfigError(
+                src,
+                "--mig",
+                "a single engine on a single slice (no --tensor-parallel/--data-parallel)",
+                f"{mig.gpu_instance}:{mig.profile}",
+            )
+
+
+def parse_mig(text: str) -> MigPlacement:
+    """``"1:3g.40gb"`` -> MigPlacement(1, "3g.40gb"); ConfigError naming --mig otherwise."""
+    gi, sep, profile = text.partition(":")
+    if not sep or not gi.strip().isdigit():
+        raise ConfigError("inferwatch simulate", "--mig", "GI:PROFILE, e.g. 1:3g.40gb", text)
+    return MigPlacement(int(gi), profile.strip())
 
 
 def _positive_int(source: str, key: str, value: int, minimum: int = 1) -> None:

@@ -129,10 +129,13 @@ def step_seconds(
 
     Memory time: the weights once, plus the KV of every token attended to.
     Compute time: 2 x params FLOPs per token computed (prefill or decode).
+    Both spread over the engine's tensor-parallel GPUs, or shrink to its MIG
+    slice's share of the card (``cfg.compute_share``).
     """
     mem_bytes = cfg.profile.weights_bytes + context_tokens * cfg.profile.kv_bytes_per_token
-    memory = mem_bytes / cfg.gpu.hbm_bytes_per_s
-    compute = (prefill_tokens + decode_tokens) * 2 * cfg.profile.params / cfg.gpu.effective_flops
+    memory = mem_bytes / (cfg.gpu.hbm_bytes_per_s * cfg.compute_share)
+    flops = cfg.gpu.effective_flops * cfg.compute_share
+    compute = (prefill_tokens + decode_tokens) * 2 * cfg.profile.params / flops
     return cfg.step_overhead_seconds + memory + compute
 
 

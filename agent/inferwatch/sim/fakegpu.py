@@ -7,8 +7,11 @@ both; failures are raised as the real ``pynvml.NVMLError`` subclasses, so the
 collector's error handling is exercised exactly as on a real GPU.
 
 GPU ``i`` reports a :class:`~inferwatch.sim.gpustate.SimGpuState`: the one set
-with :meth:`FakeNvml.set_state`, else the file a simulated worker writes
-(``gpustate.write_state(state_dir, i, ...)``), else an idle GPU. On top of that,
+with :meth:`FakeNvml.set_state`, else the merge of the fragments simulated
+workers write (``gpustate.write_state(state_dir, i, ..., tag)``, see
+:func:`~inferwatch.sim.gpustate.merge`), else an idle GPU. Fragments that name a
+MIG slice put the GPU in MIG mode with one MIG device per GPU instance, as
+:meth:`add_mig` does in code (code-added MIG devices win). On top of that,
 tests inject faults: :meth:`fail` (one function raises a given NVML error),
 :meth:`lose` (GPU_IS_LOST on every call until :meth:`restore`), :meth:`slow` and
 :meth:`hold` (a call that takes long, or until the test releases it),
@@ -34,9 +37,17 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pynvml
 
-from inferwatch.sim.gpustate import SimGpuState, read_state, state_path
+from inferwatch.sim.gpustate import (
+    SimGpuState,
+    fragment_paths,
+    merge,
+    mig_devices,
+    read_fragment,
+    state_path,
+)
 
 #: What nvmlDeviceGetMigDeviceHandleByIndex can return at most per GPU (an A100/H100 has 7).
 MAX_MIG_DEVICES = 7
@@ -48,11 +59,43 @@ GPM_FIELDS = {
     pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active",
 }
 _NO_INSTANCE = 0xFFFFFFFF
+#: A simulator rewrites its fragments ten times a second; one silent this long whose
+#: processes are all gone was left by a killed simulator, and the GPU no longer holds it.
+ABANDONED_AFTER_SECONDS = 3.0
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False  # exists, but not ours to inspect
+
+
+def abandoned(state: SimGpuState, now: float) -> bool:
+    """Whether a fragment is a dead simulator's: silent for a while, and its processes gone.
+
+    The driver frees a process's memory when it exits; a simulator killed with
+    SIGKILL cannot withdraw its fragment, so the backend drops it instead. A
+    silent fragment whose processes live (a stopped simulator) still holds its
+    memory, as a hung engine does. Processes this host cannot see (the
+    simulator in another PID namespace) count as gone, but only once the
+    fragment is silent, which a running simulator never is.
+    """
+    if now - state.updated <= ABANDONED_AFTER_SECONDS:
+        return False
+    return all(_gone(p.pid) for p in state.processes)
 
 
 def default_uuid(index: int) -> str:
     """The stable UUID of fake GPU ``index`` when its state names none."""
     return f"GPU-fake-{index}-0000-4000-8000-{index:012x}"
+
+
+def default_mig_uuid(index: int, gpu_instance: int) -> str:
+    """The UUID of a fake MIG device when its state names none."""
+    return f"MIG-fake-{index}-{gpu_instance}-4000-8000-{index:06x}{gpu_instance:06x}"
 
 
 def default_pci_bus_id(index: int) -> str:
@@ -83,7 +126,12 @@ class _Gpu:
     index: int
     state: SimGpuState | None = None  # set in code; wins over the state file
     file_state: SimGpuState | None = None
-    file_stamp: tuple[int, int] | None = None
+    file_stamp: tuple[tuple[str, int, int], ...] | None = None
+    #: the last good parse of each fragment file, by name
+    fragments: dict[str, tuple[tuple[int, int], SimGpuState]] = field(default_factory=dict)
+    file_migs: list[_Mig] = field(default_factory=list)
+    #: unix time at which the fragments must be read again though none changed
+    recheck_at: float = 0.0
     lost: bool = False
     faults: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     delays: dict[str, float] = field(default_factory=dict)
@@ -214,8 +262,7 @@ class FakeNvml:
             if len(gpu.migs) >= MAX_MIG_DEVICES:
                 raise ValueError(f"GPU {index} already has {MAX_MIG_DEVICES} MIG devices")
             if not state.uuid:
-                uuid = f"MIG-fake-{index}-{gpu_instance}-4000-8000-{index:06x}{gpu_instance:06x}"
-                state = dataclasses.replace(state, uuid=uuid)
+                state = dataclasses.replace(state, uuid=default_mig_uuid(index, gpu_instance))
             gpu.migs.append(_Mig(gpu_instance, profile, state))
 
     def clear_mig(self, index: int) -> None:
@@ -262,22 +309,71 @@ class FakeNvml:
         return state
 
     def _file_state(self, gpu: _Gpu) -> SimGpuState | None:
-        # Re-parse only when the file was replaced: the agent asks ~10 times per GPU per pass.
+        # Re-merge only when a fragment came, went or was replaced, or one may have
+        # been abandoned: the agent asks ~10 times per GPU per pass.
         assert self.state_dir is not None
-        try:
-            st = os.stat(state_path(self.state_dir, gpu.index))
-        except FileNotFoundError:
-            gpu.file_state, gpu.file_stamp = None, None
-            return None
-        stamp = (st.st_mtime_ns, st.st_ino)
-        if stamp != gpu.file_stamp:
+        stamps: list[tuple[str, int, int]] = []
+        for path in fragment_paths(self.state_dir, gpu.index):
             try:
-                gpu.file_state = read_state(self.state_dir, gpu.index)
-            except (ValueError, TypeError):
-                # A writer that is not ours left something unreadable: keep the last good state.
-                return gpu.file_state
-            gpu.file_stamp = stamp
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            stamps.append((path.name, st.st_mtime_ns, st.st_ino))
+        stamp = tuple(stamps)
+        now = time.time()
+        if stamp == gpu.file_stamp and now < gpu.recheck_at:
+            return gpu.file_state
+        gpu.file_stamp = stamp
+        gpu.recheck_at = float("inf")
+        states: list[SimGpuState] = []
+        kept: dict[str, tuple[tuple[int, int], SimGpuState]] = {}
+        untagged = state_path(self.state_dir, gpu.index).name
+        for name, mtime, ino in stamps:
+            known = gpu.fragments.get(name)
+            if known is not None and known[0] == (mtime, ino):
+                kept[name] = known
+            else:
+                try:
+                    kept[name] = ((mtime, ino), read_fragment(os.path.join(self.state_dir, name)))
+                except FileNotFoundError:
+                    continue
+                except (ValueError, TypeError, KeyError):
+                    # A writer that is not ours left something unreadable: keep its last
+                    # good state, if any.
+                    if known is None:
+                        continue
+                    kept[name] = known
+            state = kept[name][1]
+            if name != untagged:
+                if abandoned(state, now):
+                    continue
+                # look again when this writer has been silent for too long
+                due = state.updated + ABANDONED_AFTER_SECONDS
+                gpu.recheck_at = min(gpu.recheck_at, due if due > now else now + 1.0)
+            states.append(state)
+        gpu.fragments = kept
+        if not states:
+            gpu.file_state, gpu.file_migs = None, []
+            return None
+        gpu.file_state = merge(states)
+        gpu.file_migs = [
+            _Mig(
+                m.gpu_instance,
+                m.profile,
+                m.state
+                if m.state.uuid
+                else dataclasses.replace(m.state, uuid=default_mig_uuid(gpu.index, m.gpu_instance)),
+            )
+            for m in mig_devices(states)
+        ]
         return gpu.file_state
+
+    def _migs(self, gpu: _Gpu) -> list[_Mig]:
+        """The GPU's MIG devices: those added in code, else those its fragments describe."""
+        if gpu.migs or gpu.state is not None or self.state_dir is None:
+            return gpu.migs
+        self._file_state(gpu)
+        return gpu.file_migs
 
     def _enter(
         self, function: str, handle: Any = None, *, fault_key: str | None = None
@@ -322,9 +418,10 @@ class FakeNvml:
     def _target(self, gpu: _Gpu, handle: FakeHandle) -> tuple[SimGpuState, _Mig | None]:
         if handle.mig is None:
             return self._state(gpu), None
-        if handle.mig >= len(gpu.migs):
+        migs = self._migs(gpu)
+        if handle.mig >= len(migs):
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        mig = gpu.migs[handle.mig]
+        mig = migs[handle.mig]
         return mig.state, mig
 
     def _whole_gpu(self, function: str, handle: FakeHandle) -> SimGpuState:
@@ -378,7 +475,7 @@ class FakeNvml:
                 if gpu.lost:
                     raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
                 return self._handle(gpu.index)
-            for n, mig in enumerate(gpu.migs):
+            for n, mig in enumerate(self._migs(gpu)):
                 if mig.state.uuid == text:
                     return self._handle(gpu.index, n)
         raise _error(pynvml.NVML_ERROR_NOT_FOUND)
@@ -444,7 +541,7 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
         state = self._whole_gpu("nvmlDeviceGetUtilizationRates", handle)
-        if self._gpus[handle.index].migs:
+        if self._migs(self._gpus[handle.index]):
             # A GPU in MIG mode does not report whole-GPU utilization.
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(
@@ -530,16 +627,16 @@ class FakeNvml:
 
     def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
         self._whole_gpu("nvmlDeviceGetMigMode", handle)
-        mode = 1 if self._gpus[handle.index].migs else 0
+        mode = 1 if self._migs(self._gpus[handle.index]) else 0
         return [mode, mode]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
         self._whole_gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
-        return MAX_MIG_DEVICES if self._gpus[handle.index].migs else 0
+        return MAX_MIG_DEVICES if self._migs(self._gpus[handle.index]) else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, index: int) -> FakeHandle:
         self._whole_gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
-        if not 0 <= index < len(self._gpus[handle.index].migs):
+        if not 0 <= index < len(self._migs(self._gpus[handle.index])):
             raise _error(pynvml.NVML_ERROR_NOT_FOUND)
         return self._handle(handle.index, index)
 
@@ -587,7 +684,7 @@ class FakeNvml:
 
     def nvmlGpmMigSampleGet(self, handle: FakeHandle, gpu_instance: int, sample: Any) -> Any:
         self._whole_gpu("nvmlGpmMigSampleGet", handle)
-        for mig in self._gpus[handle.index].migs:
+        for mig in self._migs(self._gpus[handle.index]):
             if mig.gpu_instance == gpu_instance:
                 return self._record_sample(mig.state, sample)
         raise _error(pynvml.NVML_ERROR_NOT_FOUND)

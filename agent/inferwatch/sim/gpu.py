@@ -1,9 +1,13 @@
-"""The simulated GPU under a simulated engine: what the fake NVML backend will report.
+"""The simulated GPUs under a simulated engine: what the fake NVML backend will report.
 
-:func:`gpu_state` is pure: engine gauges and busy time in, a
-:class:`~inferwatch.sim.gpustate.SimGpuState` out. :class:`GpuStatePublisher`
-writes it to ``DIR/gpu-<index>.json`` about ten times a second, one GPU per
-data-parallel engine (``--gpu-index I`` is engine 0's GPU, I+1 engine 1's, ...).
+:func:`gpu_state` is pure: engine gauges and busy time in, one GPU's
+:class:`~inferwatch.sim.gpustate.SimGpuState` fragment out.
+:class:`GpuStatePublisher` writes the fragments to
+``DIR/gpu-<index>.<port>.json`` about ten times a second. Layout: engine k of
+``--data-parallel`` with ranks r of ``--tensor-parallel N`` runs on GPU
+``--gpu-index + k x N + r``; with ``--mig GI:PROFILE`` the single engine runs
+on that slice of GPU ``--gpu-index``. Other simulators may write fragments of
+the same GPU (co-location); the backend merges them.
 
 The model, and where it departs from a real card:
 
@@ -11,11 +15,14 @@ The model, and where it departs from a real card:
   (0.3 + 0.7 x running / max_num_seqs): a busy engine never shows less than
   30 %, a full batch shows 100 %; the warm-up delay of a cold start does not
   count as busy (it is kernel compilation on the CPU, the guide's 5.2), so a
-  cold worker has slow first tokens on an idle GPU;
-- memory used = weights + runtime overhead + KV blocks in use x block size.
-  Real vLLM reserves its whole KV pool at start, so real NVML memory stays
-  flat at about ``gpu_memory_utilization``; the simulator shows the blocks in
-  use instead, so that VRAM pressure and load move together on a dashboard;
+  cold worker has slow first tokens on an idle GPU. Every rank of a
+  tensor-parallel engine shows the same (they run each step together);
+- memory used = ``gpu_memory_utilization x`` the device (card or slice), from
+  the moment the engine is up until it stops, flat: the engines reserve their
+  KV pool at start (docs/simulator.md says which engine does what) and the KV
+  cache fills inside it, seen in the engine's KV-usage gauge, not in NVML;
+- each GPU lists the process that holds it: the worker itself with one GPU,
+  each rank's child process with tensor parallelism (sim/ranks.py);
 - power and temperature follow utilization (temperature with a 20 s lag);
 - GPM: SM active a little under utilization, occupancy about half of it,
   tensor activity grows with the prefill share of the step tokens, DRAM
@@ -37,15 +44,20 @@ from dataclasses import dataclass
 from inferwatch.sim import gpustate
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.engine import EngineLoop
-from inferwatch.sim.gpustate import SimGpuProcess, SimGpuState
+from inferwatch.sim.gpustate import (
+    FULL_LOAD_TEMPERATURE,
+    IDLE_TEMPERATURE,
+    SimGpuProcess,
+    SimGpuState,
+    SimMigSlice,
+)
+from inferwatch.sim.ranks import rank_name
 from inferwatch.sim.stats import EngineSnapshot
 
 log = logging.getLogger(__name__)
 
 #: floor of utilization while busy, and the occupancy share above it
 BUSY_FLOOR = 0.3
-IDLE_TEMPERATURE = 35.0
-FULL_LOAD_TEMPERATURE = 78.0
 TEMPERATURE_TAU_SECONDS = 20.0
 BOOST_SM_CLOCK_HZ = 1_695e6
 IDLE_SM_CLOCK_HZ = 210e6
@@ -69,8 +81,9 @@ def utilization(snap: EngineSnapshot, busy_share: float) -> float:
     return min(1.0, busy_share * (BUSY_FLOOR + (1.0 - BUSY_FLOOR) * occupancy))
 
 
-def memory_used(cfg: SimConfig, snap: EngineSnapshot) -> int:
-    return int(cfg.resident_bytes + snap.blocks_in_use * cfg.block_bytes)
+def memory_used(cfg: SimConfig) -> int:
+    """NVML memory used on each of the engine's GPUs: the reservation, load or not."""
+    return cfg.reserved_per_gpu
 
 
 def next_temperature(current: float, util: float, dt: float) -> float:
@@ -88,10 +101,23 @@ def gpu_state(
     process_name: str,
     temperature: float,
     now: float,
+    host: str = "",
 ) -> SimGpuState:
+    """The fragment of GPU ``gpu_index`` that process ``pid`` of this engine holds.
+
+    ``host`` names the simulated machine (the state directory) for the UUIDs.
+    """
     util = utilization(snap, activity.busy_share)
-    used = memory_used(cfg, snap)
+    used = memory_used(cfg)
     g = cfg.gpu
+    mig = None
+    if cfg.mig is not None:
+        mig = SimMigSlice(
+            gpu_instance=cfg.mig.gpu_instance,
+            profile=cfg.mig.profile,
+            memory_total_bytes=cfg.mig.memory_bytes,
+            uuid=gpustate.mig_uuid(host, gpu_index, cfg.mig.gpu_instance),
+        )
     sm_active = tensor = dram = occupancy = None
     if g.gpm:
         sm_active = 0.9 * util
@@ -100,7 +126,7 @@ def gpu_state(
         dram = util * (0.75 - 0.35 * activity.prefill_share)
     return SimGpuState(
         name=g.name,
-        uuid=f"GPU-5171{gpu_index:04d}-0000-4000-8000-{cfg.port:012d}",
+        uuid=gpustate.gpu_uuid(host, gpu_index),
         pci_bus_id=f"00000000:{0x17 + gpu_index:02X}:00.0",
         memory_total_bytes=g.total_bytes,
         memory_reserved_bytes=g.reserved_bytes,
@@ -111,8 +137,9 @@ def gpu_state(
         sm_occupancy=occupancy,
         tensor_active=tensor,
         dram_active=dram,
-        power_watts=g.power_idle_watts + (g.power_limit_watts - g.power_idle_watts) * 0.9 * util,
+        power_watts=gpustate.power_for(g.power_idle_watts, g.power_limit_watts, util),
         power_limit_watts=g.power_limit_watts,
+        power_idle_watts=g.power_idle_watts,
         temperature_celsius=temperature,
         sm_clock_hz=BOOST_SM_CLOCK_HZ if activity.busy_share > 0 else IDLE_SM_CLOCK_HZ,
         processes=[
@@ -120,20 +147,43 @@ def gpu_state(
                 pid=pid, used_bytes=used, name=process_name, sm_utilization=sm_active or util
             )
         ],
+        mig=mig,
         updated=now,
     )
 
 
 class GpuStatePublisher:
-    """Writes each engine's GPU state file about ten times a second."""
+    """Writes the fragment of every GPU the worker's engines run on, ten times a second.
 
-    def __init__(self, cfg: SimConfig, loops: Sequence[EngineLoop], state_dir: str) -> None:
+    ``rank_pids`` are the tensor-parallel rank processes (engine-major: engine
+    k's rank r is ``rank_pids[k x N + r]``); without them the worker's own pid
+    holds each engine's GPU.
+    """
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        loops: Sequence[EngineLoop],
+        state_dir: str,
+        rank_pids: Sequence[int] = (),
+    ) -> None:
         self.cfg = cfg
         self.loops = list(loops)
         self.cores = [loop.core for loop in self.loops]
         self.state_dir = state_dir
-        self.pid = os.getpid()
-        self.process_name = os.path.basename(sys.executable) or "python3"
+        self.host = os.path.realpath(state_dir)
+        self.tag = str(cfg.port)
+        tp = cfg.tensor_parallel
+        own = os.getpid(), os.path.basename(sys.executable) or "python3"
+        #: (GPU index, pid, process name) per rank, engine-major
+        self.placements: list[list[tuple[int, int, str]]] = []
+        for k in range(len(self.cores)):
+            ranks = []
+            for r in range(tp):
+                n = k * tp + r
+                pid, name = (rank_pids[n], rank_name(r)) if rank_pids else own
+                ranks.append((cfg.gpu_index + n, pid, name))
+            self.placements.append(ranks)
         self._task: asyncio.Task[None] | None = None
         self._temps = [IDLE_TEMPERATURE for _ in self.cores]
         self._busy = [0.0 for _ in self.cores]
@@ -141,8 +191,12 @@ class GpuStatePublisher:
         self._tokens = [(0, 0) for _ in self.cores]
         self._last = time.monotonic()
 
+    @property
+    def gpu_indices(self) -> list[int]:
+        return [index for ranks in self.placements for index, _, _ in ranks]
+
     def publish(self) -> None:
-        """Write every engine's state once (also called at start and at stop)."""
+        """Write every engine's fragments once (also called at start)."""
         now = time.monotonic()
         dt = max(now - self._last, 1e-6)
         self._last = now
@@ -167,17 +221,27 @@ class GpuStatePublisher:
             snap = core.snapshot()
             util = utilization(snap, activity.busy_share)
             self._temps[i] = next_temperature(self._temps[i], util, dt)
-            state = gpu_state(
-                self.cfg,
-                snap,
-                activity,
-                gpu_index=self.cfg.gpu_index + i,
-                pid=self.pid,
-                process_name=self.process_name,
-                temperature=self._temps[i],
-                now=time.time(),
-            )
-            gpustate.write_state(self.state_dir, self.cfg.gpu_index + i, state)
+            for index, pid, name in self.placements[i]:
+                state = gpu_state(
+                    self.cfg,
+                    snap,
+                    activity,
+                    gpu_index=index,
+                    pid=pid,
+                    process_name=name,
+                    temperature=self._temps[i],
+                    now=time.time(),
+                    host=self.host,
+                )
+                gpustate.write_state(self.state_dir, index, state, self.tag)
+
+    def withdraw(self) -> None:
+        """Remove this worker's fragments: its processes left the GPUs."""
+        for index in self.gpu_indices:
+            try:
+                gpustate.remove_state(self.state_dir, index, self.tag)
+            except OSError as exc:
+                log.warning("cannot remove GPU state from %s: %s", self.state_dir, exc)
 
     def start(self) -> None:
         self.publish()
@@ -189,6 +253,7 @@ class GpuStatePublisher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self.withdraw()
 
     async def _run(self) -> None:
         while True:

@@ -83,7 +83,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="overload",
             description="long prompts faster than the worker serves them: the queue climbs "
-            "past max_num_seqs, the KV cache fills (preemptions) and VRAM passes 92 %",
+            "past max_num_seqs and the KV cache fills (preemptions)",
             rate=5.0,
             duration=60,
             prompt=LengthDist(1200, 0.25, 400, 2400),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from inferwatch.sim.config import SimConfig
+from inferwatch.sim.config import GPU_MODELS, SimConfig, parse_mig
 
 _DEFAULTS = SimConfig()
 
@@ -38,7 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="data_parallel",
         type=int,
         default=d.data_parallel,
-        help='engines (engine="0".."N-1" series; one GPU each)',
+        help='engines (engine="0".."N-1" series; --tensor-parallel GPUs each)',
+    )
+    parser.add_argument(
+        "--tensor-parallel",
+        "--tensor-parallel-size",
+        dest="tensor_parallel",
+        type=int,
+        default=d.tensor_parallel,
+        help="GPUs per engine, one rank process each (default %(default)s)",
     )
     g = parser.add_argument_group("engine")
     g.add_argument(
@@ -75,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-memory-utilization",
         type=float,
         default=d.gpu_memory_utilization,
-        help="share of the 24 GB card for weights + KV (default %(default)s)",
+        help="share of each GPU (or MIG slice) the engine reserves at start for weights, "
+        "overhead and KV (default %(default)s)",
     )
     g.add_argument(
         "--enable-prefix-caching",
@@ -131,7 +140,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-index",
         type=int,
         default=d.gpu_index,
-        help="GPU index of engine 0 (engine k uses index+k)",
+        help="GPU index of engine 0 (engine k, rank r uses index + k x TP + r)",
+    )
+    gpu.add_argument(
+        "--gpu-model",
+        choices=sorted(GPU_MODELS),
+        default="a10",
+        help="the simulated card: a10 (24 GB, default) or h100 (80 GB, MIG-capable)",
+    )
+    gpu.add_argument(
+        "--mig",
+        metavar="GI:PROFILE",
+        default=None,
+        help="run on GPU instance GI of GPU --gpu-index, a MIG slice like 3g.40gb "
+        "(needs --gpu-model h100)",
     )
     gpu.add_argument(
         "--no-gpm",
@@ -175,7 +197,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         gpu_state_dir=args.gpu_state_dir,
         gpu_index=args.gpu_index,
-        gpu=dataclasses.replace(d.gpu, gpm=not args.no_gpm),
+        tensor_parallel=args.tensor_parallel,
+        mig=parse_mig(args.mig) if args.mig is not None else None,
+        gpu=dataclasses.replace(GPU_MODELS[args.gpu_model], gpm=not args.no_gpm),
         profile=profile,
     )
 

@@ -40,6 +40,7 @@ from inferwatch.sim.config import SimConfig
 from inferwatch.sim.engine import EngineCore, EngineLoop, SimRequest, TokenOutput
 from inferwatch.sim.expo import MetricsWriter, create_writer
 from inferwatch.sim.gpu import GpuStatePublisher
+from inferwatch.sim.ranks import RankProcesses
 from inferwatch.sim.stats import HttpRecord
 from inferwatch.sim.tokenizer import chat_prompt, tokenize
 
@@ -102,6 +103,10 @@ class SimWorker:
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._gpu: GpuStatePublisher | None = None
+        #: one child process per tensor-parallel rank of every engine (none with TP 1)
+        self.ranks = RankProcesses(
+            cfg.data_parallel * cfg.tensor_parallel if cfg.tensor_parallel > 1 else 0
+        )
         self.port = cfg.port
 
     @property
@@ -118,6 +123,7 @@ class SimWorker:
         app.router.add_get("/ping", self._health)
         app.router.add_get("/version", self._version)
         app.router.add_get(self.writer.metrics_path, self._metrics)
+        self.ranks.start()
         for loop in self.loops:
             loop.start()
         if not self.cfg.disable_log_stats:
@@ -136,7 +142,7 @@ class SimWorker:
         if self.cfg.gpu_state_dir:
             # the bound port, not 0, goes into the GPU's UUID: one UUID per worker
             cfg = dataclasses.replace(self.cfg, port=self.port)
-            self._gpu = GpuStatePublisher(cfg, self.loops, self.cfg.gpu_state_dir)
+            self._gpu = GpuStatePublisher(cfg, self.loops, self.cfg.gpu_state_dir, self.ranks.pids)
             self._gpu.start()
 
     async def stop(self) -> None:
@@ -154,11 +160,16 @@ class SimWorker:
         for loop in self.loops:
             await loop.stop()
         if self._gpu is not None:
-            await self._gpu.stop()
-            self._gpu.publish()  # leave the last (idle) state behind
+            await self._gpu.stop()  # the worker's processes free their GPUs
+            self._gpu = None
+        await asyncio.to_thread(self.ranks.stop)
 
     async def __aenter__(self) -> SimWorker:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # no rank process or engine task outlives a failed start
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -497,6 +508,7 @@ async def serve(cfg: SimConfig, stop: asyncio.Event | None = None) -> None:
         print(
             f"inferwatch simulate: {cfg.engine} {cfg.version} ({cfg.format}) serving "
             f"{cfg.model} on {worker.url} (engines={cfg.data_parallel}, "
+            f"tensor_parallel={cfg.tensor_parallel}, "
             f"max_num_seqs={cfg.max_num_seqs}, num_gpu_blocks={cfg.blocks}, "
             f"time_scale={cfg.time_scale})",
             flush=True,
