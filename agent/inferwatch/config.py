@@ -61,6 +61,26 @@ class GpuConfig:
 class ScrapeConfig:
     timeout: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
+    #: exported samples per worker (a histogram counts its buckets, sum and count);
+    #: the input is cut at SAMPLES_PER_SERIES times this many lines before parsing
+    max_series: int = 5000
+
+
+#: input sample lines read per exported sample allowed (ranks and copies that combine)
+SAMPLES_PER_SERIES = 8
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Limits of the agent's own HTTP server (a hostile client must not exhaust it)."""
+
+    #: open connections at once; at the cap the oldest one still sending its request
+    #: head is closed for the new one, or the new one is refused
+    max_connections: int = 256
+    #: a connection must finish its request head this soon after its first byte
+    header_timeout: float = 10.0
+    #: an idle keep-alive connection is closed after this long
+    idle_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,7 @@ class AgentConfig:
     stats_window: float = 60.0
     gpu: GpuConfig = field(default_factory=GpuConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     workers: tuple[WorkerSpec, ...] = ()
     #: raw sections owned and validated by other modules (warm-up gate, weekly report)
     warmup: Mapping[str, Any] = field(default_factory=dict)
@@ -200,6 +221,12 @@ _GPU_FIELDS: dict[str, Parser] = {
 _SCRAPE_FIELDS: dict[str, Parser] = {
     "timeout": parse_duration,
     "max_body_bytes": _positive_int,
+    "max_series": _positive_int,
+}
+_SERVER_FIELDS: dict[str, Parser] = {
+    "max_connections": _positive_int,
+    "header_timeout": parse_duration,
+    "idle_timeout": parse_duration,
 }
 _WORKER_FIELDS: dict[str, Parser] = {
     "name": _string,
@@ -218,7 +245,7 @@ _TOP_SCALARS: dict[str, Parser] = {
     "process_interval": parse_duration,
     "stats_window": parse_duration,
 }
-TOP_KEYS = ("listen", *_TOP_SCALARS, "gpu", "scrape", "workers", "warmup", "report")
+TOP_KEYS = ("listen", *_TOP_SCALARS, "gpu", "scrape", "server", "workers", "warmup", "report")
 
 
 def _section(raw: Any, fields_: Mapping[str, Parser], source: str, prefix: str) -> dict[str, Any]:
@@ -282,6 +309,10 @@ def _apply(config: AgentConfig, raw: Mapping[str, Any], source: str) -> AgentCon
         elif key == "scrape":
             changes["scrape"] = replace(
                 config.scrape, **_section(value, _SCRAPE_FIELDS, source, key)
+            )
+        elif key == "server":
+            changes["server"] = replace(
+                config.server, **_section(value, _SERVER_FIELDS, source, key)
             )
         elif key == "workers":
             changes["workers"] = value if isinstance(value, tuple) else _workers(value, source)

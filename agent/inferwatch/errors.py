@@ -22,5 +22,13 @@ class ConfigError(UsageError):
         self.got = got
         detail = f"{source}: {key}: expected {expected}"
         if got is not None:
-            detail += f", got {got!r}"
+            shown = repr(got) if isinstance(got, (str, int, float)) else f"a {type(got).__name__}"
+            if len(shown) > GOT_MAX:
+                shown = shown[:GOT_MAX] + "..."
+            detail += f", got {shown}"
         super().__init__(detail)
+
+
+#: characters of a wrong value shown in a message; the line stays one short line
+#: even for a value built by a YAML alias bomb (a 312 MB line once)
+GOT_MAX = 80
