@@ -25,6 +25,7 @@ DEFAULT_PORT = 10127
 ENGINES = ("auto", "vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
 GPU_BACKENDS = ("nvml", "fake", "none")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "logfmt", "json")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class WorkerSpec:
     cmd_match: str | None = None
     max_num_seqs: int | None = None
     timeout: float | None = None
+    #: basic auth towards the worker; the password from password_file or password_env
+    #: (never on the command line, where ps shows it)
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @property
     def port(self) -> int | None:
@@ -89,6 +94,7 @@ class AgentConfig:
     listen_port: int = DEFAULT_PORT
     web_config_file: str | None = None
     log_level: str = "info"
+    log_format: str = "text"
     collect_interval: float = 2.0
     process_interval: float = 5.0
     stats_window: float = 60.0
@@ -237,10 +243,14 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "cmd_match": _optional(_string),
     "max_num_seqs": _optional(_positive_int),
     "timeout": _optional(parse_duration),
+    "username": _optional(_string),
+    "password_file": _optional(_string),
+    "password_env": _optional(_string),
 }
 _TOP_SCALARS: dict[str, Parser] = {
     "web_config_file": _optional(_string),
     "log_level": _choice(*LOG_LEVELS),
+    "log_format": _choice(*LOG_FORMATS),
     "collect_interval": parse_duration,
     "process_interval": parse_duration,
     "stats_window": parse_duration,
@@ -272,8 +282,30 @@ def _worker(raw: Any, source: str, key: str) -> WorkerSpec:
     values = _section(raw, _WORKER_FIELDS, source, key)
     if "url" not in values:
         raise ConfigError(source, f"{key}.url", "the worker's base URL (required)")
+    password = _worker_password(values, source, key)
+    if password is not None:
+        if not values.get("username"):
+            raise ConfigError(source, f"{key}.username", "a user name for the worker's password")
+        values["password"] = password
     values.setdefault("name", default_worker_name(values["url"]))
     return WorkerSpec(**values)
+
+
+def _worker_password(values: dict[str, Any], source: str, key: str) -> str | None:
+    """The worker's password from its file or variable (removed from ``values``)."""
+    path = values.pop("password_file", None)
+    var = values.pop("password_env", None)
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError):
+            raise ConfigError(source, f"{key}.password_file", "a readable UTF-8 file") from None
+    if var is not None:
+        if var not in os.environ:
+            raise ConfigError(source, f"{key}.password_env", "the name of a set variable", var)
+        return os.environ[var]
+    return None
 
 
 def _workers(raw: Any, source: str, key: str = "workers") -> tuple[WorkerSpec, ...]:
@@ -323,17 +355,63 @@ def _apply(config: AgentConfig, raw: Mapping[str, Any], source: str) -> AgentCon
     return replace(config, **changes)
 
 
+#: limits of a configuration file: far above any real one, far below harm
+YAML_MAX_BYTES = 1 << 20
+YAML_MAX_DEPTH = 32
+YAML_MAX_ALIASES = 64
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses deep nesting and alias bombs while composing.
+
+    An alias bomb (aliases of aliases of lists) is small as a node graph and
+    huge once anything walks it (a 312 MB error line, a MemoryError at 2.7 GB);
+    deep nesting ends in RecursionError. Both become a YAMLError here.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > YAML_MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {YAML_MAX_ALIASES} aliases")
+        self._depth += 1
+        try:
+            if self._depth > YAML_MAX_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {YAML_MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def read_yaml_file(path: str) -> Mapping[str, Any]:
     """A YAML mapping from ``path``; unreadable files and bad YAML are ConfigErrors."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            raw = fh.read(YAML_MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError(path, "(file)", "a readable file", exc.strerror or str(exc)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+    if len(raw) > YAML_MAX_BYTES:
+        raise ConfigError(path, "(file)", f"a file of at most {YAML_MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(path, f"line {line}", "UTF-8 text") from None
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
         where = f"line {mark.line + 1}" if mark else "(file)"
-        raise ConfigError(path, where, "valid YAML", getattr(exc, "problem", str(exc))) from None
+        raise ConfigError(path, where, "valid YAML", str(exc.problem)[:80]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "(file)", "valid YAML", str(exc)[:80]) from None
+    except RecursionError:
+        raise ConfigError(path, "(file)", f"YAML nested at most {YAML_MAX_DEPTH} levels") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -346,6 +424,7 @@ ENV_KEYS: dict[str, str] = {
     "INFERWATCH_LISTEN": "listen",
     "INFERWATCH_WEB_CONFIG_FILE": "web_config_file",
     "INFERWATCH_LOG_LEVEL": "log_level",
+    "INFERWATCH_LOG_FORMAT": "log_format",
     "INFERWATCH_COLLECT_INTERVAL": "collect_interval",
     "INFERWATCH_STATS_WINDOW": "stats_window",
     "INFERWATCH_GPU_BACKEND": "gpu.backend",
@@ -389,6 +468,7 @@ FLAG_NAMES: dict[str, str] = {
     "gpu.backend": "--gpu-backend",
     "gpu.fake_count": "--fake-gpus",
     "gpu.fake_state_dir": "--fake-gpu-state",
+    "log_format": "--log.format",
 }
 
 

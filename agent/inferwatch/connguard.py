@@ -72,7 +72,7 @@ class GuardedProtocol(asyncio.Protocol):
     def __init__(self, inner: Any, guard: ConnectionGuard) -> None:
         self.inner = inner
         self.guard = guard
-        self.transport: asyncio.BaseTransport | None = None
+        self.transport: asyncio.Transport | None = None
         self.busy = 0
         self.last_active = 0.0
         self._tail = b""
@@ -82,6 +82,7 @@ class GuardedProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
@@ -120,7 +121,7 @@ class GuardedProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         if self._closed:
             return None
-        return self.inner.eof_received()  # type: ignore[no-any-return]
+        return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

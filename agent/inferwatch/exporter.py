@@ -100,9 +100,9 @@ class Exporter:
         self.guard.request_started(transport)
         try:
             if self.auth is not None and request.path not in OPEN_PATHS:
-                verdict = await self._authorized(request)
-                if verdict is not True:
-                    return verdict
+                refusal = await self._refusal(request)
+                if refusal is not None:
+                    return refusal
             response = await handler(request)
             for name, value in self.web.headers.items():
                 response.headers[name] = value
@@ -110,8 +110,9 @@ class Exporter:
         finally:
             self.guard.request_finished(transport)
 
-    async def _authorized(self, request: web.Request) -> web.Response | bool:
-        """True, or the response to send (401, or 429 when too many checks wait)."""
+    async def _refusal(self, request: web.Request) -> web.Response | None:
+        """None when the credentials are good, else the answer (401, or 429 when too
+        many checks wait already)."""
         assert self.auth is not None
         denied = web.Response(
             status=401,
@@ -129,7 +130,7 @@ class Exporter:
         if not sep:
             return denied
         if self.auth.cached(user, password):
-            return True
+            return None
         if self._auth_waiting >= AUTH_QUEUE:
             return web.Response(status=429, text="Too many credential checks\n",
                                 headers={"Retry-After": "1"})  # fmt: skip
@@ -139,7 +140,7 @@ class Exporter:
             ok = await loop.run_in_executor(self._bcrypt, self.auth.check, user, password)
         finally:
             self._auth_waiting -= 1
-        return True if ok else denied
+        return None if ok else denied
 
     async def metrics(self, request: web.Request) -> web.Response:
         headers = {"Content-Type": CONTENT_TYPE_LATEST, "Vary": "Accept-Encoding"}

@@ -165,6 +165,12 @@ def _labels(worker: str, engine: str, key: LabelKey) -> tuple[list[str], list[st
     return names, values
 
 
+def _auth(spec: WorkerSpec) -> aiohttp.BasicAuth | None:
+    if spec.username is None or spec.password is None:
+        return None
+    return aiohttp.BasicAuth(spec.username, spec.password)
+
+
 class _Families:
     """Metric families assembled across workers, created on first use."""
 
@@ -208,16 +214,7 @@ class EngineSource(Source):
         self.config = config
         self.interval = config.collect_interval
         self.window = config.stats_window
-        self.workers = {w.name: WorkerState(w) for w in config.workers}
-        for state in self.workers.values():
-            if state.spec.engine != "auto":
-                state.engine = ENGINES.get(state.spec.engine)
-            if state.spec.metrics_path:
-                state.locations = [(state.spec.url, state.spec.metrics_path)]
-                state.located = True
-            else:
-                state.locations = metrics_locations(state.spec.url, state.engine)
-            state.base_url, state.metrics_path = state.locations[0]
+        self.workers = {w.name: self._new_state(w) for w in config.workers}
         self._launch_max_num_seqs = launch_max_num_seqs
         self._session: aiohttp.ClientSession | None = None
         self.passes = 0
@@ -230,6 +227,38 @@ class EngineSource(Source):
         self._parser = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-parse")
         #: scrapes still running from an earlier pass (a hanging worker): not restarted
         self._inflight: dict[str, asyncio.Task[None]] = {}
+
+    @staticmethod
+    def _new_state(spec: WorkerSpec) -> WorkerState:
+        state = WorkerState(spec)
+        if spec.engine != "auto":
+            state.engine = ENGINES.get(spec.engine)
+        if spec.metrics_path:
+            state.locations = [(spec.url, spec.metrics_path)]
+            state.located = True
+        else:
+            state.locations = metrics_locations(spec.url, state.engine)
+        state.base_url, state.metrics_path = state.locations[0]
+        return state
+
+    def reconfigure(self, config: AgentConfig) -> None:
+        """Take a reloaded configuration (SIGHUP): a worker whose settings did not
+        change keeps its state (windows, counters, series); the others start afresh."""
+        workers: dict[str, WorkerState] = {}
+        for spec in config.workers:
+            old = self.workers.get(spec.name)
+            workers[spec.name] = (
+                old if old is not None and old.spec == spec else self._new_state(spec)
+            )
+        for name, task in list(self._inflight.items()):
+            if workers.get(name) is not self.workers.get(name):
+                task.cancel()
+                del self._inflight[name]
+        self.config = config
+        self.interval = config.collect_interval
+        self.window = config.stats_window
+        self.workers = workers
+        self._families_cache = None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -287,7 +316,9 @@ class EngineSource(Source):
         url = base_url + path
         shown = redact_url(url)
         try:
-            async with self._session.get(url, timeout=timeout, allow_redirects=False) as resp:
+            async with self._session.get(
+                url, timeout=timeout, allow_redirects=False, auth=_auth(spec)
+            ) as resp:
                 if resp.status != 200:
                     raise ScrapeError("http_status", f"{shown} answered HTTP {resp.status}")
                 if resp.content_length is not None and resp.content_length > limit:
@@ -454,7 +485,10 @@ class EngineSource(Source):
         timeout = aiohttp.ClientTimeout(total=state.spec.timeout or self.config.scrape.timeout)
         try:
             async with self._session.get(
-                state.base_url + path, timeout=timeout, allow_redirects=False
+                state.base_url + path,
+                timeout=timeout,
+                allow_redirects=False,
+                auth=_auth(state.spec),
             ) as resp:
                 if resp.status != 200:
                     return ""
