@@ -403,7 +403,7 @@ def read_yaml_file(path: str) -> Mapping[str, Any]:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(path, f"line {line}", "UTF-8 text") from None
     try:
-        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}" if mark else "(file)"
