@@ -114,42 +114,47 @@ def prefilter_limited(text: str, families: set[str], max_samples: int | None) ->
     """prefilter(), keeping at most ``max_samples`` sample lines; also the count cut.
 
     A hostile exposition can hold hundreds of thousands of series under the body
-    cap; parsing them all would take the agent's memory. Lines are cut at the
-    first family that would go over the budget, and every later family is cut
-    too, so no kept family is missing some of its series (a counter summed over
-    part of its ranks would be wrong, not merely incomplete).
+    cap; parsing them all would take the agent's memory. A family whose samples
+    would take the total over the budget is cut whole (a counter summed over part
+    of its ranks would be wrong, not merely incomplete); the families after it
+    are still read while they fit. Lines come out grouped by family, in the order
+    the families first appear.
     """
-    wanted = {f + suffix for f in families for suffix in _SUFFIXES}
-    kept: list[str] = []
-    samples = 0
+    owner = {f + suffix: f for f in families for suffix in _SUFFIXES}
+    blocks: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    cut_families: set[str] = set()
+    total = 0
     cut = 0
-    family_start = 0  # index in ``kept`` where the current family's lines begin
-    family = ""
     for line in text.splitlines():
         if not line:
             continue
         if line[0] == "#":
             parts = line.split(" ", 3)
-            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in wanted:
-                if cut:
-                    continue
-                if parts[2] != family:
-                    family, family_start = parts[2], len(kept)
-                kept.append(line)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
+                family = owner.get(parts[2])
+                if family is not None and family not in cut_families:
+                    blocks.setdefault(family, []).append(line)
             continue
         brace = line.find("{")
         space = line.find(" ")
         end = brace if brace != -1 and (space == -1 or brace < space) else space
-        if (line[:end] if end != -1 else line) in wanted:
-            if cut:
-                cut += 1
-                continue
-            samples += 1
-            if max_samples is not None and samples > max_samples:
-                cut = 1 + sum(1 for k in kept[family_start:] if k[0] != "#")
-                del kept[family_start:]
-                continue
-            kept.append(line)
+        family = owner.get(line[:end] if end != -1 else line)
+        if family is None:
+            continue
+        if family in cut_families:
+            cut += 1
+            continue
+        blocks.setdefault(family, []).append(line)
+        counts[family] = counts.get(family, 0) + 1
+        total += 1
+        if max_samples is not None and total > max_samples:
+            n = counts.pop(family)
+            cut += n
+            total -= n
+            del blocks[family]
+            cut_families.add(family)
+    kept = [line for block in blocks.values() for line in block]
     kept.append("")
     return "\n".join(kept), cut
 
