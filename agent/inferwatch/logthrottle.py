@@ -27,13 +27,14 @@ class Throttle(logging.Filter):
         self._skipped: dict[tuple[str, str], int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # the kind: the logger and the message's template, before any detail is added
+        key = (record.name, str(record.msg)[:80])
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             record.msg = f"{record.getMessage()}: {type(exc).__name__}: {str(exc)[:200]}"
             record.args = None
             record.exc_info = None
             record.exc_text = None
-        key = (record.name, str(record.msg)[:80])
         now = time.monotonic()
         last = self._last.get(key)
         if last is not None and now - last < self.interval:
@@ -60,10 +61,12 @@ def install(loop: asyncio.AbstractEventLoop, interval: float = 60.0) -> Throttle
         # The loop's default handler writes a traceback for every failed accept()
         # (EMFILE under a connection flood); one line per kind is enough.
         exc = context.get("exception")
-        message = str(context.get("message", "event loop error"))
-        if exc is not None:
-            message = f"{message}: {type(exc).__name__}: {str(exc)[:200]}"
-        loop_log.error(message)
+        # the loop's message is the template (the kind), the exception the detail
+        template = str(context.get("message", "event loop error")).replace("%", "%%")
+        if exc is None:
+            loop_log.error(template)
+        else:
+            loop_log.error(template + ": %s: %s", type(exc).__name__, str(exc)[:200])
 
     loop.set_exception_handler(handler)
     return throttle

@@ -350,10 +350,10 @@ class EngineSource(Source):
                 shown = ", ".join(n[:64] for n in sorted(names)[:8]) or "no metric families"
                 raise ScrapeError("no_engine_metrics", f"no known engine's metrics (saw: {shown})")
         max_series = self.config.scrape.max_series
-        kept, cut = prefilter_limited(
-            text, engine.source_families(), max_series * SAMPLES_PER_SERIES
-        )
         try:
+            kept, cut = prefilter_limited(
+                text, engine.source_families(), max_series * SAMPLES_PER_SERIES
+            )
             families = parse(kept)
         except ParseError as exc:
             raise ScrapeError("parse", f"unparsable exposition: {exc}") from None

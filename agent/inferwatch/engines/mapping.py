@@ -124,6 +124,7 @@ def prefilter_limited(text: str, families: set[str], max_samples: int | None) ->
     blocks: dict[str, list[str]] = {}
     counts: dict[str, int] = {}
     cut_families: set[str] = set()
+    typed: set[str] = set()
     total = 0
     cut = 0
     for line in text.splitlines():
@@ -133,7 +134,15 @@ def prefilter_limited(text: str, families: set[str], max_samples: int | None) ->
             parts = line.split(" ", 3)
             if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
                 family = owner.get(parts[2])
-                if family is not None and family not in cut_families:
+                if family is None:
+                    continue
+                if parts[1] == "TYPE":
+                    # A family given twice is ambiguous (which copy is true?):
+                    # Prometheus refuses such a scrape, and so does the agent.
+                    if family in typed:
+                        raise ParseError(f"family {parts[2][:100]} appears twice")
+                    typed.add(family)
+                if family not in cut_families:
                     blocks.setdefault(family, []).append(line)
             continue
         brace = line.find("{")
@@ -167,8 +176,6 @@ def parse(text: str, families: set[str] | None = None) -> dict[str, object]:
     try:
         parsed = _cached_families(text) if _SERIES_CACHE else text_string_to_metric_families(text)
         for family in parsed:
-            # A typed family given twice is ambiguous (which copy is true?): Prometheus
-            # refuses such a scrape, and so does the agent, instead of keeping the last.
             if family.name in out and family.type != "unknown":
                 raise ParseError(f"family {family.name[:100]} appears twice")
             out[family.name] = family
