@@ -24,15 +24,13 @@ from pathlib import Path
 import bcrypt
 import pytest
 import yaml
-from tests.support.attack import Probe, rss_mb, slow_connections, start_agent
+from tests.support.attack import RSS_LIMIT_MB, Probe, rss_mb, slow_connections, start_agent
 from tests.support.proc import http_get, inferwatch_cmd, wait_until
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
 
 pytestmark = pytest.mark.slow
 
-#: the sidecar's memory limit (deploy/kubernetes, Compose, systemd MemoryMax)
-RSS_LIMIT_MB = 256
 #: /healthz budget of SECURITY.md: median under attack; the worst case may see a
 #: scheduling hiccup of the shared machine, hence the looser bound on it
 HEALTHZ_P50_S = 0.1

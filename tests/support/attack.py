@@ -20,6 +20,13 @@ import psutil
 import yaml
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
+from inferwatch.config import ServerConfig
+
+#: the agent's memory limit in every deployment (systemd MemoryMax, Compose, Kubernetes)
+RSS_LIMIT_MB = 256
+#: descriptors every deployment grants at least: twice the default connection cap
+NOFILE_FLOOR = 2 * ServerConfig().max_connections
+
 
 def start_agent(
     tmp: Path,
