@@ -440,3 +440,25 @@ def _run_with_web(tmp: Path, web: dict) -> subprocess.CompletedProcess[str]:
         inferwatch_cmd("run", "--gpu-backend", "none", "--web-config-file", str(path)),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_demo_stops_its_children_when_its_terminal_hangs_up(tmp_path: Path) -> None:
+    import psutil
+    from tests.support.proc import Process, free_port
+
+    port = free_port()
+    demo = Process(
+        inferwatch_cmd("demo", "--duration", "300", "--no-live", "--listen", f"127.0.0.1:{port}"),
+        tmp_path / "demo.log",
+    )
+    try:
+        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200,
+                   120, message="the demo's agent")  # fmt: skip
+        children = psutil.Process(demo.popen.pid).children(recursive=True)
+        assert children
+        demo.signal(signal.SIGHUP)
+        wait_until(lambda: not demo.alive(), 60, message="the demo to stop on SIGHUP")
+        wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                   for c in children), 30, message="its children to stop")  # fmt: skip
+    finally:
+        demo.stop()
