@@ -462,3 +462,36 @@ def test_demo_stops_its_children_when_its_terminal_hangs_up(tmp_path: Path) -> N
                                    for c in children), 30, message="its children to stop")  # fmt: skip
     finally:
         demo.stop()
+
+
+@pytest.mark.parametrize(
+    ("config", "secret"),
+    [
+        ({"workers": [{"url": "http://u:s3cr3t-in-url@127.0.0.1:99999"}]}, "s3cr3t-in-url"),
+        ({"workers": "http://u:s3cr3t-list@h:1"}, "s3cr3t-list"),
+        ({"gpu": "token-s3cr3t"}, "token-s3cr3t"),
+        ({"report": "smtp-s3cr3t"}, "smtp-s3cr3t"),
+    ],
+)
+def test_config_errors_never_echo_a_secret(tmp_path: Path, config: dict, secret: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        inferwatch_cmd("run", "--gpu-backend", "none", "--config", str(path)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert secret not in result.stderr
+
+
+def test_world_readable_password_hashes_are_warned_about(tmp_path: Path) -> None:
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({"basic_auth_users": {"prometheus": hashed}}))
+    web.chmod(0o644)
+    agent, _ = start_agent(tmp_path, "--gpu-backend", "none", "--web.config.file", str(web))
+    agent.stop()
+    log = agent.log()
+    assert log.count("readable by every user") == 1, log
+    assert hashed not in log

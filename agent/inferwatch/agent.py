@@ -573,8 +573,10 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
     return load_config(args.config, flags=flags)
 
 
-def _validated(args: argparse.Namespace) -> AgentConfig:
+def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> AgentConfig:
     config = config_from_args(args)
+    if not logging_ready:  # warnings of the checks below go out in the chosen format
+        setup_logging(config.log_level, config.log_format)
     if config.web_config_file:
         from inferwatch.webconfig import load_web_config
 
@@ -587,7 +589,6 @@ def _validated(args: argparse.Namespace) -> AgentConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    config = _validated(args)
-    setup_logging(config.log_level, config.log_format)
+    config = _validated(args, logging_ready=False)
     asyncio.run(serve(config, reload_config=lambda: _validated(args)))
     return 0

@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from inferwatch.errors import ConfigError
+from inferwatch.errors import ConfigError, Kind
+from inferwatch.redact import redact_url
 
 DEFAULT_PORT = 10127
 """Outside the fully allocated 9100-9999 exporter range and unused by any known exporter."""
@@ -187,18 +188,18 @@ def parse_url(value: Any, source: str, key: str) -> str:
     """An http(s) base URL with a host; a trailing slash is dropped."""
     expected = "an http:// or https:// URL with a host, such as http://127.0.0.1:8000"
     if not isinstance(value, str):
-        raise ConfigError(source, key, expected, value)
+        raise ConfigError(source, key, expected, Kind(value))
     try:
         parts = urlsplit(value.strip())
         port = parts.port  # raises ValueError on a bad port
     except ValueError:
-        raise ConfigError(source, key, expected, value) from None
+        raise ConfigError(source, key, expected, redact_url(value)) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(source, key, expected, value)
+        raise ConfigError(source, key, expected, redact_url(value))
     if port is not None and not 0 < port < 65536:
-        raise ConfigError(source, key, expected, value)
+        raise ConfigError(source, key, expected, redact_url(value))
     if parts.query or parts.fragment:
-        raise ConfigError(source, key, expected + " (no query or fragment)", value)
+        raise ConfigError(source, key, expected + " (no query or fragment)", redact_url(value))
     return value.strip().rstrip("/")
 
 
@@ -210,7 +211,7 @@ def _metrics_path(value: Any, source: str, key: str) -> str:
 
 def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(source, key, "a mapping of keys to values", value)
+        raise ConfigError(source, key, "a mapping of keys to values", Kind(value))
     return dict(value)
 
 
@@ -260,7 +261,7 @@ TOP_KEYS = ("listen", *_TOP_SCALARS, "gpu", "scrape", "server", "workers", "warm
 
 def _section(raw: Any, fields_: Mapping[str, Parser], source: str, prefix: str) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ConfigError(source, prefix, "a mapping with keys " + ", ".join(fields_), raw)
+        raise ConfigError(source, prefix, "a mapping with keys " + ", ".join(fields_), Kind(raw))
     out: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}.{key}"
@@ -312,7 +313,9 @@ def _workers(raw: Any, source: str, key: str = "workers") -> tuple[WorkerSpec, .
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ConfigError(source, key, "a list of workers (each a URL or a mapping with url)", raw)
+        raise ConfigError(
+            source, key, "a list of workers (each a URL or a mapping with url)", Kind(raw)
+        )
     workers = tuple(_worker(item, source, f"{key}[{i}]") for i, item in enumerate(raw))
     _check_unique(workers, source)
     return workers

@@ -71,6 +71,7 @@ GOOD_CACHE_SIZE = 256
 _NEEDS_CA = ("RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 
 log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ def _warn_if_readable(path: str) -> None:
         mode = os.stat(path).st_mode
     except OSError:
         return
-    if mode & stat.S_IROTH:
+    if mode & stat.S_IROTH and path not in _WARNED:
+        _WARNED.add(path)  # once, though the file is read at validation and at start
         log.warning(
             "%s holds password hashes and is readable by every user; chmod o-r it (0640 or 0600)",
             path,
