@@ -45,6 +45,9 @@ class ConnectionGuard:
                 self.refused += 1
                 return False
             self.evicted += 1
+            # out of the count now: its connection_lost comes a loop turn later, and
+            # the next connection of this burst must not pick the same victim again
+            self.release(victim)
             victim.abort()
         self.open[conn] = None
         self.by_transport[conn.transport] = conn
