@@ -225,6 +225,7 @@ class EngineSource(Source):
         # Decoding, parsing and mapping a body run on this thread, off the event loop,
         # so that /healthz and /metrics answer while a large exposition is read.
         self._parser = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-parse")
+        self._parser_closed = False
         #: scrapes still running from an earlier pass (a hanging worker): not restarted
         self._inflight: dict[str, asyncio.Task[None]] = {}
 
@@ -261,6 +262,9 @@ class EngineSource(Source):
         self._families_cache = None
 
     async def start(self) -> None:
+        if self._parser_closed:
+            self._parser = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-parse")
+            self._parser_closed = False
         self._session = aiohttp.ClientSession(
             auto_decompress=True,
             headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
@@ -275,6 +279,7 @@ class EngineSource(Source):
             await self._session.close()
             self._session = None
         self._parser.shutdown(wait=False, cancel_futures=True)
+        self._parser_closed = True
 
     async def refresh(self) -> None:
         started = time.perf_counter()

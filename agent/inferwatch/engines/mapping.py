@@ -117,13 +117,14 @@ def prefilter_limited(text: str, families: set[str], max_samples: int | None) ->
     cap; parsing them all would take the agent's memory. A family whose samples
     would take the total over the budget is cut whole (a counter summed over part
     of its ranks would be wrong, not merely incomplete); the families after it
-    are still read while they fit. Lines come out grouped by family, in the order
-    the families first appear.
+    are still read while they fit. Kept lines stay in their order.
     """
-    owner = {f + suffix: f for f in families for suffix in _SUFFIXES}
-    blocks: dict[str, list[str]] = {}
+    wanted = {f + suffix for f in families for suffix in _SUFFIXES}
+    kept: list[str | None] = []
+    #: sample name or TYPE/HELP name -> indexes in ``kept``, to cut a family whole
+    lines_of: dict[str, list[int]] = {}
     counts: dict[str, int] = {}
-    cut_families: set[str] = set()
+    cut_names: set[str] = set()
     typed: set[str] = set()
     total = 0
     cut = 0
@@ -132,40 +133,50 @@ def prefilter_limited(text: str, families: set[str], max_samples: int | None) ->
             continue
         if line[0] == "#":
             parts = line.split(" ", 3)
-            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
-                family = owner.get(parts[2])
-                if family is None:
-                    continue
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in wanted:
+                name = parts[2]
                 if parts[1] == "TYPE":
                     # A family given twice is ambiguous (which copy is true?):
                     # Prometheus refuses such a scrape, and so does the agent.
-                    if family in typed:
-                        raise ParseError(f"family {parts[2][:100]} appears twice")
-                    typed.add(family)
-                if family not in cut_families:
-                    blocks.setdefault(family, []).append(line)
+                    if name in typed:
+                        raise ParseError(f"family {name[:100]} appears twice")
+                    typed.add(name)
+                if _base(name) not in cut_names:
+                    lines_of.setdefault(_base(name), []).append(len(kept))
+                    kept.append(line)
             continue
         brace = line.find("{")
         space = line.find(" ")
         end = brace if brace != -1 and (space == -1 or brace < space) else space
-        family = owner.get(line[:end] if end != -1 else line)
-        if family is None:
+        name = line[:end] if end != -1 else line
+        if name not in wanted:
             continue
-        if family in cut_families:
+        family = _base(name)
+        if family in cut_names:
             cut += 1
             continue
-        blocks.setdefault(family, []).append(line)
+        lines_of.setdefault(family, []).append(len(kept))
+        kept.append(line)
         counts[family] = counts.get(family, 0) + 1
         total += 1
         if max_samples is not None and total > max_samples:
             n = counts.pop(family)
             cut += n
             total -= n
-            del blocks[family]
-            cut_families.add(family)
-    kept = [line for block in blocks.values() for line in block]
-    kept.append("")
-    return "\n".join(kept), cut
+            for i in lines_of.pop(family):
+                kept[i] = None
+            cut_names.add(family)
+    out = [line for line in kept if line is not None]
+    out.append("")
+    return "\n".join(out), cut
+
+
+def _base(name: str) -> str:
+    """The family a sample or metadata name belongs to, for cutting (suffixes off)."""
+    for suffix in ("_total", "_bucket", "_count", "_sum"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def parse(text: str, families: set[str] | None = None) -> dict[str, object]:
