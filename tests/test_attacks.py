@@ -496,3 +496,28 @@ def test_world_readable_password_hashes_are_warned_about(tmp_path: Path) -> None
     log = agent.log()
     assert log.count("readable by every user") == 1, log
     assert hashed not in log
+
+
+def test_eighty_workers_in_sixty_four_descriptors_still_serve_metrics(tmp_path: Path) -> None:
+    text = render("v1", [EngineValues(running=1)])
+    workers = [StubWorker(lambda: text) for _ in range(80)]
+    config = {"workers": [{"name": f"w{i}", "url": w.url} for i, w in enumerate(workers)]}
+    agent, port = start_agent(tmp_path, "--gpu-backend", "none", config=config, nofile=64)
+    try:
+
+        def all_up() -> bool:
+            body = scrape(port)
+            return sum(1 for i in range(80)
+                       if metric(body, "inferwatch_target_up", worker=f"w{i}") == 1.0) == 80  # fmt: skip
+
+        wait_until(all_up, 90, message="all 80 workers up under 64 descriptors")
+        with Probe(f"http://127.0.0.1:{port}/metrics", every=0.1) as probe:
+            passes = workers[0].hits
+            wait_until(lambda: workers[0].hits >= passes + 2, 60, message="two more passes")
+        assert probe.failures == 0 and probe.latencies
+        assert probe.p50() < 1.0, probe.p50()  # 80 workers' series, on a shared machine
+    finally:
+        agent.stop()
+        for w in workers:
+            w.stop()
+    assert "Traceback" not in agent.log()

@@ -31,6 +31,7 @@ from inferwatch import __version__
 from inferwatch.config import AgentConfig
 from inferwatch.connguard import ConnectionGuard, GuardedProtocol
 from inferwatch.errors import UsageError
+from inferwatch.fdbudget import descriptor_limit, inbound_budget
 from inferwatch.redact import redact_url
 from inferwatch.webconfig import BasicAuth, WebConfig, load_web_config
 
@@ -79,7 +80,14 @@ class Exporter:
         # guesses takes one core at most (the check lets go of the GIL).
         self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-bcrypt")
         self._auth_waiting = 0
-        self.guard = ConnectionGuard(config.server.max_connections, config.server.header_timeout)
+        limit = descriptor_limit()
+        cap = inbound_budget(config.server.max_connections, limit)
+        if cap < config.server.max_connections:
+            log.info(
+                "serving at most %d connections (server.max_connections %d; "
+                "only %s file descriptors)", cap, config.server.max_connections, limit,
+            )  # fmt: skip
+        self.guard = ConnectionGuard(cap, config.server.header_timeout)
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self.url = ""

@@ -40,6 +40,7 @@ from inferwatch.engines.mapping import (
     prefilter_limited,
     sample_names,
 )
+from inferwatch.fdbudget import descriptor_limit, outbound_budget
 from inferwatch.redact import redact_url
 from inferwatch.stats import CumulativeWindow, GaugeWindow, window_quantiles
 
@@ -268,7 +269,11 @@ class EngineSource(Source):
         self._session = aiohttp.ClientSession(
             auto_decompress=True,
             headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
-            connector=aiohttp.TCPConnector(limit_per_host=2, force_close=False),
+            # Scrapes in flight are bounded by the descriptors the agent has, so that
+            # many workers never take the ones /metrics and /healthz are served on.
+            connector=aiohttp.TCPConnector(
+                limit=outbound_budget(descriptor_limit()), limit_per_host=2, force_close=False
+            ),
         )
 
     async def stop(self) -> None:
