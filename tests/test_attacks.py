@@ -521,3 +521,44 @@ def test_eighty_workers_in_sixty_four_descriptors_still_serve_metrics(tmp_path: 
         for w in workers:
             w.stop()
     assert "Traceback" not in agent.log()
+
+
+def test_sighup_keeps_a_warm_worker_ready_when_the_gate_changes(tmp_path: Path) -> None:
+    from tests.support.proc import Process, free_port
+    from tests.test_warmup import gate_open, readyz, simulator
+    from tests.test_warmup import start_agent as start_gated_agent
+
+    procs: list[Process] = []
+    try:
+        sim_port = free_port()
+        procs.append(simulator(tmp_path, sim_port, "w0"))
+        sim_url = f"http://127.0.0.1:{sim_port}"
+        config = {"workers": [{"name": "w0", "url": sim_url}], "warmup": {"interval": "200ms"}}
+        agent_url = start_gated_agent(tmp_path, procs, config)
+        wait_until(lambda: gate_open(agent_url, "w0"), 60, message="the gate to open")
+        path = tmp_path / "agent.yaml"
+        changed = yaml.safe_load(path.read_text())
+        changed["warmup"]["deadline"] = "20m"  # a gate setting changes, the worker does not
+        path.write_text(yaml.safe_dump(changed))
+        agent = procs[-1]
+        agent.signal(signal.SIGHUP)
+        seen: list[int] = []
+        wait_until(lambda: seen.append(readyz(agent_url)) or "configuration reloaded" in agent.log(),
+                   30, message="the reload")  # fmt: skip
+        seen += [readyz(agent_url) for _ in range(10)]
+        assert set(seen) == {200}, seen
+
+        def gate_pass() -> float:
+            body = urllib.request.urlopen(f"{agent_url}/metrics", timeout=10).read().decode()
+            return (
+                metric(body, "inferwatch_last_collect_timestamp_seconds", collector="warmup") or 0
+            )
+
+        after = gate_pass()
+        wait_until(lambda: gate_pass() > after, 30, message="a gate pass after the reload")
+        # the warm worker was not warmed a second time
+        assert agent.log().count("warm after") == 1, agent.log()[-2000:]
+        assert agent.alive()
+    finally:
+        for p in reversed(procs):
+            p.stop()

@@ -374,7 +374,6 @@ class Agent:
         """
         engine = self.engine
         assert engine is not None
-        engine.reconfigure(config)
         process = ProcessSource(
             config.workers, interval=config.process_interval, engine_facts=engine.engine_facts
         )
@@ -384,10 +383,18 @@ class Agent:
         if config.warmup:
             from inferwatch.warmup import WarmupGate
 
-            gate = WarmupGate.from_config(config, process=process, engine=engine)
-            if gate is not None:
-                await gate.start()
-                await gate.refresh()
+            new_gate = WarmupGate.from_config(config, process=process, engine=engine)
+            if new_gate is not None:
+                old_gate = next((s for s in self.sources if isinstance(s, WarmupGate)), None)
+                if old_gate is not None:
+                    # a worker that is warm stays warm (and in its Service) across a reload
+                    for name, state in old_gate.workers.items():
+                        if name in new_gate.workers and new_gate.workers[name].spec == state.spec:
+                            new_gate.workers[name] = state
+                await new_gate.start()
+                gate = new_gate
+        # everything that can fail is built: from here on the reload is applied whole
+        engine.reconfigure(config)
         kept = [s for s in self.sources if s.name not in ("engine", "process", "warmup")]
         sources = ([engine, process] if config.workers else []) + kept
         if gate is not None:
