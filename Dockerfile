@@ -44,8 +44,12 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 # NVIDIA runtime from mounting CUDA/compute libraries into the agent.
 # MPLCONFIGDIR: the weekly report renders charts with matplotlib, which needs a
 # writable cache directory; /tmp is writable even with a read-only root.
+# INFERWATCH_REVISION: the source revision, for inferwatch_build_info
+# (docker build --build-arg INFERWATCH_REVISION="$(git rev-parse HEAD)").
+ARG INFERWATCH_REVISION=unknown
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    INFERWATCH_REVISION=${INFERWATCH_REVISION} \
     NVIDIA_DRIVER_CAPABILITIES=utility \
     MPLCONFIGDIR=/tmp/matplotlib
 

@@ -251,6 +251,12 @@ def test_agent_configs_load_and_the_agent_is_hardened(name: str, tmp_path: Path)
     assert agent["read_only"] is True and agent["cap_drop"] == ["ALL"]
     assert "no-new-privileges:true" in agent["security_opt"]
     assert "user" not in agent, "the image's non-root user (10001) must not be overridden"
+    from tests.support.attack import NOFILE_FLOOR, RSS_LIMIT_MB
+
+    memory = agent["deploy"]["resources"]["limits"]["memory"]
+    assert memory in (f"{RSS_LIMIT_MB}M", RSS_LIMIT_MB * 1024 * 1024), memory
+    nofile = agent["ulimits"]["nofile"]
+    assert int(nofile["soft"]) >= NOFILE_FLOOR and int(nofile["hard"]) >= NOFILE_FLOOR
 
 
 def test_gpu_stack_gives_the_agent_the_worker_gpu() -> None:
@@ -270,7 +276,8 @@ def test_gpu_stack_gives_the_agent_the_worker_gpu() -> None:
 def test_sim_stack_shares_the_fake_gpu_between_simulator_and_agent() -> None:
     stack = project("docker-compose.sim.yml")
     sim, agent, loadgen = (stack["services"][s] for s in ("sim", "inferwatch", "loadgen"))
-    assert "deploy" not in agent and "deploy" not in sim, "the laptop stack needs no GPU"
+    assert "deploy" not in sim, "the laptop stack needs no GPU"
+    assert "reservations" not in agent["deploy"]["resources"], "the laptop stack needs no GPU"
     assert sim["command"][0] == "simulate" and loadgen["command"][0] == "loadgen"
     state_dir = flag(sim["command"], "--gpu-state-dir")
     assert flag(sim["command"], "--host") == "0.0.0.0", "other containers must reach it"

@@ -441,6 +441,9 @@ def test_sidecar_is_restricted(sidecar: list[dict[str, Any]]) -> None:
     agent = container(pod, "inferwatch")
     assert restricted_violations(pod, agent) == []
     assert agent["securityContext"]["runAsUser"] == 10001
+    from tests.support.attack import RSS_LIMIT_MB
+
+    assert agent["resources"]["limits"]["memory"] == f"{RSS_LIMIT_MB}Mi"
 
 
 def test_restricted_check_catches_a_root_container() -> None:

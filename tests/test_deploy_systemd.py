@@ -140,6 +140,15 @@ def test_agent_unit_directives() -> None:
     assert last(unit, "Install", "WantedBy") == "multi-user.target"
 
 
+def test_agent_unit_sets_the_limits_the_attack_tests_assume() -> None:
+    from tests.support.attack import NOFILE_FLOOR, RSS_LIMIT_MB
+
+    unit = parse_unit(SYSTEMD / "inferwatch.service")
+    assert int(last(unit, "Service", "LimitNOFILE")) >= NOFILE_FLOOR
+    assert last(unit, "Service", "MemoryMax") == f"{RSS_LIMIT_MB}M"
+    assert last(unit, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
+
+
 def test_report_unit_keeps_the_password_off_the_command_line() -> None:
     unit = parse_unit(SYSTEMD / "inferwatch-report.service")
     svc = "Service"

@@ -260,7 +260,7 @@ def test_pasted_queries_are_scoped_to_the_alert_and_restarting_is_never_the_firs
     scoped = {a.name for a in rules.alerts(t) if a.scope}
     for page in sorted(RUNBOOKS.glob("*.md")):
         name = page.stem
-        head, body = page.read_text().split("</details>", 1)
+        _, body = page.read_text().split("</details>", 1)
         if name in scoped:
             for block in re.findall(r"```promql\n(.*?)\n\s*```", body, re.S):
                 assert re.search(r'="(INSTANCE|WORKER|GPU|MODEL)"', block), (name, block)

@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import platform
 import re
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -30,7 +32,11 @@ from inferwatch import __version__
 from inferwatch.collectors.base import Source
 from inferwatch.collectors.engine import EngineSource
 from inferwatch.collectors.process import ProcessSource
-from inferwatch.config import DEFAULT_PORT, AgentConfig, GpuConfig, load_config
+from inferwatch.config import DEFAULT_PORT, LOG_FORMATS, AgentConfig, GpuConfig, load_config
+from inferwatch.logformat import setup_logging
+
+#: the source revision the agent was built from (the image sets it at build time)
+REVISION = os.environ.get("INFERWATCH_REVISION", "unknown")[:64]
 
 log = logging.getLogger("inferwatch")
 
@@ -190,7 +196,7 @@ class Agent:
         self._parts: dict[str, tuple[list[Metric], bytes]] = {}
         self._rebuilding = asyncio.Lock()
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[Source, asyncio.Task[None]] = {}
         self._refreshed: set[str] = set()
 
     def _build_sources(self) -> None:
@@ -246,6 +252,14 @@ class Agent:
         )
         info.add_metric([__version__], 1.0)
         yield info
+        build = GaugeMetricFamily(
+            "inferwatch_build_info",
+            "A metric with a constant '1' labelled by version, revision and the Python "
+            "version the agent runs on (the exporters' build_info convention).",
+            labels=["version", "revision", "pythonversion"],
+        )
+        build.add_metric([__version__, REVISION, platform.python_version()], 1.0)
+        yield build
         duration = GaugeMetricFamily(
             "inferwatch_collect_duration_seconds",
             "Duration of each collector's last pass.",
@@ -386,15 +400,82 @@ class Agent:
         for source in self.sources:
             await source.start()
         self.rebuild()
-        self._tasks = [
-            asyncio.create_task(self._loop(s), name=f"source-{s.name}") for s in self.sources
-        ]
+        for s in self.sources:
+            self._tasks[s] = asyncio.create_task(self._loop(s), name=f"source-{s.name}")
+
+    async def reload(self, config: AgentConfig) -> None:
+        """Apply a reloaded configuration (SIGHUP) without dropping unchanged series.
+
+        Workers whose settings did not change keep their state; the process source
+        and the warm-up gate are built anew and refreshed once before they replace
+        the old ones, so their series never go missing in between. Settings of the
+        GPU source, the listen address and the web config need a restart.
+        """
+        engine = self.engine
+        assert engine is not None
+        process = ProcessSource(
+            config.workers, interval=config.process_interval, engine_facts=engine.engine_facts
+        )
+        await process.start()
+        await process.refresh()
+        gate: Source | None = None
+        if config.warmup:
+            from inferwatch.warmup import WarmupGate
+
+            new_gate = WarmupGate.from_config(config, process=process, engine=engine)
+            if new_gate is not None:
+                old_gate = next((s for s in self.sources if isinstance(s, WarmupGate)), None)
+                if old_gate is not None:
+                    # a worker that is warm stays warm (and in its Service) across a reload
+                    for name, state in old_gate.workers.items():
+                        if name in new_gate.workers and new_gate.workers[name].spec == state.spec:
+                            new_gate.workers[name] = state
+                await new_gate.start()
+                gate = new_gate
+        # everything that can fail is built: from here on the reload is applied whole
+        engine.reconfigure(config)
+        kept = [s for s in self.sources if s.name not in ("engine", "process", "warmup")]
+        sources = ([engine, process] if config.workers else []) + kept
+        if gate is not None:
+            sources.append(gate)
+            self.ready_checks = [gate.ready]  # type: ignore[attr-defined]
+        else:
+            self.ready_checks = []
+        for source in kept:
+            if hasattr(source, "pid_workers"):  # NVML: per-process series name workers
+                source.pid_workers = process.pid_workers
+        self.process = process
+        self.config = replace(
+            config,
+            gpu=self.config.gpu,
+            listen_host=self.config.listen_host,
+            listen_port=self.config.listen_port,
+            web_config_file=self.config.web_config_file,
+        )
+        gone = [s for s in self.sources if s not in sources]
+        self.sources = sources
+        for source in gone:
+            task = self._tasks.pop(source, None)
+            if task is not None:
+                task.cancel()
+            self._parts.pop(source.name, None)
+            if source is not engine:
+                with contextlib.suppress(Exception):
+                    await source.stop()
+        for source in sources:
+            if source not in self._tasks:
+                self._tasks[source] = asyncio.create_task(
+                    self._loop(source), name=f"source-{source.name}"
+                )
+        self._parts.pop(engine.name, None)
+        await self.rebuild_async()
+        log.info("configuration reloaded: %d workers", len(config.workers))
 
     async def stop(self) -> None:
         self._stopping.set()
-        for task in self._tasks:
+        for task in self._tasks.values():
             task.cancel()
-        for task in self._tasks:
+        for task in self._tasks.values():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for source in self.sources:
@@ -402,19 +483,48 @@ class Agent:
                 await source.stop()
 
 
-async def serve(config: AgentConfig, *, on_ready: Callable[[str], None] | None = None) -> None:
-    """Run the agent and its HTTP server until SIGTERM or SIGINT."""
+async def serve(
+    config: AgentConfig,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    reload_config: Callable[[], AgentConfig] | None = None,
+) -> None:
+    """Run the agent and its HTTP server until SIGTERM or SIGINT; SIGHUP reloads."""
+    from inferwatch import logthrottle
+    from inferwatch.errors import UsageError
     from inferwatch.exporter import Exporter
 
+    loop = asyncio.get_running_loop()
+    logthrottle.install(loop)
     agent = Agent(config)
     exporter = Exporter(agent, config)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    reloading: list[asyncio.Task[None]] = []
+
+    async def reload() -> None:
+        try:
+            new = reload_config() if reload_config is not None else config
+            await agent.reload(new)
+        except UsageError as exc:
+            log.error("SIGHUP: configuration not reloaded, the old one stays: %s", exc)
+        except Exception as exc:  # a reload must never end the agent
+            log.error("SIGHUP: reload failed, the old configuration stays: %s", exc)
+
+    def on_hup() -> None:
+        if not any(not t.done() for t in reloading):
+            reloading[:] = [asyncio.ensure_future(reload())]
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
     await agent.start()
-    url = await exporter.start()
+    try:
+        url = await exporter.start()
+    except UsageError:
+        await agent.stop()
+        raise
     log.info(
         "inferwatch %s serving %s/metrics (%d workers, gpu backend %s)",
         __version__,
@@ -439,6 +549,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--listen",
+        "--web.listen-address",
+        dest="listen",
         metavar="HOST:PORT",
         help=f"address to serve /metrics on (default 0.0.0.0:{DEFAULT_PORT})",
     )
@@ -472,10 +584,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--web-config-file",
+        "--web.config.file",
+        dest="web_config_file",
         metavar="FILE",
         help="TLS and basic-auth settings, exporter-toolkit format",
     )
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level",
+        "--log.level",
+        dest="log_level",
+        choices=("debug", "info", "warning", "error"),
+    )
+    parser.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=LOG_FORMATS,
+        help="log line format (default text; logfmt and json as other exporters write)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
@@ -489,20 +614,15 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         "stats_window": args.stats_window,
         "web_config_file": args.web_config_file,
         "log_level": args.log_level,
+        "log_format": getattr(args, "log_format", None),
     }
     return load_config(args.config, flags=flags)
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-
-
-def main(args: argparse.Namespace) -> int:
+def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> AgentConfig:
     config = config_from_args(args)
+    if not logging_ready:  # warnings of the checks below go out in the chosen format
+        setup_logging(config.log_level, config.log_format)
     if config.web_config_file:
         from inferwatch.webconfig import load_web_config
 
@@ -511,6 +631,10 @@ def main(args: argparse.Namespace) -> int:
         from inferwatch.warmup import parse_warmup
 
         parse_warmup(config)  # validate before anything starts
-    setup_logging(config.log_level)
-    asyncio.run(serve(config))
+    return config
+
+
+def main(args: argparse.Namespace) -> int:
+    config = _validated(args, logging_ready=False)
+    asyncio.run(serve(config, reload_config=lambda: _validated(args)))
     return 0

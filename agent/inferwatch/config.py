@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from inferwatch.errors import ConfigError
+from inferwatch.errors import ConfigError, Kind
+from inferwatch.redact import redact_url
 
 DEFAULT_PORT = 10127
 """Outside the fully allocated 9100-9999 exporter range and unused by any known exporter."""
@@ -25,6 +26,7 @@ DEFAULT_PORT = 10127
 ENGINES = ("auto", "vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
 GPU_BACKENDS = ("nvml", "fake", "none")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "logfmt", "json")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class WorkerSpec:
     #: the GPUs it runs on, when nothing the agent can read says so (NVML indices or
     #: GPU-/MIG- UUIDs; docs/attribution.md)
     gpus: tuple[int | str, ...] | None = None
+    #: basic auth towards the worker; the password from password_file or password_env
+    #: (never on the command line, where ps shows it)
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @property
     def port(self) -> int | None:
@@ -64,6 +70,26 @@ class GpuConfig:
 class ScrapeConfig:
     timeout: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
+    #: exported samples per worker (a histogram counts its buckets, sum and count);
+    #: the input is cut at SAMPLES_PER_SERIES times this many lines before parsing
+    max_series: int = 5000
+
+
+#: input sample lines read per exported sample allowed (ranks and copies that combine)
+SAMPLES_PER_SERIES = 8
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Limits of the agent's own HTTP server (a hostile client must not exhaust it)."""
+
+    #: open connections at once; at the cap the oldest one still sending its request
+    #: head is closed for the new one, or the new one is refused
+    max_connections: int = 256
+    #: a connection must finish its request head this soon after its first byte
+    header_timeout: float = 10.0
+    #: an idle keep-alive connection is closed after this long
+    idle_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -72,11 +98,13 @@ class AgentConfig:
     listen_port: int = DEFAULT_PORT
     web_config_file: str | None = None
     log_level: str = "info"
+    log_format: str = "text"
     collect_interval: float = 2.0
     process_interval: float = 5.0
     stats_window: float = 60.0
     gpu: GpuConfig = field(default_factory=GpuConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     workers: tuple[WorkerSpec, ...] = ()
     #: raw sections owned and validated by other modules (warm-up gate, weekly report)
     warmup: Mapping[str, Any] = field(default_factory=dict)
@@ -163,18 +191,18 @@ def parse_url(value: Any, source: str, key: str) -> str:
     """An http(s) base URL with a host; a trailing slash is dropped."""
     expected = "an http:// or https:// URL with a host, such as http://127.0.0.1:8000"
     if not isinstance(value, str):
-        raise ConfigError(source, key, expected, value)
+        raise ConfigError(source, key, expected, Kind(value))
     try:
         parts = urlsplit(value.strip())
         port = parts.port  # raises ValueError on a bad port
     except ValueError:
-        raise ConfigError(source, key, expected, value) from None
+        raise ConfigError(source, key, expected, redact_url(value)) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(source, key, expected, value)
+        raise ConfigError(source, key, expected, redact_url(value))
     if port is not None and not 0 < port < 65536:
-        raise ConfigError(source, key, expected, value)
+        raise ConfigError(source, key, expected, redact_url(value))
     if parts.query or parts.fragment:
-        raise ConfigError(source, key, expected + " (no query or fragment)", value)
+        raise ConfigError(source, key, expected + " (no query or fragment)", redact_url(value))
     return value.strip().rstrip("/")
 
 
@@ -213,7 +241,7 @@ def _gpu_list(value: Any, source: str, key: str) -> tuple[int | str, ...]:
 
 def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(source, key, "a mapping of keys to values", value)
+        raise ConfigError(source, key, "a mapping of keys to values", Kind(value))
     return dict(value)
 
 
@@ -230,6 +258,12 @@ _GPU_FIELDS: dict[str, Parser] = {
 _SCRAPE_FIELDS: dict[str, Parser] = {
     "timeout": parse_duration,
     "max_body_bytes": _positive_int,
+    "max_series": _positive_int,
+}
+_SERVER_FIELDS: dict[str, Parser] = {
+    "max_connections": _positive_int,
+    "header_timeout": parse_duration,
+    "idle_timeout": parse_duration,
 }
 _WORKER_FIELDS: dict[str, Parser] = {
     "name": _string,
@@ -241,20 +275,24 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "max_num_seqs": _optional(_positive_int),
     "timeout": _optional(parse_duration),
     "gpus": _optional(_gpu_list),
+    "username": _optional(_string),
+    "password_file": _optional(_string),
+    "password_env": _optional(_string),
 }
 _TOP_SCALARS: dict[str, Parser] = {
     "web_config_file": _optional(_string),
     "log_level": _choice(*LOG_LEVELS),
+    "log_format": _choice(*LOG_FORMATS),
     "collect_interval": parse_duration,
     "process_interval": parse_duration,
     "stats_window": parse_duration,
 }
-TOP_KEYS = ("listen", *_TOP_SCALARS, "gpu", "scrape", "workers", "warmup", "report")
+TOP_KEYS = ("listen", *_TOP_SCALARS, "gpu", "scrape", "server", "workers", "warmup", "report")
 
 
 def _section(raw: Any, fields_: Mapping[str, Parser], source: str, prefix: str) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ConfigError(source, prefix, "a mapping with keys " + ", ".join(fields_), raw)
+        raise ConfigError(source, prefix, "a mapping with keys " + ", ".join(fields_), Kind(raw))
     out: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}.{key}"
@@ -276,15 +314,39 @@ def _worker(raw: Any, source: str, key: str) -> WorkerSpec:
     values = _section(raw, _WORKER_FIELDS, source, key)
     if "url" not in values:
         raise ConfigError(source, f"{key}.url", "the worker's base URL (required)")
+    password = _worker_password(values, source, key)
+    if password is not None:
+        if not values.get("username"):
+            raise ConfigError(source, f"{key}.username", "a user name for the worker's password")
+        values["password"] = password
     values.setdefault("name", default_worker_name(values["url"]))
     return WorkerSpec(**values)
+
+
+def _worker_password(values: dict[str, Any], source: str, key: str) -> str | None:
+    """The worker's password from its file or variable (removed from ``values``)."""
+    path = values.pop("password_file", None)
+    var = values.pop("password_env", None)
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError):
+            raise ConfigError(source, f"{key}.password_file", "a readable UTF-8 file") from None
+    if var is not None:
+        if var not in os.environ:
+            raise ConfigError(source, f"{key}.password_env", "the name of a set variable", var)
+        return os.environ[var]
+    return None
 
 
 def _workers(raw: Any, source: str, key: str = "workers") -> tuple[WorkerSpec, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ConfigError(source, key, "a list of workers (each a URL or a mapping with url)", raw)
+        raise ConfigError(
+            source, key, "a list of workers (each a URL or a mapping with url)", Kind(raw)
+        )
     workers = tuple(_worker(item, source, f"{key}[{i}]") for i, item in enumerate(raw))
     _check_unique(workers, source)
     return workers
@@ -314,6 +376,10 @@ def _apply(config: AgentConfig, raw: Mapping[str, Any], source: str) -> AgentCon
             changes["scrape"] = replace(
                 config.scrape, **_section(value, _SCRAPE_FIELDS, source, key)
             )
+        elif key == "server":
+            changes["server"] = replace(
+                config.server, **_section(value, _SERVER_FIELDS, source, key)
+            )
         elif key == "workers":
             changes["workers"] = value if isinstance(value, tuple) else _workers(value, source)
         elif key in ("warmup", "report"):
@@ -323,17 +389,63 @@ def _apply(config: AgentConfig, raw: Mapping[str, Any], source: str) -> AgentCon
     return replace(config, **changes)
 
 
+#: limits of a configuration file: far above any real one, far below harm
+YAML_MAX_BYTES = 1 << 20
+YAML_MAX_DEPTH = 32
+YAML_MAX_ALIASES = 64
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses deep nesting and alias bombs while composing.
+
+    An alias bomb (aliases of aliases of lists) is small as a node graph and
+    huge once anything walks it (a 312 MB error line, a MemoryError at 2.7 GB);
+    deep nesting ends in RecursionError. Both become a YAMLError here.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > YAML_MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {YAML_MAX_ALIASES} aliases")
+        self._depth += 1
+        try:
+            if self._depth > YAML_MAX_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {YAML_MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def read_yaml_file(path: str) -> Mapping[str, Any]:
     """A YAML mapping from ``path``; unreadable files and bad YAML are ConfigErrors."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            raw = fh.read(YAML_MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError(path, "(file)", "a readable file", exc.strerror or str(exc)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+    if len(raw) > YAML_MAX_BYTES:
+        raise ConfigError(path, "(file)", f"a file of at most {YAML_MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(path, f"line {line}", "UTF-8 text") from None
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
         where = f"line {mark.line + 1}" if mark else "(file)"
-        raise ConfigError(path, where, "valid YAML", getattr(exc, "problem", str(exc))) from None
+        raise ConfigError(path, where, "valid YAML", str(exc.problem)[:80]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "(file)", "valid YAML", str(exc)[:80]) from None
+    except RecursionError:
+        raise ConfigError(path, "(file)", f"YAML nested at most {YAML_MAX_DEPTH} levels") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -346,6 +458,7 @@ ENV_KEYS: dict[str, str] = {
     "INFERWATCH_LISTEN": "listen",
     "INFERWATCH_WEB_CONFIG_FILE": "web_config_file",
     "INFERWATCH_LOG_LEVEL": "log_level",
+    "INFERWATCH_LOG_FORMAT": "log_format",
     "INFERWATCH_COLLECT_INTERVAL": "collect_interval",
     "INFERWATCH_STATS_WINDOW": "stats_window",
     "INFERWATCH_GPU_BACKEND": "gpu.backend",
@@ -389,6 +502,7 @@ FLAG_NAMES: dict[str, str] = {
     "gpu.backend": "--gpu-backend",
     "gpu.fake_count": "--fake-gpus",
     "gpu.fake_state_dir": "--fake-gpu-state",
+    "log_format": "--log.format",
 }
 
 

@@ -618,7 +618,9 @@ async def run_demo(args: argparse.Namespace) -> int:
     demo = Demo(args)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP: the terminal closed. The children run in sessions of their own and
+    # would be left behind if the demo died of it.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     code = 0

@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 
+class Kind:
+    """Shows only the kind of a wrong value (``a str``): for values that may be secret."""
+
+    def __init__(self, value: object) -> None:
+        self.name = type(value).__name__
+
+    def __repr__(self) -> str:
+        return f"a {self.name}"
+
+
 class UsageError(Exception):
     """Bad input from the user: the message is printed as one line, exit code 2."""
 
@@ -22,5 +32,14 @@ class ConfigError(UsageError):
         self.got = got
         detail = f"{source}: {key}: expected {expected}"
         if got is not None:
-            detail += f", got {got!r}"
+            scalar = isinstance(got, (str, int, float, Kind))
+            shown = repr(got) if scalar else f"a {type(got).__name__}"
+            if len(shown) > GOT_MAX:
+                shown = shown[:GOT_MAX] + "..."
+            detail += f", got {shown}"
         super().__init__(detail)
+
+
+#: characters of a wrong value shown in a message; the line stays one short line
+#: even for a value built by a YAML alias bomb (a 312 MB line once)
+GOT_MAX = 80

@@ -3,14 +3,24 @@
 ``/metrics`` never does collection work: it returns the bytes the agent built
 after its last refresh (gzip-compressed once per build when asked), so many
 scrapers cost what one does and a stuck worker never delays a scrape.
+
+Hostile clients are bounded: connections are capped and must send their
+request head in time (``connguard.py``), bcrypt runs on one thread of its own
+with a short queue (a guessing client waits, or gets 429, never the event
+loop), ``/healthz`` and ``/readyz`` need no credentials (liveness probes carry
+none), and client-caused log lines are rate-limited (``logthrottle.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import concurrent.futures
+import errno
 import html
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -19,12 +29,43 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from inferwatch import __version__
 from inferwatch.config import AgentConfig
+from inferwatch.connguard import ConnectionGuard, GuardedProtocol
+from inferwatch.errors import UsageError
+from inferwatch.fdbudget import descriptor_limit, inbound_budget
+from inferwatch.redact import redact_url
 from inferwatch.webconfig import BasicAuth, WebConfig, load_web_config
 
 if TYPE_CHECKING:
     from inferwatch.agent import Agent
 
 log = logging.getLogger(__name__)
+
+#: paths served without credentials: probes (kubelet, systemd, Compose) carry none
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: bcrypt checks waiting at most; beyond, a client gets 429 at once
+AUTH_QUEUE = 8
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding value admits gzip (RFC 9110 12.5.3: q=0 means "not")."""
+    best: float | None = None
+    for item in header.split(","):
+        coding, _, params = item.strip().partition(";")
+        coding = coding.strip().lower()
+        if coding not in ("gzip", "x-gzip", "*"):
+            continue
+        q = 1.0
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if coding == "*" and best is not None:
+            continue  # an explicit gzip entry wins over the wildcard
+        best = q
+    return best is not None and best > 0
 
 
 class Exporter:
@@ -35,7 +76,20 @@ class Exporter:
             load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
         )
         self.auth = BasicAuth(self.web.users) if self.web.users else None
+        # bcrypt on one thread: checks never block the event loop, and a flood of
+        # guesses takes one core at most (the check lets go of the GIL).
+        self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-bcrypt")
+        self._auth_waiting = 0
+        limit = descriptor_limit()
+        cap = inbound_budget(config.server.max_connections, limit)
+        if cap < config.server.max_connections:
+            log.info(
+                "serving at most %d connections (server.max_connections %d; "
+                "only %s file descriptors)", cap, config.server.max_connections, limit,
+            )  # fmt: skip
+        self.guard = ConnectionGuard(cap, config.server.header_timeout)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
         self.url = ""
 
     def app(self) -> web.Application:
@@ -50,32 +104,55 @@ class Exporter:
     async def _middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if self.auth is not None and not self._authorized(request):
-            return web.Response(
-                status=401,
-                text="Unauthorized\n",
-                headers={"WWW-Authenticate": 'Basic realm="inferwatch"'},
-            )
-        response = await handler(request)
-        for name, value in self.web.headers.items():
-            response.headers[name] = value
-        return response
+        transport = request.transport
+        self.guard.request_started(transport)
+        try:
+            if self.auth is not None and request.path not in OPEN_PATHS:
+                refusal = await self._refusal(request)
+                if refusal is not None:
+                    return refusal
+            response = await handler(request)
+            for name, value in self.web.headers.items():
+                response.headers[name] = value
+            return response
+        finally:
+            self.guard.request_finished(transport)
 
-    def _authorized(self, request: web.Request) -> bool:
+    async def _refusal(self, request: web.Request) -> web.Response | None:
+        """None when the credentials are good, else the answer (401, or 429 when too
+        many checks wait already)."""
+        assert self.auth is not None
+        denied = web.Response(
+            status=401,
+            text="Unauthorized\n",
+            headers={"WWW-Authenticate": 'Basic realm="inferwatch"'},
+        )
         header = request.headers.get("Authorization", "")
         scheme, _, encoded = header.partition(" ")
-        if scheme.lower() != "basic" or not encoded:
-            return False
+        if scheme.lower() != "basic" or not encoded or len(encoded) > 1024:
+            return denied
         try:
             user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            return False
-        assert self.auth is not None
-        return bool(sep) and self.auth.check(user, password)
+            return denied
+        if not sep:
+            return denied
+        if self.auth.cached(user, password):
+            return None
+        if self._auth_waiting >= AUTH_QUEUE:
+            return web.Response(status=429, text="Too many credential checks\n",
+                                headers={"Retry-After": "1"})  # fmt: skip
+        self._auth_waiting += 1
+        try:
+            loop = asyncio.get_running_loop()
+            ok = await loop.run_in_executor(self._bcrypt, self.auth.check, user, password)
+        finally:
+            self._auth_waiting -= 1
+        return None if ok else denied
 
     async def metrics(self, request: web.Request) -> web.Response:
-        headers = {"Content-Type": CONTENT_TYPE_LATEST}
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
+        headers = {"Content-Type": CONTENT_TYPE_LATEST, "Vary": "Accept-Encoding"}
+        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             headers["Content-Encoding"] = "gzip"
             return web.Response(body=await self.agent.gzipped_async(), headers=headers)
         return web.Response(body=self.agent.exposition, headers=headers)
@@ -95,7 +172,7 @@ class Exporter:
             status = "up" if state.up else "down"
             eng = state.mapped.engine if state.mapped else "?"
             rows.append(
-                f"<tr><td>{html.escape(name)}</td><td>{html.escape(state.spec.url)}</td>"
+                f"<tr><td>{html.escape(name)}</td><td>{html.escape(redact_url(state.spec.url))}</td>"
                 f"<td>{eng}</td><td>{status}</td></tr>"
             )
         body = f"""<!doctype html><html><head><meta charset="utf-8">
@@ -109,15 +186,37 @@ class Exporter:
         return web.Response(text=body, content_type="text/html")
 
     async def start(self) -> str:
-        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=5.0)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner,
-            self.config.listen_host,
-            self.config.listen_port,
-            ssl_context=self.web.ssl_context,
+        server_config = self.config.server
+        self._runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            shutdown_timeout=5.0,
+            keepalive_timeout=server_config.idle_timeout,
         )
-        await site.start()
+        await self._runner.setup()
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        try:
+            # Not a TCPSite: the protocol of each connection is wrapped by the guard,
+            # and the TLS handshake gets the head's time-out.
+            self._server = await loop.create_server(
+                lambda: GuardedProtocol(server(), self.guard),
+                self.config.listen_host or None,
+                self.config.listen_port,
+                ssl=self.web.ssl_context,
+                ssl_handshake_timeout=(
+                    server_config.header_timeout if self.web.ssl_context else None
+                ),
+                backlog=128,
+                reuse_address=True,
+                family=socket.AF_UNSPEC,
+            )
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            why = "in use by another program" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise UsageError(f"listen address {self.config.listen}: cannot listen: {why}") from None
         scheme = "https" if self.web.ssl_context else "http"
         host = self.config.listen_host
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
@@ -128,6 +227,10 @@ class Exporter:
 
     async def stop(self) -> None:
         # Cleanup stops accepting new connections and lets requests in flight finish.
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self._bcrypt.shutdown(wait=False, cancel_futures=True)

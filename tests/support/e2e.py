@@ -124,14 +124,17 @@ def render_alertmanager_config(
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One simulated worker of a stack; its GPU is the next fake GPU index."""
+    """One simulated worker of a stack; its GPU is the next fake GPU index, or ``gpu``."""
 
     name: str
     max_num_seqs: int = 20
     time_scale: float = 1.0
-    #: more ``inferwatch simulate`` flags (``--num-gpu-blocks``, ``--max-queued-requests``...)
+    #: more ``inferwatch simulate`` flags (``--num-gpu-blocks``, ``--tensor-parallel``,
+    #: ``--mig``...)
     args: tuple[str, ...] = ()
     model: str = "sim-7b"
+    #: the (first) fake GPU it runs on; None: one GPU of its own, the next index
+    gpu: int | None = None
 
 
 class SimWorker:
@@ -220,6 +223,7 @@ class Stack:
         scrape_interval: str | None = None,
         timers: AlertmanagerTimers = AlertmanagerTimers(),
         warmup: dict[str, Any] | None = None,
+        gpu_count: int | None = None,
     ) -> None:
         """``rules_dir`` None: generate rule files from ``thresholds`` (None: the defaults).
 
@@ -227,6 +231,8 @@ class Stack:
         thresholds' ``pack.scrape_interval`` (used for scrapes and rule
         evaluation alike). ``warmup``: the agent's ``warmup:`` section (its
         readiness gate warms the workers before the stack is up), None: no gate.
+        ``gpu_count``: the fake GPUs of the host (None: one per worker); workers with
+        ``gpu`` set share, span (tensor parallelism) or slice (MIG) them.
         """
         self._warmup = warmup
         self.tmp = tmp
@@ -238,8 +244,10 @@ class Stack:
         self.logs.mkdir()
         self.rules_dir = rules_dir or generate_rule_files(self.thresholds, tmp / "pack")
         self.workers = {
-            spec.name: SimWorker(spec, i, self.gpu_dir, self.logs) for i, spec in enumerate(workers)
+            spec.name: SimWorker(spec, i if spec.gpu is None else spec.gpu, self.gpu_dir, self.logs)
+            for i, spec in enumerate(workers)
         }
+        self.gpu_count = gpu_count if gpu_count is not None else len(self.workers)
         if len(self.workers) != len(workers):
             raise ValueError("worker names must be unique")
         self.agent: Process | None = None
@@ -266,7 +274,7 @@ class Stack:
             "stats_window": STATS_WINDOW,
             "gpu": {
                 "backend": "fake",
-                "fake_count": len(self.workers),
+                "fake_count": self.gpu_count,
                 "fake_state_dir": str(self.gpu_dir),
             },
             # max_num_seqs: the simulator's command line is not `vllm serve`

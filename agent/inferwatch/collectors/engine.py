@@ -11,6 +11,7 @@ series at once (no stale values) and says why in ``inferwatch_target_up`` and
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -27,17 +28,21 @@ from prometheus_client.utils import floatToGoString
 
 from inferwatch.collectors import selfdesc
 from inferwatch.collectors.base import Source
-from inferwatch.config import AgentConfig, WorkerSpec
+from inferwatch.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
 from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
     LabelKey,
     Mapped,
     ParseError,
+    cap_series,
     family_names,
     map_families,
     parse,
+    prefilter_limited,
     sample_names,
 )
+from inferwatch.fdbudget import descriptor_limit, outbound_budget
+from inferwatch.redact import redact_url
 from inferwatch.stats import CumulativeWindow, GaugeWindow, window_quantiles
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,10 @@ HELP: dict[str, str] = {
     "inferwatch_target_up": "1 when the last scrape of the worker succeeded and carried engine data.",
     "inferwatch_target_scrape_duration_seconds": "Duration of the last scrape of the worker's metrics.",
     "inferwatch_target_scrape_errors_total": "Failed scrapes of the worker's metrics, by reason.",
+    "inferwatch_target_series_dropped_total": (
+        "Series of the worker dropped by the agent's per-worker cap (scrape.max_series), "
+        "summed over scrapes."
+    ),
     "inferwatch_queue_depth": "Requests waiting to be scheduled (engine: num_requests_waiting).",
     "inferwatch_queue_depth_slope": (
         "Least-squares slope of queue depth over the stats window, requests per second; "
@@ -132,6 +141,9 @@ class WorkerState:
     slopes: dict[LabelKey, float] = field(default_factory=dict)
     #: what the engine says of itself (selfdesc); None until it could be asked
     described: selfdesc.SelfDescription | None = None
+    #: series cut by the per-worker cap, summed over scrapes; whether the last was cut
+    series_dropped: int = 0
+    capped: bool = False
 
     def forget(self) -> None:
         """Drop engine data and history: a worker that is gone leaves nothing stale."""
@@ -152,6 +164,12 @@ def _labels(worker: str, engine: str, key: LabelKey) -> tuple[list[str], list[st
         names.append(k)
         values.append(v)
     return names, values
+
+
+def _auth(spec: WorkerSpec) -> aiohttp.BasicAuth | None:
+    if spec.username is None or spec.password is None:
+        return None
+    return aiohttp.BasicAuth(spec.username, spec.password)
 
 
 class _Families:
@@ -197,16 +215,7 @@ class EngineSource(Source):
         self.config = config
         self.interval = config.collect_interval
         self.window = config.stats_window
-        self.workers = {w.name: WorkerState(w) for w in config.workers}
-        for state in self.workers.values():
-            if state.spec.engine != "auto":
-                state.engine = ENGINES.get(state.spec.engine)
-            if state.spec.metrics_path:
-                state.locations = [(state.spec.url, state.spec.metrics_path)]
-                state.located = True
-            else:
-                state.locations = metrics_locations(state.spec.url, state.engine)
-            state.base_url, state.metrics_path = state.locations[0]
+        self.workers = {w.name: self._new_state(w) for w in config.workers}
         self._launch_max_num_seqs = launch_max_num_seqs
         self._session: aiohttp.ClientSession | None = None
         self.passes = 0
@@ -214,24 +223,84 @@ class EngineSource(Source):
         # loop, so that a scrape of the agent waits for one worker's parse, not for all.
         self._parsing = asyncio.Lock()
         self._families_cache: tuple[tuple[object, ...], list[Metric]] | None = None
+        # Decoding, parsing and mapping a body run on this thread, off the event loop,
+        # so that /healthz and /metrics answer while a large exposition is read.
+        self._parser = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-parse")
+        self._parser_closed = False
+        #: scrapes still running from an earlier pass (a hanging worker): not restarted
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+
+    @staticmethod
+    def _new_state(spec: WorkerSpec) -> WorkerState:
+        state = WorkerState(spec)
+        if spec.engine != "auto":
+            state.engine = ENGINES.get(spec.engine)
+        if spec.metrics_path:
+            state.locations = [(spec.url, spec.metrics_path)]
+            state.located = True
+        else:
+            state.locations = metrics_locations(spec.url, state.engine)
+        state.base_url, state.metrics_path = state.locations[0]
+        return state
+
+    def reconfigure(self, config: AgentConfig) -> None:
+        """Take a reloaded configuration (SIGHUP): a worker whose settings did not
+        change keeps its state (windows, counters, series); the others start afresh."""
+        workers: dict[str, WorkerState] = {}
+        for spec in config.workers:
+            old = self.workers.get(spec.name)
+            workers[spec.name] = (
+                old if old is not None and old.spec == spec else self._new_state(spec)
+            )
+        for name, task in list(self._inflight.items()):
+            if workers.get(name) is not self.workers.get(name):
+                task.cancel()
+                del self._inflight[name]
+        self.config = config
+        self.interval = config.collect_interval
+        self.window = config.stats_window
+        self.workers = workers
+        self._families_cache = None
 
     async def start(self) -> None:
+        if self._parser_closed:
+            self._parser = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-parse")
+            self._parser_closed = False
         self._session = aiohttp.ClientSession(
             auto_decompress=True,
             headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
-            connector=aiohttp.TCPConnector(limit_per_host=2, force_close=False),
+            # Scrapes in flight are bounded by the descriptors the agent has, so that
+            # many workers never take the ones /metrics and /healthz are served on.
+            connector=aiohttp.TCPConnector(
+                limit=outbound_budget(descriptor_limit()), limit_per_host=2, force_close=False
+            ),
         )
 
     async def stop(self) -> None:
+        for task in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
+        self._parser.shutdown(wait=False, cancel_futures=True)
+        self._parser_closed = True
 
     async def refresh(self) -> None:
         started = time.perf_counter()
         if self._session is None:
             await self.start()
-        await asyncio.gather(*(self._scrape(state) for state in self.workers.values()))
+        tasks = []
+        for name, state in self.workers.items():
+            task = self._inflight.get(name)
+            if task is None or task.done():
+                task = self._inflight[name] = asyncio.create_task(self._scrape(state))
+            tasks.append(task)
+        # A pass publishes after one interval (or one scrape time-out) at most: a worker
+        # whose scrape takes longer (a hang on each of several locations tried in turn,
+        # a slow parse) lands in a later pass and never holds back the others' fresh
+        # data. Its scrape is not started again while it runs.
+        await asyncio.wait(tasks, timeout=self._pass_deadline())
         # The new pass's families are built here, a few workers at a time, so that the
         # agent's rebuild finds them ready; until then families() serves the last pass.
         self._families_cache = (
@@ -241,6 +310,13 @@ class EngineSource(Source):
         self.passes += 1
         self.health.finished_pass(started)
 
+    def _pass_deadline(self) -> float:
+        longest = max(
+            (w.spec.timeout or self.config.scrape.timeout for w in self.workers.values()),
+            default=0.0,
+        )
+        return max(self.interval, longest) + 0.25
+
     # ------------------------------------------------------------------ scraping
     async def _fetch(self, state: WorkerState, base_url: str, path: str) -> bytes:
         assert self._session is not None
@@ -248,41 +324,51 @@ class EngineSource(Source):
         timeout = aiohttp.ClientTimeout(total=spec.timeout or self.config.scrape.timeout)
         limit = self.config.scrape.max_body_bytes
         url = base_url + path
+        shown = redact_url(url)
         try:
-            async with self._session.get(url, timeout=timeout, allow_redirects=False) as resp:
+            async with self._session.get(
+                url, timeout=timeout, allow_redirects=False, auth=_auth(spec)
+            ) as resp:
                 if resp.status != 200:
                     hint = status_hint(resp.status, state.engine)
-                    raise ScrapeError("http_status", f"{url} answered HTTP {resp.status}{hint}")
+                    raise ScrapeError("http_status", f"{shown} answered HTTP {resp.status}{hint}")
                 if resp.content_length is not None and resp.content_length > limit:
-                    raise ScrapeError("too_large", f"{url} body of {resp.content_length} bytes")
+                    raise ScrapeError("too_large", f"{shown} body of {resp.content_length} bytes")
                 body = bytearray()
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     body += chunk
                     if len(body) > limit:
-                        raise ScrapeError("too_large", f"{url} body over {limit} bytes, cut")
+                        raise ScrapeError("too_large", f"{shown} body over {limit} bytes, cut")
                 return bytes(body)
         except ScrapeError:
             raise
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
             raise ScrapeError(
-                "timeout", f"{url} did not answer within {timeout.total:g}s"
+                "timeout", f"{shown} did not answer within {timeout.total:g}s"
             ) from None
         except aiohttp.ClientError as exc:
-            raise ScrapeError("connect", f"{url}: {type(exc).__name__}: {exc}") from None
+            # aiohttp's messages may quote the URL, credentials included
+            detail = str(exc).replace(url, shown).replace(base_url, redact_url(base_url))
+            raise ScrapeError("connect", f"{shown}: {type(exc).__name__}: {detail}") from None
 
-    def _map(self, state: WorkerState, text: str) -> Mapped:
+    def _map(self, state: WorkerState, text: str) -> tuple[Mapped, int]:
+        """The mapped scrape and how many series the cap dropped (runs on the parse thread)."""
         engine = state.engine
         if engine is None:
             names = family_names(text) or sample_names(text)
             engine = detect(names)
             if engine is None:
-                shown = ", ".join(sorted(names)[:8]) or "no metric families"
+                shown = ", ".join(n[:64] for n in sorted(names)[:8]) or "no metric families"
                 raise ScrapeError("no_engine_metrics", f"no known engine's metrics (saw: {shown})")
+        max_series = self.config.scrape.max_series
         try:
-            families = parse(text, engine.source_families())
+            kept, cut = prefilter_limited(
+                text, engine.source_families(), max_series * SAMPLES_PER_SERIES
+            )
+            families = parse(kept)
         except ParseError as exc:
             raise ScrapeError("parse", f"unparsable exposition: {exc}") from None
-        mapped = map_families(families, engine)
+        mapped, dropped = cap_series(map_families(families, engine), max_series)
         if not mapped.has_data:
             raise ScrapeError(
                 "no_engine_metrics",
@@ -291,11 +377,29 @@ class EngineSource(Source):
         if state.engine is None:
             log.info("worker %s: detected engine %s", state.spec.name, engine.name)
             state.engine = engine
-        return mapped
+        return mapped, dropped + cut
 
     async def _map_in_turn(self, state: WorkerState, body: bytes) -> Mapped:
         async with self._parsing:
-            return self._map(state, body.decode("utf-8", errors="replace"))
+            loop = asyncio.get_running_loop()
+            mapped, dropped = await loop.run_in_executor(
+                self._parser, lambda: self._map(state, body.decode("utf-8", errors="replace"))
+            )
+        self._count_dropped(state, dropped)
+        return mapped
+
+    def _count_dropped(self, state: WorkerState, dropped: int) -> None:
+        """Count series over the cap; say so once when it starts and once when it ends."""
+        state.series_dropped += dropped
+        if dropped and not state.capped:
+            log.warning(
+                "worker %s: over scrape.max_series (%d): %d series dropped, "
+                "counted in inferwatch_target_series_dropped_total",
+                state.spec.name, self.config.scrape.max_series, dropped,
+            )  # fmt: skip
+        elif not dropped and state.capped:
+            log.info("worker %s: back under scrape.max_series", state.spec.name)
+        state.capped = bool(dropped)
 
     async def _scrape_body(self, state: WorkerState) -> Mapped:
         """Fetch and map the exposition; until it is found, try the engines' other paths.
@@ -316,7 +420,7 @@ class EngineSource(Source):
                 or first.reason not in ("http_status", "no_engine_metrics")
             ):
                 raise
-            tried = [f"{state.base_url}{state.metrics_path}: {first}"]
+            tried = [f"{redact_url(state.base_url)}{state.metrics_path}: {first}"]
             for base_url, path in state.locations:
                 if (base_url, path) == (state.base_url, state.metrics_path):
                     continue
@@ -324,11 +428,11 @@ class EngineSource(Source):
                     body = await self._fetch(state, base_url, path)
                     mapped = await self._map_in_turn(state, body)
                 except ScrapeError as exc:
-                    tried.append(f"{base_url}{path}: {exc}")
+                    tried.append(f"{redact_url(base_url)}{path}: {exc}")
                     continue
                 log.info(
                     "worker %s: %s metrics found at %s%s",
-                    state.spec.name, mapped.engine, base_url, path,
+                    state.spec.name, mapped.engine, redact_url(base_url), path,
                 )  # fmt: skip
                 state.base_url, state.metrics_path = base_url, path
                 state.located = True
@@ -344,6 +448,7 @@ class EngineSource(Source):
             mapped = await self._scrape_body(state)
         except ScrapeError as exc:
             self._failed(state, started, exc.reason, exc.reason, str(exc))
+            self._maybe_redetect(state, exc.reason)
             return
         except Exception as exc:  # a bug must not stop the other workers
             log.debug("worker %s scrape failed", name, exc_info=True)
@@ -352,6 +457,9 @@ class EngineSource(Source):
         state.duration = time.perf_counter() - started
         state.up = True
         self.health.ok(key=name)
+        if state.mapped is not None and state.mapped.engine != mapped.engine:
+            state.forget()  # another engine on the port: its counters start elsewhere
+            state.described = None
         if state.mapped is not None and selfdesc.restarted(state.mapped, mapped):
             state.described = None  # restarted between two scrapes: maybe with other flags
         if state.described is None:
@@ -362,8 +470,24 @@ class EngineSource(Source):
             )
         if state.described is not None:
             mapped = selfdesc.with_model(mapped, state.described.model)
-        self._update_windows(state, mapped, time.time())
+        # Monotonic time: a step of the wall clock (NTP) must not freeze the windows.
+        self._update_windows(state, mapped, time.monotonic())
         state.mapped = mapped
+
+    def _maybe_redetect(self, state: WorkerState, reason: str) -> None:
+        """With ``engine: auto``, a port that stops carrying its engine's data is looked
+        at afresh next pass: another engine may serve it now (vLLM replaced by SGLang)."""
+        if state.spec.engine != "auto" or state.engine is None:
+            return
+        if reason not in ("no_engine_metrics", "http_status"):
+            return
+        log.info("worker %s: no %s data any more, detecting the engine again",
+                 state.spec.name, state.engine.name)  # fmt: skip
+        state.engine = None
+        if not state.spec.metrics_path:
+            state.locations = metrics_locations(state.spec.url, None)
+            state.located = False
+            state.base_url, state.metrics_path = state.locations[0]
 
     def _failed(
         self, state: WorkerState, started: float, reason: str, health_reason: str, message: str
@@ -506,6 +630,7 @@ class EngineSource(Source):
             out.counter(
                 "inferwatch_target_scrape_errors", ["worker", "reason"], [name, reason], count
             )
+        out.counter("inferwatch_target_series_dropped", wl, [name], state.series_dropped)
         mapped = state.mapped
         if mapped is None:
             return

@@ -7,6 +7,7 @@ HTTP handlers, request-size histograms), and skipping them is most of the cost.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -106,23 +107,76 @@ def sample_names(text: str) -> set[str]:
 
 def prefilter(text: str, families: set[str]) -> str:
     """Keep only the comment and sample lines of ``families`` (parser names, no _total)."""
+    return prefilter_limited(text, families, None)[0]
+
+
+def prefilter_limited(text: str, families: set[str], max_samples: int | None) -> tuple[str, int]:
+    """prefilter(), keeping at most ``max_samples`` sample lines; also the count cut.
+
+    A hostile exposition can hold hundreds of thousands of series under the body
+    cap; parsing them all would take the agent's memory. A family whose samples
+    would take the total over the budget is cut whole (a counter summed over part
+    of its ranks would be wrong, not merely incomplete); the families after it
+    are still read while they fit. Kept lines stay in their order.
+    """
     wanted = {f + suffix for f in families for suffix in _SUFFIXES}
-    kept: list[str] = []
+    kept: list[str | None] = []
+    #: sample name or TYPE/HELP name -> indexes in ``kept``, to cut a family whole
+    lines_of: dict[str, list[int]] = {}
+    counts: dict[str, int] = {}
+    cut_names: set[str] = set()
+    typed: set[str] = set()
+    total = 0
+    cut = 0
     for line in text.splitlines():
         if not line:
             continue
         if line[0] == "#":
             parts = line.split(" ", 3)
             if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in wanted:
-                kept.append(line)
+                name = parts[2]
+                if parts[1] == "TYPE":
+                    # A family given twice is ambiguous (which copy is true?):
+                    # Prometheus refuses such a scrape, and so does the agent.
+                    if name in typed:
+                        raise ParseError(f"family {name[:100]} appears twice")
+                    typed.add(name)
+                if _base(name) not in cut_names:
+                    lines_of.setdefault(_base(name), []).append(len(kept))
+                    kept.append(line)
             continue
         brace = line.find("{")
         space = line.find(" ")
         end = brace if brace != -1 and (space == -1 or brace < space) else space
-        if (line[:end] if end != -1 else line) in wanted:
-            kept.append(line)
-    kept.append("")
-    return "\n".join(kept)
+        name = line[:end] if end != -1 else line
+        if name not in wanted:
+            continue
+        family = _base(name)
+        if family in cut_names:
+            cut += 1
+            continue
+        lines_of.setdefault(family, []).append(len(kept))
+        kept.append(line)
+        counts[family] = counts.get(family, 0) + 1
+        total += 1
+        if max_samples is not None and total > max_samples:
+            n = counts.pop(family)
+            cut += n
+            total -= n
+            for i in lines_of.pop(family):
+                kept[i] = None
+            cut_names.add(family)
+    out = [line for line in kept if line is not None]
+    out.append("")
+    return "\n".join(out), cut
+
+
+def _base(name: str) -> str:
+    """The family a sample or metadata name belongs to, for cutting (suffixes off)."""
+    for suffix in ("_total", "_bucket", "_count", "_sum"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def parse(text: str, families: set[str] | None = None) -> dict[str, object]:
@@ -133,9 +187,13 @@ def parse(text: str, families: set[str] | None = None) -> dict[str, object]:
     try:
         parsed = _cached_families(text) if _SERIES_CACHE else text_string_to_metric_families(text)
         for family in parsed:
+            if family.name in out and family.type != "unknown":
+                raise ParseError(f"family {family.name[:100]} appears twice")
             out[family.name] = family
+    except ParseError:
+        raise
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on bad input
-        raise ParseError(str(exc) or type(exc).__name__) from None
+        raise ParseError(str(exc)[:200] or type(exc).__name__) from None
     return out
 
 
@@ -359,13 +417,18 @@ def _wanted_sample(name: str, family: object, signal: Signal) -> bool:
 
 def _map_scalar(family: object, signal: Signal, model_label: str | None) -> dict[LabelKey, float]:
     counter = signal.kind == "counter"
+    ratio = not counter and signal.target.endswith("_ratio")
     grouped: dict[LabelKey, dict[LabelKey, list[float]]] = {}
     for sample in family.samples:  # type: ignore[attr-defined]
         name = sample.name
         if not _wanted_sample(name, family, signal):
             continue
         value = float(sample.value)
-        if math.isnan(value) or (counter and (value < 0 or math.isinf(value))):
+        # Every contract gauge fed by an engine is a count or a share: a non-finite or
+        # negative value, or a ratio above 1, is a broken engine, not a reading.
+        if not math.isfinite(value) or value < 0:
+            continue
+        if ratio and value * signal.scale > 1.0:
             continue
         labels = sample.labels
         if not _selected(labels, signal):
@@ -407,6 +470,8 @@ def _map_histogram(
             continue  # not a usable histogram without its +Inf bucket
         bounds = tuple(sorted(by_bound))
         counts = tuple(_reduce({(): by_bound[b]}, "sum")[()] for b in bounds)
+        if any(later < earlier for earlier, later in itertools.pairwise(counts)):
+            continue  # cumulative counts that go down would invent quantiles
         total = _reduce({(): sums[key]}, "sum")[()] if key in sums else 0.0
         out[key] = Histogram(bounds, counts, total)
     return out
@@ -461,6 +526,61 @@ def map_families(families: Mapping[str, object], engine: EngineMap) -> Mapped:
         frozenset(declared),
         _facts(families, engine),
     )
+
+
+def _series_cost(value: object) -> int:
+    """Samples a series takes in the exposition: a histogram its buckets, sum and count."""
+    return len(value.bounds) + 2 if isinstance(value, Histogram) else 1
+
+
+def _model_of(key: LabelKey) -> str:
+    return next((v for k, v in key if k == "model"), "")
+
+
+def cap_series(mapped: Mapped, max_series: int) -> tuple[Mapped, int]:
+    """At most ``max_series`` exported samples, whole models first; also the count dropped.
+
+    Models are admitted in name order while their series fit, so the kept set is the
+    same from one scrape to the next (windows and quantiles stay continuous) and a
+    kept model has all of its series. Only when the first model alone is over the
+    budget are its series kept one by one, in name order.
+    """
+    tables = {"gauges": mapped.gauges, "counters": mapped.counters, "histograms": mapped.histograms}
+    total = sum(
+        _series_cost(v) for table in tables.values() for series in table.values()
+        for v in series.values()
+    )  # fmt: skip
+    if total <= max_series:
+        return mapped, 0
+    by_model: dict[str, list[tuple[str, str, LabelKey, object]]] = {}
+    for kind, table in tables.items():
+        for target, series in table.items():
+            for key, value in series.items():
+                by_model.setdefault(_model_of(key), []).append((kind, target, key, value))
+    kept: dict[str, dict[str, dict[LabelKey, object]]] = {k: {} for k in tables}
+    used = 0
+    for i, model in enumerate(sorted(by_model)):
+        entries = sorted(by_model[model], key=lambda e: (e[0], e[1], e[2]))
+        cost = sum(_series_cost(e[3]) for e in entries)
+        if used + cost > max_series and i > 0:
+            break
+        for kind, target, key, value in entries:
+            c = _series_cost(value)
+            if used + c > max_series:
+                break
+            kept[kind].setdefault(target, {})[key] = value
+            used += c
+        if used >= max_series:
+            break
+    capped = Mapped(
+        mapped.engine,
+        kept["gauges"],  # type: ignore[arg-type]
+        kept["counters"],  # type: ignore[arg-type]
+        kept["histograms"],  # type: ignore[arg-type]
+        mapped.declared,
+        mapped.facts,
+    )
+    return capped, total - used
 
 
 _BOOLEAN_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false"}

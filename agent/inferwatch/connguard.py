@@ -1,0 +1,162 @@
+"""Bounds on the agent's HTTP connections: a cap, a request-head time-out, eviction.
+
+aiohttp has no limit on open connections and no time-out for a request head
+that arrives a byte at a time (slowloris), so a client could hold every file
+descriptor the agent has. Each accepted connection's protocol is wrapped in a
+:class:`GuardedProtocol` that reports to one :class:`ConnectionGuard`:
+
+- a connection must finish its request head (up to the blank line) within
+  ``header_timeout`` of its first byte, or of being accepted; else it is closed;
+- at ``max_connections`` the new connection closes the one that has been
+  quiet longest among those not serving a request (a slowloris, an idle
+  keep-alive), or is itself refused when every connection is busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_HEAD_END = b"\r\n\r\n"
+
+
+class ConnectionGuard:
+    def __init__(self, max_connections: int, header_timeout: float) -> None:
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.open: dict[GuardedProtocol, None] = {}  # insertion order: oldest first
+        self.by_transport: dict[object, GuardedProtocol] = {}
+        #: connections closed by the cap, by the head time-out; refused at the cap
+        self.evicted = 0
+        self.timed_out = 0
+        self.refused = 0
+
+    def admit(self, conn: GuardedProtocol) -> bool:
+        if len(self.open) >= self.max_connections:
+            victim = min(
+                (c for c in self.open if not c.busy),
+                key=lambda c: c.last_active,
+                default=None,
+            )
+            if victim is None:
+                self.refused += 1
+                return False
+            self.evicted += 1
+            # out of the count now: its connection_lost comes a loop turn later, and
+            # the next connection of this burst must not pick the same victim again
+            self.release(victim)
+            victim.abort()
+        self.open[conn] = None
+        self.by_transport[conn.transport] = conn
+        return True
+
+    def release(self, conn: GuardedProtocol) -> None:
+        self.open.pop(conn, None)
+        self.by_transport.pop(conn.transport, None)
+
+    def request_started(self, transport: object) -> None:
+        conn = self.by_transport.get(transport)
+        if conn is not None:
+            conn.busy += 1
+
+    def request_finished(self, transport: object) -> None:
+        conn = self.by_transport.get(transport)
+        if conn is not None:
+            conn.busy = max(0, conn.busy - 1)
+            conn.last_active = asyncio.get_running_loop().time()
+
+
+class GuardedProtocol(asyncio.Protocol):
+    """Forwards every event to aiohttp's protocol, watching the request heads on the way."""
+
+    def __init__(self, inner: Any, guard: ConnectionGuard) -> None:
+        self.inner = inner
+        self.guard = guard
+        self.transport: asyncio.Transport | None = None
+        self.busy = 0
+        self.last_active = 0.0
+        self._tail = b""
+        self._in_head = True  # waiting for a head (at the start, after each head)
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ asyncio protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        loop = asyncio.get_running_loop()
+        self.last_active = loop.time()
+        if not self.guard.admit(self):
+            self._closed = True
+            transport.abort()
+            return
+        self._arm()
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if not self._in_head:
+            # Bytes after a complete head: the next request of a keep-alive
+            # connection begins (the agent serves GETs only, without bodies).
+            self._in_head = True
+            self._tail = b""
+            self._arm()
+        if self._in_head:
+            seen = self._tail + data
+            if _HEAD_END in seen:
+                self._in_head = False
+                self._disarm()
+                self.last_active = asyncio.get_running_loop().time()
+                # Pipelined bytes after the blank line start the next head.
+                rest = seen.rsplit(_HEAD_END, 1)[1]
+                if rest:
+                    self._in_head = True
+                    self._tail = rest[-3:]
+                    self._arm()
+            else:
+                self._tail = seen[-3:]
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._closed:
+            return None
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._closed:
+            return  # refused before aiohttp saw the connection: nothing to tell it
+        self.guard.release(self)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    # ------------------------------------------------------------ time-out
+    def _arm(self) -> None:
+        self._disarm()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.guard.header_timeout, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if self._in_head and not self.busy:
+            self.guard.timed_out += 1
+            self.abort()
+
+    def abort(self) -> None:
+        self._disarm()
+        if self.transport is not None:
+            self.transport.abort()
