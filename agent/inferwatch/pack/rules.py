@@ -250,7 +250,9 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
 
     # Which worker runs on which GPU (the agent's attribution, MIG labels dropped), and
     # everything joined through it: the per-worker view of its own GPUs, the per-model
-    # view of the model's own GPUs, memory pressure per GPU and worker.
+    # view of the model's own GPUs, memory pressure per GPU and worker. Memory pressure
+    # is averaged over the window: a KV-limited engine's usage swings between 85 and
+    # 99 % as it preempts and refills, and the page must not flap with it.
     rules.append(_record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"))
     rules.append(
         _record(
@@ -285,14 +287,14 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         _record(
             n.worker_gpu_pressure,
             f"label_replace(\n"
-            f"    max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()})\n"
+            f"    max by ({WORKER_KEY}) (avg_over_time(inferwatch_kv_cache_usage_ratio{s()}[{w}]))\n"
             f"  * on ({WORKER_KEY}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "kv_cache", "", ""\n'
             f")\n"
             f"or on ({WORKER_GPU})\n"
             f"label_replace(\n"
-            f"    {n.gpu_vram}\n"
+            f"    max by ({GPU}) (avg_over_time(inferwatch_gpu_memory_used_ratio{s()}[{w}]))\n"
             f"  * on ({GPU}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "gpu_memory", "", ""\n'
