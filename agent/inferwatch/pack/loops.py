@@ -246,9 +246,7 @@ def warmup(
 def ttft_slo_breach(ttft_p99: float | None, uptime_seconds: float | None, t: Thresholds) -> bool:
     """InferenceTTFTSLOBreach: TTFT P99 above the SLO, outside the cold-start window."""
     return (
-        ttft_p99 is not None
-        and ttft_p99 > t.ttft.p99_slo_seconds
-        and not young(uptime_seconds, t)
+        ttft_p99 is not None and ttft_p99 > t.ttft.p99_slo_seconds and not young(uptime_seconds, t)
     )
 
 

@@ -1,0 +1,275 @@
+"""The simulator's load scenarios run in virtual time, and what each must raise.
+
+``run(name)`` drives :class:`inferwatch.sim.engine.EngineCore` (the scheduler,
+KV cache and step costs behind ``inferwatch simulate``) through a scenario of
+:mod:`inferwatch.sim.scenarios` without sleeping: arrivals are the scenario's
+Poisson process and length distributions, each engine step takes its modelled
+cost, and the GPU's utilization is :func:`inferwatch.sim.gpu.utilization` of
+the busy share, as the simulator publishes it. The result holds what the agent
+would read: per-second samples of the gauges and every request's latencies.
+
+``expected_loops(scenario)`` is the set of ``pack.loops`` ids the alerts of
+``pack.rules`` raise on that scenario (``SCENARIO_ALERTS``, with the loops'
+suppression applied): the advise and the report legs of tests/test_loops_agree.py
+hold their findings to it; a live-Prometheus leg can hold the rules to it too.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+
+from inferwatch.advise.model import WorkerPicture
+from inferwatch.pack.loops import loops_of_alerts
+from inferwatch.sim.config import SimConfig
+from inferwatch.sim.engine import EngineCore, SimRequest
+from inferwatch.sim.expo.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from inferwatch.sim.gpu import utilization
+from inferwatch.sim.scenarios import SCENARIOS, Scenario
+from inferwatch.stats import histogram_quantile
+
+#: the alerts whose conditions hold on each scenario (the `for` of each aside)
+SCENARIO_ALERTS: dict[str, frozenset[str]] = {
+    # a trickle: the GPU idles in the waste band, nothing else
+    "idle": frozenset({"InferenceGPUUnderutilized"}),
+    # absorbed traffic: no alert
+    "steady": frozenset(),
+    # the queue passes capacity, the KV cache fills with the queue rising, preemptions;
+    # preempted requests stall between tokens, so the TPOT P99 is ten times its P50
+    "overload": frozenset(
+        {
+            "InferenceQueueOverCapacity",
+            "InferenceVRAMPressureQueueRising",
+            "InferenceKVCachePreemptions",
+            "InferenceLatencyLongTail",
+        }
+    ),
+    # 5 % of requests are very long: the TTFT P99 of the short ones' P50 many times over
+    "long-tail": frozenset({"InferenceLatencyLongTail"}),
+    # a young worker's first requests pay the warm-up (their TTFT is a long tail over
+    # the warm ones'); its GPU idles otherwise
+    "cold-start": frozenset(
+        {"InferenceWorkerColdStart", "InferenceLatencyLongTail", "InferenceGPUUnderutilized"}
+    ),
+    # 90 % of requests to one worker: loop 1; the quiet GPU's waste is the imbalance's
+    "imbalance": frozenset({"InferenceLoadImbalance", "InferenceGPUUnderutilized"}),
+}
+
+
+def expected_loops(scenario: str) -> frozenset[str]:
+    """The ``pack.loops`` ids the rules' alerts stand for on ``scenario``."""
+    return loops_of_alerts(SCENARIO_ALERTS[scenario])
+
+
+#: simulator settings per scenario, as tests/test_advise.py launches them
+MAX_NUM_SEQS = 20
+CONFIG: dict[str, dict[str, object]] = {
+    "cold-start": {"enable_prefix_caching": False, "cold_start_requests": 3},
+    # a larger batch, as on a bigger card: the busy worker stays under 100 %
+    "imbalance": {"max_num_seqs": 32},
+}
+SAMPLE = 1.0  # seconds between samples, as an agent collecting every second
+
+
+@dataclass
+class Sample:
+    t: float
+    utilization: float
+    kv_usage: float
+    vram_used_ratio: float
+    waiting: int
+    running: int
+
+
+@dataclass
+class WorkerRun:
+    worker: str
+    model: str
+    cfg: SimConfig
+    samples: list[Sample] = field(default_factory=list)
+    #: (arrival, value) per request
+    ttft: list[tuple[float, float]] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    preemptions: int = 0
+    finished: int = 0
+    duration: float = 0.0
+
+
+def _requests(
+    sc: Scenario, rng: random.Random, targets: int
+) -> list[tuple[float, int, SimRequest]]:
+    out = []
+    t = 0.0
+    system = list(range(1, sc.system_prompt_tokens + 1))
+    i = 0
+    while True:
+        t += rng.expovariate(sc.rate)
+        if t >= sc.duration:
+            return out
+        long = sc.long_share > 0 and rng.random() < sc.long_share
+        prompt_d = sc.long_prompt if long and sc.long_prompt else sc.prompt
+        output_d = sc.long_output if long and sc.long_output else sc.output
+        body = [rng.randrange(10_000, 50_000) for _ in range(prompt_d.sample(rng))]
+        shared = system if system and rng.random() < sc.system_prompt_share else []
+        n_out = output_d.sample(rng)
+        if sc.hot_share is not None and targets > 1:
+            target = 0 if rng.random() < sc.hot_share else rng.randrange(1, targets)
+        else:
+            target = rng.randrange(targets)
+        req = SimRequest(
+            request_id=f"r{i}",
+            prompt_ids=shared + body,
+            max_tokens=n_out,
+            target_tokens=n_out,
+            final_reason="length",
+            arrival=t,
+            seed=i,
+        )
+        out.append((t, target, req))
+        i += 1
+
+
+def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
+    cfg = run.cfg
+    core = EngineCore(cfg)
+    pending = sorted(arrivals, key=lambda r: r.arrival)
+    busy: list[tuple[float, float]] = []  # (start, end) of compute
+    now = 0.0
+    next_sample = SAMPLE
+    k = 0
+
+    def sample_until(t: float) -> None:
+        nonlocal next_sample
+        while next_sample <= t and next_sample <= end:
+            lo = next_sample - SAMPLE
+            share = sum(max(0.0, min(b, next_sample) - max(a, lo)) for a, b in busy) / SAMPLE
+            snap = core.snapshot()
+            used = cfg.resident_bytes + snap.blocks_in_use * cfg.block_bytes
+            run.samples.append(
+                Sample(
+                    next_sample,
+                    utilization(snap, share),
+                    snap.kv_usage,
+                    used / cfg.gpu.total_bytes,
+                    snap.waiting,
+                    snap.running,
+                )
+            )
+            next_sample += SAMPLE
+
+    while now < end:
+        while k < len(pending) and pending[k].arrival <= now:
+            core.add_request(pending[k])
+            k += 1
+        plan = core.schedule(now)
+        if plan is None:
+            nxt = pending[k].arrival if k < len(pending) else end
+            sample_until(min(nxt, end))
+            now = max(now, nxt)
+            continue
+        busy.append((now, now + plan.busy_seconds))
+        now += plan.seconds
+        stats = core.complete(plan, now)
+        run.preemptions += stats.preemptions
+        run.itl.extend(stats.itls)
+        for f in stats.finished:
+            run.finished += 1
+            run.e2e.append(f.e2e)
+        sample_until(now)
+        busy = [b for b in busy if b[1] > now - 2 * SAMPLE]
+    for req in pending:
+        if req.first_token_at is not None:
+            run.ttft.append((req.arrival, req.first_token_at - req.arrival))
+    run.duration = end
+
+
+def run(name: str, seed: int = 1) -> list[WorkerRun]:
+    """Every worker of the scenario, after its load (and a drain as long as the load)."""
+    sc = SCENARIOS[name]
+    extra = dict(CONFIG.get(name, {}))
+    extra.setdefault("cold_start_requests", 0)
+    extra.setdefault("max_num_seqs", MAX_NUM_SEQS)
+    cfg = replace(SimConfig(), model=f"model-{name}", **extra)  # type: ignore[arg-type]
+    rng = random.Random(seed)
+    targets = max(1, sc.min_targets)
+    planned = _requests(sc, rng, targets)
+    runs = []
+    for i in range(targets):
+        worker = name if targets == 1 else f"{name}-{'ab'[i]}"
+        r = WorkerRun(worker, cfg.model, cfg)
+        _engine_run(r, [req for _, tgt, req in planned if tgt == i], sc.duration)
+        runs.append(r)
+    return runs
+
+
+def buckets(values: list[float], bounds: tuple[float, ...]) -> tuple[tuple[float, float], ...]:
+    """The observations as a classic histogram: (upper bound, cumulative count), +Inf last."""
+    return tuple((b, float(sum(1 for v in values if v <= b))) for b in (*bounds, math.inf))
+
+
+def quantile(values: list[float], q: float, name: str) -> float | None:
+    """The q-quantile as ``histogram_quantile`` computes it from the engine's buckets."""
+    if not values:
+        return None
+    value = histogram_quantile(q, buckets(values, BUCKETS[name]))
+    return None if math.isnan(value) else value
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope (per second), as PromQL's deriv()."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / den if den else None
+
+
+BUCKETS = {"ttft": TTFT_BUCKETS, "tpot": ITL_BUCKETS, "e2e": REQUEST_LATENCY_BUCKETS}
+
+
+def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPicture:
+    """What ``advise`` reads of one worker over the whole run (its agent's view)."""
+    n = len(r.samples)
+    ttft = [v for _, v in r.ttft]
+    return WorkerPicture(
+        worker=r.worker,
+        instance="127.0.0.1:10127",
+        model=r.model,
+        engine="vllm",
+        gpus=(r.worker,),
+        gpu_utilization=sum(s.utilization for s in r.samples) / n,
+        vram_used_ratio=max(s.vram_used_ratio for s in r.samples),
+        ttft_p50=quantile(ttft, 0.5, "ttft"),
+        ttft_p95=quantile(ttft, 0.95, "ttft"),
+        ttft_p99=quantile(ttft, 0.99, "ttft"),
+        tpot_p50=quantile(r.itl, 0.5, "tpot"),
+        tpot_p99=quantile(r.itl, 0.99, "tpot"),
+        e2e_p50=quantile(r.e2e, 0.5, "e2e"),
+        e2e_p99=quantile(r.e2e, 0.99, "e2e"),
+        queue_depth=sum(s.waiting for s in r.samples) / n,
+        queue_depth_max=max(s.waiting for s in r.samples),
+        queue_slope=slope([(s.t, s.waiting) for s in r.samples]),
+        running=sum(s.running for s in r.samples) / n,
+        running_max=max(s.running for s in r.samples),
+        max_num_seqs=r.cfg.max_num_seqs,
+        kv_usage=max(s.kv_usage for s in r.samples),
+        preemption_rate=r.preemptions / r.duration,
+        request_rate=r.finished / r.duration,
+        uptime_seconds=r.duration,
+        model_ttft_p99=quantile(model_ttft, 0.99, "ttft") if model_ttft else None,
+        flags={
+            "max_num_seqs": str(r.cfg.max_num_seqs),
+            "gpu_memory_utilization": f"{r.cfg.gpu_memory_utilization:g}",
+            "prefix_caching": "true" if r.cfg.enable_prefix_caching else "false",
+            "kv_cache_dtype": r.cfg.cache_dtype,
+        },
+    )
+
+
+def pictures(runs: list[WorkerRun]) -> list[WorkerPicture]:
+    merged = [v for r in runs for _, v in r.ttft]
+    return [picture(r, merged) for r in runs]
