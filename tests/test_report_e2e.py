@@ -308,6 +308,7 @@ def report(prom: PromOnBlocks) -> Any:
         waste_below=bands.waste_below,
         healthy_band=(bands.healthy_low, bands.healthy_high),
         scale_review_above=bands.scale_review_above,
+        thresholds=bands.t,
     )
     return build_report(raw, bands)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from inferwatch.stats import histogram_quantile
@@ -74,6 +75,13 @@ class Bands:
     tpot_p99_slo_seconds: float = 0.1
     tail_ratio: float = 5.0
     runbook_base_url: str = "runbooks/"
+    #: everything else the findings read (the loops' conditions take Thresholds)
+    thresholds: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def t(self) -> Any:
+        """The thresholds the loops' conditions read: ``thresholds``, else the defaults."""
+        return self.thresholds if self.thresholds is not None else _default_thresholds()
 
     def slo(self, latency: str) -> float | None:
         return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
@@ -99,7 +107,15 @@ def bands_from_thresholds(t: Any) -> Bands:
         tpot_p99_slo_seconds=t.tpot.p99_slo_seconds,
         tail_ratio=t.latency.tail_ratio,
         runbook_base_url=t.pack.runbook_base_url,
+        thresholds=t,
     )
+
+
+@cache
+def _default_thresholds() -> Any:
+    from inferwatch.pack.thresholds import load_thresholds
+
+    return load_thresholds()
 
 
 # --------------------------------------------------------------------------- raw
@@ -119,6 +135,14 @@ class RawWorker:
     queue_peak: Daily | None
     over_capacity_seconds: Daily | None  # None: max_num_seqs unknown
     capacity: float | None
+    #: waiting plus running requests, the day's mean (loop 1's load); None: not exported
+    open_requests: Daily | None = None
+    #: the day's steepest queue slope over queue.rising_window, requests per second
+    queue_slope_peak: Daily | None = None
+    #: preemptions per day
+    preemptions: Daily | None = None
+    #: latency name -> per-day buckets observed within cold_start.within of a start
+    cold_latency: dict[str, tuple[Buckets | None, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,6 +158,14 @@ class RawGpu:
     vram_peak_ratio: Daily
     vram_peak_bytes: Daily | None
     workers: tuple[str, ...]
+    #: the day's peak memory pressure: its workers' KV-cache usage where the engine
+    #: exports it, else NVML's used ratio (the rules' memory pressure); None: as VRAM
+    pressure_peak: Daily | None = None
+    #: "kv_cache" or "gpu_memory": what pressure_peak is
+    pressure_from: str = "gpu_memory"
+    #: share of each day the GPU's utilization, averaged over pack.rate_window, was below
+    #: gpu_utilization.waste_below (InferenceGPUUnderutilized's condition); None: unknown
+    waste_alert_daily: Daily | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +194,14 @@ class RawData:
 
 
 # --------------------------------------------------------------------- arithmetic
+
+
+def subtract_buckets(whole: Buckets | None, part: Buckets | None) -> Buckets | None:
+    """``whole`` without the observations of ``part`` (counts never below zero)."""
+    if whole is None or part is None:
+        return whole
+    less = dict(part)
+    return tuple((le, max(0.0, count - less.get(le, 0.0))) for le, count in whole)
 
 
 def merge_buckets(parts: Iterable[Buckets | None]) -> Buckets | None:
