@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 
 from inferwatch.advise.model import WorkerPicture
 from inferwatch.pack.loops import loops_of_alerts
+from inferwatch.pack.thresholds import Thresholds
+from inferwatch.report.model import Hourly, Period, RawData, RawGpu, RawWorker
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.engine import EngineCore, SimRequest
 from inferwatch.sim.expo.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
@@ -273,3 +275,102 @@ def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPictur
 def pictures(runs: list[WorkerRun]) -> list[WorkerPicture]:
     merged = [v for r in runs for _, v in r.ttft]
     return [picture(r, merged) for r in runs]
+
+
+# --------------------------------------------------------------------------- the report's view
+
+#: end of the report's one-day period (a Monday, 00:00 UTC); the run is its last minute
+REPORT_END = 1795392000.0
+#: PromQL subquery step of the report's queries (report/query.py SUBQUERY_STEP)
+STEP = 60.0
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def raw_data(runs: list[WorkerRun], t: Thresholds) -> RawData:
+    """What ``report.query.collect`` would read for the run: a one-day period whose current
+    day holds the run (the day before is empty), figures computed the way its queries do."""
+    from inferwatch.pack import loops as L
+
+    period = Period(REPORT_END, 1)
+
+    def day(value: float | None) -> tuple[float | None, ...]:
+        return (None, value)
+
+    workers = []
+    gpus = []
+    for r in runs:
+        cap = r.cfg.max_num_seqs
+        over_at = {
+            round(s.t)
+            for s in r.samples
+            if L.over_capacity(s.waiting, cap, s.running, s.kv_usage, t)
+        }
+        first_tokens = [(a + v, v) for a, v in r.ttft]
+        # young throughout: the whole run lies within cold_start.within of the start (t=0)
+        young = [v for at, v in first_tokens if L.young(at, t)]
+        # deriv over queue.rising_window, evaluated every subquery step
+        steps = [k * STEP for k in range(1, int(r.duration // STEP) + 1)] or [r.duration]
+        slopes = [
+            slope([(s.t, s.waiting) for s in r.samples if at - t.queue.rising_window < s.t <= at])
+            for at in steps
+        ]
+        known_slopes = [v for v in slopes if v is not None]
+        utils = [s.utilization for s in r.samples]
+        # the rules' rate_window average at each sample, below the waste line
+        window = t.pack.rate_window
+        waste = [
+            (_mean([u.utilization for u in r.samples if s.t - window < u.t <= s.t]) or 0.0)
+            < t.gpu_utilization.waste_below
+            for s in r.samples
+        ]
+        workers.append(
+            RawWorker(
+                model=r.model,
+                worker=r.worker,
+                engine="vllm",
+                instances=(f"{r.worker}:10127",),
+                requests=day(float(r.finished)),
+                prompt_tokens=day(None),
+                generation_tokens=day(None),
+                latency={
+                    "ttft": day(buckets([v for _, v in r.ttft], BUCKETS["ttft"])),  # type: ignore[arg-type]
+                    "tpot": day(buckets(r.itl, BUCKETS["tpot"])),  # type: ignore[arg-type]
+                    "e2e": day(buckets(r.e2e, BUCKETS["e2e"])),  # type: ignore[arg-type]
+                },
+                queue_peak=day(float(max(s.waiting for s in r.samples))),
+                over_capacity_seconds=day(float(len(over_at)) * SAMPLE),
+                capacity=float(cap),
+                open_requests=day(_mean([s.waiting + s.running for s in r.samples])),
+                queue_slope_peak=day(max(known_slopes) if known_slopes else None),
+                preemptions=day(float(r.preemptions)),
+                cold_latency={"ttft": day(buckets(young, BUCKETS["ttft"]))},  # type: ignore[dict-item]
+            )
+        )
+        mean_util = _mean(utils)
+        gpus.append(
+            RawGpu(
+                uuid=f"GPU-{r.worker}",
+                instance=f"{r.worker}:10127",
+                gpu="0",
+                name="simulated",
+                util_daily={"mean": day(mean_util)},
+                band_daily={
+                    "waste": day(_mean([float(u < t.gpu_utilization.waste_below) for u in utils])),
+                    "healthy": day(None),
+                    "scale_review": day(None),
+                },
+                util_week={"mean": (None, mean_util)},
+                sm_active_week=None,
+                vram_peak_ratio=day(max(s.vram_used_ratio for s in r.samples)),
+                vram_peak_bytes=None,
+                workers=(r.worker,),
+                pressure_peak=day(max(s.kv_usage for s in r.samples)),
+                pressure_from="kv_cache",
+                waste_alert_daily=day(_mean([float(w) for w in waste])),
+            )
+        )
+    hourly = Hourly((), (), "", (), ())
+    return RawData(period, tuple(workers), tuple(gpus), (), hourly, ())

@@ -218,17 +218,25 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
 
 def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
     """Loop 2 (InferenceWorkerColdStart): slow first tokens within cold_start.within of a
-    worker start."""
+    worker start, on days the worker was never over capacity (the rule's ``unless``: the
+    slow first tokens of an overloaded worker are queueing)."""
     t = report.bands.t
     hits = []
     for w in m.workers:
         lat = w.cold_latency.get("ttft")
         if lat is None:
             continue
-        p95 = lat.week[0.95].current
-        # observed within the window after a start: young by construction
-        if L.cold_start(p95, 0.0, False, t):
-            hits.append((w.worker, p95 or 0.0))
+        days = []
+        worst = 0.0
+        for i in _current_indices(report):
+            p95 = lat.daily[0.95][i]
+            over = bool(w.over_capacity_daily and (w.over_capacity_daily[i] or 0) > 0)
+            # observed within the window after a start: young by construction
+            if L.cold_start(p95, 0.0, over, t):
+                days.append(i)
+                worst = max(worst, p95 or 0.0)
+        if days:
+            hits.append((w.worker, days, worst))
     if not hits:
         return
     within = fmt.duration(t.cold_start.within)
@@ -237,8 +245,9 @@ def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
         "Loop 2 · cold start",
         f"{m.total.model}: slow first tokens after worker starts",
         " ".join(
-            f"{worker}: TTFT P95 {fmt.seconds(p95)} within {within} of its starts."
-            for worker, p95 in hits
+            f"{worker}: TTFT P95 up to {fmt.seconds(p95)} within {within} of its starts on "
+            f"{_days(report, days)}."
+            for worker, days, p95 in hits
         )
         + f" (Line: P95 {fmt.seconds(t.ttft.warmup_p95_seconds)}.)",
         L.WARMUP_GATE,
@@ -251,7 +260,8 @@ def _imbalance(report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]) -> I
     idle and its latency is fine."""
     t = report.bands.t
     util = _util(gpus)
-    ttft = _ttft(m.total)
+    # the rule compares the model's whole TTFT P99 (young workers included)
+    ttft = m.total.latency.get("ttft")
     p99 = ttft.week[0.99].current if ttft is not None else None
     loads = [
         L.WorkerLoad(
@@ -420,7 +430,7 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
     ttft_p99 = [
         lat.week[0.99].current
         for m in report.models
-        if m.total.model in g.models and (lat := _ttft(m.total)) is not None
+        if m.total.model in g.models and (lat := m.total.latency.get("ttft")) is not None
     ]
     known = [v for v in ttft_p99 if v is not None]
     if peak >= b.vram_squeeze_above and known and max(known) <= b.vram_squeeze_p99_ok_seconds:

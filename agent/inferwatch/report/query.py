@@ -239,6 +239,8 @@ class Collector:
             f"(time() - max by ({AGENT_WORKER}) (inferwatch_worker_start_time_seconds) "
             f"< {self.t.cold_start.within})"
         )
+        # InferenceTTFTSLOBreach leaves the first cold_start.within after a start to
+        # InferenceWorkerColdStart: those first tokens are counted apart
         cold_ttft = self._buckets(
             f"sum by ({by}, le) (sum_over_time((increase(inferwatch_ttft_seconds_bucket"
             f"[{SUBQUERY_STEP}s]) and on ({AGENT_WORKER}) {young})[1d:{SUBQUERY_STEP}s]))"
