@@ -46,7 +46,6 @@ from inferwatch.sim.loadgen import run_load
 T = load_thresholds()
 
 
-
 def ids(recs: list[Recommendation], worker: str | None = None) -> set[str]:
     return {r.id for r in recs if worker is None or worker in r.workers}
 

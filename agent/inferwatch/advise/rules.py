@@ -88,11 +88,7 @@ def _fewer_seqs(p: WorkerPicture, t: Thresholds) -> str | None:
     cap = p.capacity()
     if not cap or not batch_full(p, t):
         return None
-    lower = max(1, math.floor(cap * t.advice.max_num_seqs_cut))
-    return (
-        f"Lower --max-num-seqs (from {cap:g} to {lower}): the batch reaches it, and fewer "
-        "sequences need fewer KV blocks; prefix caching saves more than it costs, so keep it on."
-    )
+    return L.fewer_seqs(cap, max(1, math.floor(cap * t.advice.max_num_seqs_cut)))
 
 
 def _over(p: WorkerPicture, t: Thresholds) -> bool:
@@ -181,13 +177,8 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     if not from_kv:
         # NVML's ratio: the card itself is nearly full, an out-of-memory risk
         gmu = p.flag_number("gpu_memory_utilization")
-        head = L.GPU_MEMORY_UTILIZATION_HEADROOM
-        if gmu is None or gmu > head:
-            was = f"from {gmu:g} " if gmu is not None else ""
-            actions.append(
-                f"Leave headroom: --gpu-memory-utilization {was}to {head} so PyTorch's temporary "
-                "allocations and the CUDA context fit outside the engine's pool."
-            )
+        if gmu is None or gmu > L.GPU_MEMORY_UTILIZATION_HEADROOM:
+            actions.append(L.headroom(gmu))
     actions += [L.SCALE_OUT, L.RATE_LIMIT]
     return _rec("memory", [p], value, ev, actions)
 
@@ -209,17 +200,7 @@ def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     ]
     if p.kv_usage is not None:
         ev.append(Evidence("KV cache usage (peak)", p.kv_usage, "ratio"))
-    actions = []
-    gmu = p.flag_number("gpu_memory_utilization")
-    vram = p.vram_used_ratio
-    # a larger --gpu-memory-utilization gives the KV pool more blocks; a smaller one
-    # takes blocks away and preempts more
-    room = f" (NVML shows {fmt(vram, 'ratio')} of the card in use)" if vram is not None else ""
-    now = f"from {gmu:g} " if gmu is not None else ""
-    actions.append(
-        f"Give the KV pool more memory: raise --gpu-memory-utilization {now}where the card has "
-        f"room{room}; never lower it for preemptions, that shrinks the pool."
-    )
+    actions = [L.raise_kv_pool(p.flag_number("gpu_memory_utilization"), p.vram_used_ratio)]
     fewer = _fewer_seqs(p, t)
     if fewer:
         actions.append(fewer)

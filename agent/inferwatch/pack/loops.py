@@ -387,3 +387,36 @@ def guide(loop_id: str) -> str:
     head = f"6.2 loop {loop.loop}" if loop.loop in (1, 2, 3) else loop.guide[0]
     rest = [s for s in loop.guide if s != "6.2"] if loop.loop in (1, 2, 3) else loop.guide[1:]
     return ", ".join([head, *rest])
+
+
+def raise_kv_pool(current: float | None = None, vram_used_ratio: float | None = None) -> str:
+    """The preemption remedy: a larger KV pool; a smaller --gpu-memory-utilization would
+    take blocks away and preempt more."""
+    now = f"from {current:g} " if current is not None else ""
+    room = (
+        f" (NVML shows {vram_used_ratio:.0%} of the card in use)"
+        if vram_used_ratio is not None
+        else ""
+    )
+    return (
+        f"Give the KV pool more memory: raise --gpu-memory-utilization {now}where the card has "
+        f"room{room}; never lower it for preemptions, that shrinks the pool."
+    )
+
+
+def headroom(current: float | None = None) -> str:
+    """The out-of-memory remedy of loop 3 when NVML's ratio (not the KV cache) is full."""
+    was = f"from {current:g} " if current is not None else ""
+    return (
+        f"Leave headroom: --gpu-memory-utilization {was}to {GPU_MEMORY_UTILIZATION_HEADROOM} "
+        "so PyTorch's temporary allocations and the CUDA context fit outside the engine's pool."
+    )
+
+
+def fewer_seqs(current: float | None = None, lower: int | None = None) -> str:
+    """Fewer sequences: only worth saying where the running batch reaches --max-num-seqs."""
+    change = f" (from {current:g} to {lower})" if current is not None and lower else ""
+    return (
+        f"Lower --max-num-seqs{change} where the batch reaches it: fewer sequences need fewer "
+        "KV blocks; keep prefix caching on, it saves more than it costs."
+    )

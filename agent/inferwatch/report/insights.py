@@ -341,9 +341,7 @@ def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
             f"The engine evicted running requests {fmt.count(count)} times this week "
             f"({fmt.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
             "before): its KV cache is too small for the batch.",
-            "Give the KV pool more memory (a higher --gpu-memory-utilization where the card has "
-            "room, never a lower one), an FP8 KV cache (--kv-cache-dtype fp8), fewer "
-            "sequences (--max-num-seqs) when the batch reaches it, or scale out.",
+            " ".join((L.raise_kv_pool(), L.FP8_KV, L.fewer_seqs(), L.SCALE_OUT)),
             id="preemptions",
         )
 
@@ -408,15 +406,14 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
         actions = [
             f"The {what} is full while the queue of {', '.join(rising)} grows: scale out or "
             "rate-limit.",
-            f"Make room in the KV cache: automatic prefix caching ({L.PREFIX_CACHING}) and "
-            "an FP8 KV cache (--kv-cache-dtype fp8, about half the KV memory) where it is "
-            "not FP8 yet; fewer sequences (--max-num-seqs) only where the batch reaches it.",
+            f"Make room in the KV cache: automatic prefix caching (--enable-prefix-caching). "
+            f"{L.PREFIX_CACHING}",
+            f"{L.FP8_KV} (Where the KV cache is not FP8 yet.)",
+            L.fewer_seqs(),
         ]
         if what == "VRAM":
-            actions.append(
-                "The card itself is nearly full (no KV gauge): leave headroom with "
-                f"--gpu-memory-utilization {L.GPU_MEMORY_UTILIZATION_HEADROOM}."
-            )
+            # NVML's ratio: the card itself is nearly full (no KV gauge)
+            actions.append(L.headroom())
         yield Finding(
             "act",
             "Loop 3 · memory",

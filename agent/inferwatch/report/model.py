@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from inferwatch.stats import histogram_quantile
@@ -60,28 +59,29 @@ class Period:
 
 @dataclass(frozen=True)
 class Bands:
-    """The numbers of thresholds.yaml the report applies (a copy, so it needs no more)."""
+    """The numbers of thresholds.yaml the report's tables and charts print, read from one
+    :class:`~inferwatch.pack.thresholds.Thresholds` (:func:`bands_from_thresholds`); the
+    findings ask ``pack.loops`` with ``thresholds`` itself."""
 
-    waste_below: float = 0.30
-    scale_review_above: float = 0.85
-    healthy_low: float = 0.60
-    healthy_high: float = 0.85
-    idle_below: float = 0.40
-    vram_squeeze_above: float = 0.85
-    vram_squeeze_p99_ok_seconds: float = 0.5
-    vram_scale_above: float = 0.92
-    ttft_p99_slo_seconds: float = 2.0
-    ttft_warmup_p95_seconds: float = 2.0
-    tpot_p99_slo_seconds: float = 0.1
-    tail_ratio: float = 5.0
-    runbook_base_url: str = "runbooks/"
-    #: everything else the findings read (the loops' conditions take Thresholds)
-    thresholds: Any = field(default=None, compare=False, repr=False)
+    waste_below: float
+    scale_review_above: float
+    healthy_low: float
+    healthy_high: float
+    idle_below: float
+    vram_squeeze_above: float
+    vram_squeeze_p99_ok_seconds: float
+    vram_scale_above: float
+    ttft_p99_slo_seconds: float
+    ttft_warmup_p95_seconds: float
+    tpot_p99_slo_seconds: float
+    tail_ratio: float
+    runbook_base_url: str
+    thresholds: Any = field(compare=False, repr=False)
 
     @property
     def t(self) -> Any:
-        """The thresholds the loops' conditions read: ``thresholds``, else the defaults."""
-        return self.thresholds if self.thresholds is not None else _default_thresholds()
+        """The thresholds the loops' conditions read."""
+        return self.thresholds
 
     def slo(self, latency: str) -> float | None:
         return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
@@ -109,13 +109,6 @@ def bands_from_thresholds(t: Any) -> Bands:
         runbook_base_url=t.pack.runbook_base_url,
         thresholds=t,
     )
-
-
-@cache
-def _default_thresholds() -> Any:
-    from inferwatch.pack.thresholds import load_thresholds
-
-    return load_thresholds()
 
 
 # --------------------------------------------------------------------------- raw

@@ -145,6 +145,10 @@ class Collector:
         self.client = client
         self.period = period
         self.t = thresholds if thresholds is not None else load_thresholds()
+        g = self.t.gpu_utilization
+        self.bands_waste = g.waste_below
+        self.bands_healthy = g.healthy_band
+        self.bands_scale = g.scale_review_above
         self.ends = period.day_ends()
         self._progress = progress or (lambda step: None)
         self.notes: list[str] = []
@@ -451,10 +455,6 @@ class Collector:
                 "utilization is shown for it."
             )
         return tuple(out)
-
-    bands_waste = 0.30
-    bands_healthy = (0.60, 0.85)
-    bands_scale = 0.85
 
     def _union(self, exprs: dict[str, str], label: str) -> str:
         return " or ".join(
