@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -49,7 +48,8 @@ class W:
     #: TTFT observations per sample, by bucket upper bound (cumulative), +Inf last
     ttft: tuple[float, ...] = (10, 10, 10, 10, 10)
     model: str = "m"
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: unix time the worker started (promtool's clock starts at 0); None: not exported
+    start: float | None = None
 
     def quantile(self, q: float) -> float:
         cum = tuple(zip((*BOUNDS, math.inf), self.ttft, strict=True))
@@ -81,6 +81,8 @@ def input_series(workers: list[W]) -> list[dict[str, str]]:
             out.append(_series("inferwatch_max_num_seqs", eng, _flat(w.max_num_seqs)))
         if w.kv is not None:
             out.append(_series("inferwatch_kv_cache_usage_ratio", eng, _flat(w.kv)))
+        if w.start is not None:
+            out.append(_series("inferwatch_worker_start_time_seconds", eng, _flat(w.start)))
         for le, per_sample in zip((*BOUNDS, math.inf), w.ttft, strict=True):
             bucket = {**eng, "le": "+Inf" if math.isinf(le) else f"{le:g}"}
             out.append(
@@ -253,3 +255,38 @@ def test_long_tail_is_the_rules_definition(tmp_path: Path, case: str) -> None:
     expected = {w.name} if L.long_tail(w.quantile(0.5), w.quantile(0.99), T) else set()
     assert_rules_fire_for(tmp_path, [w], "InferenceLatencyLongTail", expected)
     assert bool(expected) == (case == "long")
+
+
+EVAL_SECONDS = 2400.0  # EVAL
+SLOW = (0, 0, 0, 10, 10)  # every first token between 1 and 2.5 s: P95 about 2.4 s
+#: started 7 minutes before EVAL (young), or long before promtool's clock began
+YOUNG, OLD = EVAL_SECONDS - 420, -3 * 86400.0
+
+LOOP2 = {
+    "old, idle, slow": W("a", 0.1, ttft=SLOW, start=OLD),
+    "old, busy, slow": W("a", 0.6, ttft=SLOW, start=OLD),
+    "young, idle, slow": W("a", 0.1, ttft=SLOW, start=YOUNG),
+    "young, slow, over capacity": W(
+        "a", 0.1, ttft=SLOW, start=YOUNG, waiting=30, running=20, max_num_seqs=20
+    ),
+    "young, fast": W("a", 0.1, start=YOUNG),
+}
+
+
+@pytest.mark.parametrize("case", list(LOOP2))
+def test_loop_2_is_the_rules_definition(tmp_path: Path, case: str) -> None:
+    w = LOOP2[case]
+    uptime = EVAL_SECONDS - w.start if w.start is not None else None
+    p95 = w.quantile(0.95)
+    over = L.over_capacity(w.waiting, w.max_num_seqs, w.running, w.kv, T)
+    warm = {w.name} if L.warmup(p95, w.util, uptime, T) else set()
+    cold = {w.name} if L.cold_start(p95, uptime, over, T) else set()
+    assert_rules_fire_for(tmp_path, [w], "InferenceTTFTHighGPUIdle", warm)
+    assert_rules_fire_for(tmp_path, [w], "InferenceWorkerColdStart", cold)
+    assert (bool(warm), bool(cold)) == {
+        "old, idle, slow": (True, False),
+        "old, busy, slow": (False, False),
+        "young, idle, slow": (False, True),
+        "young, slow, over capacity": (False, False),
+        "young, fast": (False, False),
+    }[case]
