@@ -36,6 +36,13 @@ def test_every_loop_names_alerts_the_rules_define() -> None:
     assert set(S.SCENARIO_ALERTS) == set(S.SCENARIOS)
 
 
+def test_every_loop_reads_thresholds_that_exist() -> None:
+    for loop in L.LOOPS:
+        for key in loop.thresholds:
+            section, name = key.split(".")
+            assert hasattr(getattr(T, section), name), f"{loop.id}: {key}"
+
+
 def test_every_loop_is_raised_by_some_scenario() -> None:
     raised = set().union(*(S.expected_loops(s) for s in S.SCENARIOS))
     # warmup (an old worker's cold prompt path) needs a worker up longer than

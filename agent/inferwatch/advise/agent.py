@@ -198,11 +198,12 @@ def read_agent(
     base = url.rstrip("/")
     target = base if base.endswith("/metrics") else base + "/metrics"
     scrapes: list[tuple[float, Scrape]] = []
-    begin = time.monotonic()
     for offset in sample_times(samples, every, min_span):
-        delay = begin + offset - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        if scrapes:
+            # from the first sample's own time stamp, so the span is never short
+            delay = scrapes[0][0] + offset - time.time()
+            if delay > 0:
+                time.sleep(delay)
         try:
             with urllib.request.urlopen(target, timeout=timeout) as resp:
                 text = resp.read().decode("utf-8", errors="replace")
