@@ -94,6 +94,10 @@ class WorkerRun:
     ttft: list[tuple[float, float]] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    #: when each ITL, end-to-end latency and preemption was observed
+    itl_at: list[float] = field(default_factory=list)
+    e2e_at: list[float] = field(default_factory=list)
+    preempted_at: list[float] = field(default_factory=list)
     preemptions: int = 0
     finished: int = 0
     duration: float = 0.0
@@ -175,10 +179,13 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
         now += plan.seconds
         stats = core.complete(plan, now)
         run.preemptions += stats.preemptions
+        run.preempted_at.extend([now] * stats.preemptions)
         run.itl.extend(stats.itls)
+        run.itl_at.extend([now] * len(stats.itls))
         for f in stats.finished:
             run.finished += 1
             run.e2e.append(f.e2e)
+            run.e2e_at.append(now)
         sample_until(now)
         busy = [b for b in busy if b[1] > now - 2 * SAMPLE]
     for req in pending:
@@ -374,3 +381,82 @@ def raw_data(runs: list[WorkerRun], t: Thresholds) -> RawData:
         )
     hourly = Hourly((), (), "", (), ())
     return RawData(period, tuple(workers), tuple(gpus), (), hourly, ())
+
+
+# --------------------------------------------------------------------------- as stored series
+
+
+def _om_value(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def openmetrics(runs: list[WorkerRun], end: float = REPORT_END) -> str:
+    """The run as an agent scraped every second would have stored it, ending at ``end``:
+    OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``. Counters start
+    at zero one second before the first gauge sample, so a day's ``increase`` is the run's."""
+    start = end - max(r.duration for r in runs)
+    # family -> series -> samples: a family's lines together, each series in time order
+    families: dict[str, dict[str, list[str]]] = {}
+
+    def emit(name: str, labels: dict[str, str], value: float, at: float) -> None:
+        series = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+        lines = families.setdefault(name, {}).setdefault(series, [])
+        lines.append(f"{series} {_om_value(value)} {at:.3f}")
+
+    for i, r in enumerate(runs):
+        instance = f"{r.worker}:10127"
+        base = {"job": "inferwatch", "instance": instance}
+        eng = {**base, "worker": r.worker, "model": r.model, "engine": "vllm"}
+        gpu = {**base, "gpu": "0", "uuid": f"GPU-{i}-{r.worker}"}
+        ttft_by_time = sorted((a + v, v) for a, v in r.ttft)
+        itl_by_time = sorted(zip(r.itl_at, r.itl, strict=True))
+        e2e_by_time = sorted(zip(r.e2e_at, r.e2e, strict=True))
+        times = [0.0] + [s.t for s in r.samples]
+        for k, at in enumerate(times):
+            stamp = start + at
+            done = sum(1 for x in r.e2e_at if x <= at)
+            emit("inferwatch_requests_finished_total", {**eng, "reason": "length"}, done, stamp)
+            emit(
+                "inferwatch_preemptions_total",
+                eng,
+                sum(1 for x in r.preempted_at if x <= at),
+                stamp,
+            )
+            for name, observed in (
+                ("ttft", ttft_by_time),
+                ("tpot", itl_by_time),
+                ("e2e_latency", e2e_by_time),
+            ):
+                seen = [v for x, v in observed if x <= at]
+                key = "e2e" if name == "e2e_latency" else name
+                for le, count in buckets(seen, BUCKETS[key]):
+                    emit(
+                        f"inferwatch_{name}_seconds_bucket",
+                        {**eng, "le": "+Inf" if math.isinf(le) else repr(le)},
+                        count,
+                        stamp,
+                    )
+            if k == 0:
+                continue  # gauges begin with the first sample
+            s = r.samples[k - 1]
+            emit("inferwatch_queue_depth", eng, s.waiting, stamp)
+            emit("inferwatch_requests_running", eng, s.running, stamp)
+            emit("inferwatch_kv_cache_usage_ratio", eng, s.kv_usage, stamp)
+            emit("inferwatch_max_num_seqs", eng, r.cfg.max_num_seqs, stamp)
+            emit("inferwatch_worker_start_time_seconds", eng, start, stamp)
+            emit("inferwatch_gpu_utilization_ratio", gpu, s.utilization, stamp)
+            emit("inferwatch_gpu_memory_used_ratio", gpu, s.vram_used_ratio, stamp)
+            emit(
+                "inferwatch_worker_gpu_info",
+                {**base, "worker": r.worker, "gpu": "0", "uuid": gpu["uuid"]},
+                1,
+                stamp,
+            )
+            emit(
+                "inferwatch_gpu_process_memory_used_bytes",
+                {**gpu, "worker": r.worker, "pid": str(1000 + i), "process": "vllm"},
+                s.vram_used_ratio * r.cfg.gpu.total_bytes,
+                stamp,
+            )
+    lines = [line for fam in families.values() for series in fam.values() for line in series]
+    return "\n".join(lines) + "\n# EOF\n"
