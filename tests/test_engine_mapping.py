@@ -219,5 +219,9 @@ def test_series_cache_matches_the_parser_on_escaped_labels(rows: list[tuple[str,
 
 def test_engine_facts_from_cache_config_info() -> None:
     mapped = map_exposition(render("v1", [busy()]), VLLM)
-    assert mapped.facts == {"prefix_caching": "true", "gpu_memory_utilization": "0.9"}
+    assert mapped.facts == {
+        "prefix_caching": "true",
+        "gpu_memory_utilization": "0.9",
+        "kv_cache_dtype": "auto",
+    }
     assert map_exposition(render("v0", [busy()]), VLLM).facts == {}  # V0 had no such family

@@ -223,6 +223,7 @@ async def test_vllm_serve_found_by_its_port(engines: Engines) -> None:
         "max_num_batched_tokens": "",
         "gpu_memory_utilization": "0.85",
         "prefix_caching": "false",
+        "kv_cache_dtype": "",
     }
     samples = scrape(source)
     series = {"worker": "vllm-0", "engine": "vllm", "model": "opt"}
@@ -583,7 +584,7 @@ async def test_engine_stated_settings_fill_what_the_command_line_leaves_out(
         [engines.script("vllm"), "serve", "m", "--port", str(port), "--no-enable-prefix-caching"],
         port,
     )
-    stated = {"prefix_caching": "true", "gpu_memory_utilization": "0.9"}
+    stated = {"prefix_caching": "true", "gpu_memory_utilization": "0.9", "kv_cache_dtype": "fp8"}
     source = ProcessSource(
         [WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", pid=proc.popen.pid)],
         engine_facts=lambda name: stated,
@@ -593,3 +594,5 @@ async def test_engine_stated_settings_fill_what_the_command_line_leaves_out(
     # the flag on the command line wins; the engine fills what the command line left out
     assert labels["prefix_caching"] == "false"
     assert labels["gpu_memory_utilization"] == "0.9"
+    # only the engine states its KV cache dtype (vLLM's cache_config_info cache_dtype)
+    assert labels["kv_cache_dtype"] == "fp8"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -12,10 +14,10 @@ from tests.support.proc import free_port
 
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report import fmt
 from inferwatch.report.cli import parse_end
 from inferwatch.report.model import (
-    Bands,
     Change,
     Hourly,
     Period,
@@ -23,6 +25,7 @@ from inferwatch.report.model import (
     RawGpu,
     RawWorker,
     alert_runs,
+    bands_from_thresholds,
     merge_buckets,
     quantile,
     share_within,
@@ -31,6 +34,7 @@ from inferwatch.report.promapi import MAX_POINTS, range_chunks
 from inferwatch.report.settings import load_settings
 from inferwatch.report.summary import build_report
 
+BANDS = bands_from_thresholds(load_thresholds())
 END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
 
 # ------------------------------------------------------------------- arithmetic
@@ -263,12 +267,24 @@ def _buckets(fast: bool, n: float) -> tuple[tuple[float, float], ...]:
     return ((0.1, 0.5 * n), (top, 0.995 * n), (2.5, n), (math.inf, n))
 
 
-def _raw(util: float, vram: float, requests: tuple[float, float]) -> RawData:
+def _raw(
+    util: float | tuple[float, float],
+    vram: float,
+    requests: tuple[float, float],
+    **worker: Any,
+) -> RawData:
+    """Two workers of model m on a GPU each; ``worker`` holds RawWorker fields, each a
+    (w0, w1) pair, and ``waste`` a (w0, w1) pair of daily waste-condition shares."""
     period = Period(END, 7)
     n = 14
+    utils = util if isinstance(util, tuple) else (util, util)
+    waste = worker.pop("waste", (None, None))
+    pressure = worker.pop("pressure", None)
     workers = []
-    for name, per_day in zip(("w0", "w1"), requests, strict=True):
+    for i, (name, per_day) in enumerate(zip(("w0", "w1"), requests, strict=True)):
         daily = (per_day,) * n
+        extra = {k: v[i] for k, v in worker.items()}
+        extra.setdefault("latency", {"ttft": (_buckets(True, per_day),) * n})
         workers.append(
             RawWorker(
                 model="m",
@@ -278,10 +294,10 @@ def _raw(util: float, vram: float, requests: tuple[float, float]) -> RawData:
                 requests=daily,
                 prompt_tokens=daily,
                 generation_tokens=daily,
-                latency={"ttft": (_buckets(True, per_day),) * n},
                 queue_peak=(1.0,) * n,
                 over_capacity_seconds=(0.0,) * n,
                 capacity=256.0,
+                **extra,
             )
         )
     gpus = tuple(
@@ -290,37 +306,114 @@ def _raw(util: float, vram: float, requests: tuple[float, float]) -> RawData:
             instance=f"{name}:1",
             gpu="0",
             name="",
-            util_daily={"mean": (util,) * n},
+            util_daily={"mean": (u,) * n},
             band_daily={"waste": (0.0,) * n, "healthy": (0.0,) * n, "scale_review": (0.0,) * n},
-            util_week={"mean": (util, util), "p90": (util, util)},
+            util_week={"mean": (u, u), "p90": (u, u)},
             sm_active_week=None,
             vram_peak_ratio=(vram,) * n,
             vram_peak_bytes=None,
             workers=(name,),
+            pressure_peak=(pressure,) * n if pressure is not None else None,
+            pressure_from="kv_cache" if pressure is not None else "gpu_memory",
+            waste_alert_daily=(w,) * n if w is not None else None,
         )
-        for name in ("w0", "w1")
+        for name, u, w in zip(("w0", "w1"), utils, waste, strict=True)
     )
     hourly = Hourly((), (), "", (), ())
     return RawData(period, tuple(workers), gpus, (), hourly, ())
 
 
-def test_loop1_idle_gpus_with_fine_latency_points_at_the_spread() -> None:
-    report = build_report(_raw(util=0.25, vram=0.5, requests=(3000.0, 1000.0)), Bands())
-    loop1 = [f for f in report.findings if f.loop == "Loop 1 · idle compute"]
-    assert len(loop1) == 1
-    assert "averaged 25%" in loop1[0].evidence
-    assert "w0 served 3.0x the requests of w1" in loop1[0].evidence
-    assert "least connections" in loop1[0].action
+def ids(report: Any) -> set[str]:
+    return {f.id for f in report.findings if f.id}
+
+
+def test_loop1_one_busy_worker_over_idle_gpus_points_at_the_spread() -> None:
+    # [6.2] loop 1: one GPU busy, the other idle, the model's average under 40 %
+    report = build_report(_raw(util=(0.5, 0.1), vram=0.5, requests=(1000.0, 1000.0)), BANDS)
+    (loop1,) = [f for f in report.findings if f.id == "imbalance"]
+    assert loop1.loop == "Loop 1 · imbalance"
+    assert "averaged 30%" in loop1.evidence and "w0 carried over 3x" in loop1.evidence
+    assert "least connections" in loop1.action and "Do not scale in" in loop1.action
+    # open requests are the other load the rules compare
+    report = build_report(
+        _raw(util=0.25, vram=0.5, requests=(1000.0, 1000.0), open_requests=((9.0,) * 14, (1.0,) * 14)),
+        BANDS,
+    )  # fmt: skip
+    assert ids(report) == {"imbalance"}
+    # requests served are not a load: 3x the requests over equal GPUs is no imbalance
+    report = build_report(_raw(util=0.25, vram=0.5, requests=(3000.0, 1000.0)), BANDS)
+    assert "imbalance" not in ids(report)
+
+
+def test_the_waste_of_an_imbalanced_model_is_loop_1s() -> None:
+    # the quiet GPU spends its days under the waste line: consolidation, unless loop 1 holds
+    raw = _raw(util=(0.5, 0.1), vram=0.5, requests=(1000.0, 1000.0), waste=(0.0, 1.0))
+    assert ids(build_report(raw, BANDS)) == {"imbalance"}
+    balanced = _raw(util=(0.1, 0.1), vram=0.5, requests=(1000.0, 1000.0), waste=(1.0, 1.0))
+    assert ids(build_report(balanced, BANDS)) == {"consolidate"}
+
+
+def test_first_tokens_within_the_cold_start_window_are_not_an_slo_miss() -> None:
+    n = 14
+    # 20 slow first tokens (2.5-5 s), every one observed right after a worker start
+    both = ((0.1, 500.0), (0.25, 995.0), (2.5, 1000.0), (5.0, 1020.0), (math.inf, 1020.0))
+    slow = ((0.1, 0.0), (0.25, 0.0), (2.5, 0.0), (5.0, 20.0), (math.inf, 20.0))
+    raw = _raw(
+        util=0.7, vram=0.5, requests=(1000.0, 1000.0),
+        latency=({"ttft": (both,) * n}, {"ttft": (both,) * n}),
+        cold_latency=({"ttft": (slow,) * n}, {"ttft": (slow,) * n}),
+    )  # fmt: skip
+    report = build_report(raw, BANDS)
+    assert not [f for f in report.findings if f.loop == "SLO"]
+    assert "cold_start" in ids(report)
+    # the same observations outside the window are an SLO miss
+    warm = replace(raw, workers=tuple(replace(w, cold_latency={}) for w in raw.workers))
+    slo = [f for f in build_report(warm, BANDS).findings if f.loop == "SLO"]
+    assert slo and slo[0].level == "act"
+
+
+def test_memory_pressure_is_the_kv_cache_with_a_rising_queue() -> None:
+    # NVML shows the pre-allocated pool (95 %), the KV cache is what fills
+    rising = ((0.1,) * 14, (0.0,) * 14)  # requests per second
+    raw = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.97,
+               queue_slope_peak=rising)  # fmt: skip
+    (act,) = [f for f in build_report(raw, BANDS).findings if f.id == "memory"]
+    assert act.level == "act" and "KV cache peak 97%" in act.title
+    assert "scale out or rate-limit" in act.action
+    assert "--gpu-memory-utilization" not in act.action
+    # a flat queue: no loop 3
+    flat = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.97,
+                queue_slope_peak=((0.0,) * 14, (0.0,) * 14))  # fmt: skip
+    assert "memory" not in ids(build_report(flat, BANDS))
+    # an empty KV cache in a full pre-allocated pool: nothing
+    empty = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.2,
+                 queue_slope_peak=rising)  # fmt: skip
+    assert "memory" not in ids(build_report(empty, BANDS))
+
+
+def test_a_long_tail_is_ttft_or_tpot_at_or_above_the_ratio() -> None:
+    n = 14
+    # TTFT P50 0.1 s, P99 exactly 0.5 s (5x): at the line counts
+    tail = ((0.1, 500.0), (0.5, 990.0), (1.0, 1000.0), (math.inf, 1000.0))
+    raw = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
+               latency=({"ttft": (tail,) * n}, {"ttft": (_buckets(True, 1000.0),) * n}))  # fmt: skip
+    tails = [f for f in build_report(raw, BANDS).findings if f.id == "long_tail"]
+    assert [f.title.split(":")[0] for f in tails] == ["w0"]
+    # a long end-to-end tail alone is the answer-length mix, not a finding
+    e2e = ((0.5, 500.0), (10.0, 990.0), (20.0, 1000.0), (math.inf, 1000.0))
+    raw = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
+               latency=({"e2e": (e2e,) * n}, {"e2e": (e2e,) * n}))  # fmt: skip
+    assert "long_tail" not in ids(build_report(raw, BANDS))
 
 
 def test_healthy_squeeze_is_not_an_action() -> None:
-    report = build_report(_raw(util=0.7, vram=0.88, requests=(1000.0, 1000.0)), Bands())
+    report = build_report(_raw(util=0.7, vram=0.88, requests=(1000.0, 1000.0)), BANDS)
     assert {f.level for f in report.findings} == {"ok"}
     assert any("healthy squeeze" in f.title for f in report.findings)
 
 
 def test_a_quiet_week_says_so() -> None:
-    report = build_report(_raw(util=0.7, vram=0.6, requests=(1000.0, 1000.0)), Bands())
+    report = build_report(_raw(util=0.7, vram=0.6, requests=(1000.0, 1000.0)), BANDS)
     assert [f.title for f in report.findings] == ["Nothing needs a look this week."]
 
 
@@ -334,7 +427,7 @@ def test_a_fleet_without_gpu_series_renders_without_gpu_sections() -> None:
         gpus=(),
         notes=("No GPU series in either period: the GPU sections are left out.",),
     )
-    report = build_report(raw, Bands())
+    report = build_report(raw, BANDS)
     drawn = charts.all_charts(report)
     assert [c.name for c in drawn] == ["latency-m"]  # no hourly data, no GPU charts
     page = render.html(report, drawn, lambda c: f"{c.name}.png")

@@ -71,6 +71,7 @@ INFO_LABELS = (
     "max_num_batched_tokens",
     "gpu_memory_utilization",
     "prefix_caching",
+    "kv_cache_dtype",
 )
 SERIES_LABELS = ("worker", "engine", "model")
 
@@ -579,6 +580,8 @@ class ProcessSource(Source):
                     _text(launch.max_num_batched_tokens),
                     gpu_mem,
                     prefix,
+                    # vLLM's cache_config_info cache_dtype; "" where the engine does not say
+                    facts.get("kv_cache_dtype", ""),
                 ],
                 1.0,
             )

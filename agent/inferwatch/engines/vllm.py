@@ -70,6 +70,9 @@ VLLM = EngineMap(
         {
             "enable_prefix_caching": "prefix_caching",
             "gpu_memory_utilization": "gpu_memory_utilization",
+            # "auto" (the model's dtype), "fp8", "fp8_e4m3", ...: advise says nothing
+            # about an FP8 KV cache to a worker that has one
+            "cache_dtype": "kv_cache_dtype",
         },
     ),
 )

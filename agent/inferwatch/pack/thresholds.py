@@ -196,6 +196,21 @@ class GpuHealth:
 
 
 @dataclass(frozen=True)
+class Advice:
+    min_rate_span: float = field(metadata={"kind": POSITIVE})
+    full_batch_share: float = field(metadata={"kind": RATIO})
+    max_num_seqs_cut: float = field(metadata={"kind": RATIO})
+
+
+@dataclass(frozen=True)
+class Report:
+    regression_ratio: float = field(metadata={"kind": NON_NEGATIVE})
+    pressure_growth: float = field(metadata={"kind": RATIO})
+    scale_review_share: float = field(metadata={"kind": RATIO})
+    waste_day_share: float = field(metadata={"kind": RATIO})
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """Everything in ``thresholds.yaml``; ``source`` names the user file (or "defaults")."""
 
@@ -212,6 +227,8 @@ class Thresholds:
     errors: Errors
     availability: Availability
     gpu_health: GpuHealth
+    advice: Advice
+    report: Report
     source: str = "defaults"
 
 

@@ -212,6 +212,7 @@ def main(args: argparse.Namespace) -> int:
                 healthy_band=(bands.healthy_low, bands.healthy_high),
                 scale_review_above=bands.scale_review_above,
                 progress=progress.step,
+                thresholds=bands.t,
             )
             progress.phase("drawing charts")
             report = build_report(raw, bands)

@@ -1,51 +1,65 @@
-"""The "what to look at" list: the field guide's closed loops (section 6.2) applied to the week.
+"""The "what to look at" list: the closed loops of :mod:`inferwatch.pack.loops` over the week.
 
-Each rule reads the figures of :mod:`summary` and, when its condition holds,
-says what it saw (with the numbers) and what to do. The loops:
+Each rule reads the figures of :mod:`summary` and asks ``pack.loops`` the same
+condition the alert rules encode; when it holds, the finding says what it saw
+(with the numbers) and what to do, and carries the loop's id (``Finding.id``):
 
-1. utilization persistently low (< ``idle_below``) while latency is fine:
-   compute idles; check the spread of requests before scaling down;
-2. TTFT P95 above ``warmup_p95_seconds`` while the GPU is not busy: a missing
-   warm-up; warm up before joining the load balancer, prefix caching;
-3. VRAM near its limit: prefix caching, FP8 KV cache, headroom with
-   ``--gpu-memory-utilization 0.85``; scale out or rate-limit when the queue
-   also overflows.
+- ``imbalance`` (loop 1): a worker's GPUs or open requests more than
+  ``load_imbalance.load_ratio`` times its peers' while the model's GPUs idle and
+  its TTFT P99 is within the SLO; never "scale in";
+- ``warmup`` and ``cold_start`` (loop 2): TTFT P95 above the warm-up line on an
+  idle GPU outside the cold-start window, and within it (after a (re)start);
+- ``memory`` (loop 3): memory pressure (KV-cache usage where the engine exports
+  it, NVML otherwise) above ``vram.scale_above`` with a worker's queue rising;
+- ``preemptions``, ``over_capacity`` (the rules' batch capacity), ``long_tail``
+  (TTFT or TPOT P99 at least ``latency.tail_ratio`` times the P50);
+- ``consolidate``: days the GPU's utilization sat below the waste line, unless
+  its model is imbalanced (loop 1 forbids scaling in).
 
-Plus the guide's other rules of thumb: the queue over ``max_num_seqs`` is the
-leading indicator (6 FAQ), P99 five times P50 is a long tail (6.1), utilization
-above the scale-review line (6.1) and in the waste band (6.1), SLO regressions
-week over week, and the alerts that fired most.
+Outside the loops: SLO misses and regressions week over week (the TTFT SLO
+leaves out the cold-start window after a start, as InferenceTTFTSLOBreach
+does), the healthy squeeze and the pressure trend, the scale review (6.1) and
+the alerts that fired most. Tuning numbers come from ``thresholds.yaml``
+(``report.*``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from inferwatch.pack import loops as L
 from inferwatch.report import fmt
 from inferwatch.report.model import SLO_TARGET, mean
-from inferwatch.report.summary import Finding, GpuFigures, ModelFigures, Report, ScopeFigures
-
-REGRESSION = 0.20  # week-over-week rise of a P99 worth a look
-VRAM_GROWTH = 0.03  # VRAM peak growth (ratio points) worth a look
-SCALE_REVIEW_SHARE = 0.10  # share of the week above the scale-review line
-WASTE_DAY_SHARE = 0.5  # a day "in the waste band" when most of it was
-IMBALANCE = 1.5  # busiest worker / quietest worker, by requests
+from inferwatch.report.summary import (
+    Finding,
+    GpuFigures,
+    LatencyFigures,
+    ModelFigures,
+    Report,
+    ScopeFigures,
+)
 
 
 def findings(report: Report) -> list[Finding]:
     out: list[Finding] = []
     gpus = {g.uuid: g for g in report.gpus}
+    imbalanced: set[str] = set()
     for m in report.models:
         model_gpus = [gpus[u] for u in m.gpus if u in gpus]
+        spread = list(_imbalance(report, m, model_gpus))
+        if spread:
+            imbalanced.add(m.total.model)
+        out.extend(spread)
         out.extend(_slo_regressions(report, m, model_gpus))
         out.extend(_warmup(report, m))
-        out.extend(_idle(report, m, model_gpus))
+        out.extend(_cold_start(report, m))
         out.extend(_queue(report, m))
+        out.extend(_preemptions(report, m))
         out.extend(_long_tail(report, m))
     for g in report.gpus:
-        out.extend(_vram(report, g))
+        out.extend(_memory(report, g))
         out.extend(_scale_review(report, g))
-    out.extend(_waste_days(report))
+    out.extend(_waste_days(report, imbalanced))
     out.extend(_alerts(report))
     if not any(f.level in ("act", "watch") for f in out):
         out.append(
@@ -74,28 +88,31 @@ def _gpu_util_on_day(gpus: Sequence[GpuFigures], i: int) -> float | None:
     return mean(g.util_daily.get("mean", ())[i] if g.util_daily.get("mean") else None for g in gpus)
 
 
-def _latency_ok(scope: ScopeFigures) -> bool | None:
-    """True when every latency with an SLO met it this period; None when none is known."""
-    known = [
-        lat.attainment.current
-        for lat in scope.latency.values()
-        if lat.attainment is not None and lat.attainment.current is not None
-    ]
-    if not known:
-        return None
-    return all(a >= SLO_TARGET for a in known)
+def _util(gpus: Sequence[GpuFigures]) -> float | None:
+    """Mean utilization of these GPUs this period."""
+    return mean(g.util["mean"].current for g in gpus if "mean" in g.util)
+
+
+def _gpus_of(report: Report, worker: str) -> list[GpuFigures]:
+    return [g for g in report.gpus if worker in g.workers]
+
+
+def _ttft(scope: ScopeFigures) -> LatencyFigures | None:
+    """The TTFT without the cold-start windows (the one the SLO and loop 2 read)."""
+    return scope.warm_latency.get("ttft") or scope.latency.get("ttft")
 
 
 def _slo_regressions(
     report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]
 ) -> Iterator[Finding]:
+    regression = report.bands.t.report.regression_ratio
     for name in ("ttft", "tpot"):
-        lat = m.total.latency.get(name)
+        lat = _ttft(m.total) if name == "ttft" else m.total.latency.get(name)
         if lat is None or lat.attainment is None or lat.slo is None:
             continue
         p99 = lat.week[0.99]
         att = lat.attainment.current
-        rising = p99.ratio is not None and p99.ratio >= REGRESSION
+        rising = p99.ratio is not None and p99.ratio >= regression
         missed = att is not None and att < SLO_TARGET
         if not (rising or missed):
             continue
@@ -105,7 +122,7 @@ def _slo_regressions(
             v = lat.daily[0.99][i]
             prev = p99.previous
             if v is not None and (
-                v > lat.slo or (prev is not None and v > prev * (1 + REGRESSION))
+                v > lat.slo or (prev is not None and v > prev * (1 + regression))
             ):
                 first = i
                 break
@@ -122,18 +139,25 @@ def _slo_regressions(
                 f" {fmt.percent(att, 1)} of {'requests' if name == 'ttft' else 'tokens'} "
                 f"within the {fmt.seconds(lat.slo)} SLO (target {fmt.percent(SLO_TARGET)})."
             )
-        busy = mean(g.util["mean"].current for g in gpus if "mean" in g.util)
+        if name == "ttft" and m.total.cold_latency.get("ttft") is not None:
+            evidence += (
+                " First tokens within "
+                f"{fmt.duration(report.bands.t.cold_start.within)} of a worker start are left "
+                "out (a cold start, not an SLO miss)."
+            )
+        busy = _util(gpus)
         if name == "ttft":
+            low, high = L.BATCHED_TOKENS_RANGE
             action = (
                 "A slow first token points at prompt processing, a cold KV cache or model "
                 "loading. Look for new long prompts (give them a separate long-context "
                 "pool), warm-up after restarts and prefix caching; "
-                "--max-num-batched-tokens 4096-8192 balances prefill against decoding."
+                f"--max-num-batched-tokens {low}-{high} balances prefill against decoding."
             )
         else:
             action = (
                 "Slow decoding means busy compute, batch settings or memory bandwidth: "
-                "lower --max-num-seqs or scale out, and check for throttling."
+                "scale out, check the batch against --max-num-seqs, and check for throttling."
             )
         if busy is not None and busy >= report.bands.scale_review_above:
             action += " Its GPUs were busy: this is compute-bound, review scaling out."
@@ -147,16 +171,13 @@ def _slo_regressions(
 
 
 def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
-    """Loop 2: TTFT P95 above the warm-up line while the GPU is not busy."""
-    idle = report.bands.idle_below
-    line = report.bands.ttft_warmup_p95_seconds
-    gpus_of = {
-        w: [g for g in report.gpus if w in g.workers] for g in report.gpus for w in g.workers
-    }
+    """Loop 2 (InferenceTTFTHighGPUIdle): TTFT P95 above the warm-up line while the
+    worker's GPUs idle, outside the cold-start window."""
+    t = report.bands.t
     hits: list[tuple[str, list[int], float, float]] = []
     for w in m.workers:
-        lat = w.latency.get("ttft")
-        gpus = gpus_of.get(w.worker, [])
+        lat = _ttft(w)
+        gpus = _gpus_of(report, w.worker)
         if lat is None or not gpus:
             continue
         days = []
@@ -165,7 +186,9 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
         for i in _current_indices(report):
             p95 = lat.daily[0.95][i]
             util = _gpu_util_on_day(gpus, i)
-            if p95 is not None and util is not None and p95 > line and util < idle:
+            # observations outside the cold window only: never young
+            if L.warmup(p95, util, None, t):
+                assert p95 is not None and util is not None
                 days.append(i)
                 worst = max(worst, p95)
                 util_seen.append(util)
@@ -178,47 +201,106 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
         f"GPU averaged {fmt.percent(util)} busy."
         for worker, days, worst, util in hits
     )
+    line, idle = t.ttft.warmup_p95_seconds, t.gpu_utilization.idle_below
     yield Finding(
         "act",
         "Loop 2 · warm-up",
         f"{m.total.model}: slow first tokens on an idle GPU",
         evidence + f" (Lines: P95 {fmt.seconds(line)}, idle below {fmt.percent(idle)}.)",
-        "Most likely a cold path: CUDA kernels and KV-cache blocks are set up by the first real "
-        "requests. Send a warm-up request when a worker starts, before it joins the load "
-        "balancer; with a fixed system prompt, enable prefix caching (--enable-prefix-caching): "
-        "the guide reports 30-60 % lower TTFT.",
+        "Long after a start the cold part is the prompt path: with a fixed system prompt, "
+        "enable prefix caching (--enable-prefix-caching) and list the prompt under "
+        "warmup.system_prompts; "
+        f"the guide reports {L.PREFIX_CACHE_TTFT_GAIN[0]:.0%}-{L.PREFIX_CACHE_TTFT_GAIN[1]:.0%} "
+        "lower TTFT. Look for new long prompts too.",
+        id="warmup",
     )
 
 
-def _idle(report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]) -> Iterator[Finding]:
-    """Loop 1: utilization persistently low while latency is fine."""
-    util = mean(g.util["mean"].current for g in gpus if "mean" in g.util)
-    if util is None or util >= report.bands.idle_below or _latency_ok(m.total) is not True:
+def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
+    """Loop 2 (InferenceWorkerColdStart): slow first tokens within cold_start.within of a
+    worker start, on days the worker was never over capacity (the rule's ``unless``: the
+    slow first tokens of an overloaded worker are queueing)."""
+    t = report.bands.t
+    hits = []
+    for w in m.workers:
+        lat = w.cold_latency.get("ttft")
+        if lat is None:
+            continue
+        days = []
+        worst = 0.0
+        for i in _current_indices(report):
+            p95 = lat.daily[0.95][i]
+            over = bool(w.over_capacity_daily and (w.over_capacity_daily[i] or 0) > 0)
+            # observed within the window after a start: young by construction
+            if L.cold_start(p95, 0.0, over, t):
+                days.append(i)
+                worst = max(worst, p95 or 0.0)
+        if days:
+            hits.append((w.worker, days, worst))
+    if not hits:
         return
-    evidence = (
-        f"Its GPUs ({', '.join(g.label for g in gpus)}) averaged {fmt.percent(util)} "
-        f"busy, below {fmt.percent(report.bands.idle_below)}, and latency met its SLOs."
+    within = fmt.duration(t.cold_start.within)
+    yield Finding(
+        "act",
+        "Loop 2 · cold start",
+        f"{m.total.model}: slow first tokens after worker starts",
+        " ".join(
+            f"{worker}: TTFT P95 up to {fmt.seconds(p95)} within {within} of its starts on "
+            f"{_days(report, days)}."
+            for worker, days, p95 in hits
+        )
+        + f" (Line: P95 {fmt.seconds(t.ttft.warmup_p95_seconds)}.)",
+        L.WARMUP_GATE,
+        id="cold_start",
     )
-    loads = [(w.requests.current or 0.0, w.worker) for w in m.workers]
-    if len(loads) >= 2:
-        busiest, quietest = max(loads), min(loads)
-        if quietest[0] > 0 and busiest[0] / quietest[0] >= IMBALANCE:
-            evidence += (
-                f" {busiest[1]} served {busiest[0] / quietest[0]:.1f}x the requests of "
-                f"{quietest[1]}: the load is not spread evenly."
-            )
+
+
+def _imbalance(report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]) -> Iterator[Finding]:
+    """Loop 1 (InferenceLoadImbalance): one worker far above its peers while the model's GPUs
+    idle and its latency is fine."""
+    t = report.bands.t
+    util = _util(gpus)
+    # the rule compares the model's whole TTFT P99 (young workers included)
+    ttft = m.total.latency.get("ttft")
+    p99 = ttft.week[0.99].current if ttft is not None else None
+    loads = [
+        L.WorkerLoad(
+            w.worker,
+            _util(_gpus_of(report, w.worker)),
+            w.open_requests.current if w.open_requests is not None else None,
+        )
+        for w in m.workers
+    ]
+    busy = L.imbalanced(loads, util, p99, t)
+    if not busy:
+        return
+    assert util is not None
+    parts = []
+    for load in loads:
+        bits = []
+        if load.gpu_utilization is not None:
+            bits.append(f"GPUs {fmt.percent(load.gpu_utilization)} busy")
+        if load.open_requests is not None:
+            bits.append(f"{load.open_requests:.1f} open requests")
+        parts.append(f"{load.worker}: {', '.join(bits) or 'no load figures'}")
+    evidence = (
+        f"Its GPUs ({', '.join(g.label for g in gpus)}) averaged {fmt.percent(util)} busy, "
+        f"below {fmt.percent(t.gpu_utilization.idle_below)}, with TTFT P99 within the SLO; "
+        f"{', '.join(sorted(busy))} carried over {t.load_imbalance.load_ratio:g}x the mean of "
+        f"the others ({'; '.join(parts)})."
+    )
     yield Finding(
         "watch",
-        "Loop 1 · idle compute",
-        f"{m.total.model}: GPUs mostly idle",
+        "Loop 1 · imbalance",
+        f"{m.total.model}: one worker carries the load while the GPUs idle",
         evidence,
-        "Before scaling down, check that requests reach every GPU evenly: route with least "
-        "connections (nginx least_conn, HAProxy leastconn) instead of random, or run one model "
-        "instance across the GPUs so the engine balances the load itself.",
+        f"{L.LEAST_CONNECTIONS} {L.NO_SCALE_IN} {L.DATA_PARALLEL}",
+        id="imbalance",
     )
 
 
 def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
+    """InferenceQueueOverCapacity [6 FAQ]: the queue above what the worker can batch."""
     for w in m.workers:
         over = w.over_capacity
         if over is None or not over.current:
@@ -234,111 +316,156 @@ def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
             "Queue · leading indicator",
             f"{w.worker}: queue above batch capacity for {fmt.duration(over.current)}",
             f"Queue depth peaked at {fmt.count(peak)} with max_num_seqs "
-            f"{fmt.count(w.capacity)}; over capacity on {_days(report, days)} "
+            f"{fmt.count(w.capacity)} (or fewer, the running batch, while the KV cache was "
+            f"full); over capacity on {_days(report, days)} "
             f"({fmt.delta(over, 'abs_seconds')} against the week before).",
             "The queue moves before utilization and latency do: scale out or rate-limit when it "
-            "stays above max_num_seqs, rather than waiting for latency alerts. If VRAM allows, "
-            "size --max-num-seqs as (VRAM GB x 0.8 - weights GB) / KV GB per sequence.",
+            "stays above capacity, rather than waiting for latency alerts. If VRAM allows, "
+            "size --max-num-seqs with `inferwatch advise capacity`.",
+            id="over_capacity",
+        )
+
+
+def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
+    """InferenceKVCachePreemptions [4.2]: the KV pool too small for the batch."""
+    t = report.bands.t
+    seconds = report.period.days * 86400.0
+    for w in m.workers:
+        count = w.preemptions.current if w.preemptions is not None else None
+        if count is None or not L.preempting(count / seconds, t):
+            continue
+        yield Finding(
+            "act",
+            "Loop 3 · preemptions",
+            f"{w.worker}: {fmt.count(count)} requests preempted",
+            f"The engine evicted running requests {fmt.count(count)} times this week "
+            f"({fmt.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
+            "before): its KV cache is too small for the batch.",
+            " ".join((L.raise_kv_pool(), L.FP8_KV, L.fewer_seqs(), L.SCALE_OUT)),
+            id="preemptions",
         )
 
 
 def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
-    lat = m.total.latency.get("e2e")
-    if lat is None:
-        return
-    p50, p99 = lat.week[0.5].current, lat.week[0.99].current
-    if not p50 or p99 is None or p99 < report.bands.tail_ratio * p50:
-        return
-    yield Finding(
-        "watch",
-        "Long tail",
-        f"{m.total.model}: end-to-end P99 is {p99 / p50:.1f}x the P50",
-        f"P50 {fmt.seconds(p50)}, P99 {fmt.seconds(p99)} (line: {report.bands.tail_ratio:g}x).",
-        "A few long requests hold the batch: route with least connections and send long-context "
-        "requests to a separate pool with its own --max-model-len.",
-    )
+    """InferenceLatencyLongTail [6.1]: TTFT or TPOT P99 >= tail_ratio x P50 (never end-to-end:
+    a healthy mix of short and long answers makes that one long)."""
+    t = report.bands.t
+    for w in m.workers:
+        found = []
+        for name in ("ttft", "tpot"):
+            lat = w.latency.get(name)
+            if lat is None:
+                continue
+            p50, p99 = lat.week[0.5].current, lat.week[0.99].current
+            if L.long_tail(p50, p99, t):
+                assert p50 is not None and p99 is not None
+                found.append(
+                    f"{name.upper()} P50 {fmt.seconds(p50)}, P99 {fmt.seconds(p99)} "
+                    f"({p99 / p50:.1f}x)"
+                )
+        if not found:
+            continue
+        yield Finding(
+            "watch",
+            "Long tail",
+            f"{w.worker}: P99 is {t.latency.tail_ratio:g}x the P50 or more",
+            "; ".join(found) + f" (line: {t.latency.tail_ratio:g}x).",
+            f"{L.LONG_CONTEXT_POOL} {L.LEAST_CONNECTIONS}",
+            id="long_tail",
+        )
 
 
-def _vram(report: Report, g: GpuFigures) -> Iterator[Finding]:
+def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
+    """Loop 3 (InferenceVRAMPressureQueueRising): memory pressure above vram.scale_above
+    with a worker's queue rising; else the squeeze and the trend."""
+    t = report.bands.t
     b = report.bands
-    peak = g.vram_peak.current
+    peak = g.pressure_peak.current
     if peak is None:
         return
+    what = "KV cache" if g.pressure_from == "kv_cache" else "VRAM"
+    growth_line = t.report.pressure_growth
     growth = []
-    if g.vram_trend is not None and g.vram_trend >= VRAM_GROWTH:
-        growth.append(f"the daily peak grew {g.vram_trend * 100:.0f} pts over the week")
-    if g.vram_peak.delta is not None and g.vram_peak.delta >= VRAM_GROWTH:
+    if g.pressure_trend is not None and g.pressure_trend >= growth_line:
+        growth.append(f"the daily peak grew {g.pressure_trend * 100:.0f} pts over the week")
+    if g.pressure_peak.delta is not None and g.pressure_peak.delta >= growth_line:
         growth.append(
-            f"{g.vram_peak.delta * 100:.0f} pts above last week's peak "
-            f"({fmt.percent(g.vram_peak.previous)})"
+            f"{g.pressure_peak.delta * 100:.0f} pts above last week's peak "
+            f"({fmt.percent(g.pressure_peak.previous)})"
         )
     grew = ("; " + " and ".join(growth)) if growth else ""
     workers = [w for m in report.models for w in m.workers if w.worker in g.workers]
-    queued = [w.worker for w in workers if w.over_capacity and w.over_capacity.current]
-    if peak >= b.vram_scale_above:
-        if queued:
-            action = (
-                f"VRAM is full and the queue of {', '.join(queued)} overflowed: scale out "
-                "or rate-limit."
-            )
-        else:
-            action = (
-                "Lowering --max-num-seqs only treats the symptom. Enable automatic prefix "
-                "caching (30 %+ less KV memory when prompts share a prefix), an FP8 KV "
-                "cache (--kv-cache-dtype fp8, about half the KV memory) and leave headroom "
-                "with --gpu-memory-utilization 0.85."
-            )
+    rising = [
+        w.worker
+        for w in workers
+        if w.queue_slope_peak is not None and L.queue_rising(w.queue_slope_peak.current, t)
+    ]
+    size = fmt.gib(g.vram_bytes_peak.current if g.vram_bytes_peak else None)
+    kv = peak if g.pressure_from == "kv_cache" else None
+    if L.memory(kv, g.vram_peak.current, max_slope(workers), t):
+        actions = [
+            f"The {what} is full while the queue of {', '.join(rising)} grows: scale out or "
+            "rate-limit.",
+            f"Make room in the KV cache: automatic prefix caching (--enable-prefix-caching). "
+            f"{L.PREFIX_CACHING}",
+            f"{L.FP8_KV} (Where the KV cache is not FP8 yet.)",
+            L.fewer_seqs(),
+        ]
+        if what == "VRAM":
+            # NVML's ratio: the card itself is nearly full (no KV gauge)
+            actions.append(L.headroom())
         yield Finding(
             "act",
-            "Loop 3 · VRAM",
-            f"{g.label}: VRAM peak {fmt.percent(peak)}, above the {fmt.percent(b.vram_scale_above)}"
-            " line",
-            f"Peak {fmt.percent(peak)} of {fmt.gib(g.vram_bytes_peak.current if g.vram_bytes_peak else None)} "
-            f"used{grew}.",
-            action,
+            "Loop 3 · memory",
+            f"{g.label}: {what} peak {fmt.percent(peak)} with a rising queue",
+            f"Peak {fmt.percent(peak)} (line {fmt.percent(b.vram_scale_above)}) of {size} "
+            f"GPU memory{grew}; the queue of {', '.join(rising)} rose.",
+            " ".join(actions),
+            id="memory",
         )
         return
     ttft_p99 = [
-        m.total.latency["ttft"].week[0.99].current
+        lat.week[0.99].current
         for m in report.models
-        if m.total.model in g.models and "ttft" in m.total.latency
+        if m.total.model in g.models and (lat := m.total.latency.get("ttft")) is not None
     ]
     known = [v for v in ttft_p99 if v is not None]
-    if peak >= b.vram_squeeze_above:
-        if known and max(known) <= b.vram_squeeze_p99_ok_seconds:
-            yield Finding(
-                "ok",
-                "Loop 3 · VRAM",
-                f"{g.label}: VRAM {fmt.percent(peak)} with fast first tokens: a healthy squeeze",
-                f"TTFT P99 {fmt.seconds(max(known))} (under {fmt.seconds(b.vram_squeeze_p99_ok_seconds)}).",
-                "No action: a full KV cache with a fast P99 is the memory doing its job.",
-            )
-            return
-        if growth:
-            yield Finding(
-                "watch",
-                "Loop 3 · VRAM",
-                f"{g.label}: VRAM peak {fmt.percent(peak)} and rising",
-                f"Peak {fmt.percent(peak)}{grew}; the scale line is "
-                f"{fmt.percent(b.vram_scale_above)}.",
-                "Make room before it gets there: prefix caching, an FP8 KV cache, "
-                "--gpu-memory-utilization 0.85.",
-            )
+    if peak >= b.vram_squeeze_above and known and max(known) <= b.vram_squeeze_p99_ok_seconds:
+        yield Finding(
+            "ok",
+            "Loop 3 · memory",
+            f"{g.label}: {what} {fmt.percent(peak)} with fast first tokens: a healthy squeeze",
+            f"TTFT P99 {fmt.seconds(max(known))} (under {fmt.seconds(b.vram_squeeze_p99_ok_seconds)}).",
+            "No action: a full KV cache with a fast P99 is the memory doing its job.",
+        )
         return
     if growth:
         yield Finding(
             "watch",
-            "Loop 3 · VRAM",
-            f"{g.label}: VRAM peak rising ({fmt.percent(peak)})",
-            f"Peak {fmt.percent(peak)}{grew}.",
-            "Watch the trend: at this pace it reaches the squeeze line "
-            f"({fmt.percent(b.vram_squeeze_above)}) in a few weeks.",
+            "Loop 3 · memory",
+            f"{g.label}: {what} peak {fmt.percent(peak)} and rising",
+            f"Peak {fmt.percent(peak)}{grew}; the scale line is {fmt.percent(b.vram_scale_above)}.",
+            "Make room before it gets there: prefix caching, an FP8 KV cache; watch the queue.",
         )
+
+
+def max_slope(workers: Sequence[ScopeFigures]) -> float | None:
+    """The steepest queue slope of these workers this period (requests per second)."""
+    slopes = [
+        w.queue_slope_peak.current
+        for w in workers
+        if w.queue_slope_peak is not None and w.queue_slope_peak.current is not None
+    ]
+    return max(slopes) if slopes else None
 
 
 def _scale_review(report: Report, g: GpuFigures) -> Iterator[Finding]:
     share = g.bands.get("scale_review")
-    if share is None or share.current is None or share.current < SCALE_REVIEW_SHARE:
+    if (
+        share is None
+        or share.current is None
+        or share.current < report.bands.t.report.scale_review_share
+    ):
         return
     line = fmt.percent(report.bands.scale_review_above)
     yield Finding(
@@ -353,15 +480,21 @@ def _scale_review(report: Report, g: GpuFigures) -> Iterator[Finding]:
     )
 
 
-def _waste_days(report: Report) -> Iterator[Finding]:
+def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
+    """InferenceGPUUnderutilized, outside the loops: days a GPU spent mostly below the waste
+    line (its rate_window average, as the alert reads it). GPUs of an imbalanced model are
+    left to loop 1, which forbids scaling in."""
+    share_line = report.bands.t.report.waste_day_share
     per_day: dict[int, list[GpuFigures]] = {}
     for g in report.gpus:
-        waste = g.band_daily.get("waste")
+        if set(g.models) & imbalanced:
+            continue
+        waste = g.waste_alert_daily or g.band_daily.get("waste")
         if not waste:
             continue
         for i in _current_indices(report):
             v = waste[i]
-            if v is not None and v >= WASTE_DAY_SHARE:
+            if v is not None and v >= share_line:
                 per_day.setdefault(i, []).append(g)
     if not per_day:
         return
@@ -377,6 +510,7 @@ def _waste_days(report: Report) -> Iterator[Finding]:
         "If this is a quiet period every week, scale down on a schedule or co-locate small "
         "models on these GPUs (MIG, several workers per GPU); first make sure the traffic is "
         "spread evenly.",
+        id="consolidate",
     )
 
 

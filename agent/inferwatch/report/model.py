@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from inferwatch.stats import histogram_quantile
@@ -59,21 +59,29 @@ class Period:
 
 @dataclass(frozen=True)
 class Bands:
-    """The numbers of thresholds.yaml the report applies (a copy, so it needs no more)."""
+    """The numbers of thresholds.yaml the report's tables and charts print, read from one
+    :class:`~inferwatch.pack.thresholds.Thresholds` (:func:`bands_from_thresholds`); the
+    findings ask ``pack.loops`` with ``thresholds`` itself."""
 
-    waste_below: float = 0.30
-    scale_review_above: float = 0.85
-    healthy_low: float = 0.60
-    healthy_high: float = 0.85
-    idle_below: float = 0.40
-    vram_squeeze_above: float = 0.85
-    vram_squeeze_p99_ok_seconds: float = 0.5
-    vram_scale_above: float = 0.92
-    ttft_p99_slo_seconds: float = 2.0
-    ttft_warmup_p95_seconds: float = 2.0
-    tpot_p99_slo_seconds: float = 0.1
-    tail_ratio: float = 5.0
-    runbook_base_url: str = "runbooks/"
+    waste_below: float
+    scale_review_above: float
+    healthy_low: float
+    healthy_high: float
+    idle_below: float
+    vram_squeeze_above: float
+    vram_squeeze_p99_ok_seconds: float
+    vram_scale_above: float
+    ttft_p99_slo_seconds: float
+    ttft_warmup_p95_seconds: float
+    tpot_p99_slo_seconds: float
+    tail_ratio: float
+    runbook_base_url: str
+    thresholds: Any = field(compare=False, repr=False)
+
+    @property
+    def t(self) -> Any:
+        """The thresholds the loops' conditions read."""
+        return self.thresholds
 
     def slo(self, latency: str) -> float | None:
         return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
@@ -99,6 +107,7 @@ def bands_from_thresholds(t: Any) -> Bands:
         tpot_p99_slo_seconds=t.tpot.p99_slo_seconds,
         tail_ratio=t.latency.tail_ratio,
         runbook_base_url=t.pack.runbook_base_url,
+        thresholds=t,
     )
 
 
@@ -119,6 +128,14 @@ class RawWorker:
     queue_peak: Daily | None
     over_capacity_seconds: Daily | None  # None: max_num_seqs unknown
     capacity: float | None
+    #: waiting plus running requests, the day's mean (loop 1's load); None: not exported
+    open_requests: Daily | None = None
+    #: the day's steepest queue slope over queue.rising_window, requests per second
+    queue_slope_peak: Daily | None = None
+    #: preemptions per day
+    preemptions: Daily | None = None
+    #: latency name -> per-day buckets observed within cold_start.within of a start
+    cold_latency: dict[str, tuple[Buckets | None, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,14 @@ class RawGpu:
     vram_peak_ratio: Daily
     vram_peak_bytes: Daily | None
     workers: tuple[str, ...]
+    #: the day's peak memory pressure: its workers' KV-cache usage where the engine
+    #: exports it, else NVML's used ratio (the rules' memory pressure); None: as VRAM
+    pressure_peak: Daily | None = None
+    #: "kv_cache" or "gpu_memory": what pressure_peak is
+    pressure_from: str = "gpu_memory"
+    #: share of each day the GPU's utilization, averaged over pack.rate_window, was below
+    #: gpu_utilization.waste_below (InferenceGPUUnderutilized's condition); None: unknown
+    waste_alert_daily: Daily | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +187,14 @@ class RawData:
 
 
 # --------------------------------------------------------------------- arithmetic
+
+
+def subtract_buckets(whole: Buckets | None, part: Buckets | None) -> Buckets | None:
+    """``whole`` without the observations of ``part`` (counts never below zero)."""
+    if whole is None or part is None:
+        return whole
+    less = dict(part)
+    return tuple((le, max(0.0, count - less.get(le, 0.0))) for le, count in whole)
 
 
 def merge_buckets(parts: Iterable[Buckets | None]) -> Buckets | None:

@@ -14,7 +14,16 @@ look empty. Raw series over one day at a time stay cheap:
 - GPU utilization: ``avg_over_time`` / ``quantile_over_time`` on the raw gauge,
   band shares with a 1-minute subquery of a ``bool`` comparison;
 - VRAM and queue peaks: ``max_over_time``;
-- time over capacity: a 1-minute subquery of ``queue_depth > bool max_num_seqs``;
+- time over capacity: a 1-minute subquery of ``queue_depth > bool capacity``, the
+  rules' batch capacity (max_num_seqs, or the running batch once the KV cache is
+  at ``vram.scale_above``);
+- loop figures: open requests (waiting + running, the day's mean), the day's
+  steepest ``deriv`` of the queue over ``queue.rising_window``, preemptions,
+  TTFT buckets observed within ``cold_start.within`` of a worker start (a
+  1-minute subquery of ``increase``, kept apart from the SLO), memory pressure
+  per GPU (its workers' KV-cache usage through ``inferwatch_worker_gpu_info``,
+  else NVML's used ratio) and the share of the day InferenceGPUUnderutilized's
+  condition held (utilization averaged over ``pack.rate_window``);
 - alerts: ``count_over_time(ALERTS{alertstate="firing"}[1m])`` at a 1-minute
   step, which needs a rule evaluation interval of at most one minute (the
   Prometheus default).
@@ -25,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from inferwatch.pack.thresholds import Thresholds, format_duration, load_thresholds
 from inferwatch.report.model import (
     DAY,
     Buckets,
@@ -74,12 +84,18 @@ _STEPS = (
     "queue peaks",
     "time over capacity",
     "capacity",
+    "open requests",
+    "queue slope",
+    "preemptions",
+    "cold-start TTFT buckets",
     "GPUs",
     "GPU utilization",
     "GPU bands",
     "GPU weekly percentiles",
     "GPM SM activity",
     "VRAM peaks",
+    "memory pressure",
+    "waste condition",
     "GPU to worker map",
     "alerts",
     "hourly trend",
@@ -99,14 +115,40 @@ def _duration(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
+#: worker key of the agent's series (the rules' WORKER_KEY)
+AGENT_WORKER = "job, instance, worker"
+
+
+def capacity_expr(t: Thresholds) -> str:
+    """The rules' batch capacity over raw series: max_num_seqs, or the running batch once the
+    KV cache is at ``vram.scale_above``, whichever is smaller (per job, instance, worker)."""
+    k = AGENT_WORKER
+    return (
+        f"min by ({k}) ("
+        f'label_replace(max by ({k}) (inferwatch_max_num_seqs), "capacity_from", "seqs", "", "")'
+        f" or label_replace(max by ({k}) (inferwatch_requests_running) and on ({k}) "
+        f"max by ({k}) (inferwatch_kv_cache_usage_ratio) >= {t.vram.scale_above}, "
+        f'"capacity_from", "kv_cache", "", ""))'
+    )
+
+
 class Collector:
     """Runs the queries of one report against one client."""
 
     def __init__(
-        self, client: PrometheusClient, period: Period, progress: Progress | None = None
+        self,
+        client: PrometheusClient,
+        period: Period,
+        progress: Progress | None = None,
+        thresholds: Thresholds | None = None,
     ) -> None:
         self.client = client
         self.period = period
+        self.t = thresholds if thresholds is not None else load_thresholds()
+        g = self.t.gpu_utilization
+        self.bands_waste = g.waste_below
+        self.bands_healthy = g.healthy_band
+        self.bands_scale = g.scale_review_above
         self.ends = period.day_ends()
         self._progress = progress or (lambda step: None)
         self.notes: list[str] = []
@@ -166,8 +208,8 @@ class Collector:
         )
         self.step("time over capacity")
         over = self.daily_by(
-            f"sum by ({by}) (sum_over_time((inferwatch_queue_depth > bool on (job, instance, "
-            "worker) group_left max by (job, instance, worker) (inferwatch_max_num_seqs))"
+            f"sum by ({by}) (sum_over_time((inferwatch_queue_depth > bool on ({AGENT_WORKER}) "
+            f"group_left {capacity_expr(self.t)})"
             f"[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
             WORKER_KEY,
         )
@@ -178,6 +220,35 @@ class Collector:
                 f"max by ({by}) (last_over_time(inferwatch_max_num_seqs[{span}]))", self.period.end
             )
         }
+
+        self.step("open requests")
+        open_requests = self.daily_by(
+            f"sum by ({by}) (avg_over_time(inferwatch_queue_depth[1d])) + "
+            f"sum by ({by}) (avg_over_time(inferwatch_requests_running[1d]))",
+            WORKER_KEY,
+        )
+        self.step("queue slope")
+        rising = format_duration(self.t.queue.rising_window)
+        slope = self.daily_by(
+            f"max by ({by}) (max_over_time(deriv(inferwatch_queue_depth[{rising}])"
+            f"[1d:{SUBQUERY_STEP}s]))",
+            WORKER_KEY,
+        )
+        self.step("preemptions")
+        preemptions = self.daily_by(
+            f"sum by ({by}) (increase(inferwatch_preemptions_total[1d]))", WORKER_KEY
+        )
+        self.step("cold-start TTFT buckets")
+        young = (
+            f"(time() - max by ({AGENT_WORKER}) (inferwatch_worker_start_time_seconds) "
+            f"< {self.t.cold_start.within})"
+        )
+        # InferenceTTFTSLOBreach leaves the first cold_start.within after a start to
+        # InferenceWorkerColdStart: those first tokens are counted apart
+        cold_ttft = self._buckets(
+            f"sum by ({by}, le) (sum_over_time((increase(inferwatch_ttft_seconds_bucket"
+            f"[{SUBQUERY_STEP}s]) and on ({AGENT_WORKER}) {young})[1d:{SUBQUERY_STEP}s]))"
+        )
 
         keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
         out = []
@@ -211,6 +282,10 @@ class Collector:
                     queue_peak=queue.get(key),
                     over_capacity_seconds=over.get(key),
                     capacity=capacity.get(key),
+                    open_requests=open_requests.get(key),
+                    queue_slope_peak=slope.get(key),
+                    preemptions=preemptions.get(key),
+                    cold_latency={"ttft": cold_ttft[key]} if key in cold_ttft else {},
                 )
             )
         return tuple(out)
@@ -274,6 +349,8 @@ class Collector:
                 "GPU weekly percentiles",
                 "GPM SM activity",
                 "VRAM peaks",
+                "memory pressure",
+                "waste condition",
                 "GPU to worker map",
             ):
                 self.step(_)
@@ -317,6 +394,21 @@ class Collector:
         vram_bytes = self.daily_by(
             "max by (uuid) (max_over_time(inferwatch_gpu_memory_used_bytes[1d]))", ("uuid",)
         )
+        self.step("memory pressure")
+        kv = self.daily_by(
+            "max by (uuid) ("
+            f"max by ({AGENT_WORKER}) (max_over_time(inferwatch_kv_cache_usage_ratio[1d])) "
+            f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
+            "(max_over_time(inferwatch_worker_gpu_info[1d])))",
+            ("uuid",),
+        )
+        self.step("waste condition")
+        window = format_duration(self.t.pack.rate_window)
+        waste_alert = self.daily_by(
+            f"max by (uuid) (avg_over_time((avg_over_time({util}[{window}]) < bool "
+            f"{self.t.gpu_utilization.waste_below})[1d:{SUBQUERY_STEP}s]))",
+            ("uuid",),
+        )
         self.step("GPU to worker map")
         mapping: dict[str, set[str]] = {}
         for s in self.client.instant(
@@ -350,6 +442,9 @@ class Collector:
                     vram_peak_ratio=vram_ratio.get((uuid,), empty),
                     vram_peak_bytes=vram_bytes.get((uuid,)),
                     workers=tuple(sorted(served)),
+                    pressure_peak=kv.get((uuid,)),
+                    pressure_from="kv_cache" if (uuid,) in kv else "gpu_memory",
+                    waste_alert_daily=waste_alert.get((uuid,)),
                 )
             )
         if no_gpm:
@@ -360,10 +455,6 @@ class Collector:
                 "utilization is shown for it."
             )
         return tuple(out)
-
-    bands_waste = 0.30
-    bands_healthy = (0.60, 0.85)
-    bands_scale = 0.85
 
     def _union(self, exprs: dict[str, str], label: str) -> str:
         return " or ".join(
@@ -447,9 +538,10 @@ def collect(
     healthy_band: tuple[float, float],
     scale_review_above: float,
     progress: Progress | None = None,
+    thresholds: Thresholds | None = None,
 ) -> RawData:
     """Run every query of the report; raises :class:`NoData` when this period is empty."""
-    c = Collector(client, period, progress)
+    c = Collector(client, period, progress, thresholds)
     c.bands_waste = waste_below
     c.bands_healthy = healthy_band
     c.bands_scale = scale_review_above

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from inferwatch.report.model import (
     LATENCIES,
@@ -29,6 +29,7 @@ from inferwatch.report.model import (
     peak,
     quantile,
     share_within,
+    subtract_buckets,
     total,
 )
 
@@ -72,6 +73,14 @@ class ScopeFigures:
     over_capacity_daily: Daily | None
     over_capacity: Change | None
     capacity: float | None
+    #: latency without what was observed within cold_start.within of a start (the
+    #: window InferenceTTFTSLOBreach leaves to InferenceWorkerColdStart)
+    warm_latency: dict[str, LatencyFigures] = field(default_factory=dict)
+    #: latency observed within cold_start.within of a start only
+    cold_latency: dict[str, LatencyFigures] = field(default_factory=dict)
+    open_requests: Change | None = None
+    queue_slope_peak: Change | None = None
+    preemptions: Change | None = None
 
     @property
     def name(self) -> str:
@@ -103,6 +112,13 @@ class GpuFigures:
     vram_bytes_daily: Daily | None
     vram_bytes_peak: Change | None
     vram_trend: float | None  # last day's peak minus the first day's, this period
+    #: memory pressure: KV-cache usage where the engine exports it, else NVML's ratio
+    pressure_daily: Daily = ()
+    pressure_peak: Change = field(default_factory=lambda: Change(None, None))
+    pressure_from: str = "gpu_memory"
+    pressure_trend: float | None = None
+    #: share of the period InferenceGPUUnderutilized's condition held
+    waste_alert_daily: Daily | None = None
 
     @property
     def label(self) -> str:
@@ -123,10 +139,12 @@ class AlertFigures:
 @dataclass(frozen=True)
 class Finding:
     level: str  # "act", "watch", "ok"
-    loop: str  # which closed loop of the guide (or rule) it comes from
+    loop: str  # which closed loop of the guide (or rule) it comes from, for people
     title: str
     evidence: str
     action: str
+    #: the pack.loops id it applies ("" for findings outside the loops: SLO, alerts...)
+    id: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,16 +198,29 @@ def scope_figures(
     prompt = add_daily([w.prompt_tokens for w in workers]) or empty
     generation = add_daily([w.generation_tokens for w in workers]) or empty
     latency = {}
+    warm = {}
+    cold = {}
     for name in LATENCIES:
         parts = [w.latency[name] for w in workers if name in w.latency]
         if not parts:
             continue
         days = tuple(merge_buckets(day) for day in zip(*parts, strict=True))
         latency[name] = latency_figures(name, days, period, bands)
+        cold_parts = [w.cold_latency[name] for w in workers if name in w.cold_latency]
+        if not cold_parts:
+            warm[name] = latency[name]
+            continue
+        cold_days = tuple(merge_buckets(day) for day in zip(*cold_parts, strict=True))
+        warm_days = tuple(subtract_buckets(d, c) for d, c in zip(days, cold_days, strict=True))
+        warm[name] = latency_figures(name, warm_days, period, bands)
+        cold[name] = latency_figures(name, cold_days, period, bands)
     queue = max_daily([w.queue_peak for w in workers])
     over = add_daily([w.over_capacity_seconds for w in workers])
     capacities = [w.capacity for w in workers if w.capacity is not None]
     engines = sorted({w.engine for w in workers if w.engine})
+    open_ = add_daily([w.open_requests for w in workers])
+    slope = max_daily([w.queue_slope_peak for w in workers])
+    preempted = add_daily([w.preemptions for w in workers])
     return ScopeFigures(
         kind=kind,
         model=model,
@@ -207,6 +238,11 @@ def scope_figures(
         over_capacity_daily=over,
         over_capacity=_change(period, over) if over else None,
         capacity=sum(capacities) if capacities else None,
+        warm_latency=warm,
+        cold_latency=cold,
+        open_requests=_change(period, open_, "mean") if open_ else None,
+        queue_slope_peak=_change(period, slope, "max") if slope else None,
+        preemptions=_change(period, preempted) if preempted else None,
     )
 
 
@@ -227,6 +263,9 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
     util = {stat: Change(cur, prev) for stat, (prev, cur) in raw.util_week.items()}
     cur_peaks = [v for v in period.current(raw.vram_peak_ratio) if v is not None]
     trend = cur_peaks[-1] - cur_peaks[0] if len(cur_peaks) >= 2 else None
+    pressure = raw.pressure_peak or raw.vram_peak_ratio
+    cur_pressure = [v for v in period.current(pressure) if v is not None]
+    pressure_trend = cur_pressure[-1] - cur_pressure[0] if len(cur_pressure) >= 2 else None
     return GpuFigures(
         uuid=raw.uuid,
         instance=raw.instance,
@@ -248,6 +287,11 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
         if raw.vram_peak_bytes
         else None,
         vram_trend=trend,
+        pressure_daily=pressure,
+        pressure_peak=_change(period, pressure, "max"),
+        pressure_from=raw.pressure_from if raw.pressure_peak else "gpu_memory",
+        pressure_trend=pressure_trend,
+        waste_alert_daily=raw.waste_alert_daily,
     )
 
 

@@ -1,0 +1,276 @@
+"""The ``inferwatch advise`` command line: where the pictures come from, what is printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from inferwatch.advise.agent import read_agent
+from inferwatch.advise.model import Unreachable
+from inferwatch.advise.prometheus import read_prometheus
+from inferwatch.advise.render import age, render_capacity, render_rich, render_text, report_dict
+from inferwatch.advise.rules import advise
+from inferwatch.errors import ConfigError, UsageError
+
+#: where flag values come from, in error messages
+SOURCE = "command line"
+
+
+def parse_time(text: str, now: float, key: str) -> float:
+    """Unix seconds from ``now``, ``now-1h``, ``-30m``, unix seconds or RFC 3339."""
+    from inferwatch.pack.thresholds import parse_duration
+
+    raw = text.strip()
+    if raw == "now":
+        return now
+    for prefix in ("now-", "-"):
+        if raw.startswith(prefix):
+            seconds = parse_duration(raw[len(prefix) :])
+            if seconds is None:
+                break
+            return now - seconds
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            SOURCE, key, "now, now-1h, -30m, unix seconds or RFC 3339 (2025-01-31T12:00:00Z)", text
+        ) from None
+    if stamp.tzinfo is None:
+        raise ConfigError(SOURCE, key, "an RFC 3339 time with a zone (Z or +01:00)", text)
+    return stamp.timestamp()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agent-url",
+        metavar="URL",
+        help="read an agent's /metrics (e.g. http://127.0.0.1:10127)",
+    )
+    parser.add_argument(
+        "--prometheus-url", metavar="URL", help="read Prometheus over --start .. --end instead"
+    )
+    parser.add_argument("--start", metavar="T", help="range start (default now-1h)")
+    parser.add_argument("--end", metavar="T", help="range end (default now)")
+    parser.add_argument(
+        "--selector",
+        metavar="MATCHERS",
+        help="label matchers of the agents' series (default: pack.agent_selector of thresholds)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        metavar="N",
+        help="agent mode: scrapes to average, at least 2 (default 3); the first and the "
+        "last are advice.min_rate_span of thresholds apart at least (10s), so rates "
+        "come from counter deltas",
+    )
+    parser.add_argument(
+        "--every",
+        metavar="DURATION",
+        default="1s",
+        help="agent mode: time between scrapes (default 1s)",
+    )
+    parser.add_argument("--worker", metavar="NAME", help="only recommendations for this worker")
+    parser.add_argument("--json", action="store_true", help="JSON for tools")
+    parser.add_argument(
+        "--thresholds", metavar="FILE", help="thresholds.yaml overrides (default: packaged)"
+    )
+    sub = parser.add_subparsers(dest="advise_mode", metavar="MODE")
+    cap = sub.add_parser(
+        "capacity",
+        help="the guide's max-num-seqs / max-num-batched-tokens arithmetic",
+        description="Per-sequence KV size, the field guide's estimate "
+        "(VRAM x 0.8 - weights) / KV per sequence, and the flags it suggests. Sizes are "
+        "GiB unless suffixed (24, 24GiB, 80GB, 512MiB).",
+    )
+    cap.add_argument("--gpu-memory", metavar="SIZE", required=True, help="GPU memory (24 = 24 GiB)")
+    cap.add_argument("--model-config", metavar="FILE", help="the model's config.json")
+    cap.add_argument("--layers", type=int, metavar="N", help="num_hidden_layers")
+    cap.add_argument("--kv-heads", type=int, metavar="N", help="num_key_value_heads")
+    cap.add_argument("--head-dim", type=int, metavar="N", help="head_dim")
+    cap.add_argument("--dtype", metavar="DTYPE", help="weights dtype (default: config.json's)")
+    cap.add_argument(
+        "--weights", metavar="SIZE", help="weights size (default: estimated from config.json)"
+    )
+    cap.add_argument("--context", type=int, metavar="TOKENS", help="expected tokens per sequence")
+    cap.add_argument(
+        "--kv-dtype",
+        metavar="DTYPE",
+        default="auto",
+        help="KV cache dtype: auto (the weights' dtype), fp16, bf16, fp8 (default auto)",
+    )
+    cap.add_argument(
+        "--kv-per-seq", metavar="SIZE", help="KV per sequence, instead of shape and context"
+    )
+    cap.add_argument(
+        "--usable", type=float, default=0.8, help="share of VRAM for weights + KV (default 0.8)"
+    )
+    cap.add_argument("--json", action="store_true", help="JSON for tools")
+
+
+def capacity_input(args: argparse.Namespace) -> Any:
+    from inferwatch.capacity import (
+        CapacityInput,
+        ModelShape,
+        dtype_bytes,
+        kv_bytes_per_token,
+        parse_size,
+        read_model_config,
+    )
+
+    src = SOURCE
+    vram = parse_size(args.gpu_memory, src, "--gpu-memory")
+    if not 0 < args.usable <= 1:
+        raise ConfigError(src, "--usable", "a share in (0, 1]", args.usable)
+    shape: ModelShape | None = None
+    if args.model_config:
+        shape = read_model_config(args.model_config)
+    explicit = {"--layers": args.layers, "--kv-heads": args.kv_heads, "--head-dim": args.head_dim}
+    if any(v is not None for v in explicit.values()):
+        for flag, value in explicit.items():
+            if value is None and shape is None:
+                raise ConfigError(src, flag, "a value (with --layers, --kv-heads, --head-dim)")
+            if value is not None and value <= 0:
+                raise ConfigError(src, flag, "a whole number greater than zero", value)
+        base = shape or ModelShape(layers=1, kv_heads=1, head_dim=1, dtype_bytes=2.0)
+        shape = replace(
+            base,
+            layers=args.layers or base.layers,
+            kv_heads=args.kv_heads or base.kv_heads,
+            head_dim=args.head_dim or base.head_dim,
+        )
+    if shape is not None and args.dtype:
+        shape = replace(
+            shape, dtype=args.dtype, dtype_bytes=dtype_bytes(args.dtype, src, "--dtype")
+        )
+    kv_dtype = None
+    kv_element = None
+    per_token = None
+    if shape is not None:
+        if args.kv_dtype == "auto":
+            kv_dtype, kv_element = shape.dtype, shape.dtype_bytes
+        else:
+            kv_dtype, kv_element = args.kv_dtype, dtype_bytes(args.kv_dtype, src, "--kv-dtype")
+        if shape.mla_dims is not None:
+            per_token = shape.layers * shape.mla_dims * kv_element
+        else:
+            per_token = kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, kv_element)
+    if args.context is not None and args.context <= 0:
+        raise ConfigError(src, "--context", "tokens greater than zero", args.context)
+    if args.kv_per_seq:
+        if per_token is not None and args.context is not None:
+            raise UsageError("give either --kv-per-seq, or a model shape with --context, not both")
+        per_seq = parse_size(args.kv_per_seq, src, "--kv-per-seq")
+    elif per_token is not None:
+        if args.context is None:
+            raise ConfigError(
+                src, "--context", "the expected tokens per sequence (prompt + output)"
+            )
+        per_seq = per_token * args.context
+    else:
+        raise UsageError(
+            "give --kv-per-seq, or --model-config (or --layers, --kv-heads, --head-dim) with "
+            "--context"
+        )
+    if args.weights:
+        weights = parse_size(args.weights, src, "--weights")
+        weights_source = "given"
+    else:
+        params = shape.parameters() if shape is not None else None
+        if params is None or shape is None:
+            raise ConfigError(
+                src,
+                "--weights",
+                "the weights size (estimated only from a dense model's config.json)",
+            )
+        weights = params * shape.dtype_bytes
+        weights_source = f"~{params / 1e9:.2f}B parameters x {shape.dtype_bytes:g} B, estimated"
+    return CapacityInput(
+        vram_bytes=vram,
+        weights_bytes=weights,
+        weights_source=weights_source,
+        kv_per_sequence=per_seq,
+        context_tokens=args.context,
+        kv_per_token=per_token,
+        usable=args.usable,
+        shape=shape,
+        kv_dtype=kv_dtype,
+        kv_element_bytes=kv_element,
+    )
+
+
+def main_capacity(args: argparse.Namespace) -> int:
+    from inferwatch.capacity import plan_capacity
+
+    plan = plan_capacity(capacity_input(args))
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+    else:
+        sys.stdout.write(render_capacity(plan))
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    if getattr(args, "advise_mode", None) == "capacity":
+        return main_capacity(args)
+    from inferwatch.config import parse_duration
+    from inferwatch.pack.thresholds import load_thresholds
+
+    if bool(args.agent_url) == bool(args.prometheus_url):
+        raise UsageError("give one of --agent-url URL or --prometheus-url URL (or `capacity`)")
+    if args.samples < 1:
+        raise ConfigError(SOURCE, "--samples", "a whole number >= 1", args.samples)
+    every = parse_duration(args.every, SOURCE, "--every")
+    thresholds = load_thresholds(args.thresholds)
+    source: dict[str, Any]
+    try:
+        if args.agent_url:
+            if args.start or args.end:
+                raise UsageError("--start and --end need --prometheus-url")
+            pictures = read_agent(
+                args.agent_url, args.samples, every, thresholds.advice.min_rate_span
+            )
+            source = {"kind": "agent", "url": args.agent_url, "samples": args.samples}
+            where = f"{args.agent_url} ({args.samples} sample(s))"
+        else:
+            now = time.time()
+            end = parse_time(args.end, now, "--end") if args.end else now
+            start = parse_time(args.start, now, "--start") if args.start else end - 3600
+            if start >= end:
+                raise ConfigError(SOURCE, "--start", f"a time before --end ({end:.0f})", args.start)
+            selector = "{" + args.selector + "}" if args.selector else thresholds.pack.selector()
+            pictures = read_prometheus(args.prometheus_url, start, end, selector)
+            source = {"kind": "prometheus", "url": args.prometheus_url, "start": start, "end": end}
+            where = f"{args.prometheus_url} over {age(end - start)}"
+    except Unreachable as exc:
+        print(f"inferwatch advise: error: {exc}", file=sys.stderr)
+        return 3
+    recs = advise(pictures, thresholds)
+    if args.worker:
+        if not any(args.worker in (p.worker, p.label) for p in pictures):
+            known = ", ".join(p.label for p in pictures) or "none"
+            raise ConfigError(SOURCE, "--worker", f"a worker in the data ({known})", args.worker)
+        names = {p.label for p in pictures if args.worker in (p.worker, p.label)}
+        recs = [r for r in recs if names & set(r.workers)]
+        pictures = [p for p in pictures if p.label in names]
+    if args.json:
+        doc = report_dict(pictures, recs, source, thresholds.source)
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    elif sys.stdout.isatty():
+        render_rich(pictures, recs, where)
+    else:
+        sys.stdout.write(render_text(pictures, recs, where))
+    return 0

@@ -1,0 +1,198 @@
+"""What advise reasons about: one picture per worker, and the recommendations it makes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+#: launch flags of inferwatch_worker_info that advise reads (docs/metrics.md)
+FLAG_LABELS = (
+    "max_num_seqs",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "prefix_caching",
+    "kv_cache_dtype",
+)
+
+
+class Unreachable(Exception):
+    """The agent or Prometheus did not answer (exit code 3)."""
+
+
+@dataclass(frozen=True)
+class WarmupState:
+    """What the agent's warm-up gate says about a worker."""
+
+    ready: bool
+    deadline_exceeded: bool = False
+    cold_ttft: float | None = None
+    warm_ttft: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerPicture:
+    """One worker over the observed span; None where the data does not say.
+
+    Gauges are means over the span (utilization, queue, running) or peaks (VRAM, KV
+    cache, queue and batch peaks); quantiles and the queue slope are the source's
+    window figures; rates come from counter deltas over the span, never from a
+    counter's lifetime total.
+    """
+
+    worker: str
+    instance: str
+    model: str = ""
+    engine: str = ""
+    gpus: tuple[str, ...] = ()
+    #: mean utilization of the worker's own GPUs
+    gpu_utilization: float | None = None
+    vram_used_ratio: float | None = None
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    ttft_p99: float | None = None
+    tpot_p50: float | None = None
+    tpot_p99: float | None = None
+    e2e_p50: float | None = None
+    e2e_p99: float | None = None
+    queue_depth: float | None = None
+    queue_depth_max: float | None = None
+    #: requests per second; > 0 is a growing queue
+    queue_slope: float | None = None
+    running: float | None = None
+    running_max: float | None = None
+    max_num_seqs: float | None = None
+    kv_usage: float | None = None
+    prefix_hit_ratio: float | None = None
+    preemption_rate: float | None = None
+    request_rate: float | None = None
+    uptime_seconds: float | None = None
+    #: TTFT P99 of the worker's model over all its workers, where the source has it
+    model_ttft_p99: float | None = None
+    #: launch flags from inferwatch_worker_info that the worker stated
+    flags: Mapping[str, str] = field(default_factory=dict)
+    warmup: WarmupState | None = None
+    #: shown name: the worker, with its instance when another instance has the same name
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance}/{self.worker}"
+
+    @property
+    def label(self) -> str:
+        return self.name or self.worker
+
+    @property
+    def open_requests(self) -> float | None:
+        """Waiting plus running requests (loop 1's load)."""
+        if self.running is None and self.queue_depth is None:
+            return None
+        return (self.running or 0.0) + (self.queue_depth or 0.0)
+
+    def flag(self, name: str) -> str | None:
+        value = self.flags.get(name)
+        return value if value not in (None, "", "unknown") else None
+
+    def flag_number(self, name: str) -> float | None:
+        value = self.flag(name)
+        try:
+            return float(value) if value is not None else None
+        except ValueError:
+            return None
+
+    def capacity(self) -> float | None:
+        return self.max_num_seqs if self.max_num_seqs else self.flag_number("max_num_seqs")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["name"] = self.label
+        out["flags"] = dict(self.flags)
+        return out
+
+
+def name_pictures(pictures: Sequence[WorkerPicture]) -> list[WorkerPicture]:
+    """Give each picture its shown name: ``worker``, or ``worker@instance`` when ambiguous."""
+    counts: dict[str, int] = {}
+    for p in pictures:
+        counts[p.worker] = counts.get(p.worker, 0) + 1
+    return [
+        replace(p, name=p.worker if counts[p.worker] == 1 else f"{p.worker}@{p.instance}")
+        for p in pictures
+    ]
+
+
+def fmt(value: float, unit: str) -> str:
+    """A number for people: ratios as percent, seconds in ms below one second."""
+    if unit == "ratio":
+        return f"{value * 100:.0f}%"
+    if unit == "s":
+        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    if unit == "x":
+        return f"{value:.1f}x"
+    if unit:
+        return f"{value:.3g} {unit}"
+    return f"{value:.3g}"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One number behind a recommendation, with the threshold it crossed (if any)."""
+
+    name: str
+    value: float
+    unit: str = ""
+    relation: str = ""
+    threshold: float | None = None
+    #: thresholds.yaml key of the threshold
+    key: str | None = None
+    worker: str | None = None
+
+    def text(self) -> str:
+        who = f"{self.worker}: " if self.worker else ""
+        out = f"{who}{self.name} {fmt(self.value, self.unit)}"
+        if self.threshold is not None:
+            out += f" {self.relation} {fmt(self.threshold, self.unit)}"
+            if self.key:
+                out += f" ({self.key})"
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["text"] = self.text()
+        return out
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    #: the loop's id in pack.loops
+    id: str
+    #: the loop number (1-5), or None for advice outside the loops
+    loop: int | None
+    title: str
+    workers: tuple[str, ...]
+    model: str
+    #: lower is more urgent
+    priority: int
+    #: how far past its threshold (for ranking within a priority)
+    score: float
+    evidence: tuple[Evidence, ...]
+    actions: tuple[str, ...]
+    guide: str
+    #: the alerts of pack.rules that detect the same condition
+    alerts: tuple[str, ...] = ()
+
+    def as_dict(self, rank: int) -> dict[str, Any]:
+        return {
+            "rank": rank,
+            "id": self.id,
+            "loop": self.loop,
+            "title": self.title,
+            "workers": list(self.workers),
+            "model": self.model,
+            "alerts": list(self.alerts),
+            "evidence": [e.as_dict() for e in self.evidence],
+            "actions": list(self.actions),
+            "guide": self.guide,
+        }

@@ -1,0 +1,461 @@
+"""The loops of :mod:`inferwatch.pack.loops` applied to pictures: what to do, and why.
+
+Each rule asks a condition of ``pack.loops`` (the definition the alerts use) and,
+when it holds, writes the advice with the numbers that made it hold and the
+worker's own launch flags ("prefix caching is off", "from 48 to 38").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from inferwatch.advise.agent import mean
+from inferwatch.advise.model import Evidence, Recommendation, WorkerPicture, fmt
+from inferwatch.pack import loops as L
+from inferwatch.pack.thresholds import Thresholds
+
+#: most urgent first
+PRIORITY = {
+    loop_id: i
+    for i, loop_id in enumerate(
+        (
+            "over_capacity",
+            "memory",
+            "preemptions",
+            "cold_start",
+            "warmup",
+            "long_tail",
+            "imbalance",
+            "consolidate",
+        )
+    )
+}
+
+
+def _rec(
+    loop_id: str,
+    workers: Sequence[WorkerPicture],
+    score: float,
+    evidence: Sequence[Evidence],
+    actions: Sequence[str],
+) -> Recommendation:
+    loop = L.BY_ID[loop_id]
+    return Recommendation(
+        id=loop_id,
+        loop=loop.loop,
+        title=loop.title,
+        workers=tuple(p.label for p in workers),
+        model=workers[0].model,
+        priority=PRIORITY[loop_id],
+        score=score,
+        evidence=tuple(evidence),
+        actions=tuple(actions),
+        guide=L.guide(loop_id),
+        alerts=loop.alerts,
+    )
+
+
+def _prefix_action(p: WorkerPicture, why: str) -> str | None:
+    state = p.flags.get("prefix_caching", "unknown")
+    if state == "false":
+        return f"Prefix caching is off: add --enable-prefix-caching. {why}"
+    if state == "true":
+        return None
+    return (
+        "Make sure prefix caching is on (--enable-prefix-caching; the worker's launch flags "
+        f"do not say). {why}"
+    )
+
+
+def _fp8_action(p: WorkerPicture) -> str | None:
+    """FP8 KV advice, or None when the worker's KV cache is FP8 already."""
+    return None if L.is_fp8(p.flag("kv_cache_dtype")) else L.FP8_KV
+
+
+def batch_full(p: WorkerPicture, t: Thresholds) -> bool:
+    """The running batch reached ``advice.full_batch_share`` of max_num_seqs."""
+    cap = p.capacity()
+    return (
+        bool(cap)
+        and p.running_max is not None
+        and p.running_max >= (t.advice.full_batch_share * (cap or 0))
+    )
+
+
+def _fewer_seqs(p: WorkerPicture, t: Thresholds) -> str | None:
+    """Lower --max-num-seqs, but only where the batch reaches it (else it changes nothing)."""
+    cap = p.capacity()
+    if not cap or not batch_full(p, t):
+        return None
+    return L.fewer_seqs(cap, max(1, math.floor(cap * t.advice.max_num_seqs_cut)))
+
+
+def _over(p: WorkerPicture, t: Thresholds) -> bool:
+    return L.over_capacity(p.queue_depth, p.capacity(), p.running, p.kv_usage, t)
+
+
+# --------------------------------------------------------------------------- per worker
+
+
+def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceQueueOverCapacity [6 FAQ]: more waiting than the worker can batch."""
+    if not _over(p, t):
+        return None
+    cap = L.batch_capacity(p.capacity(), p.running, p.kv_usage, t)
+    queue = p.queue_depth or 0.0
+    kv_bound = cap is not None and cap != p.capacity()
+    ev = [
+        Evidence(
+            "queue depth (mean)",
+            queue,
+            "requests",
+            ">",
+            cap,
+            "running batch, KV cache full" if kv_bound else "max_num_seqs",
+        )
+    ]
+    if p.queue_slope is not None:
+        ev.append(Evidence("queue trend", p.queue_slope, "requests/s"))
+    if p.kv_usage is not None:
+        ev.append(Evidence("KV cache usage (peak)", p.kv_usage, "ratio"))
+    if p.gpu_utilization is not None:
+        ev.append(Evidence("GPU utilization", p.gpu_utilization, "ratio"))
+    actions = [L.SCALE_OUT, L.RATE_LIMIT]
+    if kv_bound:
+        actions.append(
+            "Do not raise --max-num-seqs: the KV cache is full, more sequences would only be "
+            "preempted."
+        )
+    elif (
+        p.gpu_utilization is not None
+        and p.gpu_utilization < t.gpu_utilization.scale_review_above
+        and p.capacity()
+    ):
+        actions.append(
+            f"The batch is full but the GPU is at {fmt(p.gpu_utilization, 'ratio')}: a larger "
+            f"batch than --max-num-seqs {p.capacity():g} may fit; check `inferwatch advise "
+            "capacity` first."
+        )
+    return _rec("over_capacity", [p], queue / max(1.0, cap or 1.0), ev, actions)
+
+
+def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceVRAMPressureQueueRising [4.2], loop 3: memory pressure with a rising queue."""
+    if not L.memory(p.kv_usage, p.vram_used_ratio, p.queue_slope, t):
+        return None
+    from_kv = p.kv_usage is not None
+    value = L.pressure(p.kv_usage, p.vram_used_ratio) or 0.0
+    ev = [
+        Evidence(
+            "KV cache usage (peak)" if from_kv else "VRAM used (peak)",
+            value,
+            "ratio",
+            ">",
+            t.vram.scale_above,
+            "vram.scale_above",
+        ),
+        Evidence(
+            "queue trend",
+            (p.queue_slope or 0.0) * 60,
+            "requests/min",
+            ">",
+            t.queue.rising_min_per_minute,
+            "queue.rising_min_per_minute",
+        ),
+    ]
+    actions = []
+    prefix = _prefix_action(p, L.PREFIX_CACHING)
+    if prefix:
+        actions.append(prefix)
+    fp8 = _fp8_action(p)
+    if fp8:
+        actions.append(fp8)
+    fewer = _fewer_seqs(p, t)
+    if fewer:
+        actions.append(fewer)
+    if not from_kv:
+        # NVML's ratio: the card itself is nearly full, an out-of-memory risk
+        gmu = p.flag_number("gpu_memory_utilization")
+        if gmu is None or gmu > L.GPU_MEMORY_UTILIZATION_HEADROOM:
+            actions.append(L.headroom(gmu))
+    actions += [L.SCALE_OUT, L.RATE_LIMIT]
+    return _rec("memory", [p], value, ev, actions)
+
+
+def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceKVCachePreemptions [4.2]: the KV pool is too small for the batch."""
+    if not L.preempting(p.preemption_rate, t):
+        return None
+    rate = p.preemption_rate or 0.0
+    ev = [
+        Evidence(
+            "preemptions",
+            rate,
+            "/s",
+            ">",
+            t.kv_cache.preemption_rate_above,
+            "kv_cache.preemption_rate_above",
+        )
+    ]
+    if p.kv_usage is not None:
+        ev.append(Evidence("KV cache usage (peak)", p.kv_usage, "ratio"))
+    actions = [L.raise_kv_pool(p.flag_number("gpu_memory_utilization"), p.vram_used_ratio)]
+    fewer = _fewer_seqs(p, t)
+    if fewer:
+        actions.append(fewer)
+    fp8 = _fp8_action(p)
+    if fp8:
+        actions.append(fp8)
+    actions.append(L.SCALE_OUT)
+    return _rec("preemptions", [p], rate, ev, actions)
+
+
+def _uptime_evidence(p: WorkerPicture, t: Thresholds, relation: str) -> Evidence | None:
+    if p.uptime_seconds is None:
+        return None
+    return Evidence(
+        "worker uptime", p.uptime_seconds, "s", relation, t.cold_start.within, "cold_start.within"
+    )
+
+
+def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceWorkerColdStart (and InferenceWarmupDeadlineExceeded) [5.2]: a young worker
+    serves slow first tokens."""
+    gate = p.warmup
+    deadline = gate is not None and gate.deadline_exceeded
+    if not (L.cold_start(p.ttft_p95, p.uptime_seconds, _over(p, t), t) or deadline):
+        return None
+    line = t.ttft.warmup_p95_seconds
+    ev = []
+    if p.ttft_p95 is not None:
+        ev.append(Evidence("TTFT P95", p.ttft_p95, "s", ">", line, "ttft.warmup_p95_seconds"))
+    up = _uptime_evidence(p, t, "<")
+    if up:
+        ev.append(up)
+    actions = []
+    if gate is None:
+        actions.append(L.WARMUP_GATE)
+    elif deadline:
+        actions.append(
+            "The warm-up gate opened on its deadline without warming this worker: see "
+            f'inferwatch_warmup_failures_total{{worker="{p.worker}"}} and the agent\'s log.'
+        )
+    elif gate.cold_ttft is not None and gate.warm_ttft is not None:
+        ev.append(Evidence("warm-up TTFT cold", gate.cold_ttft, "s"))
+        ev.append(Evidence("warm-up TTFT warm", gate.warm_ttft, "s"))
+        actions.append(
+            "The warm-up gate warmed this worker, so the slow first tokens come from the "
+            "prompts themselves: long system prompts computed on every request."
+        )
+    prefix = _prefix_action(p, L.CACHED_SYSTEM_PROMPT)
+    actions.append(prefix or f"Prefix caching is on. {L.CACHED_SYSTEM_PROMPT}")
+    return _rec("cold_start", [p], (p.ttft_p95 or line) / line, ev, actions)
+
+
+def rule_warmup(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceTTFTHighGPUIdle, loop 2: slow first tokens on an idle GPU, long after the start.
+
+    A worker up for days was warmed by its traffic long ago: what is cold is the prompt
+    path, so the advice is prefix caching and the prefill budget, not a warm-up request.
+    """
+    if not L.warmup(p.ttft_p95, p.gpu_utilization, p.uptime_seconds, t):
+        return None
+    line = t.ttft.warmup_p95_seconds
+    ev = [
+        Evidence("TTFT P95", p.ttft_p95 or 0.0, "s", ">", line, "ttft.warmup_p95_seconds"),
+        Evidence(
+            "GPU utilization",
+            p.gpu_utilization or 0.0,
+            "ratio",
+            "<",
+            t.gpu_utilization.idle_below,
+            "gpu_utilization.idle_below",
+        ),
+    ]
+    up = _uptime_evidence(p, t, ">=")
+    if up:
+        ev.append(up)
+    if p.prefix_hit_ratio is not None:
+        ev.append(Evidence("prefix cache hit ratio", p.prefix_hit_ratio, "ratio"))
+    actions = []
+    prefix = _prefix_action(p, L.CACHED_SYSTEM_PROMPT)
+    actions.append(prefix or f"Prefix caching is on. {L.CACHED_SYSTEM_PROMPT}")
+    low, high = L.BATCHED_TOKENS_RANGE
+    actions.append(
+        "Look for new long prompts: they are computed before the first token. "
+        f"--max-num-batched-tokens {low}-{high} balances prefill against decoding, and prompts "
+        f"over {L.LONG_PROMPT_TOKENS:,} tokens belong in a long-context pool."
+    )
+    return _rec("warmup", [p], (p.ttft_p95 or line) / line, ev, actions)
+
+
+def rule_long_tail(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceLatencyLongTail [6.1]: TTFT or TPOT P99 at least tail_ratio x its P50."""
+    found = [
+        (name, p50, p99, L.tail_ratio(p50, p99))
+        for name, p50, p99 in (("TTFT", p.ttft_p50, p.ttft_p99), ("TPOT", p.tpot_p50, p.tpot_p99))
+        if L.long_tail(p50, p99, t)
+    ]
+    if not found:
+        return None
+    ev = []
+    for name, p50, p99, ratio in found:
+        ev += [
+            Evidence(f"{name} P50", p50 or 0.0, "s"),
+            Evidence(f"{name} P99", p99 or 0.0, "s"),
+            Evidence(
+                f"{name} P99 / P50", ratio or 0.0, "x", ">=", t.latency.tail_ratio,
+                "latency.tail_ratio",
+            ),
+        ]  # fmt: skip
+    actions = [L.LONG_CONTEXT_POOL, L.LEAST_CONNECTIONS]
+    max_len = p.flag_number("max_model_len")
+    if max_len:
+        actions.append(
+            f"This worker accepts up to {max_len:,.0f} tokens (--max-model-len {max_len:g}); "
+            "the short pool can run a smaller --max-model-len and more sequences."
+        )
+    worst = max(r or 0.0 for *_, r in found)
+    return _rec("long_tail", [p], worst / t.latency.tail_ratio, ev, actions)
+
+
+# --------------------------------------------------------------------------- per model
+
+
+def model_utilization(group: Sequence[WorkerPicture]) -> float | None:
+    """Mean utilization of the model's own GPUs (each GPU once), else of its workers'."""
+    per_gpu: dict[tuple[str, str], float] = {}
+    for p in group:
+        if p.gpu_utilization is not None:
+            for g in p.gpus:
+                per_gpu.setdefault((p.instance, g), p.gpu_utilization)
+    if per_gpu and all(len(p.gpus) == 1 for p in group if p.gpu_utilization is not None):
+        return mean(per_gpu.values())
+    return mean(p.gpu_utilization for p in group)
+
+
+def model_ttft_p99(group: Sequence[WorkerPicture]) -> float | None:
+    """The model's TTFT P99 where the source has it; else its workers' largest (a mix's P99
+    is never above its largest part's)."""
+    known = [p.model_ttft_p99 for p in group if p.model_ttft_p99 is not None]
+    if known:
+        return known[0]
+    values = [p.ttft_p99 for p in group if p.ttft_p99 is not None]
+    return max(values) if values else None
+
+
+def imbalance_of(group: Sequence[WorkerPicture], t: Thresholds) -> dict[str, str]:
+    """``pack.loops.imbalanced`` for one model's pictures (keys: shown names)."""
+    return L.imbalanced(
+        [L.WorkerLoad(p.label, p.gpu_utilization, p.open_requests) for p in group],
+        model_utilization(group),
+        model_ttft_p99(group),
+        t,
+    )
+
+
+def rule_imbalance(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendation | None:
+    """InferenceLoadImbalance, loop 1: one worker far above its peers while the GPUs idle."""
+    busy = imbalance_of(group, t)
+    if not busy:
+        return None
+    util = model_utilization(group) or 0.0
+    ev = [
+        Evidence(
+            "GPU utilization (mean of the model's GPUs)",
+            util,
+            "ratio",
+            "<",
+            t.gpu_utilization.idle_below,
+            "gpu_utilization.idle_below",
+        )
+    ]
+    for p in group:
+        if p.gpu_utilization is not None:
+            ev.append(Evidence("GPU utilization", p.gpu_utilization, "ratio", worker=p.label))
+        if p.open_requests is not None:
+            ev.append(Evidence("open requests", p.open_requests, "requests", worker=p.label))
+    score = 0.0
+    for name, load in busy.items():
+        values = {
+            p.label: (p.gpu_utilization if load == "gpu_utilization" else p.open_requests)
+            for p in group
+        }
+        top = values[name] or 0.0
+        others = [v for k, v in values.items() if k != name and v is not None]
+        rest = sum(others) / len(others) if others else 0.0
+        ratio = top / rest if rest > 0 else math.inf
+        score = max(score, min(ratio, 1e6))
+        ev.append(
+            Evidence(
+                f"{load.replace('_', ' ')}: busiest / mean of the others",
+                ratio,
+                "x",
+                ">",
+                t.load_imbalance.load_ratio,
+                "load_imbalance.load_ratio",
+                worker=name,
+            )
+        )
+    ordered = sorted(group, key=lambda p: (p.label not in busy, p.label))
+    return _rec(
+        "imbalance",
+        ordered,
+        score / t.load_imbalance.load_ratio,
+        ev,
+        [L.LEAST_CONNECTIONS, L.NO_SCALE_IN, L.DATA_PARALLEL],
+    )
+
+
+def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """InferenceGPUUnderutilized [6.1], outside the loops: a GPU in the waste band."""
+    if not L.waste(p.gpu_utilization, t):
+        return None
+    util = p.gpu_utilization or 0.0
+    line = t.gpu_utilization.waste_below
+    ev = [Evidence("GPU utilization", util, "ratio", "<", line, "gpu_utilization.waste_below")]
+    actions = [
+        L.SHARE_GPU,
+        "Or scale in, keeping the warm-up gate on the replicas that start later.",
+    ]
+    return _rec("consolidate", [p], (line - util) / line, ev, actions)
+
+
+WORKER_RULES = (
+    rule_over_capacity,
+    rule_memory,
+    rule_preemptions,
+    rule_cold_start,
+    rule_warmup,
+    rule_long_tail,
+)
+
+
+def advise(pictures: Sequence[WorkerPicture], t: Thresholds) -> list[Recommendation]:
+    """Every recommendation for these workers, most urgent first."""
+    recs: list[Recommendation] = []
+    for p in pictures:
+        for rule in WORKER_RULES:
+            rec = rule(p, t)
+            if rec is not None:
+                recs.append(rec)
+    groups: dict[str, list[WorkerPicture]] = {}
+    for p in pictures:
+        groups.setdefault(p.model or p.key, []).append(p)
+    for group in groups.values():
+        spread = rule_imbalance(group, t)
+        if spread is not None:
+            recs.append(spread)
+        suppressed = {
+            p.label
+            for p in group
+            if spread is not None and set(L.BY_ID["consolidate"].suppressed_by) & {spread.id}
+        }
+        for p in group:
+            if p.label not in suppressed:
+                rec = rule_consolidate(p, t)
+                if rec is not None:
+                    recs.append(rec)
+    recs.sort(key=lambda r: (r.priority, -r.score, r.workers))
+    return recs

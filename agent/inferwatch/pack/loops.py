@@ -1,0 +1,422 @@
+"""The closed loops of the field guide, written once: what detects each, what it reads, what fixes it.
+
+The PromQL of ``pack.rules`` is the reference definition of every loop; the
+functions here are the same definitions over plain numbers (a worker's or a
+model's "picture"), for the readers that do not run PromQL: ``inferwatch
+advise`` and the weekly report. Each function takes numbers (None where the
+data does not say) and returns a bool; a missing number makes a condition
+false, as an absent series makes an alert silent.
+
+Loops, numbered the way advise prints them (the guide's section 6.2 numbers
+three; 4 and 5 are its other rules of thumb, 4.2, 5.3, 6.1 and the 6 FAQ):
+
+============  ====  =======================================================
+id            loop  alerts
+============  ====  =======================================================
+imbalance     1     InferenceLoadImbalance
+warmup        2     InferenceTTFTHighGPUIdle
+cold_start    2     InferenceWorkerColdStart, InferenceWarmupDeadlineExceeded
+memory        3     InferenceVRAMPressureQueueRising
+preemptions   3     InferenceKVCachePreemptions
+over_capacity 4     InferenceQueueOverCapacity
+long_tail     5     InferenceLatencyLongTail
+consolidate   -     InferenceGPUUnderutilized (outside the loops)
+============  ====  =======================================================
+
+Loop 1 forbids scaling in ("do not rush to scale in", 6.2): where a model is
+imbalanced, the waste of its quiet GPUs is the imbalance's, so ``consolidate``
+is suppressed for that model's workers (``Loop.suppressed_by``).
+
+The remedy facts (flags, numbers, guide citations) that advise, the report and
+the runbooks print are the constants and ``Remedy`` texts at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from inferwatch.pack.thresholds import Thresholds
+
+# --------------------------------------------------------------------------- the loops
+
+
+@dataclass(frozen=True)
+class Loop:
+    id: str
+    #: the loop number advise prints (None: advice outside the loops)
+    loop: int | None
+    title: str
+    #: field guide sections, as thresholds.yaml cites them
+    guide: tuple[str, ...]
+    #: alerts of pack.rules that detect it
+    alerts: tuple[str, ...]
+    #: thresholds.yaml keys its condition reads
+    thresholds: tuple[str, ...]
+    #: loops that, where they hold for the same model, make this one silent
+    suppressed_by: tuple[str, ...] = ()
+
+
+LOOPS: tuple[Loop, ...] = (
+    Loop(
+        "imbalance",
+        1,
+        "GPUs idle while one worker carries the load: fix the request spread",
+        ("6.2", "5.3"),
+        ("InferenceLoadImbalance",),
+        (
+            "load_imbalance.load_ratio",
+            "load_imbalance.min_open_requests",
+            "gpu_utilization.idle_below",
+            "ttft.p99_slo_seconds",
+        ),
+    ),
+    Loop(
+        "warmup",
+        2,
+        "First tokens are slow while the GPU idles: the prompt path is cold",
+        ("6.2", "5.1", "5.2"),
+        ("InferenceTTFTHighGPUIdle",),
+        ("ttft.warmup_p95_seconds", "gpu_utilization.idle_below", "cold_start.within"),
+    ),
+    Loop(
+        "cold_start",
+        2,
+        "A freshly started worker serves slow first tokens: warm it up before it takes traffic",
+        ("6.2", "5.2"),
+        ("InferenceWorkerColdStart", "InferenceWarmupDeadlineExceeded"),
+        ("ttft.warmup_p95_seconds", "cold_start.within"),
+    ),
+    Loop(
+        "memory",
+        3,
+        "The KV cache is nearly full while the queue grows: make room or add capacity",
+        ("6.2", "4.2"),
+        ("InferenceVRAMPressureQueueRising",),
+        ("vram.scale_above", "queue.rising_window", "queue.rising_min_per_minute"),
+    ),
+    Loop(
+        "preemptions",
+        3,
+        "The engine keeps preempting requests: the KV pool is too small for the batch",
+        ("4.2", "6.2"),
+        ("InferenceKVCachePreemptions",),
+        ("kv_cache.preemption_rate_above",),
+    ),
+    Loop(
+        "over_capacity",
+        4,
+        "More requests wait than the worker can batch: scale out or rate-limit",
+        ("6 FAQ", "4.2"),
+        ("InferenceQueueOverCapacity",),
+        ("queue.over_capacity_samples", "vram.scale_above"),
+    ),
+    Loop(
+        "long_tail",
+        5,
+        "The slowest requests take many times the typical one: split long-context traffic",
+        ("6.1", "5.3"),
+        ("InferenceLatencyLongTail",),
+        ("latency.tail_ratio",),
+    ),
+    Loop(
+        "consolidate",
+        None,
+        "The GPU idles: share it or give it back",
+        ("6.1", "4.3"),
+        ("InferenceGPUUnderutilized",),
+        ("gpu_utilization.waste_below",),
+        suppressed_by=("imbalance",),
+    ),
+)
+
+BY_ID: Mapping[str, Loop] = {loop.id: loop for loop in LOOPS}
+#: alert name -> loop id
+BY_ALERT: Mapping[str, str] = {alert: loop.id for loop in LOOPS for alert in loop.alerts}
+
+
+def suppress(ids: Iterable[str]) -> frozenset[str]:
+    """``ids`` without the loops that another loop in ``ids`` suppresses."""
+    found = set(ids)
+    return frozenset(i for i in found if not set(BY_ID[i].suppressed_by) & found)
+
+
+def loops_of_alerts(alerts: Iterable[str]) -> frozenset[str]:
+    """The loops a set of firing alert names stands for (others ignored), suppression applied."""
+    return suppress(BY_ALERT[a] for a in alerts if a in BY_ALERT)
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def young(uptime_seconds: float | None, t: Thresholds) -> bool:
+    """Within ``cold_start.within`` of the worker's start (the rules' ``_young``)."""
+    return uptime_seconds is not None and uptime_seconds < t.cold_start.within
+
+
+def pressure(kv_usage: float | None, vram_used_ratio: float | None) -> float | None:
+    """Memory pressure: KV-cache usage where the engine exports it, else NVML's used ratio.
+
+    The recording rule ``worker_gpu:inferwatch_memory_pressure:ratio``.
+    """
+    return kv_usage if kv_usage is not None else vram_used_ratio
+
+
+def queue_rising(slope_per_second: float | None, t: Thresholds) -> bool:
+    """The least-squares slope of the queue over ``queue.rising_window`` above the line."""
+    return slope_per_second is not None and slope_per_second > t.queue.rising_min_per_minute / 60
+
+
+def memory(
+    kv_usage: float | None,
+    vram_used_ratio: float | None,
+    slope_per_second: float | None,
+    t: Thresholds,
+) -> bool:
+    """InferenceVRAMPressureQueueRising: pressure above ``vram.scale_above``, queue rising."""
+    p = pressure(kv_usage, vram_used_ratio)
+    return p is not None and p > t.vram.scale_above and queue_rising(slope_per_second, t)
+
+
+def batch_capacity(
+    max_num_seqs: float | None, running: float | None, kv_usage: float | None, t: Thresholds
+) -> float | None:
+    """What the worker can batch now: max_num_seqs, or the running batch once the KV cache
+    is at or above ``vram.scale_above``, whichever is smaller (``worker:..._capacity:min``)."""
+    bounds = []
+    if max_num_seqs:
+        bounds.append(max_num_seqs)
+    if running is not None and kv_usage is not None and kv_usage >= t.vram.scale_above:
+        bounds.append(running)
+    return min(bounds) if bounds else None
+
+
+def over_capacity(
+    waiting: float | None,
+    max_num_seqs: float | None,
+    running: float | None,
+    kv_usage: float | None,
+    t: Thresholds,
+) -> bool:
+    """InferenceQueueOverCapacity's condition at one sample (the rule also needs it held for
+    ``queue.over_capacity_samples`` samples)."""
+    cap = batch_capacity(max_num_seqs, running, kv_usage, t)
+    return waiting is not None and cap is not None and waiting > cap
+
+
+def preempting(rate_per_second: float | None, t: Thresholds) -> bool:
+    """InferenceKVCachePreemptions: preemptions per second above the line."""
+    return rate_per_second is not None and rate_per_second > t.kv_cache.preemption_rate_above
+
+
+def tail_ratio(p50: float | None, p99: float | None) -> float | None:
+    return p99 / p50 if p50 and p99 is not None and p50 > 0 else None
+
+
+def long_tail(p50: float | None, p99: float | None, t: Thresholds) -> bool:
+    """InferenceLatencyLongTail, for one of TTFT and TPOT (never end-to-end): P99 >= ratio x P50."""
+    ratio = tail_ratio(p50, p99)
+    return ratio is not None and ratio >= t.latency.tail_ratio
+
+
+def cold_start(
+    ttft_p95: float | None, uptime_seconds: float | None, over: bool, t: Thresholds
+) -> bool:
+    """InferenceWorkerColdStart: TTFT P95 above the warm-up line within ``cold_start.within``
+    of a start, unless the worker is over capacity (then the slow tokens are queueing)."""
+    slow = ttft_p95 is not None and ttft_p95 > t.ttft.warmup_p95_seconds
+    return slow and young(uptime_seconds, t) and not over
+
+
+def warmup(
+    ttft_p95: float | None,
+    worker_gpu_utilization: float | None,
+    uptime_seconds: float | None,
+    t: Thresholds,
+) -> bool:
+    """InferenceTTFTHighGPUIdle: TTFT P95 above the warm-up line while the worker's own GPUs
+    are below ``idle_below``, outside the cold-start window (that is ``cold_start``)."""
+    slow = ttft_p95 is not None and ttft_p95 > t.ttft.warmup_p95_seconds
+    idle = worker_gpu_utilization is not None and worker_gpu_utilization < (
+        t.gpu_utilization.idle_below
+    )
+    return slow and idle and not young(uptime_seconds, t)
+
+
+def ttft_slo_breach(ttft_p99: float | None, uptime_seconds: float | None, t: Thresholds) -> bool:
+    """InferenceTTFTSLOBreach: TTFT P99 above the SLO, outside the cold-start window."""
+    return (
+        ttft_p99 is not None and ttft_p99 > t.ttft.p99_slo_seconds and not young(uptime_seconds, t)
+    )
+
+
+def waste(gpu_utilization: float | None, t: Thresholds) -> bool:
+    """InferenceGPUUnderutilized: a GPU below ``gpu_utilization.waste_below``."""
+    return gpu_utilization is not None and gpu_utilization < t.gpu_utilization.waste_below
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """One worker of a model, as loop 1 compares them."""
+
+    worker: str
+    #: mean utilization of the worker's own GPUs
+    gpu_utilization: float | None
+    #: waiting plus running requests, averaged
+    open_requests: float | None
+
+
+def _far_above(values: Sequence[float], i: int, ratio: float) -> bool:
+    """``values[i] > ratio x mean(the others)`` in the rules' form, without a division:
+    ``x * (count + ratio - 1) > ratio * sum`` (with one value never true)."""
+    return values[i] * (len(values) + ratio - 1) > ratio * sum(values)
+
+
+def imbalanced(
+    workers: Sequence[WorkerLoad],
+    model_gpu_utilization: float | None,
+    model_ttft_p99: float | None,
+    t: Thresholds,
+) -> dict[str, str]:
+    """InferenceLoadImbalance: ``{busy worker: "gpu_utilization" | "open_requests"}``.
+
+    A worker is far above its peers when its GPUs' utilization (above ``idle_below``) or
+    its open requests (at least ``min_open_requests``) exceed ``load_ratio`` x the mean of
+    the model's other workers that report the same load, while the model's own GPUs
+    average below ``idle_below`` and its TTFT P99 is within the SLO.
+    """
+    lb = t.load_imbalance
+    idle = t.gpu_utilization.idle_below
+    if model_gpu_utilization is None or model_gpu_utilization >= idle:
+        return {}
+    if model_ttft_p99 is None or model_ttft_p99 > t.ttft.p99_slo_seconds:
+        return {}
+    out: dict[str, str] = {}
+    for load, floor_ok in (
+        ("gpu_utilization", lambda x: x > idle),
+        ("open_requests", lambda x: x >= lb.min_open_requests),
+    ):
+        known = [(w.worker, getattr(w, load)) for w in workers if getattr(w, load) is not None]
+        values = [v for _, v in known]
+        for i, (name, value) in enumerate(known):
+            if name not in out and floor_ok(value) and _far_above(values, i, lb.load_ratio):
+                out[name] = load
+    return out
+
+
+# --------------------------------------------------------------------------- remedy facts
+
+#: [6.2] loop 3 and [2.3]: headroom for PyTorch's temporary allocations and the CUDA
+#: context outside the engine's pre-allocated pool (vLLM's default is 0.9)
+GPU_MEMORY_UTILIZATION_HEADROOM = 0.85
+#: [6.2] loop 3: FP8 K/V "close to half" the KV memory, accuracy loss usually under 0.5 %
+FP8_KV_ACCURACY_LOSS = 0.005
+#: [6.2] loop 3: automatic prefix caching saves 30 % or more of the KV memory
+PREFIX_CACHE_KV_SAVING = 0.30
+#: [6.2] loop 2: a cached system prompt makes first tokens 30-60 % sooner
+PREFIX_CACHE_TTFT_GAIN = (0.30, 0.60)
+#: [5.2]: an unwarmed first call took 4.8 s, 180 ms warm
+COLD_FIRST_CALL_SECONDS = 4.8
+WARM_CALL_SECONDS = 0.18
+#: [5.3]: a long-context pool takes requests above roughly this many prompt tokens
+LONG_PROMPT_TOKENS = 2000
+#: [2.3]: --max-num-batched-tokens that balance prefill against decoding
+BATCHED_TOKENS_RANGE = (4096, 8192)
+#: KV cache dtypes that are FP8 already (vLLM's cache_dtype values)
+FP8_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+LEAST_CONNECTIONS = (
+    "Route with least connections (nginx least_conn, HAProxy balance leastconn) instead of "
+    "round-robin or random: a new request goes to the worker with the fewest open ones."
+)
+NO_SCALE_IN = (
+    "Do not scale in: the busy worker would get busier. Fix the spread first, then look at "
+    "the utilization again."
+)
+DATA_PARALLEL = (
+    "Or serve the model from one vLLM instance across these GPUs (--data-parallel-size) so "
+    "the engine balances its own ranks."
+)
+LONG_CONTEXT_POOL = (
+    "Give long-context traffic its own pool: route requests above a token budget (for example "
+    f"prompts over {LONG_PROMPT_TOKENS:,} tokens) to workers with their own --max-model-len and "
+    "batching flags, and keep short chats on this pool."
+)
+SCALE_OUT = (
+    "Scale out: add a replica behind the load balancer. The queue is the leading indicator: "
+    "act on it before the latency alerts fire."
+)
+RATE_LIMIT = (
+    "Or rate-limit at the gateway until capacity catches up, so the queue stops growing and "
+    "client time-outs do not turn into retry storms."
+)
+FP8_KV = (
+    "Store the KV cache in FP8: --kv-cache-dtype fp8 about halves it (accuracy loss usually "
+    f"under {FP8_KV_ACCURACY_LOSS:.1%})."
+)
+PREFIX_CACHING = (
+    "Requests that share a system prompt then share its KV blocks "
+    f"({PREFIX_CACHE_KV_SAVING:.0%} or more saved)."
+)
+WARMUP_GATE = (
+    "Warm the worker up before it takes traffic: turn on the agent's warm-up gate "
+    "(`warmup: {enabled: true}`; /readyz stays 503 until the worker has answered its warm-up "
+    "requests, see docs/warmup.md), or send one `max_tokens: 1` request once /health answers. "
+    f"Unwarmed, a first call took {COLD_FIRST_CALL_SECONDS:g} s against "
+    f"{WARM_CALL_SECONDS * 1000:.0f} ms warm."
+)
+CACHED_SYSTEM_PROMPT = (
+    "List the long system prompts under warmup.system_prompts so the cache holds them before "
+    f"the first user arrives (first tokens {PREFIX_CACHE_TTFT_GAIN[0]:.0%}-"
+    f"{PREFIX_CACHE_TTFT_GAIN[1]:.0%} sooner)."
+)
+SHARE_GPU = (
+    "Put small models together: one GPU can run two or three workers, each with its own "
+    "--gpu-memory-utilization share, or an A100/H100 can be split with MIG."
+)
+
+
+def is_fp8(kv_cache_dtype: str | None) -> bool:
+    """The worker's KV cache is FP8 already (vLLM's ``cache_dtype``)."""
+    return bool(kv_cache_dtype) and str(kv_cache_dtype).lower().startswith("fp8")
+
+
+def guide(loop_id: str) -> str:
+    """``"6.2 loop 1, 5.3"``: the citation advise and the report print."""
+    loop = BY_ID[loop_id]
+    head = f"6.2 loop {loop.loop}" if loop.loop in (1, 2, 3) else loop.guide[0]
+    rest = [s for s in loop.guide if s != "6.2"] if loop.loop in (1, 2, 3) else loop.guide[1:]
+    return ", ".join([head, *rest])
+
+
+def raise_kv_pool(current: float | None = None, vram_used_ratio: float | None = None) -> str:
+    """The preemption remedy: a larger KV pool; a smaller --gpu-memory-utilization would
+    take blocks away and preempt more."""
+    now = f"from {current:g} " if current is not None else ""
+    room = (
+        f" (NVML shows {vram_used_ratio:.0%} of the card in use)"
+        if vram_used_ratio is not None
+        else ""
+    )
+    return (
+        f"Give the KV pool more memory: raise --gpu-memory-utilization {now}where the card has "
+        f"room{room}; never lower it for preemptions, that shrinks the pool."
+    )
+
+
+def headroom(current: float | None = None) -> str:
+    """The out-of-memory remedy of loop 3 when NVML's ratio (not the KV cache) is full."""
+    was = f"from {current:g} " if current is not None else ""
+    return (
+        f"Leave headroom: --gpu-memory-utilization {was}to {GPU_MEMORY_UTILIZATION_HEADROOM} "
+        "so PyTorch's temporary allocations and the CUDA context fit outside the engine's pool."
+    )
+
+
+def fewer_seqs(current: float | None = None, lower: int | None = None) -> str:
+    """Fewer sequences: only worth saying where the running batch reaches --max-num-seqs."""
+    change = f" (from {current:g} to {lower})" if current is not None and lower else ""
+    return (
+        f"Lower --max-num-seqs{change} where the batch reaches it: fewer sequences need fewer "
+        "KV blocks; keep prefix caching on, it saves more than it costs."
+    )

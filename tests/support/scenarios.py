@@ -1,0 +1,462 @@
+"""The simulator's load scenarios run in virtual time, and what each must raise.
+
+``run(name)`` drives :class:`inferwatch.sim.engine.EngineCore` (the scheduler,
+KV cache and step costs behind ``inferwatch simulate``) through a scenario of
+:mod:`inferwatch.sim.scenarios` without sleeping: arrivals are the scenario's
+Poisson process and length distributions, each engine step takes its modelled
+cost, and the GPU's utilization is :func:`inferwatch.sim.gpu.utilization` of
+the busy share, as the simulator publishes it. The result holds what the agent
+would read: per-second samples of the gauges and every request's latencies.
+
+``expected_loops(scenario)`` is the set of ``pack.loops`` ids the alerts of
+``pack.rules`` raise on that scenario (``SCENARIO_ALERTS``, with the loops'
+suppression applied): the advise and the report legs of tests/test_loops_agree.py
+hold their findings to it; a live-Prometheus leg can hold the rules to it too.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+
+from inferwatch.advise.model import WorkerPicture
+from inferwatch.pack.loops import loops_of_alerts
+from inferwatch.pack.thresholds import Thresholds
+from inferwatch.report.model import Hourly, Period, RawData, RawGpu, RawWorker
+from inferwatch.sim.config import SimConfig
+from inferwatch.sim.engine import EngineCore, SimRequest
+from inferwatch.sim.expo.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from inferwatch.sim.gpu import utilization
+from inferwatch.sim.scenarios import SCENARIOS, Scenario
+from inferwatch.stats import histogram_quantile
+
+#: the alerts whose conditions hold on each scenario (the `for` of each aside)
+SCENARIO_ALERTS: dict[str, frozenset[str]] = {
+    # a trickle: the GPU idles in the waste band, nothing else
+    "idle": frozenset({"InferenceGPUUnderutilized"}),
+    # absorbed traffic: no alert
+    "steady": frozenset(),
+    # the queue passes capacity, the KV cache fills with the queue rising, preemptions;
+    # preempted requests stall between tokens, so the TPOT P99 is ten times its P50
+    "overload": frozenset(
+        {
+            "InferenceQueueOverCapacity",
+            "InferenceVRAMPressureQueueRising",
+            "InferenceKVCachePreemptions",
+            "InferenceLatencyLongTail",
+        }
+    ),
+    # 5 % of requests are very long: the TTFT P99 of the short ones' P50 many times over
+    "long-tail": frozenset({"InferenceLatencyLongTail"}),
+    # a young worker's first requests pay the warm-up (their TTFT is a long tail over
+    # the warm ones'); its GPU idles otherwise
+    "cold-start": frozenset(
+        {"InferenceWorkerColdStart", "InferenceLatencyLongTail", "InferenceGPUUnderutilized"}
+    ),
+    # 90 % of requests to one worker: loop 1; the quiet GPU's waste is the imbalance's
+    "imbalance": frozenset({"InferenceLoadImbalance", "InferenceGPUUnderutilized"}),
+}
+
+
+def expected_loops(scenario: str) -> frozenset[str]:
+    """The ``pack.loops`` ids the rules' alerts stand for on ``scenario``."""
+    return loops_of_alerts(SCENARIO_ALERTS[scenario])
+
+
+#: simulator settings per scenario, as tests/test_advise.py launches them
+MAX_NUM_SEQS = 20
+CONFIG: dict[str, dict[str, object]] = {
+    "cold-start": {"enable_prefix_caching": False, "cold_start_requests": 3},
+    # a larger batch, as on a bigger card: the busy worker stays under 100 %
+    "imbalance": {"max_num_seqs": 32},
+}
+SAMPLE = 1.0  # seconds between samples, as an agent collecting every second
+
+
+@dataclass
+class Sample:
+    t: float
+    utilization: float
+    kv_usage: float
+    vram_used_ratio: float
+    waiting: int
+    running: int
+
+
+@dataclass
+class WorkerRun:
+    worker: str
+    model: str
+    cfg: SimConfig
+    samples: list[Sample] = field(default_factory=list)
+    #: (arrival, value) per request
+    ttft: list[tuple[float, float]] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    #: when each ITL, end-to-end latency and preemption was observed
+    itl_at: list[float] = field(default_factory=list)
+    e2e_at: list[float] = field(default_factory=list)
+    preempted_at: list[float] = field(default_factory=list)
+    preemptions: int = 0
+    finished: int = 0
+    duration: float = 0.0
+
+
+def _requests(
+    sc: Scenario, rng: random.Random, targets: int
+) -> list[tuple[float, int, SimRequest]]:
+    out = []
+    t = 0.0
+    system = list(range(1, sc.system_prompt_tokens + 1))
+    i = 0
+    while True:
+        t += rng.expovariate(sc.rate)
+        if t >= sc.duration:
+            return out
+        long = sc.long_share > 0 and rng.random() < sc.long_share
+        prompt_d = sc.long_prompt if long and sc.long_prompt else sc.prompt
+        output_d = sc.long_output if long and sc.long_output else sc.output
+        body = [rng.randrange(10_000, 50_000) for _ in range(prompt_d.sample(rng))]
+        shared = system if system and rng.random() < sc.system_prompt_share else []
+        n_out = output_d.sample(rng)
+        if sc.hot_share is not None and targets > 1:
+            target = 0 if rng.random() < sc.hot_share else rng.randrange(1, targets)
+        else:
+            target = rng.randrange(targets)
+        req = SimRequest(
+            request_id=f"r{i}",
+            prompt_ids=shared + body,
+            max_tokens=n_out,
+            target_tokens=n_out,
+            final_reason="length",
+            arrival=t,
+            seed=i,
+        )
+        out.append((t, target, req))
+        i += 1
+
+
+def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
+    cfg = run.cfg
+    core = EngineCore(cfg)
+    pending = sorted(arrivals, key=lambda r: r.arrival)
+    busy: list[tuple[float, float]] = []  # (start, end) of compute
+    now = 0.0
+    next_sample = SAMPLE
+    k = 0
+
+    def sample_until(t: float) -> None:
+        nonlocal next_sample
+        while next_sample <= t and next_sample <= end:
+            lo = next_sample - SAMPLE
+            share = sum(max(0.0, min(b, next_sample) - max(a, lo)) for a, b in busy) / SAMPLE
+            snap = core.snapshot()
+            used = cfg.resident_bytes + snap.blocks_in_use * cfg.block_bytes
+            run.samples.append(
+                Sample(
+                    next_sample,
+                    utilization(snap, share),
+                    snap.kv_usage,
+                    used / cfg.gpu.total_bytes,
+                    snap.waiting,
+                    snap.running,
+                )
+            )
+            next_sample += SAMPLE
+
+    while now < end:
+        while k < len(pending) and pending[k].arrival <= now:
+            core.add_request(pending[k])
+            k += 1
+        plan = core.schedule(now)
+        if plan is None:
+            nxt = pending[k].arrival if k < len(pending) else end
+            sample_until(min(nxt, end))
+            now = max(now, nxt)
+            continue
+        busy.append((now, now + plan.busy_seconds))
+        now += plan.seconds
+        stats = core.complete(plan, now)
+        run.preemptions += stats.preemptions
+        run.preempted_at.extend([now] * stats.preemptions)
+        run.itl.extend(stats.itls)
+        run.itl_at.extend([now] * len(stats.itls))
+        for f in stats.finished:
+            run.finished += 1
+            run.e2e.append(f.e2e)
+            run.e2e_at.append(now)
+        sample_until(now)
+        busy = [b for b in busy if b[1] > now - 2 * SAMPLE]
+    for req in pending:
+        if req.first_token_at is not None:
+            run.ttft.append((req.arrival, req.first_token_at - req.arrival))
+    run.duration = end
+
+
+def run(name: str, seed: int = 1) -> list[WorkerRun]:
+    """Every worker of the scenario, after its load (and a drain as long as the load)."""
+    sc = SCENARIOS[name]
+    extra = dict(CONFIG.get(name, {}))
+    extra.setdefault("cold_start_requests", 0)
+    extra.setdefault("max_num_seqs", MAX_NUM_SEQS)
+    cfg = replace(SimConfig(), model=f"model-{name}", **extra)  # type: ignore[arg-type]
+    rng = random.Random(seed)
+    targets = max(1, sc.min_targets)
+    planned = _requests(sc, rng, targets)
+    runs = []
+    for i in range(targets):
+        worker = name if targets == 1 else f"{name}-{'ab'[i]}"
+        r = WorkerRun(worker, cfg.model, cfg)
+        _engine_run(r, [req for _, tgt, req in planned if tgt == i], sc.duration)
+        runs.append(r)
+    return runs
+
+
+def buckets(values: list[float], bounds: tuple[float, ...]) -> tuple[tuple[float, float], ...]:
+    """The observations as a classic histogram: (upper bound, cumulative count), +Inf last."""
+    return tuple((b, float(sum(1 for v in values if v <= b))) for b in (*bounds, math.inf))
+
+
+def quantile(values: list[float], q: float, name: str) -> float | None:
+    """The q-quantile as ``histogram_quantile`` computes it from the engine's buckets."""
+    if not values:
+        return None
+    value = histogram_quantile(q, buckets(values, BUCKETS[name]))
+    return None if math.isnan(value) else value
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope (per second), as PromQL's deriv()."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / den if den else None
+
+
+BUCKETS = {"ttft": TTFT_BUCKETS, "tpot": ITL_BUCKETS, "e2e": REQUEST_LATENCY_BUCKETS}
+
+
+def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPicture:
+    """What ``advise`` reads of one worker over the whole run (its agent's view)."""
+    n = len(r.samples)
+    ttft = [v for _, v in r.ttft]
+    return WorkerPicture(
+        worker=r.worker,
+        instance="127.0.0.1:10127",
+        model=r.model,
+        engine="vllm",
+        gpus=(r.worker,),
+        gpu_utilization=sum(s.utilization for s in r.samples) / n,
+        vram_used_ratio=max(s.vram_used_ratio for s in r.samples),
+        ttft_p50=quantile(ttft, 0.5, "ttft"),
+        ttft_p95=quantile(ttft, 0.95, "ttft"),
+        ttft_p99=quantile(ttft, 0.99, "ttft"),
+        tpot_p50=quantile(r.itl, 0.5, "tpot"),
+        tpot_p99=quantile(r.itl, 0.99, "tpot"),
+        e2e_p50=quantile(r.e2e, 0.5, "e2e"),
+        e2e_p99=quantile(r.e2e, 0.99, "e2e"),
+        queue_depth=sum(s.waiting for s in r.samples) / n,
+        queue_depth_max=max(s.waiting for s in r.samples),
+        queue_slope=slope([(s.t, s.waiting) for s in r.samples]),
+        running=sum(s.running for s in r.samples) / n,
+        running_max=max(s.running for s in r.samples),
+        max_num_seqs=r.cfg.max_num_seqs,
+        kv_usage=max(s.kv_usage for s in r.samples),
+        preemption_rate=r.preemptions / r.duration,
+        request_rate=r.finished / r.duration,
+        uptime_seconds=r.duration,
+        model_ttft_p99=quantile(model_ttft, 0.99, "ttft") if model_ttft else None,
+        flags={
+            "max_num_seqs": str(r.cfg.max_num_seqs),
+            "gpu_memory_utilization": f"{r.cfg.gpu_memory_utilization:g}",
+            "prefix_caching": "true" if r.cfg.enable_prefix_caching else "false",
+            "kv_cache_dtype": r.cfg.cache_dtype,
+        },
+    )
+
+
+def pictures(runs: list[WorkerRun]) -> list[WorkerPicture]:
+    merged = [v for r in runs for _, v in r.ttft]
+    return [picture(r, merged) for r in runs]
+
+
+# --------------------------------------------------------------------------- the report's view
+
+#: end of the report's one-day period (a Monday, 00:00 UTC); the run is its last minute
+REPORT_END = 1795392000.0
+#: PromQL subquery step of the report's queries (report/query.py SUBQUERY_STEP)
+STEP = 60.0
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def raw_data(runs: list[WorkerRun], t: Thresholds) -> RawData:
+    """What ``report.query.collect`` would read for the run: a one-day period whose current
+    day holds the run (the day before is empty), figures computed the way its queries do."""
+    from inferwatch.pack import loops as L
+
+    period = Period(REPORT_END, 1)
+
+    def day(value: float | None) -> tuple[float | None, ...]:
+        return (None, value)
+
+    workers = []
+    gpus = []
+    for r in runs:
+        cap = r.cfg.max_num_seqs
+        over_at = {
+            round(s.t)
+            for s in r.samples
+            if L.over_capacity(s.waiting, cap, s.running, s.kv_usage, t)
+        }
+        first_tokens = [(a + v, v) for a, v in r.ttft]
+        # young throughout: the whole run lies within cold_start.within of the start (t=0)
+        young = [v for at, v in first_tokens if L.young(at, t)]
+        # deriv over queue.rising_window, evaluated every subquery step
+        steps = [k * STEP for k in range(1, int(r.duration // STEP) + 1)] or [r.duration]
+        slopes = [
+            slope([(s.t, s.waiting) for s in r.samples if at - t.queue.rising_window < s.t <= at])
+            for at in steps
+        ]
+        known_slopes = [v for v in slopes if v is not None]
+        utils = [s.utilization for s in r.samples]
+        # the rules' rate_window average at each sample, below the waste line
+        window = t.pack.rate_window
+        waste = [
+            (_mean([u.utilization for u in r.samples if s.t - window < u.t <= s.t]) or 0.0)
+            < t.gpu_utilization.waste_below
+            for s in r.samples
+        ]
+        workers.append(
+            RawWorker(
+                model=r.model,
+                worker=r.worker,
+                engine="vllm",
+                instances=(f"{r.worker}:10127",),
+                requests=day(float(r.finished)),
+                prompt_tokens=day(None),
+                generation_tokens=day(None),
+                latency={
+                    "ttft": day(buckets([v for _, v in r.ttft], BUCKETS["ttft"])),  # type: ignore[arg-type]
+                    "tpot": day(buckets(r.itl, BUCKETS["tpot"])),  # type: ignore[arg-type]
+                    "e2e": day(buckets(r.e2e, BUCKETS["e2e"])),  # type: ignore[arg-type]
+                },
+                queue_peak=day(float(max(s.waiting for s in r.samples))),
+                over_capacity_seconds=day(float(len(over_at)) * SAMPLE),
+                capacity=float(cap),
+                open_requests=day(_mean([s.waiting + s.running for s in r.samples])),
+                queue_slope_peak=day(max(known_slopes) if known_slopes else None),
+                preemptions=day(float(r.preemptions)),
+                cold_latency={"ttft": day(buckets(young, BUCKETS["ttft"]))},  # type: ignore[dict-item]
+            )
+        )
+        mean_util = _mean(utils)
+        gpus.append(
+            RawGpu(
+                uuid=f"GPU-{r.worker}",
+                instance=f"{r.worker}:10127",
+                gpu="0",
+                name="simulated",
+                util_daily={"mean": day(mean_util)},
+                band_daily={
+                    "waste": day(_mean([float(u < t.gpu_utilization.waste_below) for u in utils])),
+                    "healthy": day(None),
+                    "scale_review": day(None),
+                },
+                util_week={"mean": (None, mean_util)},
+                sm_active_week=None,
+                vram_peak_ratio=day(max(s.vram_used_ratio for s in r.samples)),
+                vram_peak_bytes=None,
+                workers=(r.worker,),
+                pressure_peak=day(max(s.kv_usage for s in r.samples)),
+                pressure_from="kv_cache",
+                waste_alert_daily=day(_mean([float(w) for w in waste])),
+            )
+        )
+    hourly = Hourly((), (), "", (), ())
+    return RawData(period, tuple(workers), tuple(gpus), (), hourly, ())
+
+
+# --------------------------------------------------------------------------- as stored series
+
+
+def _om_value(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def openmetrics(runs: list[WorkerRun], end: float = REPORT_END) -> str:
+    """The run as an agent scraped every second would have stored it, ending at ``end``:
+    OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``. Counters start
+    at zero one second before the first gauge sample, so a day's ``increase`` is the run's."""
+    start = end - max(r.duration for r in runs)
+    # family -> series -> samples: a family's lines together, each series in time order
+    families: dict[str, dict[str, list[str]]] = {}
+
+    def emit(name: str, labels: dict[str, str], value: float, at: float) -> None:
+        series = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+        lines = families.setdefault(name, {}).setdefault(series, [])
+        lines.append(f"{series} {_om_value(value)} {at:.3f}")
+
+    for i, r in enumerate(runs):
+        instance = f"{r.worker}:10127"
+        base = {"job": "inferwatch", "instance": instance}
+        eng = {**base, "worker": r.worker, "model": r.model, "engine": "vllm"}
+        gpu = {**base, "gpu": "0", "uuid": f"GPU-{i}-{r.worker}"}
+        ttft_by_time = sorted((a + v, v) for a, v in r.ttft)
+        itl_by_time = sorted(zip(r.itl_at, r.itl, strict=True))
+        e2e_by_time = sorted(zip(r.e2e_at, r.e2e, strict=True))
+        times = [0.0] + [s.t for s in r.samples]
+        for k, at in enumerate(times):
+            stamp = start + at
+            done = sum(1 for x in r.e2e_at if x <= at)
+            emit("inferwatch_requests_finished_total", {**eng, "reason": "length"}, done, stamp)
+            emit(
+                "inferwatch_preemptions_total",
+                eng,
+                sum(1 for x in r.preempted_at if x <= at),
+                stamp,
+            )
+            for name, observed in (
+                ("ttft", ttft_by_time),
+                ("tpot", itl_by_time),
+                ("e2e_latency", e2e_by_time),
+            ):
+                seen = [v for x, v in observed if x <= at]
+                key = "e2e" if name == "e2e_latency" else name
+                for le, count in buckets(seen, BUCKETS[key]):
+                    emit(
+                        f"inferwatch_{name}_seconds_bucket",
+                        {**eng, "le": "+Inf" if math.isinf(le) else repr(le)},
+                        count,
+                        stamp,
+                    )
+            if k == 0:
+                continue  # gauges begin with the first sample
+            s = r.samples[k - 1]
+            emit("inferwatch_queue_depth", eng, s.waiting, stamp)
+            emit("inferwatch_requests_running", eng, s.running, stamp)
+            emit("inferwatch_kv_cache_usage_ratio", eng, s.kv_usage, stamp)
+            emit("inferwatch_max_num_seqs", eng, r.cfg.max_num_seqs, stamp)
+            emit("inferwatch_worker_start_time_seconds", eng, start, stamp)
+            emit("inferwatch_gpu_utilization_ratio", gpu, s.utilization, stamp)
+            emit("inferwatch_gpu_memory_used_ratio", gpu, s.vram_used_ratio, stamp)
+            emit(
+                "inferwatch_worker_gpu_info",
+                {**base, "worker": r.worker, "gpu": "0", "uuid": gpu["uuid"]},
+                1,
+                stamp,
+            )
+            emit(
+                "inferwatch_gpu_process_memory_used_bytes",
+                {**gpu, "worker": r.worker, "pid": str(1000 + i), "process": "vllm"},
+                s.vram_used_ratio * r.cfg.gpu.total_bytes,
+                stamp,
+            )
+    lines = [line for fam in families.values() for series in fam.values() for line in series]
+    return "\n".join(lines) + "\n# EOF\n"

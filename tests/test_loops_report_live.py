@@ -1,0 +1,69 @@
+"""The report's leg of the agreement, through a real Prometheus.
+
+tests/test_loops_agree.py gives the report the figures its queries would return;
+this test runs the queries. Each scenario's virtual-time run (tests/support/
+scenarios.py) is stored as the series an agent scraped every second would have
+left (``promtool tsdb create-blocks-from openmetrics``), a real Prometheus opens
+the blocks, and ``report.query.collect`` with ``build_report`` must name the
+loops the alerts raise on that scenario (``expected_loops``). One Prometheus per
+scenario: the report's waste finding lists every GPU in one line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.support import scenarios as S
+from tests.support.proc import PROMTOOL, require_binary
+
+from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.report.model import Period, bands_from_thresholds
+from inferwatch.report.promapi import PrometheusClient
+from inferwatch.report.query import collect
+from inferwatch.report.summary import build_report
+from test_report_e2e import PromOnBlocks
+
+pytestmark = pytest.mark.slow
+
+T = load_thresholds()
+
+
+def blocks(tmp: Path, scenario: str) -> Path:
+    promtool = require_binary(PROMTOOL, "promtool")
+    om = tmp / f"{scenario}.om"
+    om.write_text(S.openmetrics(S.run(scenario)))
+    data = tmp / f"data-{scenario}"
+    data.mkdir()
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return data
+
+
+@pytest.mark.parametrize("scenario", list(S.SCENARIOS))
+def test_the_report_from_prometheus_names_the_loops_the_alerts_raise(
+    tmp_path: Path, scenario: str
+) -> None:
+    prom = PromOnBlocks(tmp_path, blocks(tmp_path, scenario))
+    try:
+        bands = bands_from_thresholds(T)
+        raw = collect(
+            PrometheusClient(prom.url),
+            Period(S.REPORT_END, 1),
+            waste_below=bands.waste_below,
+            healthy_band=(bands.healthy_low, bands.healthy_high),
+            scale_review_above=bands.scale_review_above,
+            thresholds=T,
+        )
+    finally:
+        prom.stop()
+    report = build_report(raw, bands)
+    found = {f.id for f in report.findings if f.id}
+    assert found == S.expected_loops(scenario), [
+        (f.id, f.title, f.evidence) for f in report.findings
+    ]
