@@ -23,7 +23,8 @@ DEFAULT_PORT = 10127
 """Outside the fully allocated 9100-9999 exporter range and unused by any known exporter."""
 
 ENGINES = ("auto", "vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
-GPU_BACKENDS = ("nvml", "fake", "none")
+GPU_BACKENDS = ("nvml", "fake", "none", "dcgm-exporter")
+DEFAULT_DCGM_EXPORTER_URL = "http://127.0.0.1:9400/metrics"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -55,6 +56,11 @@ class GpuConfig:
     activity_interval: float = 15.0
     fake_count: int = 1
     fake_state_dir: str | None = None
+    #: backend dcgm-exporter: where its exposition is, how often to read it (it samples
+    #: every 30 s by default), and which pod each worker runs in ("NAMESPACE/POD" or "POD")
+    dcgm_exporter_url: str = DEFAULT_DCGM_EXPORTER_URL
+    dcgm_interval: float = 5.0
+    dcgm_worker_pods: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,36 @@ def _metrics_path(value: Any, source: str, key: str) -> str:
     return value
 
 
+def redact_url(value: Any) -> Any:
+    """``value`` with the password of a ``user:password@`` URL replaced, for messages."""
+    if not isinstance(value, str) or "@" not in value:
+        return value
+    head, sep, rest = value.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not sep or not at or "/" in userinfo:
+        return value
+    return f"{head}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def _exporter_url(value: Any, source: str, key: str) -> str:
+    """An http(s) URL of a /metrics page, such as dcgm-exporter's (default path /metrics)."""
+    try:
+        url = parse_url(value, source, key)
+    except ConfigError as exc:
+        raise ConfigError(source, key, exc.expected, redact_url(value)) from None
+    return url if urlsplit(url).path else url + "/metrics"
+
+
+def _pod_map(value: Any, source: str, key: str) -> Mapping[str, str]:
+    expected = "a mapping of worker name to NAMESPACE/POD or POD"
+    if not isinstance(value, Mapping):
+        raise ConfigError(source, key, expected, value)
+    for worker, pod in value.items():
+        if not isinstance(worker, str) or not isinstance(pod, str) or not pod.strip("/ "):
+            raise ConfigError(source, f"{key}.{worker}", expected, pod)
+    return dict(value)
+
+
 def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(source, key, "a mapping of keys to values", value)
@@ -196,6 +232,9 @@ _GPU_FIELDS: dict[str, Parser] = {
     "activity_interval": parse_duration,
     "fake_count": _positive_int,
     "fake_state_dir": _optional(_string),
+    "dcgm_exporter_url": _exporter_url,
+    "dcgm_interval": parse_duration,
+    "dcgm_worker_pods": _pod_map,
 }
 _SCRAPE_FIELDS: dict[str, Parser] = {
     "timeout": parse_duration,
@@ -320,6 +359,7 @@ ENV_KEYS: dict[str, str] = {
     "INFERWATCH_GPU_BACKEND": "gpu.backend",
     "INFERWATCH_FAKE_GPUS": "gpu.fake_count",
     "INFERWATCH_FAKE_GPU_STATE": "gpu.fake_state_dir",
+    "INFERWATCH_DCGM_EXPORTER_URL": "gpu.dcgm_exporter_url",
     "INFERWATCH_WORKERS": "workers",
 }
 
@@ -358,6 +398,7 @@ FLAG_NAMES: dict[str, str] = {
     "gpu.backend": "--gpu-backend",
     "gpu.fake_count": "--fake-gpus",
     "gpu.fake_state_dir": "--fake-gpu-state",
+    "gpu.dcgm_exporter_url": "--dcgm-exporter-url",
 }
 
 
@@ -404,3 +445,12 @@ def _check_consistency(config: AgentConfig) -> None:
     for key in ("slow_interval", "activity_interval"):
         if getattr(config.gpu, key) < config.gpu.interval:
             raise ConfigError(config.source, f"gpu.{key}", "at least gpu.interval")
+    names = {w.name for w in config.workers}
+    for worker in config.gpu.dcgm_worker_pods:
+        if worker not in names:
+            raise ConfigError(
+                config.source,
+                f"gpu.dcgm_worker_pods.{worker}",
+                "the name of a configured worker",
+                worker,
+            )
