@@ -85,9 +85,7 @@ def test_values_are_in_the_contracts_base_units(text: str) -> None:
     assert value(gpu0, "inferwatch_gpu_memory_used_bytes") == 129024 * MIB
     assert value(gpu0, "inferwatch_gpu_memory_reserved_bytes") == 567 * MIB
     assert value(gpu0, "inferwatch_gpu_memory_total_bytes") == 143771 * MIB
-    assert value(gpu0, "inferwatch_gpu_memory_used_ratio") == pytest.approx(
-        (129024 + 567) / 143771
-    )
+    assert value(gpu0, "inferwatch_gpu_memory_used_ratio") == pytest.approx((129024 + 567) / 143771)
     assert value(gpu0, "inferwatch_gpu_sm_active_ratio") == pytest.approx(0.884)
     assert value(gpu0, "inferwatch_gpu_sm_occupancy_ratio") == pytest.approx(0.372)
     assert value(gpu0, "inferwatch_gpu_tensor_active_ratio") == pytest.approx(0.455)
@@ -183,7 +181,10 @@ def test_source_scrapes_a_loopback_exporter_fails_and_recovers() -> None:
             await source.refresh()
             got = samples("".join(_render(list(source.families()))))
             assert got[("inferwatch_gpu_up", (("gpu", "1"), ("uuid", U1)))] == 1.0
-            info = ("inferwatch_worker_gpu_info", (("gpu", "0"), ("uuid", U0), ("worker", "vllm-0")))
+            info = (
+                "inferwatch_worker_gpu_info",
+                (("gpu", "0"), ("uuid", U0), ("worker", "vllm-0")),
+            )
             assert got[info] == 1.0
             assert got[("inferwatch_gpu_energy_joules_total", (("gpu", "0"), ("uuid", U0)))] == (
                 pytest.approx(123_456_789)
