@@ -123,9 +123,7 @@ def test_mig_instances_get_their_own_identity_and_the_nvml_sources_labels() -> N
     assert value(big, "inferwatch_gpu_sm_active_ratio") == 0.81
     assert ("inferwatch_gpu_utilization_ratio", ()) not in big.values
 
-    text = "".join(
-        _render(build_families([parent, big, small], True, {"big": ("llm", "vllm-big-0")}))
-    )
+    text = "".join(_render(build_families([parent, big, small], {"big": ("llm", "vllm-big-0")})))
     got = samples(text)
     key = (
         "inferwatch_worker_gpu_info",
@@ -208,6 +206,19 @@ def test_source_scrapes_a_loopback_exporter_fails_and_recovers() -> None:
             got = samples("".join(_render(list(source.families()))))
             assert got[("inferwatch_gpu_up", (("gpu", "1"), ("uuid", U1)))] == 1.0
             assert source.health.failing() is None
+
+            # GPU 1 falls off the bus: dcgm-exporter stops writing its rows
+            stub.body = lambda: "\n".join(
+                line for line in NEW.splitlines() if 'gpu="1"' not in line
+            )
+            await source.refresh()
+            got = samples("".join(_render(list(source.families()))))
+            assert got[("inferwatch_gpu_up", (("gpu", "1"), ("uuid", U1)))] == 0.0
+            assert got[("inferwatch_gpu_up", (("gpu", "0"), ("uuid", U0)))] == 1.0
+            assert not any(
+                name == "inferwatch_gpu_power_watts" and ("gpu", "1") in labels
+                for name, labels in got
+            )
         finally:
             await source.stop()
             stub.stop()

@@ -24,7 +24,8 @@ with ``pod``, ``namespace`` and ``container``. A worker whose pod the agent know
 Failures. A failed scrape (connection, time-out, HTTP status, size cap, bad
 text, or no GPU series) is counted in ``inferwatch_collect_errors_total{collector="dcgm"}``;
 the GPUs seen before stay with ``inferwatch_gpu_up 0`` and their ``_info``, their
-readings absent, until dcgm-exporter answers again.
+readings absent, until dcgm-exporter answers again. A whole GPU missing from an
+answer (dcgm-exporter leaves out a GPU DCGM cannot read) is kept the same way.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import math
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -158,6 +159,12 @@ class DcgmDevice:
     clock_events: Mapping[str, float] = field(default_factory=dict)
     #: (namespace, pod) pairs dcgm-exporter attributes this device to
     pods: frozenset[tuple[str, str]] = frozenset()
+    #: False for a GPU the last scrape did not carry (or when the scrape failed)
+    up: bool = True
+
+    def lost(self) -> DcgmDevice:
+        """This device as exported while it is missing: _info and up 0, no readings."""
+        return replace(self, up=False, values={}, clock_events={}, pods=frozenset())
 
     def labels(self) -> dict[str, str]:
         labels = {"gpu": self.gpu, "uuid": self.uuid}
@@ -306,9 +313,9 @@ def worker_pods(
 
 
 def build_families(
-    devices: Iterable[DcgmDevice], up: bool, pods: Mapping[str, tuple[str | None, str]]
+    devices: Iterable[DcgmDevice], pods: Mapping[str, tuple[str | None, str]]
 ) -> list[Metric]:
-    """The contract's families for ``devices``; with ``up`` False only _info and up 0."""
+    """The contract's families for ``devices`` (a device that is not up: _info and up 0)."""
     gauges: dict[str, Metric] = {}
     counters: dict[str, Metric] = {}
 
@@ -330,8 +337,8 @@ def build_families(
             "mig_mode": dev.mig_mode,
         }
         add("inferwatch_gpu_info", info, 1.0)
-        add("inferwatch_gpu_up", base, 1.0 if up else 0.0)
-        if not up:
+        add("inferwatch_gpu_up", base, 1.0 if dev.up else 0.0)
+        if not dev.up:
             continue
         for (name, fixed), value in dev.values.items():
             add(name, {**base, **dict(fixed)}, value, counter=name in _COUNTERS)
@@ -366,7 +373,6 @@ class DcgmSource(Source):
         self.max_body_bytes = max_body_bytes
         self.pods = dict(pods or {})
         self.devices: tuple[DcgmDevice, ...] = ()
-        self.up = False
         self._session: aiohttp.ClientSession | None = None
         self._families: list[Metric] = []
         self._unattributed_logged: set[str] = set()
@@ -394,18 +400,30 @@ class DcgmSource(Source):
                     f"{self.shown_url} answered with no GPU series (is it dcgm-exporter?)",
                 )
         except DcgmScrapeError as exc:
-            self.up = False
+            self.devices = tuple(d.lost() for d in self.devices)
             self.health.error(exc.reason, str(exc))
         except Exception as exc:  # a bug must not stop the agent
             log.debug("dcgm scrape failed", exc_info=True)
-            self.up = False
+            self.devices = tuple(d.lost() for d in self.devices)
             self.health.error("internal", f"{type(exc).__name__}: {exc}")
         else:
-            self.devices, self.up = devices, True
+            self.devices = devices + self._vanished(devices)
             self.health.ok()
             self.health.finished_pass(started)
             self._log_unattributed(devices)
-        self._families = build_families(self.devices, self.up, self.pods)
+        self._families = build_families(self.devices, self.pods)
+
+    def _vanished(self, devices: tuple[DcgmDevice, ...]) -> tuple[DcgmDevice, ...]:
+        """Whole GPUs seen before that this scrape lacks: up 0 (InferenceGPULost).
+
+        dcgm-exporter drops the rows of a GPU whose values DCGM returns blank, as
+        for a GPU fallen off the bus. A MIG instance that goes is a new layout,
+        not a loss: it is dropped.
+        """
+        now = {(d.gpu, d.uuid) for d in devices}
+        return tuple(
+            d.lost() for d in self.devices if d.gpu_instance is None and (d.gpu, d.uuid) not in now
+        )
 
     def _log_unattributed(self, devices: tuple[DcgmDevice, ...]) -> None:
         seen = {pod for dev in devices for pod in dev.pods}
