@@ -29,6 +29,8 @@ from inferwatch.collectors.base import Source
 from inferwatch.config import AgentConfig, WorkerSpec
 from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations
 from inferwatch.engines.mapping import (
+    LORA_ACTIVE,
+    LORA_MAX,
     LabelKey,
     Mapped,
     ParseError,
@@ -86,6 +88,21 @@ HELP: dict[str, str] = {
     "inferwatch_tpot_seconds": "Time per output token (inter-token latency), engine buckets.",
     "inferwatch_e2e_latency_seconds": "End-to-end request latency, engine buckets.",
     "inferwatch_queue_time_seconds": "Time requests waited before being scheduled, engine buckets.",
+    "inferwatch_prefill_time_seconds": (
+        "Time a finished request spent in prefill (prompt processing), engine buckets."
+    ),
+    "inferwatch_decode_time_seconds": (
+        "Time a finished request spent in decode (generating), engine buckets."
+    ),
+    "inferwatch_prompt_length_tokens": "Prompt length of each request in tokens, engine buckets.",
+    "inferwatch_generation_length_tokens": (
+        "Tokens generated for each finished request, engine buckets."
+    ),
+    LORA_ACTIVE: (
+        "1 for each LoRA adapter with running or waiting requests, by state "
+        "(engine: lora_requests_info)."
+    ),
+    LORA_MAX: "How many LoRA adapters the worker can hold at once (--max-loras).",
     "inferwatch_ttft_quantile_seconds": "TTFT quantiles over the stats window, from bucket increases.",
     "inferwatch_tpot_quantile_seconds": "TPOT quantiles over the stats window, from bucket increases.",
     "inferwatch_e2e_latency_quantile_seconds": (
@@ -513,6 +530,8 @@ class EngineSource(Source):
             return
         engine = mapped.engine
         exported = {s.target for s in state.engine.signals if s.export} if state.engine else set()
+        if state.engine is not None and state.engine.lora is not None:
+            exported |= {LORA_ACTIVE, LORA_MAX}
         for target, series in sorted(mapped.gauges.items()):
             if target not in exported or target == "inferwatch_max_num_seqs":
                 continue

@@ -89,6 +89,22 @@ class InfoFamily:
 
 
 @dataclass(frozen=True)
+class LoraFamily:
+    """A gauge whose labels name the LoRA adapters in use, comma-separated.
+
+    vLLM sets it to the time of its last update under the current label set and
+    never removes the older label sets, so the series with the highest value is
+    the current one (``vllm/v1/metrics/loggers.py``: ``set_to_current_time``).
+    It says which adapters are running or waiting, not how many requests each has.
+    """
+
+    source: str
+    running_label: str
+    waiting_label: str
+    max_label: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineMap:
     name: str
     #: metric name prefixes that identify the engine in an exposition
@@ -110,6 +126,8 @@ class EngineMap:
     metrics_port: int | None = None
     #: settings the engine states about itself, for inferwatch_worker_info
     info: InfoFamily | None = None
+    #: the LoRA adapters in use (vLLM's lora_requests_info)
+    lora: LoraFamily | None = None
     notes: str = ""
 
     def source_families(self) -> set[str]:
@@ -118,4 +136,6 @@ class EngineMap:
             names.update(s.sources)
         if self.info is not None:
             names.add(self.info.source)
+        if self.lora is not None:
+            names.add(self.lora.source)
         return names

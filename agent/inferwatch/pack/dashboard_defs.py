@@ -613,12 +613,7 @@ def worker(t: Thresholds) -> dict[str, Any]:
                     "TTFT P99",
                     f"Worst worker's TTFT P99 over {t.pack.window} (recording rule); red above "
                     f"the SLO of {_secs(t.ttft.p99_slo_seconds)}.",
-                    [
-                        Query(
-                            f"max({names(t).quantile('worker', 'ttft', 'p99')}"
-                            f"{worker_sel()})"
-                        )
-                    ],
+                    [Query(f"max({names(t).quantile('worker', 'ttft', 'p99')}{worker_sel()})")],
                     unit="s",
                     thresholds=slo_steps(t.ttft.p99_slo_seconds),
                 ),

@@ -252,9 +252,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     # Which worker runs on which GPU (the agent's attribution, MIG labels dropped), and
     # everything joined through it: the per-worker view of its own GPUs, the per-model
     # view of the model's own GPUs, memory pressure per GPU and worker.
-    rules.append(
-        _record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})")
-    )
+    rules.append(_record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"))
     rules.append(
         _record(
             n.worker_util,
@@ -440,7 +438,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             summary="GPU memory is nearly full while the request queue keeps growing.",
             description=(
                 f"{_GPU_WHERE} is under memory pressure: "
-                "{{ if eq $labels.pressure_from \"kv_cache\" }}the KV cache of worker "
+                '{{ if eq $labels.pressure_from "kv_cache" }}the KV cache of worker '
                 "{{ $labels.worker }} is {{ $value | humanizePercentage }} full"
                 "{{ else }}{{ $value | humanizePercentage }} of its memory is in use"
                 "{{ end }} "
