@@ -40,6 +40,9 @@ class WorkerSpec:
     cmd_match: str | None = None
     max_num_seqs: int | None = None
     timeout: float | None = None
+    #: False when Prometheus scrapes the engine itself: its histograms are not stored
+    #: twice (the window quantiles are still computed); see docs/engines.md
+    export_histograms: bool = True
 
     @property
     def port(self) -> int | None:
@@ -198,6 +201,12 @@ def redact_url(value: Any) -> Any:
     return f"{head}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
+def _boolean(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(source, key, "true or false", value)
+    return value
+
+
 def _exporter_url(value: Any, source: str, key: str) -> str:
     """An http(s) URL of a /metrics page, such as dcgm-exporter's (default path /metrics)."""
     try:
@@ -249,6 +258,7 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "cmd_match": _optional(_string),
     "max_num_seqs": _optional(_positive_int),
     "timeout": _optional(parse_duration),
+    "export_histograms": _boolean,
 }
 _TOP_SCALARS: dict[str, Parser] = {
     "web_config_file": _optional(_string),

@@ -542,7 +542,12 @@ class EngineSource(Source):
                 continue
             for key, value in sorted(series.items()):
                 out.counter(target, *_labels(name, engine, key), value)
-        for target, hseries in sorted(mapped.histograms.items()):
+        # export_histograms: false keeps the buckets out of the agent's exposition when
+        # Prometheus stores the engine's own (issue 23 item 2); the windows above still
+        # read them, so the quantile gauges stay.
+        for target, hseries in (
+            sorted(mapped.histograms.items()) if state.spec.export_histograms else ()
+        ):
             for key, hist in sorted(hseries.items()):
                 out.histogram(target, *_labels(name, engine, key), hist)
         for (target, key), qs in sorted(state.quantiles.items()):
