@@ -109,6 +109,8 @@ class WorkerPicture:
     prefix_hit_ratio: float | None = None
     preemption_rate: float | None = None
     request_rate: float | None = None
+    #: share of prompts longer than LONG_PROMPT_TOKENS (inferwatch_prompt_length_tokens)
+    long_prompt_share: float | None = None
     uptime_seconds: float | None = None
     #: launch flags from inferwatch_worker_info that the command line stated
     flags: Mapping[str, str] = field(default_factory=dict)
@@ -198,6 +200,30 @@ def _sum(scrape: Scrape, name: str, **match: str) -> float | None:
 def _max(scrape: Scrape, name: str, **match: str) -> float | None:
     found = _values(scrape, name, **match)
     return max(v for _, v in found) if found else None
+
+
+def share_over(buckets: Mapping[float, float], threshold: float) -> float | None:
+    """Share of a histogram's observations above ``threshold`` (cumulative counts by bound).
+
+    Interpolated inside the bucket that holds the threshold, as histogram_quantile
+    assumes (:func:`inferwatch.report.model.share_within`); None with no observations.
+    """
+    from inferwatch.report.model import share_within
+
+    within = share_within(threshold, tuple(sorted(buckets.items())))
+    return None if within is None else max(0.0, 1.0 - within)
+
+
+def _buckets(scrape: Scrape, name: str, **match: str) -> dict[float, float]:
+    """Cumulative counts by upper bound of one histogram, summed over its other labels."""
+    out: dict[float, float] = {}
+    for labels, value in _values(scrape, f"{name}_bucket", **match):
+        try:
+            le = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        out[le] = out.get(le, 0.0) + value
+    return out
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -297,6 +323,14 @@ def pictures_from_scrapes(
                 return (total - t0) / (count - c0)
             return total / count
 
+        prompts = _buckets(last, "inferwatch_prompt_length_tokens", worker=worker)
+        before = _buckets(first, "inferwatch_prompt_length_tokens", worker=worker)
+        if span >= RATE_MIN_SPAN and before.keys() == prompts.keys():
+            grown = {le: prompts[le] - before[le] for le in prompts}
+            if all(v >= 0 for v in grown.values()) and any(grown.values()):
+                prompts = grown  # the prompts of the sampled span, else all since start
+        long_share = share_over(prompts, LONG_PROMPT_TOKENS) if prompts else None
+
         warmup = None
         ready = _max(last, "inferwatch_worker_ready", worker=worker)
         if ready is not None:
@@ -341,6 +375,7 @@ def pictures_from_scrapes(
                 prefix_hit_ratio=_max(last, "inferwatch_prefix_cache_hit_ratio", worker=worker),
                 preemption_rate=rate("inferwatch_preemptions_total"),
                 request_rate=rate("inferwatch_requests_finished_total"),
+                long_prompt_share=long_share,
                 uptime_seconds=uptime,
                 flags=flags,
                 warmup=warmup,
@@ -428,6 +463,8 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
         f"(last_over_time(inferwatch_warmup_ttft_seconds{s}[{window}]))",
         "gpu_utilization": f"avg_over_time(inferwatch_gpu_utilization_ratio{s}[{window}])",
         "vram": f"max_over_time(inferwatch_gpu_memory_used_ratio{s}[{window}])",
+        "prompt_buckets": f"sum by (instance, worker, le) "
+        f"(increase(inferwatch_prompt_length_tokens_bucket{s}[{window}]))",
         "gpu_workers": f"max by (instance, gpu, worker) "
         f"(max_over_time(inferwatch_gpu_process_memory_used_bytes{s}[{window}]))",
     }
@@ -501,6 +538,15 @@ def pictures_from_answers(
             "request_rate",
         )
     }
+    prompt_buckets: dict[tuple[str, str], dict[float, float]] = {}
+    for labels, value in answers.get("prompt_buckets", ()):
+        try:
+            le = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        if "worker" in labels and not math.isnan(value):
+            key = (labels.get("instance", ""), labels["worker"])
+            prompt_buckets.setdefault(key, {})[le] = value
     start_time = per_worker("start_time")
     ready = per_worker("ready")
     deadline = per_worker("deadline")
@@ -552,6 +598,11 @@ def pictures_from_answers(
             gpu_utilization=_mean(util.get((instance, g)) for g in gpus),
             vram_used_ratio=_maximum(vram.get((instance, g)) for g in gpus),
             uptime_seconds=end - start_time[key] if key in start_time else None,
+            long_prompt_share=(
+                share_over(prompt_buckets[key], LONG_PROMPT_TOKENS)
+                if key in prompt_buckets
+                else None
+            ),
             flags={k: info[k] for k in FLAG_LABELS if info.get(k)},
             warmup=warmup,
         )
@@ -919,13 +970,29 @@ def rule_long_tail(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         Evidence("end-to-end P99", p.e2e_p99, "s"),
         Evidence("P99 / P50", ratio, "x", ">=", t.latency.tail_ratio, "latency.tail_ratio"),
     ]
+    share = p.long_prompt_share
+    if share is not None:
+        ev.append(Evidence(f"prompts over {LONG_PROMPT_TOKENS:,} tokens", share, "ratio"))
+    pool = (
+        f"{fmt(share, 'ratio')} of this worker's prompts are over {LONG_PROMPT_TOKENS:,} "
+        "tokens: route them"
+        if share is not None and share > 0
+        else f"route requests above a token budget (for example prompts over "
+        f"{LONG_PROMPT_TOKENS:,} tokens)"
+    )
     actions = [
-        "Give long-context traffic its own pool: route requests above a token budget (for "
-        f"example prompts over {LONG_PROMPT_TOKENS:,} tokens) to workers with their own "
+        f"Give long-context traffic its own pool: {pool} to workers with their own "
         "--max-model-len and batching flags, and keep short chats on this pool.",
         "Route with least connections (nginx least_conn, HAProxy balance leastconn) so long "
         "requests gather on fewer workers instead of slowing every one of them.",
     ]
+    if share is not None and share < 0.01:
+        actions.insert(
+            0,
+            f"Almost no prompt is over {LONG_PROMPT_TOKENS:,} tokens, so the tail is not long "
+            "contexts: look at the generation lengths (inferwatch_generation_length_tokens) "
+            "and the queue time before splitting the pool.",
+        )
     max_len = p.flag_number("max_model_len")
     if max_len:
         actions.append(
