@@ -22,6 +22,11 @@ NOT_IN_DEMO = {
     "inferwatch_requests_rejected_total": "steady load stays under any admission limit",
     "inferwatch_tpot_mean_seconds": "only for engines without a TPOT histogram (llama.cpp)",
     "inferwatch_e2e_latency_mean_seconds": "only for engines without an E2E histogram (Triton)",
+    "inferwatch_gpu_graphics_active_ratio": "the dcgm-exporter backend only (the demo runs NVML's fake)",
+    "inferwatch_gpu_nvlink_throughput_bytes_per_second": "the dcgm-exporter backend only",
+    "inferwatch_worker_gpu_info": "the demo's agent has no attribution source on the fake backend",
+    "inferwatch_lora_adapter_active": "the simulated vLLM serves no LoRA adapters",
+    "inferwatch_lora_max_adapters": "the simulated vLLM serves no LoRA adapters",
 }
 
 

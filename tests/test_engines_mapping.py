@@ -643,6 +643,11 @@ CONTRACT = {
     "inferwatch_tpot_seconds",
     "inferwatch_e2e_latency_seconds",
     "inferwatch_queue_time_seconds",
+    # docs/metrics.md, Extensions (issue 23 item 3)
+    "inferwatch_prefill_time_seconds",
+    "inferwatch_decode_time_seconds",
+    "inferwatch_prompt_length_tokens",
+    "inferwatch_generation_length_tokens",
 }
 DERIVED = {
     "inferwatch_prefix_cache_hit_ratio",

@@ -50,6 +50,10 @@ CONTRACT = {
     "inferwatch_gpu_ecc_errors_total",
     "inferwatch_gpu_process_memory_used_bytes",
     "inferwatch_gpu_process_sm_utilization_ratio",
+    # docs/metrics.md, Extensions (issue 23)
+    "inferwatch_gpu_performance_state",
+    "inferwatch_gpu_fan_speed_ratio",
+    "inferwatch_gpu_pcie_throughput_bytes_per_second",
 }
 
 

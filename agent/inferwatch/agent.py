@@ -210,7 +210,10 @@ class Agent:
         if config.workers:
             self.sources += [engine, process]
         backend = self._gpu_backend
-        if backend is None and config.gpu.backend != "none":
+        if config.gpu.backend == "dcgm-exporter":
+            self.sources.append(self._dcgm_source())
+            backend = None
+        elif backend is None and config.gpu.backend != "none":
             backend = load_backend(config.gpu)
         if backend is not None:
             from inferwatch.collectors.attribution import WorkerGpuInputs, gpu_env
@@ -240,6 +243,19 @@ class Agent:
             if gate is not None:
                 self.sources.append(gate)
                 self.ready_checks.append(gate.ready)
+
+    def _dcgm_source(self) -> Source:
+        """dcgm-exporter instead of NVML: no second poller where the cluster runs one."""
+        from inferwatch.collectors.dcgm import DcgmSource, worker_pods
+
+        gpu = self.config.gpu
+        return DcgmSource(
+            gpu.dcgm_exporter_url,
+            interval=gpu.dcgm_interval,
+            timeout=self.config.scrape.timeout,
+            max_body_bytes=self.config.scrape.max_body_bytes,
+            pods=worker_pods(gpu.dcgm_worker_pods, (w.name for w in self.config.workers)),
+        )
 
     def _launch_max_num_seqs(self, worker: str) -> int | None:
         info = self.process.launch_info(worker) if self.process is not None else None
@@ -563,8 +579,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gpu-backend",
-        choices=("nvml", "fake", "none"),
+        choices=("nvml", "fake", "none", "dcgm-exporter"),
         help="where GPU metrics come from (default nvml)",
+    )
+    parser.add_argument(
+        "--dcgm-exporter-url",
+        metavar="URL",
+        help="dcgm-exporter's metrics URL, backend dcgm-exporter "
+        "(default http://127.0.0.1:9400/metrics; also INFERWATCH_DCGM_EXPORTER_URL)",
     )
     parser.add_argument("--fake-gpus", metavar="N", help="number of fake GPUs (backend fake)")
     parser.add_argument(
@@ -610,6 +632,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         "gpu.backend": args.gpu_backend,
         "gpu.fake_count": args.fake_gpus,
         "gpu.fake_state_dir": args.fake_gpu_state,
+        "gpu.dcgm_exporter_url": args.dcgm_exporter_url,
         "collect_interval": args.collect_interval,
         "stats_window": args.stats_window,
         "web_config_file": args.web_config_file,

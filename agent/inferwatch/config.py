@@ -24,7 +24,8 @@ DEFAULT_PORT = 10127
 """Outside the fully allocated 9100-9999 exporter range and unused by any known exporter."""
 
 ENGINES = ("auto", "vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
-GPU_BACKENDS = ("nvml", "fake", "none")
+GPU_BACKENDS = ("nvml", "fake", "none", "dcgm-exporter")
+DEFAULT_DCGM_EXPORTER_URL = "http://127.0.0.1:9400/metrics"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "logfmt", "json")
 
@@ -48,6 +49,9 @@ class WorkerSpec:
     #: (never on the command line, where ps shows it)
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: False when Prometheus scrapes the engine itself: its histograms are not stored
+    #: twice (the window quantiles are still computed); see docs/engines.md
+    export_histograms: bool = True
 
     @property
     def port(self) -> int | None:
@@ -64,6 +68,11 @@ class GpuConfig:
     activity_interval: float = 15.0
     fake_count: int = 1
     fake_state_dir: str | None = None
+    #: backend dcgm-exporter: where its exposition is, how often to read it (it samples
+    #: every 30 s by default), and which pod each worker runs in ("NAMESPACE/POD" or "POD")
+    dcgm_exporter_url: str = DEFAULT_DCGM_EXPORTER_URL
+    dcgm_interval: float = 5.0
+    dcgm_worker_pods: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,29 @@ def _gpu_list(value: Any, source: str, key: str) -> tuple[int | str, ...]:
                 item,
             )
     return tuple(out)
+def _boolean(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(source, key, "true or false", value)
+    return value
+
+
+def _exporter_url(value: Any, source: str, key: str) -> str:
+    """An http(s) URL of a /metrics page, such as dcgm-exporter's (default path /metrics)."""
+    try:
+        url = parse_url(value, source, key)
+    except ConfigError as exc:
+        raise ConfigError(source, key, exc.expected, redact_url(value)) from None
+    return url if urlsplit(url).path else url + "/metrics"
+
+
+def _pod_map(value: Any, source: str, key: str) -> Mapping[str, str]:
+    expected = "a mapping of worker name to NAMESPACE/POD or POD"
+    if not isinstance(value, Mapping):
+        raise ConfigError(source, key, expected, value)
+    for worker, pod in value.items():
+        if not isinstance(worker, str) or not isinstance(pod, str) or not pod.strip("/ "):
+            raise ConfigError(source, f"{key}.{worker}", expected, pod)
+    return dict(value)
 
 
 def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
@@ -254,6 +286,9 @@ _GPU_FIELDS: dict[str, Parser] = {
     "activity_interval": parse_duration,
     "fake_count": _positive_int,
     "fake_state_dir": _optional(_string),
+    "dcgm_exporter_url": _exporter_url,
+    "dcgm_interval": parse_duration,
+    "dcgm_worker_pods": _pod_map,
 }
 _SCRAPE_FIELDS: dict[str, Parser] = {
     "timeout": parse_duration,
@@ -278,6 +313,7 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "username": _optional(_string),
     "password_file": _optional(_string),
     "password_env": _optional(_string),
+    "export_histograms": _boolean,
 }
 _TOP_SCALARS: dict[str, Parser] = {
     "web_config_file": _optional(_string),
@@ -464,6 +500,7 @@ ENV_KEYS: dict[str, str] = {
     "INFERWATCH_GPU_BACKEND": "gpu.backend",
     "INFERWATCH_FAKE_GPUS": "gpu.fake_count",
     "INFERWATCH_FAKE_GPU_STATE": "gpu.fake_state_dir",
+    "INFERWATCH_DCGM_EXPORTER_URL": "gpu.dcgm_exporter_url",
     "INFERWATCH_WORKERS": "workers",
 }
 
@@ -503,6 +540,7 @@ FLAG_NAMES: dict[str, str] = {
     "gpu.fake_count": "--fake-gpus",
     "gpu.fake_state_dir": "--fake-gpu-state",
     "log_format": "--log.format",
+    "gpu.dcgm_exporter_url": "--dcgm-exporter-url",
 }
 
 
@@ -549,3 +587,12 @@ def _check_consistency(config: AgentConfig) -> None:
     for key in ("slow_interval", "activity_interval"):
         if getattr(config.gpu, key) < config.gpu.interval:
             raise ConfigError(config.source, f"gpu.{key}", "at least gpu.interval")
+    names = {w.name for w in config.workers}
+    for worker in config.gpu.dcgm_worker_pods:
+        if worker not in names:
+            raise ConfigError(
+                config.source,
+                f"gpu.dcgm_worker_pods.{worker}",
+                "the name of a configured worker",
+                worker,
+            )

@@ -31,6 +31,8 @@ from inferwatch.collectors.base import Source
 from inferwatch.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
 from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
+    LORA_ACTIVE,
+    LORA_MAX,
     LabelKey,
     Mapped,
     ParseError,
@@ -94,6 +96,21 @@ HELP: dict[str, str] = {
     "inferwatch_tpot_seconds": "Time per output token (inter-token latency), engine buckets.",
     "inferwatch_e2e_latency_seconds": "End-to-end request latency, engine buckets.",
     "inferwatch_queue_time_seconds": "Time requests waited before being scheduled, engine buckets.",
+    "inferwatch_prefill_time_seconds": (
+        "Time a finished request spent in prefill (prompt processing), engine buckets."
+    ),
+    "inferwatch_decode_time_seconds": (
+        "Time a finished request spent in decode (generating), engine buckets."
+    ),
+    "inferwatch_prompt_length_tokens": "Prompt length of each request in tokens, engine buckets.",
+    "inferwatch_generation_length_tokens": (
+        "Tokens generated for each finished request, engine buckets."
+    ),
+    LORA_ACTIVE: (
+        "1 for each LoRA adapter with running or waiting requests, by state "
+        "(engine: lora_requests_info)."
+    ),
+    LORA_MAX: "How many LoRA adapters the worker can hold at once (--max-loras).",
     "inferwatch_ttft_quantile_seconds": "TTFT quantiles over the stats window, from bucket increases.",
     "inferwatch_tpot_quantile_seconds": "TPOT quantiles over the stats window, from bucket increases.",
     "inferwatch_e2e_latency_quantile_seconds": (
@@ -636,6 +653,8 @@ class EngineSource(Source):
             return
         engine = mapped.engine
         exported = {s.target for s in state.engine.signals if s.export} if state.engine else set()
+        if state.engine is not None and state.engine.lora is not None:
+            exported |= {LORA_ACTIVE, LORA_MAX}
         for target, series in sorted(mapped.gauges.items()):
             if target not in exported or target == "inferwatch_max_num_seqs":
                 continue
@@ -646,7 +665,12 @@ class EngineSource(Source):
                 continue
             for key, value in sorted(series.items()):
                 out.counter(target, *_labels(name, engine, key), value)
-        for target, hseries in sorted(mapped.histograms.items()):
+        # export_histograms: false keeps the buckets out of the agent's exposition when
+        # Prometheus stores the engine's own (issue 23 item 2); the windows above still
+        # read them, so the quantile gauges stay.
+        for target, hseries in (
+            sorted(mapped.histograms.items()) if state.spec.export_histograms else ()
+        ):
             for key, hist in sorted(hseries.items()):
                 out.histogram(target, *_labels(name, engine, key), hist)
         for (target, key), qs in sorted(state.quantiles.items()):

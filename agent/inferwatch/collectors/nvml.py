@@ -129,6 +129,10 @@ GAUGE_HELP: dict[str, str] = {
     "inferwatch_gpu_temperature_celsius": "GPU core temperature (NVML), in degrees Celsius.",
     "inferwatch_gpu_sm_clock_hertz": "Current SM clock (NVML), in hertz.",
     "inferwatch_gpu_memory_clock_hertz": "Current memory clock (NVML), in hertz.",
+    "inferwatch_gpu_performance_state": "Performance state (P-state) 0-15 (NVML); 0 is the fastest.",
+    "inferwatch_gpu_fan_speed_ratio": (
+        "Intended fan speed as a share of its maximum (NVML fan speed / 100; can exceed 1)."
+    ),
 }
 COUNTER_HELP: dict[str, str] = {
     "inferwatch_gpu_energy_joules_total": (
@@ -152,6 +156,13 @@ WORKER_GPU_HELP = (
 ECC_HELP = "Volatile ECC error counts since the driver was loaded (NVML), by type."
 PROCESS_MEMORY_HELP = "Device memory used by one process (NVML compute running processes)."
 PROCESS_SM_HELP = "Share of SM time one process had since the previous pass (NVML)."
+PCIE_HELP = (
+    "PCIe traffic by direction (tx, rx), NVML's 20 ms byte-counter sample taken every "
+    "activity interval, in bytes per second."
+)
+#: NVML reports PCIe throughput in KB/s of 1024 bytes
+_PCIE_KB = 1024.0
+_PSTATE_UNKNOWN = getattr(pynvml, "NVML_PSTATE_UNKNOWN", 32)
 
 #: Distinct XID codes counted per GPU; more (a corrupted event stream) go to xid="other".
 MAX_XID_CODES = 64
@@ -243,6 +254,8 @@ class DeviceReading:
     clock_events: Mapping[str, float] = field(default_factory=dict)
     ecc: Mapping[str, float] = field(default_factory=dict)
     processes: tuple[ProcessReading, ...] = ()
+    #: direction ("tx", "rx") -> bytes per second
+    pcie: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -309,6 +322,7 @@ class _Device:
         self.slow_due = 0.0
         self.activity_due = 0.0
         self.gpm_values: dict[str, float] = {}
+        self.pcie: dict[str, float] = {}
         self.shares: dict[int, float] | None = None
         self.slow_gauges: dict[str, float] = {}
         self.slow_counters: dict[str, float] = {}
@@ -662,6 +676,7 @@ class NvmlSource(Source):
         gpu.slow_due = 0.0
         gpu.activity_due = 0.0
         gpu.gpm_values = {}
+        gpu.pcie = {}
         gpu.shares = None
         gpu.proc_ts = 0
         gpu.gpm = self._gpm_supported(gpu.handle)
@@ -913,6 +928,15 @@ class NvmlSource(Source):
         mem = self._call(gpu, "mem_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
         if mem is not _SKIP:
             gauges["inferwatch_gpu_memory_clock_hertz"] = mem * 1e6
+        pstate = self._call(gpu, "pstate", "nvmlDeviceGetPerformanceState", h)
+        if pstate is not _SKIP and 0 <= int(pstate) < _PSTATE_UNKNOWN:
+            gauges["inferwatch_gpu_performance_state"] = float(pstate)
+        fan = self._call(gpu, "fan", "nvmlDeviceGetFanSpeed", h)
+        if fan is not _SKIP:
+            gauges["inferwatch_gpu_fan_speed_ratio"] = fan / 100.0
+        if activity:
+            # Each call samples a byte counter for 20 ms: read with the activity readings.
+            gpu.pcie = self._pcie(gpu)
         clock_events = self._clock_events(gpu)
         if gpu.gpm:
             if activity:
@@ -935,6 +959,7 @@ class NvmlSource(Source):
             clock_events=clock_events,
             ecc=dict(gpu.ecc),
             processes=processes,
+            pcie=dict(gpu.pcie),
         )
 
     def _read_mig(self, mig: _Device, seen: set[int], activity: bool) -> DeviceReading:
@@ -960,6 +985,19 @@ class NvmlSource(Source):
             gauges=gauges,
             processes=self._processes(mig, seen, shares=None),
         )
+
+    def _pcie(self, gpu: _Device) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for direction, counter in (
+            ("tx", pynvml.NVML_PCIE_UTIL_TX_BYTES),
+            ("rx", pynvml.NVML_PCIE_UTIL_RX_BYTES),
+        ):
+            kb = self._call(
+                gpu, f"pcie_{direction}", "nvmlDeviceGetPcieThroughput", gpu.handle, counter
+            )
+            if kb is not _SKIP:
+                out[direction] = kb * _PCIE_KB
+        return out
 
     def _clock_events(self, gpu: _Device) -> dict[str, float]:
         mask = self._call(gpu, "clock_events", "nvmlDeviceGetCurrentClocksEventReasons", gpu.handle)
@@ -1223,6 +1261,11 @@ def build_families(
                 fam.samples.append(
                     Sample("inferwatch_gpu_ecc_errors_total", {**base, "type": kind}, value)
                 )
+        for direction, value in dev.pcie.items():
+            name = "inferwatch_gpu_pcie_throughput_bytes_per_second"
+            gauge(name, PCIE_HELP).samples.append(
+                Sample(name, {**base, "direction": direction}, value)
+            )
         for proc in dev.processes:
             labels = {**base, "pid": str(proc.pid), "process": proc.name}
             worker = workers.get(proc.pid)

@@ -89,6 +89,22 @@ class InfoFamily:
 
 
 @dataclass(frozen=True)
+class LoraFamily:
+    """A gauge whose labels name the LoRA adapters in use, comma-separated.
+
+    vLLM sets it to the time of its last update under the current label set and
+    never removes the older label sets, so the series with the highest value is
+    the current one (``vllm/v1/metrics/loggers.py``: ``set_to_current_time``).
+    It says which adapters are running or waiting, not how many requests each has.
+    """
+
+    source: str
+    running_label: str
+    waiting_label: str
+    max_label: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineMap:
     name: str
     #: metric name prefixes that identify the engine in an exposition
@@ -113,6 +129,8 @@ class EngineMap:
     #: HTTP status of the metrics path -> what it means for this engine (llama.cpp
     #: answers 501 when metrics are off), added to the scrape error's message
     status_hints: Mapping[int, str] = field(default_factory=dict)
+    #: the LoRA adapters in use (vLLM's lora_requests_info)
+    lora: LoraFamily | None = None
     notes: str = ""
 
     def source_families(self) -> set[str]:
@@ -121,4 +139,6 @@ class EngineMap:
             names.update(s.sources)
         if self.info is not None:
             names.add(self.info.source)
+        if self.lora is not None:
+            names.add(self.lora.source)
         return names

@@ -16,7 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from inferwatch.engines.base import EngineMap, Signal
+from inferwatch.engines.base import EngineMap, LoraFamily, Signal
 
 try:  # the parser's own pieces, for the lines the series cache cannot answer
     from prometheus_client.parser import (
@@ -36,6 +36,9 @@ except ImportError:  # another prometheus_client layout: its public parser does 
 LabelKey = tuple[tuple[str, str], ...]
 
 _SUFFIXES = ("", "_total", "_bucket", "_count", "_sum")
+#: families made from an engine's LoRA gauge (EngineMap.lora)
+LORA_ACTIVE = "inferwatch_lora_adapter_active"
+LORA_MAX = "inferwatch_lora_max_adapters"
 
 
 @dataclass(frozen=True)
@@ -518,6 +521,9 @@ def map_families(families: Mapping[str, object], engine: EngineMap) -> Mapped:
             )
             for key, value in values.items():
                 merged[key] = merged.get(key, 0.0) + value
+    if engine.lora is not None and engine.lora.source in families:
+        declared.add(LORA_ACTIVE)
+        gauges.update(_lora(families[engine.lora.source], engine.lora, _models(gauges, counters)))
     return Mapped(
         engine.name,
         {k: v for k, v in gauges.items() if v},
@@ -581,6 +587,40 @@ def cap_series(mapped: Mapped, max_series: int) -> tuple[Mapped, int]:
         mapped.facts,
     )
     return capped, total - used
+def _models(*tables: Mapping[str, Mapping[LabelKey, object]]) -> set[str]:
+    return {
+        v
+        for table in tables
+        for series in table.values()
+        for key in series
+        for k, v in key
+        if k == "model"
+    }
+
+
+def _lora(family: object, lora: LoraFamily, models: set[str]) -> dict[str, dict[LabelKey, float]]:
+    """Adapter -> running / waiting (1 each), and the adapter limit, from the current series.
+
+    The gauge carries no model label: the worker's one model is used where it has one.
+    """
+    latest: Sample | None = None
+    for sample in family.samples:  # type: ignore[attr-defined]
+        if not math.isnan(sample.value) and (latest is None or sample.value > latest.value):
+            latest = sample
+    if latest is None:
+        return {}
+    model = next(iter(models)) if len(models) == 1 else ""
+    active: dict[LabelKey, float] = {}
+    for state, label in (("running", lora.running_label), ("waiting", lora.waiting_label)):
+        for adapter in latest.labels.get(label, "").split(","):
+            if adapter.strip():
+                key = (("adapter", adapter.strip()[:128]), ("model", model), ("state", state))
+                active[key] = 1.0
+    out = {LORA_ACTIVE: active}
+    limit = latest.labels.get(lora.max_label, "") if lora.max_label else ""
+    if limit.strip().isdigit():
+        out[LORA_MAX] = {(("model", model),): float(limit)}
+    return out
 
 
 _BOOLEAN_WORDS = {"true": "true", "false": "false", "1": "true", "0": "false"}

@@ -70,5 +70,12 @@ TGI = EngineMap(
         ),
         Signal("inferwatch_e2e_latency_seconds", "histogram", ("tgi_request_duration",)),
         Signal("inferwatch_queue_time_seconds", "histogram", ("tgi_request_queue_duration",)),
+        # the same token histograms as distributions (issue 23 item 3)
+        Signal("inferwatch_prompt_length_tokens", "histogram", ("tgi_request_input_length",)),
+        Signal(
+            "inferwatch_generation_length_tokens",
+            "histogram",
+            ("tgi_request_generated_tokens",),
+        ),
     ),
 )

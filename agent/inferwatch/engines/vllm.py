@@ -9,7 +9,7 @@ per API-server ``pid`` (max is right: idle processes report 0).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, InfoFamily, Ratio, Signal
+from inferwatch.engines.base import EngineMap, InfoFamily, LoraFamily, Ratio, Signal
 
 VLLM = EngineMap(
     name="vllm",
@@ -55,6 +55,20 @@ VLLM = EngineMap(
             "inferwatch_e2e_latency_seconds", "histogram", ("vllm:e2e_request_latency_seconds",)
         ),
         Signal("inferwatch_queue_time_seconds", "histogram", ("vllm:request_queue_time_seconds",)),
+        # issue 23 item 3: what vLLM's own dashboard shows (one observation per finished
+        # request; token histograms on 1-2-5 buckets up to max_model_len)
+        Signal(
+            "inferwatch_prefill_time_seconds", "histogram", ("vllm:request_prefill_time_seconds",)
+        ),
+        Signal(
+            "inferwatch_decode_time_seconds", "histogram", ("vllm:request_decode_time_seconds",)
+        ),
+        Signal("inferwatch_prompt_length_tokens", "histogram", ("vllm:request_prompt_tokens",)),
+        Signal(
+            "inferwatch_generation_length_tokens",
+            "histogram",
+            ("vllm:request_generation_tokens",),
+        ),
     ),
     ratios=(
         Ratio(
@@ -74,5 +88,11 @@ VLLM = EngineMap(
             # about an FP8 KV cache to a worker that has one
             "cache_dtype": "kv_cache_dtype",
         },
+    ),
+    lora=LoraFamily(
+        "vllm:lora_requests_info",
+        running_label="running_lora_adapters",
+        waiting_label="waiting_lora_adapters",
+        max_label="max_lora",
     ),
 )

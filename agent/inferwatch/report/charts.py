@@ -79,13 +79,21 @@ def _values(xs: Sequence[float], ys: Sequence[float | None]) -> tuple[list[float
     return list(xs), [math.nan if y is None else y for y in ys]
 
 
+def _before(report: Report) -> str:
+    """The period before this one, as the charts name it: ``last week``."""
+    days = report.period.days
+    return "last week" if days == 7 else f"the {fmt.span(days)} before"
+
+
 def _day_axis(ax: Any, report: Report, back: Any) -> None:
     """Ticks labelled with the day on ``ax``; day lines and weekend shade on ``back``,
     the axes drawn first, so they never cover a curve."""
     starts = report.period.day_starts()[report.period.days :]
     ax.set_xlim(report.period.start, report.period.end)
     ax.set_xticks([s + DAY / 2 for s in starts])
-    ax.set_xticklabels(_thin([fmt.day(s) for s in starts]))
+    ax.set_xticklabels(
+        _thin([fmt.day_label(report.period, report.period.days + i) for i in range(len(starts))])
+    )
     for s in starts:
         back.axvline(s, color=GRID, linewidth=0.8, zorder=0)
         if fmt.day(s).startswith(("Sat", "Sun")):
@@ -176,8 +184,7 @@ def latency(report: Report) -> list[Chart]:
     """Per model: daily P50/P95/P99 of TTFT, TPOT and end-to-end, with last week's P99."""
     charts = []
     days = report.period.days
-    starts = report.period.day_starts()
-    labels = [fmt.day(s) for s in starts[days:]]
+    labels = [fmt.day_label(report.period, i) for i in range(days, 2 * days)]
     for m in report.models:
         names = [n for n in ("ttft", "tpot", "e2e") if n in m.total.latency]
         if not names:
@@ -202,7 +209,7 @@ def latency(report: Report) -> list[Chart]:
                 color=QUANTILE_COLORS[0.99],
                 linewidth=1.0,
                 linestyle=":",
-                label="P99 last week",
+                label=f"P99 {_before(report)}",
             )
             if lat.slo is not None:
                 ax.axhline(lat.slo, color=INK, linewidth=0.8, linestyle="--")
@@ -226,7 +233,8 @@ def latency(report: Report) -> list[Chart]:
             Chart(
                 f"latency-{_slug(m.total.model)}",
                 f"{m.total.model}: latency per day",
-                f"Daily P50, P95 and P99 latency of {m.total.model}, with last week's P99 dotted",
+                f"Daily P50, P95 and P99 latency of {m.total.model}, with the P99 of "
+                f"{_before(report)} dotted",
                 _png(fig),
             )
         )
@@ -244,7 +252,6 @@ def bands(report: Report) -> Chart | None:
     if not report.gpus:
         return None
     days = report.period.days
-    starts = report.period.day_starts()[days:]
     gpus = report.gpus
     fig = _figure(9.2, 0.55 + 0.42 * len(gpus) * 1.0 + 0.6)
     ax = fig.add_subplot(1, 1, 1)
@@ -268,7 +275,7 @@ def bands(report: Report) -> Chart | None:
     ax.set_yticks([r[0] for r in rows])
     ax.set_yticklabels([r[1] for r in rows], fontsize=8, color=INK)
     ax.set_xticks([d + 0.48 for d in range(days)])
-    ax.set_xticklabels(_thin([fmt.day(s) for s in starts]))
+    ax.set_xticklabels(_thin([fmt.day_label(report.period, days + d) for d in range(days)]))
     ax.set_xlim(-0.05, days)
     from matplotlib.patches import Patch
 
@@ -303,7 +310,6 @@ def vram(report: Report) -> Chart | None:
     if not gpus:
         return None
     days = report.period.days
-    starts = report.period.day_starts()[days:]
     fig = _figure(9.2, 2.9)
     ax = fig.add_subplot(1, 1, 1)
     _style(ax)
@@ -334,13 +340,14 @@ def vram(report: Report) -> Chart | None:
     ax.set_ylim(max(0.0, low - 0.1), 1.0)
     ax.yaxis.set_major_formatter(_percent_formatter())
     ax.set_xticks(xs)
-    ax.set_xticklabels(_thin([fmt.day(s) for s in starts]))
+    ax.set_xticklabels(_thin([fmt.day_label(report.period, days + d) for d in xs]))
     ax.legend(loc="lower left", frameon=False, fontsize=8, ncol=min(4, len(gpus)))
     fig.tight_layout()
     return Chart(
         "vram-peaks",
         "Daily VRAM peak per GPU",
-        "Daily VRAM peak of each GPU this week, last week dotted",
+        f"Daily VRAM peak of each GPU this {fmt.period_noun(report.period.days)}, "
+        f"{_before(report)} dotted",
         _png(fig),
     )
 

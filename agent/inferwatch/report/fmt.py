@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from inferwatch.report.model import Change
+from inferwatch.report.model import Change, Period
 
 DASH = "–"
 ARROWS = {"up": "▲", "down": "▼", "flat": "▶", "": ""}
@@ -66,6 +66,29 @@ def day(t: float) -> str:
     """``Fri 20 Nov`` (UTC)."""
     d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
     return f"{d:%a} {d.day} {d:%b}"
+
+
+def day_label(period: Period, i: int) -> str:
+    """What day ``i`` of ``period`` is called: ``Mon 30 Nov`` for a calendar day.
+
+    Days that do not start at midnight (``--end now``) are the 24 hours up to a
+    time, so they are named by their end, ``to Tue 1 Dec 10:00``: named by their
+    start, Tuesday morning's traffic would read as Monday's.
+    """
+    if period.aligned:
+        return day(period.day_starts()[i])
+    end = period.day_ends()[i]
+    return f"to {day(end)} {dt.datetime.fromtimestamp(end, dt.timezone.utc):%H:%M}"
+
+
+def span(days: int) -> str:
+    """``7 days``, ``1 day``."""
+    return f"{days} day" if days == 1 else f"{days} days"
+
+
+def period_noun(days: int) -> str:
+    """What the period is called in sentences: ``week`` for 7 days, else ``period``."""
+    return "week" if days == 7 else "period"
 
 
 def date(t: float) -> str:

@@ -50,6 +50,11 @@ class Period:
     def day_starts(self) -> tuple[float, ...]:
         return tuple(t - DAY for t in self.day_ends())
 
+    @property
+    def aligned(self) -> bool:
+        """Whether the days are UTC calendar days (``--end today`` or a midnight)."""
+        return self.end % DAY == 0
+
     def current(self, daily: Sequence[float | None]) -> Daily:
         return tuple(daily[self.days :])
 
@@ -136,6 +141,8 @@ class RawWorker:
     preemptions: Daily | None = None
     #: latency name -> per-day buckets observed within cold_start.within of a start
     cold_latency: dict[str, tuple[Buckets | None, ...]] = field(default_factory=dict)
+    # the agent watched it during this period (inferwatch_target_up), requests or not
+    present: bool = False
 
 
 @dataclass(frozen=True)

@@ -171,17 +171,7 @@ class Collector:
     def workers(self) -> tuple[RawWorker, ...]:
         span = _duration(2 * self.period.days * DAY)
         self.step("workers")
-        ident = self.client.instant(
-            "group by (model, worker, engine, instance) "
-            f"(last_over_time(inferwatch_requests_finished_total[{span}]))",
-            self.period.end,
-        )
-        engines: dict[tuple[str, ...], str] = {}
-        instances: dict[tuple[str, ...], set[str]] = {}
-        for s in ident:
-            key: tuple[str, ...] = (s.labels.get("model", ""), s.labels.get("worker", ""))
-            engines[key] = s.labels.get("engine", "")
-            instances.setdefault(key, set()).add(s.labels.get("instance", ""))
+        engines, instances, present = self._worker_identities(span)
 
         by = "model, worker"
         self.step("requests")
@@ -251,6 +241,10 @@ class Collector:
         )
 
         keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
+        # A worker known only by name (target_up carries no model) folds into the
+        # (model, worker) rows its other series name.
+        named = {k[1] for k in keys if k[0]}
+        keys = [k for k in keys if k[0] or k[1] not in named]
         out = []
         empty: Daily = (None,) * len(self.ends)
         for key in keys:
@@ -286,9 +280,51 @@ class Collector:
                     queue_slope_peak=slope.get(key),
                     preemptions=preemptions.get(key),
                     cold_latency={"ttft": cold_ttft[key]} if key in cold_ttft else {},
+                    present=worker in present,
                 )
             )
         return tuple(out)
+
+    def _worker_identities(
+        self, span: str
+    ) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], set[str]], set[str]]:
+        """(model, worker) -> engine and agent instances, and the workers seen this period.
+
+        A worker is found through any of the series every engine has
+        (``inferwatch_target_up``, ``inferwatch_worker_info``), not only through
+        ``inferwatch_requests_finished_total``, which llama.cpp, for one, lacks.
+        """
+        engines: dict[tuple[str, ...], str] = {}
+        instances: dict[tuple[str, ...], set[str]] = {}
+        present: set[str] = set()
+        week = _duration(self.period.days * DAY)
+        # One query: the union of the three, and (label present="1") the workers whose
+        # agent reported them during this period.
+        union = " or ".join(
+            f"last_over_time({m}[{span}])"
+            for m in (
+                "inferwatch_requests_finished_total",
+                "inferwatch_worker_info",
+                "inferwatch_target_up",
+            )
+        )
+        for s in self.client.instant(
+            "group by (model, worker, engine, instance, present) ("
+            f'label_replace(last_over_time(inferwatch_target_up[{week}]), "present", "1", "", "")'
+            f" or {union})",
+            self.period.end,
+        ):
+            worker = s.labels.get("worker", "")
+            if not worker:
+                continue
+            if s.labels.get("present") == "1":
+                present.add(worker)
+                continue
+            key: tuple[str, ...] = (s.labels.get("model", ""), worker)
+            if s.labels.get("engine") or key not in engines:
+                engines[key] = s.labels.get("engine", "")
+            instances.setdefault(key, set()).add(s.labels.get("instance", ""))
+        return engines, instances, present
 
     def _buckets(self, expr: str) -> dict[tuple[str, ...], tuple[Buckets | None, ...]]:
         per: dict[tuple[str, ...], dict[int, dict[float, float]]] = {}
@@ -554,13 +590,13 @@ def collect(
     def has_current(values: Daily | None) -> bool:
         return values is not None and any(v is not None for v in period.current(values))
 
-    current_workers = any(has_current(w.requests) for w in workers)
+    current_workers = any(has_current(w.requests) or w.present for w in workers)
     current_gpus = any(has_current(g.util_daily.get("mean")) for g in gpus)
     if not current_workers and not current_gpus:
         raise NoData(
             "no inferwatch data between "
             f"{_iso(period.start)} and {_iso(period.end)}: neither worker series "
-            "(inferwatch_requests_finished_total) nor GPU series "
+            "(inferwatch_target_up, inferwatch_requests_finished_total) nor GPU series "
             "(inferwatch_gpu_utilization_ratio). Check --end, --days and that this Prometheus "
             "scrapes the agents (job and retention)."
         )

@@ -16,7 +16,14 @@ from html import escape
 from inferwatch.report import fmt
 from inferwatch.report.charts import Chart
 from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, Daily
-from inferwatch.report.summary import BAND_NAMES, GpuFigures, ModelFigures, Report, ScopeFigures
+from inferwatch.report.summary import (
+    BAND_NAMES,
+    BANDS,
+    GpuFigures,
+    ModelFigures,
+    Report,
+    ScopeFigures,
+)
 
 FONT = (
     "-apple-system,BlinkMacSystemFont,'Segoe UI',Roboto,'Helvetica Neue',Arial,"
@@ -39,13 +46,34 @@ ImageSrc = Callable[[Chart], str]
 
 
 def title(report: Report) -> str:
+    # "weekly report" is the product's name (mail filters match it), whatever --days is
     return f"inferwatch weekly report: {period_text(report)}"
 
 
 def period_text(report: Report) -> str:
     p = report.period
+    if not p.aligned:
+        # 24-hour days up to a time (--end now): the ends say which hours these are.
+        return f"{fmt.timestamp(p.start)} – {fmt.timestamp(p.end)}"
     last_day = p.end - 1
-    return f"{fmt.day(p.start)} – {fmt.day(last_day)} {fmt.date(last_day)[:4]}"
+    year = fmt.date(last_day)[:4]
+    if p.days == 1:
+        return f"{fmt.day(last_day)} {year}"
+    return f"{fmt.day(p.start)} – {fmt.day(last_day)} {year}"
+
+
+def period_sentence(report: Report) -> str:
+    """``7 days to 2026-11-23 00:00 UTC, compared with the 7 days before. Days are UTC.``"""
+    p = report.period
+    days = "24-hour windows ending at that time" if not p.aligned else "UTC days"
+    before = "the day before" if p.days == 1 else f"the {fmt.span(p.days)} before"
+    return f"{fmt.span(p.days)} to {fmt.timestamp(p.end)}, compared with {before}. Days are {days}."
+
+
+def current_and_previous(report: Report) -> tuple[str, str]:
+    """Row labels of the period and the one before: ``This week``/``Last week``."""
+    noun = fmt.period_noun(report.period.days)
+    return (f"This {noun}", "Last week" if noun == "week" else "Previous period")
 
 
 # ------------------------------------------------------------------------ HTML
@@ -265,10 +293,9 @@ def _daily_latency(report: Report, m: ModelFigures) -> str:
     for n in names:
         head += [f"{LATENCY_NAMES[n]} P50", "P95", "P99"]
     rows = []
-    starts = p.day_starts()
     for i in range(p.days, 2 * p.days):
         cells = [
-            _cell(fmt.day(starts[i]), align="left"),
+            _cell(fmt.day_label(p, i), align="left"),
             _cell(fmt.count(m.total.requests_daily[i])),
         ]
         for n in names:
@@ -283,7 +310,8 @@ def _daily_latency(report: Report, m: ModelFigures) -> str:
                     )
                 cells.append(cell)
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    for label, pick in (("This week", "current"), ("Last week", "previous")):
+    this, last = current_and_previous(report)
+    for label, pick in ((this, "current"), (last, "previous")):
         cells = [
             _cell(label, bold=True, align="left"),
             _cell(fmt.count(getattr(m.total.requests, pick)), bold=True),
@@ -333,7 +361,7 @@ def _model_section(report: Report, m: ModelFigures, charts: dict[str, Chart], sr
         _p(
             f"SLO met: share of requests (TTFT) and of output tokens (TPOT) within the P99 SLO "
             f"({', '.join(slos)}); the SLO holds at {fmt.percent(SLO_TARGET)}. Deltas compare with "
-            "the week before.",
+            f"the {fmt.span(report.period.days)} before.",
             muted=True,
         )
     )
@@ -348,7 +376,9 @@ def _model_section(report: Report, m: ModelFigures, charts: dict[str, Chart], sr
 
 def _band_cell(g: GpuFigures, band: str) -> str:
     c = g.bands.get(band)
-    better = {"waste": "lower", "healthy": "higher", "scale_review": "lower"}.get(band)
+    better = {"waste": "lower", "low": "lower", "healthy": "higher", "scale_review": "lower"}.get(
+        band
+    )
     return _cell(fmt.percent(c.current) if c else fmt.DASH, c, "pts", better)
 
 
@@ -368,6 +398,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         "P99",
         "SM active",
         f"Waste <{b.waste_below * 100:.0f}%",
+        f"Low {b.waste_below * 100:.0f}-{b.healthy_low * 100:.0f}%",
         f"Healthy {b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
         f"Scale review >{b.scale_review_above * 100:.0f}%",
         "VRAM peak",
@@ -390,16 +421,18 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
                 fmt.percent(g.sm_active.current) if g.sm_active else "n/a", g.sm_active, "pts", None
             )
         )
-        for band in ("waste", "healthy", "scale_review"):
+        for band in BANDS:
             cells.append(_band_cell(g, band))
         cells.append(_cell(fmt.percent(g.vram_peak.current), g.vram_peak, "pts", "lower"))
         trend = "" if g.vram_trend is None else f"{g.vram_trend * 100:+.0f} pts"
         cells.append(_cell(trend or fmt.DASH))
         rows.append("<tr>" + "".join(cells) + "</tr>")
+    p = report.period
     parts.append(_table(head, rows))
     parts.append(
         _p(
-            "Busy: NVML utilization, percentiles over the week's samples. Peak change: "
+            f"Busy: GPU utilization, percentiles over the {fmt.period_noun(p.days)}'s samples. "
+            "Low: between the waste band and the healthy band. Peak change: "
             "last day's VRAM peak minus the first day's. n/a: no GPM on that GPU.",
             muted=True,
         )
@@ -408,9 +441,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         if name in charts:
             parts.append(_h3(charts[name].title))
             parts.append(_img(charts[name], src))
-    p = report.period
-    starts = p.day_starts()
-    head = ["VRAM peak", *[fmt.day(starts[i]) for i in range(p.days, 2 * p.days)]]
+    head = ["VRAM peak", *[fmt.day_label(p, i) for i in range(p.days, 2 * p.days)]]
     rows = []
     for g in report.gpus:
         cells = [_cell(g.label, align="left")]
@@ -430,7 +461,8 @@ def _alerts_section(report: Report) -> str:
     if not report.alerts:
         parts.append(
             _p(
-                "No alert fired in either week. (If no alerting rules are loaded in "
+                f"No alert fired in either {fmt.period_noun(report.period.days)}. "
+                "(If no alerting rules are loaded in "
                 "this Prometheus, nothing can show here.)",
                 muted=True,
             )
@@ -464,18 +496,19 @@ def html(report: Report, charts: Sequence[Chart], image_src: ImageSrc, source: s
         f'letter-spacing:.06em">inferwatch · weekly report</div>',
         f'<h1 style="font-size:24px;margin:4px 0 2px;color:{INK}">{escape(period_text(report))}'
         "</h1>",
-        _p(
-            f"{report.period.days} days to {fmt.timestamp(report.period.end)}, compared with the "
-            f"{report.period.days} days before. Days are UTC.",
-            muted=True,
-        ),
+        _p(period_sentence(report), muted=True),
         _fleet_kpis(report),
     ]
     hero = by_name.get("three-curves")
     if hero:
         body.append(_h3("P99 latency, GPU utilization and VRAM peak, hour by hour"))
         body.append(_img(hero, image_src))
-    body.append(_h2("What to look at", "the guide's closed loops applied to this week"))
+    body.append(
+        _h2(
+            "What to look at",
+            f"the guide's closed loops applied to this {fmt.period_noun(report.period.days)}",
+        )
+    )
     body.append(_findings(report))
     for m in report.models:
         body.append(_model_section(report, m, by_name, image_src))
@@ -530,10 +563,7 @@ def _with_delta(value: str, change: Change | None, kind: str) -> str:
 
 def text(report: Report) -> str:
     out = [title(report), "=" * len(title(report)), ""]
-    out.append(
-        f"{report.period.days} days to {fmt.timestamp(report.period.end)}, compared with "
-        f"the {report.period.days} days before. Days are UTC."
-    )
+    out.append(period_sentence(report))
     out.append("The HTML version of this mail has the charts; the daily figures are in the CSV.")
     out += ["", "WHAT TO LOOK AT", ""]
     for f in report.findings:
@@ -582,10 +612,9 @@ def text(report: Report) -> str:
         names = [n for n in ("ttft", "tpot", "e2e") if n in m.total.latency]
         if names:
             p = report.period
-            starts = p.day_starts()
             rows = []
             for i in range(p.days, 2 * p.days):
-                row = [fmt.day(starts[i])]
+                row = [fmt.day_label(p, i)]
                 for n in names:
                     row += [fmt.seconds(m.total.latency[n].daily[q][i]) for q in (0.5, 0.95, 0.99)]
                 rows.append(row)
@@ -605,10 +634,7 @@ def text(report: Report) -> str:
                     ", ".join(g.workers) or fmt.DASH,
                     _with_delta(fmt.percent(mean.current) if mean else fmt.DASH, mean, "pts"),
                     fmt.percent(g.util["p90"].current) if "p90" in g.util else fmt.DASH,
-                    *[
-                        fmt.percent(g.bands[b].current) if b in g.bands else fmt.DASH
-                        for b in ("waste", "healthy", "scale_review")
-                    ],
+                    *[fmt.percent(g.bands[b].current) if b in g.bands else fmt.DASH for b in BANDS],
                     _with_delta(fmt.percent(g.vram_peak.current), g.vram_peak, "pts"),
                 ]
             )
@@ -619,9 +645,7 @@ def text(report: Report) -> str:
                     "serves",
                     "busy avg",
                     "P90",
-                    "waste",
-                    "healthy",
-                    "scale review",
+                    *[BAND_NAMES[b] for b in BANDS],
                     "VRAM peak",
                 ],
                 rows,
@@ -646,7 +670,7 @@ def text(report: Report) -> str:
             )
         )
     else:
-        out.append("  No alert fired in either week.")
+        out.append(f"  No alert fired in either {fmt.period_noun(report.period.days)}.")
     out.append("")
     if report.notes:
         out += ["LEFT OUT", ""]

@@ -576,6 +576,30 @@ class FakeNvml:
             return round(state.memory_clock_hz / 1e6)
         raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
+    def nvmlDeviceGetPerformanceState(self, handle: FakeHandle) -> int:
+        state = self._whole_gpu("nvmlDeviceGetPerformanceState", handle)
+        if state.performance_state is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return state.performance_state
+
+    def nvmlDeviceGetFanSpeed(self, handle: FakeHandle) -> int:
+        state = self._whole_gpu("nvmlDeviceGetFanSpeed", handle)
+        if state.fan_speed is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return round(state.fan_speed * 100)
+
+    def nvmlDeviceGetPcieThroughput(self, handle: FakeHandle, counter: int) -> int:
+        """KB/s (1024 bytes), as NVML's 20 ms byte-counter sample reports it."""
+        state = self._whole_gpu("nvmlDeviceGetPcieThroughput", handle)
+        rate = (
+            state.pcie_tx_bytes_per_second
+            if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES
+            else state.pcie_rx_bytes_per_second
+        )
+        if rate is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return round(rate / 1024)
+
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
         state = self._whole_gpu("nvmlDeviceGetCurrentClocksEventReasons", handle)
         mask = self._gpus[handle.index].clock_events

@@ -91,6 +91,11 @@ class SimGpuState:
     temperature_celsius: float = 40.0
     sm_clock_hz: float = 1_695e6
     memory_clock_hz: float = 6_251e6
+    #: None means "not supported" (a passively cooled board has no fan reading)
+    performance_state: int | None = 0
+    fan_speed: float | None = 0.3
+    pcie_tx_bytes_per_second: float | None = 0.0
+    pcie_rx_bytes_per_second: float | None = 0.0
     processes: list[SimGpuProcess] = field(default_factory=list)
     #: the MIG slice this fragment's worker runs on (None: the whole GPU)
     mig: SimMigSlice | None = None

@@ -1,0 +1,479 @@
+"""The dcgm-exporter source: the contract's GPU families from a dcgm-exporter the cluster runs.
+
+Where the GPU Operator already runs dcgm-exporter, a second NVML poller would
+read every GPU twice. With ``gpu.backend: dcgm-exporter`` the agent scrapes
+dcgm-exporter's ``/metrics`` instead (``gpu.dcgm_exporter_url``) and maps it onto
+the same ``inferwatch_gpu_*`` families as the NVML source, so rules, dashboards
+and the report do not know which backend fed them. The name table is
+:mod:`inferwatch.collectors.dcgm_fields` (both the pre- and post-DCGM-4.7 names).
+
+Identity. A GPU is (``gpu``, ``UUID``) as dcgm-exporter labels it. A MIG GPU
+instance carries ``GPU_I_ID`` and ``GPU_I_PROFILE`` and the *parent's* UUID
+(internal/pkg/collector/gpu_collector.go, ``toMetric``): dcgm-exporter does not
+export the MIG device's own UUID, so the agent names the instance
+``MIG-<parent uuid>/<GPU_I_ID>`` (the legacy ``MIG-GPU-.../gi/ci`` form without the
+compute instance), the same in the GPU series and in the attribution series, and
+exports ``gpu_instance`` and ``mig_profile`` as the NVML source does.
+
+Attribution. dcgm-exporter's pod mapper labels the series of a GPU a pod holds
+with ``pod``, ``namespace`` and ``container``. A worker whose pod the agent knows
+(``gpu.dcgm_worker_pods``; for a single worker, the agent's own pod name
+``$HOSTNAME`` when it runs as a sidecar) gets one
+``inferwatch_worker_gpu_info{worker, gpu, uuid}`` series per GPU of that pod.
+
+Failures. A failed scrape (connection, time-out, HTTP status, size cap, bad
+text, or no GPU series) is counted in ``inferwatch_collect_errors_total{collector="dcgm"}``;
+the GPUs seen before stay with ``inferwatch_gpu_up 0`` and their ``_info``, their
+readings absent, until dcgm-exporter answers again. A whole GPU missing from an
+answer (dcgm-exporter leaves out a GPU DCGM cannot read) is kept the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
+
+import aiohttp
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
+
+from inferwatch.collectors.base import Source
+from inferwatch.collectors.dcgm_fields import (
+    CLOCK_EVENT_FIELDS,
+    DRIVER_LABELS,
+    FIELDS,
+    FREE_FIELDS,
+    MODEL_LABELS,
+    NAMESPACE_LABELS,
+    OTHER_ENTITY_LABELS,
+    POD_LABELS,
+    UUID_LABELS,
+    wanted_names,
+)
+from inferwatch.collectors.nvml import CLOCK_EVENT_REASONS
+from inferwatch.config import redact_url
+from inferwatch.engines.mapping import ParseError, parse
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "http://127.0.0.1:9400/metrics"
+
+#: Families that are counters (exported with _total).
+_COUNTERS = {f.target for f in FIELDS if f.counter}
+
+#: Ratios clamped to 0..1 (DCGM's profiling averages can overshoot by rounding).
+_CLAMPED = (
+    "inferwatch_gpu_utilization_ratio",
+    "inferwatch_gpu_memory_busy_ratio",
+    "inferwatch_gpu_sm_active_ratio",
+    "inferwatch_gpu_sm_occupancy_ratio",
+    "inferwatch_gpu_tensor_active_ratio",
+    "inferwatch_gpu_dram_active_ratio",
+    "inferwatch_gpu_graphics_active_ratio",
+)
+
+HELP: dict[str, str] = {
+    "inferwatch_gpu_info": "Static description of a GPU or MIG device; always 1.",
+    "inferwatch_gpu_up": (
+        "1 when the GPU answered in the last pass, 0 when it is lost or its source is failing."
+    ),
+    "inferwatch_gpu_utilization_ratio": (
+        "Share of the last sample period in which any kernel ran on the GPU "
+        "(dcgm-exporter: DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_DEV_GPU_UTIL_RATIO)."
+    ),
+    "inferwatch_gpu_memory_busy_ratio": (
+        "Share of the last sample period in which device memory was read or written "
+        "(dcgm-exporter: DCGM_FI_DEV_MEM_COPY_UTIL / 100)."
+    ),
+    "inferwatch_gpu_sm_active_ratio": "Share of SMs busy over the sample period (DCGM profiling).",
+    "inferwatch_gpu_sm_occupancy_ratio": (
+        "Resident warps over the theoretical maximum over the sample period (DCGM profiling)."
+    ),
+    "inferwatch_gpu_tensor_active_ratio": (
+        "Share of cycles a tensor pipe was busy over the sample period (DCGM profiling)."
+    ),
+    "inferwatch_gpu_dram_active_ratio": (
+        "Share of cycles the memory interface was busy over the sample period (DCGM profiling)."
+    ),
+    "inferwatch_gpu_graphics_active_ratio": (
+        "Share of time the graphics or compute engine was active (DCGM profiling "
+        "GR_ENGINE_ACTIVE; dcgm-exporter backend only)."
+    ),
+    "inferwatch_gpu_memory_used_bytes": "Device memory allocated by processes (framebuffer used).",
+    "inferwatch_gpu_memory_reserved_bytes": "Device memory reserved by the driver.",
+    "inferwatch_gpu_memory_total_bytes": "Total device memory.",
+    "inferwatch_gpu_memory_used_ratio": (
+        "(used + reserved) / total device memory: the VRAM level the thresholds speak of."
+    ),
+    "inferwatch_gpu_power_watts": "Power draw, in watts.",
+    "inferwatch_gpu_power_limit_watts": "Enforced power limit, in watts.",
+    "inferwatch_gpu_energy_joules": "Energy used since the driver was loaded, in joules.",
+    "inferwatch_gpu_temperature_celsius": "GPU core temperature, in degrees Celsius.",
+    "inferwatch_gpu_sm_clock_hertz": "Current SM clock, in hertz.",
+    "inferwatch_gpu_memory_clock_hertz": "Current memory clock, in hertz.",
+    "inferwatch_gpu_clock_event_active": (
+        "1 while the driver reports this reason for holding the clocks down (clock event reasons)."
+    ),
+    "inferwatch_gpu_ecc_errors": "Volatile ECC error counts since the driver was loaded, by type.",
+    "inferwatch_gpu_pcie_throughput_bytes_per_second": (
+        "PCIe traffic over the sample period, headers included, by direction (tx, rx)."
+    ),
+    "inferwatch_gpu_nvlink_throughput_bytes_per_second": (
+        "NVLink traffic over all links of the GPU, in bytes per second."
+    ),
+    "inferwatch_gpu_performance_state": "Performance state (P-state) 0-15; 0 is the fastest.",
+    "inferwatch_gpu_fan_speed_ratio": "Fan speed as a share of its maximum (can exceed 1).",
+    "inferwatch_worker_gpu_info": (
+        "One series per GPU or MIG device a worker runs on (here: dcgm-exporter's pod "
+        "labels for the worker's pod); always 1."
+    ),
+}
+
+
+class DcgmScrapeError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class DcgmDevice:
+    """One GPU or MIG GPU instance in one scrape."""
+
+    gpu: str
+    uuid: str
+    name: str = ""
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    gpu_instance: str | None = None
+    mig_profile: str | None = None
+    mig_mode: str = "unknown"
+    #: (family, fixed labels) -> value in base units
+    values: Mapping[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    clock_events: Mapping[str, float] = field(default_factory=dict)
+    #: (namespace, pod) pairs dcgm-exporter attributes this device to
+    pods: frozenset[tuple[str, str]] = frozenset()
+    #: False for a GPU the last scrape did not carry (or when the scrape failed)
+    up: bool = True
+
+    def lost(self) -> DcgmDevice:
+        """This device as exported while it is missing: _info and up 0, no readings."""
+        return replace(self, up=False, values={}, clock_events={}, pods=frozenset())
+
+    def labels(self) -> dict[str, str]:
+        labels = {"gpu": self.gpu, "uuid": self.uuid}
+        if self.gpu_instance is not None:
+            labels["gpu_instance"] = self.gpu_instance
+            labels["mig_profile"] = self.mig_profile or "unknown"
+        return labels
+
+
+@dataclass
+class _Raw:
+    gpu: str
+    parent_uuid: str
+    gi: str | None
+    profile: str | None
+    facts: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    pods: set[tuple[str, str]] = field(default_factory=set)
+
+
+def _first(labels: Mapping[str, str], names: Iterable[str]) -> str:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return ""
+
+
+def read_exposition(text: str) -> tuple[DcgmDevice, ...]:
+    """The devices of one dcgm-exporter exposition, mapped to the contract's units.
+
+    Raises :class:`DcgmScrapeError` ("parse") on text that is not Prometheus's format.
+    """
+    try:
+        families = parse(text, wanted_names())
+    except ParseError as exc:
+        raise DcgmScrapeError("parse", f"unparsable exposition: {exc}") from None
+    raw: dict[tuple[str, str, str | None], _Raw] = {}
+    for fam in families.values():
+        for sample in fam.samples:  # type: ignore[attr-defined]
+            labels = sample.labels
+            if any(k in labels for k in OTHER_ENTITY_LABELS):
+                continue
+            gpu, uuid = labels.get("gpu", ""), _first(labels, UUID_LABELS)
+            value = float(sample.value)
+            if not gpu or not uuid or math.isnan(value):
+                continue
+            gi = labels.get("GPU_I_ID") or None
+            key = (gpu, uuid, gi)
+            dev = raw.get(key)
+            if dev is None:
+                dev = raw[key] = _Raw(gpu, uuid, gi, labels.get("GPU_I_PROFILE") or None)
+            for role, names in (("name", MODEL_LABELS), ("driver", DRIVER_LABELS)):
+                if role not in dev.facts and (found := _first(labels, names)):
+                    dev.facts[role] = found
+            if "pci_bus_id" not in dev.facts and labels.get("pci_bus_id"):
+                dev.facts["pci_bus_id"] = labels["pci_bus_id"]
+            pod = _first(labels, POD_LABELS)
+            if pod:
+                dev.pods.add((_first(labels, NAMESPACE_LABELS), pod))
+            # Time-sliced GPUs repeat a device's series once per pod: the copies agree.
+            dev.metrics.setdefault(fam.name, value)  # type: ignore[attr-defined]
+    mig_parents = {(r.gpu, r.parent_uuid) for r in raw.values() if r.gi is not None}
+    return tuple(_device(r, mig_parents) for _, r in sorted(raw.items(), key=_order))
+
+
+def _order(item: tuple[tuple[str, str, str | None], _Raw]) -> tuple[int, str, int, str]:
+    (gpu, uuid, gi), _ = item
+    index = int(gpu) if gpu.isdigit() else 1 << 30
+    return (index, uuid, -1 if gi is None else int(gi) if gi.isdigit() else 1 << 30, gi or "")
+
+
+def _value(metrics: Mapping[str, float], names: Iterable[tuple[str, float]]) -> float | None:
+    for name, factor in names:
+        if name in metrics:
+            return metrics[name] * factor
+    return None
+
+
+def _device(r: _Raw, mig_parents: set[tuple[str, str]]) -> DcgmDevice:
+    values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for fm in FIELDS:
+        value = _value(r.metrics, fm.names)
+        if value is None:
+            continue
+        if fm.target in _CLAMPED:
+            value = min(max(value, 0.0), 1.0)
+        values[(fm.target, fm.labels)] = value
+    used = values.get(("inferwatch_gpu_memory_used_bytes", ()))
+    reserved = values.get(("inferwatch_gpu_memory_reserved_bytes", ()))
+    total = values.get(("inferwatch_gpu_memory_total_bytes", ()))
+    free = _value(r.metrics, FREE_FIELDS)
+    if total is None and used is not None and free is not None:
+        total = used + (reserved or 0.0) + free
+        values[("inferwatch_gpu_memory_total_bytes", ())] = total
+    if used is not None and total:
+        values[("inferwatch_gpu_memory_used_ratio", ())] = min(
+            1.0, (used + (reserved or 0.0)) / total
+        )
+    events: dict[str, float] = {}
+    mask = _value(r.metrics, ((name, 1.0) for name in CLOCK_EVENT_FIELDS))
+    if mask is not None and mask >= 0:
+        bits = int(mask)
+        # DCGM passes NVML's clock event reason bits through unchanged.
+        events = {reason: 1.0 if bits & bit else 0.0 for reason, bit in CLOCK_EVENT_REASONS}
+    if r.gi is not None:
+        uuid, mig_mode = f"MIG-{r.parent_uuid}/{r.gi}", "enabled"
+    else:
+        uuid = r.parent_uuid
+        mig_mode = "enabled" if (r.gpu, r.parent_uuid) in mig_parents else "unknown"
+    return DcgmDevice(
+        gpu=r.gpu,
+        uuid=uuid,
+        name=r.facts.get("name", ""),
+        pci_bus_id=r.facts.get("pci_bus_id", ""),
+        driver_version=r.facts.get("driver", ""),
+        gpu_instance=r.gi,
+        mig_profile=r.profile if r.gi is not None else None,
+        mig_mode=mig_mode,
+        values=values,
+        clock_events=events,
+        pods=frozenset(r.pods),
+    )
+
+
+def parse_pod_ref(text: str) -> tuple[str | None, str]:
+    """``NAMESPACE/POD`` or ``POD`` -> (namespace or None, pod)."""
+    namespace, sep, pod = text.strip().rpartition("/")
+    return (namespace or None) if sep else None, pod
+
+
+def worker_pods(
+    configured: Mapping[str, str], workers: Iterable[str], env: Mapping[str, str] | None = None
+) -> dict[str, tuple[str | None, str]]:
+    """Worker -> (namespace or None, pod): the configured ones, else the sidecar's own pod.
+
+    A single worker with no configured pod is taken to share the agent's pod (the
+    sidecar deployment), whose name Kubernetes gives the agent as ``$HOSTNAME``.
+    """
+    names = list(workers)
+    pods = {w: parse_pod_ref(ref) for w, ref in configured.items()}
+    env = os.environ if env is None else env
+    if not pods and len(names) == 1 and env.get("HOSTNAME"):
+        pods[names[0]] = (None, env["HOSTNAME"])
+    return pods
+
+
+def build_families(
+    devices: Iterable[DcgmDevice], pods: Mapping[str, tuple[str | None, str]]
+) -> list[Metric]:
+    """The contract's families for ``devices`` (a device that is not up: _info and up 0)."""
+    gauges: dict[str, Metric] = {}
+    counters: dict[str, Metric] = {}
+
+    def add(name: str, labels: dict[str, str], value: float, counter: bool = False) -> None:
+        table = counters if counter else gauges
+        fam = table.get(name)
+        if fam is None:
+            cls = CounterMetricFamily if counter else GaugeMetricFamily
+            fam = table[name] = cls(name, HELP[name])
+        fam.samples.append(Sample(name + ("_total" if counter else ""), labels, value))
+
+    for dev in devices:
+        base = dev.labels()
+        info = {
+            **base,
+            "name": dev.name,
+            "pci_bus_id": dev.pci_bus_id,
+            "driver_version": dev.driver_version,
+            "mig_mode": dev.mig_mode,
+        }
+        add("inferwatch_gpu_info", info, 1.0)
+        add("inferwatch_gpu_up", base, 1.0 if dev.up else 0.0)
+        if not dev.up:
+            continue
+        for (name, fixed), value in dev.values.items():
+            add(name, {**base, **dict(fixed)}, value, counter=name in _COUNTERS)
+        for reason, value in dev.clock_events.items():
+            add("inferwatch_gpu_clock_event_active", {**base, "reason": reason}, value)
+        for worker, (namespace, pod) in sorted(pods.items()):
+            if any(p == pod and (namespace is None or ns == namespace) for ns, p in dev.pods):
+                add("inferwatch_worker_gpu_info", {"worker": worker, **base}, 1.0)
+    return [*gauges.values(), *counters.values()]
+
+
+class DcgmSource(Source):
+    """GPU metrics read from dcgm-exporter; see the module docstring."""
+
+    name = "dcgm"
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        interval: float = 5.0,
+        timeout: float = 2.0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        pods: Mapping[str, tuple[str | None, str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.url = url
+        #: the URL as messages show it (no password)
+        self.shown_url = redact_url(url)
+        self.interval = interval
+        self.timeout = timeout
+        self.max_body_bytes = max_body_bytes
+        self.pods = dict(pods or {})
+        self.devices: tuple[DcgmDevice, ...] = ()
+        self._session: aiohttp.ClientSession | None = None
+        self._families: list[Metric] = []
+        self._unattributed_logged: set[str] = set()
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
+        )
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def refresh(self) -> None:
+        started = time.perf_counter()
+        if self._session is None:
+            await self.start()
+        try:
+            body = await self._fetch()
+            devices = read_exposition(body.decode("utf-8", errors="replace"))
+            if not devices:
+                raise DcgmScrapeError(
+                    "no_gpu_metrics",
+                    f"{self.shown_url} answered with no GPU series (is it dcgm-exporter?)",
+                )
+        except DcgmScrapeError as exc:
+            self.devices = tuple(d.lost() for d in self.devices)
+            self.health.error(exc.reason, str(exc))
+        except Exception as exc:  # a bug must not stop the agent
+            log.debug("dcgm scrape failed", exc_info=True)
+            self.devices = tuple(d.lost() for d in self.devices)
+            self.health.error("internal", f"{type(exc).__name__}: {exc}")
+        else:
+            self.devices = devices + self._vanished(devices)
+            self.health.ok()
+            self.health.finished_pass(started)
+            self._log_unattributed(devices)
+        self._families = build_families(self.devices, self.pods)
+
+    def _vanished(self, devices: tuple[DcgmDevice, ...]) -> tuple[DcgmDevice, ...]:
+        """Whole GPUs seen before that this scrape lacks: up 0 (InferenceGPULost).
+
+        dcgm-exporter drops the rows of a GPU whose values DCGM returns blank, as
+        for a GPU fallen off the bus. A MIG instance that goes is a new layout,
+        not a loss: it is dropped.
+        """
+        now = {(d.gpu, d.uuid) for d in devices}
+        return tuple(
+            d.lost() for d in self.devices if d.gpu_instance is None and (d.gpu, d.uuid) not in now
+        )
+
+    def _log_unattributed(self, devices: tuple[DcgmDevice, ...]) -> None:
+        seen = {pod for dev in devices for pod in dev.pods}
+        for worker, (namespace, pod) in self.pods.items():
+            found = any(p == pod and (namespace is None or ns == namespace) for ns, p in seen)
+            if not found and worker not in self._unattributed_logged:
+                self._unattributed_logged.add(worker)
+                log.info(
+                    "dcgm: no GPU of dcgm-exporter carries pod %s for worker %s; its "
+                    "GPU attribution is absent (is the exporter's pod mapping on?)",
+                    f"{namespace}/{pod}" if namespace else pod,
+                    worker,
+                )
+            elif found:
+                self._unattributed_logged.discard(worker)
+
+    async def _fetch(self) -> bytes:
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        limit = self.max_body_bytes
+        try:
+            async with self._session.get(self.url, timeout=timeout, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    raise DcgmScrapeError(
+                        "http_status", f"{self.shown_url} answered HTTP {resp.status}"
+                    )
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    body += chunk
+                    if len(body) > limit:
+                        raise DcgmScrapeError(
+                            "too_large", f"{self.shown_url} body over {limit} bytes"
+                        )
+                return bytes(body)
+        except DcgmScrapeError:
+            raise
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise DcgmScrapeError(
+                "timeout", f"{self.shown_url} did not answer within {self.timeout:g}s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise DcgmScrapeError(
+                "connect", f"{self.shown_url}: {type(exc).__name__}: {self._scrub(exc)}"
+            ) from None
+
+    def _scrub(self, exc: Exception) -> str:
+        """An error's text with any password of the URL taken out."""
+        text = str(exc)
+        parts = urlsplit(self.url)
+        return text.replace(parts.password, "***") if parts.password else text
+
+    def families(self) -> Iterable[Metric]:
+        return self._families

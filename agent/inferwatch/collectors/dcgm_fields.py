@@ -1,0 +1,188 @@
+"""How dcgm-exporter's metric names map onto the contract's GPU families (data, not code).
+
+dcgm-exporter names each metric after the DCGM field its counters CSV selects.
+DCGM 4.7 deprecated many field names, and dcgm-exporter 4.9.0 switched its
+default CSV to the new ones; eleven of the renamed fields are new field IDs in
+base units. Both sets are read here, so a cluster can upgrade without the pack
+noticing. Where a device reports both, the first name listed (the newer one) wins.
+
+Facts, from these sources:
+
+* The pre-4.9 names, their types and units: dcgm-exporter ``etc/default-counters.csv``
+  (NVIDIA/dcgm-exporter at d5e5f510a1b6b393f39a43293ccd9dc985defc79, release
+  4.5.3-4.8.2): clocks in MHz, energy in mJ, utilization in %, framebuffer in MiB,
+  profiling fields as 0..1 ratios, ``DCGM_FI_PROF_PCIE_*_BYTES`` in bytes per second.
+* The DCGM 4.7 base-unit fields and the legacy fields they replace: go-dcgm
+  ``pkg/dcgm`` tests ``baseUnitFieldCases`` (``DCGM_FI_DEV_SM_CLOCK_HERTZ`` 1603 for
+  ``DCGM_FI_DEV_SM_CLOCK`` 100, ``..._MEMORY_CLOCK_HERTZ`` 1604, ``..._GPU_ENERGY_JOULES_TOTAL``
+  1611 for ``..._TOTAL_ENERGY_CONSUMPTION``, ``..._FAN_SPEED_RATIO`` 1612) and the alias
+  tests (``DCGM_FI_DEV_GPU_TEMP`` -> ``..._GPU_TEMP_CELSIUS``, ``..._POWER_USAGE`` ->
+  ``..._BOARD_POWER_WATTS``, ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` -> ``..._GR_ENGINE_UTIL_RATIO``,
+  ``..._PIPE_TENSOR_ACTIVE`` -> ``..._TENSOR_UTIL_RATIO``, ``..._CLOCK_THROTTLE_REASONS`` ->
+  ``..._CLOCKS_EVENT_REASONS``); DCGM's field identifiers reference for the ratio and byte
+  variants (``DCGM_FI_DEV_GPU_UTIL_RATIO`` 1613, ``..._MEMORY_UTIL_RATIO`` 1614,
+  ``..._FB_CAPACITY_BYTES``/``FREE``/``USED``/``RESERVED_BYTES`` 1625-1628,
+  ``..._NVLINK_THROUGHPUT_BYTES_PER_SECOND`` 1648, ``DCGM_FI_PROF_SM_UTIL_RATIO`` 1002,
+  ``..._SM_OCCUPANCY_RATIO`` 1003, ``..._DRAM_UTIL_RATIO``).
+* The rename itself (23 fields, 11 of them with new units: MHz -> Hz, mJ -> J,
+  % -> ratio, MiB -> bytes, NVLink MB/s -> bytes/s): the dcgm-exporter 4.9.0 release notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """One contract family read from the first of ``names`` a device reports.
+
+    ``names`` are (dcgm-exporter metric name, factor to the contract's base unit).
+    ``labels`` are fixed labels the family gets (``direction``, ``type``).
+    """
+
+    target: str
+    names: tuple[tuple[str, float], ...]
+    labels: tuple[tuple[str, str], ...] = ()
+    counter: bool = False
+
+
+#: Every dcgm-exporter field the agent reads, newest name first.
+FIELDS: tuple[FieldMap, ...] = (
+    FieldMap(
+        "inferwatch_gpu_utilization_ratio",
+        (("DCGM_FI_DEV_GPU_UTIL_RATIO", 1.0), ("DCGM_FI_DEV_GPU_UTIL", 0.01)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_memory_busy_ratio",
+        (("DCGM_FI_DEV_MEMORY_UTIL_RATIO", 1.0), ("DCGM_FI_DEV_MEM_COPY_UTIL", 0.01)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_sm_active_ratio",
+        (("DCGM_FI_PROF_SM_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_SM_ACTIVE", 1.0)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_sm_occupancy_ratio",
+        (("DCGM_FI_PROF_SM_OCCUPANCY_RATIO", 1.0), ("DCGM_FI_PROF_SM_OCCUPANCY", 1.0)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_tensor_active_ratio",
+        (("DCGM_FI_PROF_TENSOR_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1.0)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_dram_active_ratio",
+        (("DCGM_FI_PROF_DRAM_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_DRAM_ACTIVE", 1.0)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_graphics_active_ratio",
+        (("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1.0)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_memory_used_bytes",
+        (("DCGM_FI_DEV_FB_USED_BYTES", 1.0), ("DCGM_FI_DEV_FB_USED", MIB)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_memory_reserved_bytes",
+        (("DCGM_FI_DEV_FB_RESERVED_BYTES", 1.0), ("DCGM_FI_DEV_FB_RESERVED", MIB)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_memory_total_bytes",
+        (("DCGM_FI_DEV_FB_CAPACITY_BYTES", 1.0), ("DCGM_FI_DEV_FB_TOTAL", MIB)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_power_watts",
+        (("DCGM_FI_DEV_BOARD_POWER_WATTS", 1.0), ("DCGM_FI_DEV_POWER_USAGE", 1.0)),
+    ),
+    FieldMap("inferwatch_gpu_power_limit_watts", (("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 1.0),)),
+    FieldMap(
+        "inferwatch_gpu_energy_joules",
+        (
+            ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1.0),
+            ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 0.001),
+        ),
+        counter=True,
+    ),
+    FieldMap(
+        "inferwatch_gpu_temperature_celsius",
+        (("DCGM_FI_DEV_GPU_TEMP_CELSIUS", 1.0), ("DCGM_FI_DEV_GPU_TEMP", 1.0)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_sm_clock_hertz",
+        (("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1.0), ("DCGM_FI_DEV_SM_CLOCK", 1e6)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_memory_clock_hertz",
+        (("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", 1.0), ("DCGM_FI_DEV_MEM_CLOCK", 1e6)),
+    ),
+    FieldMap(
+        "inferwatch_gpu_ecc_errors",
+        (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1.0),),
+        labels=(("type", "corrected"),),
+        counter=True,
+    ),
+    FieldMap(
+        "inferwatch_gpu_ecc_errors",
+        (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1.0),),
+        labels=(("type", "uncorrected"),),
+        counter=True,
+    ),
+    # The signals of issue 23 item 3 (the GPU dashboard's PCIe/NVLink, P-state, fan).
+    FieldMap(
+        "inferwatch_gpu_pcie_throughput_bytes_per_second",
+        (("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0),),
+        labels=(("direction", "tx"),),
+    ),
+    FieldMap(
+        "inferwatch_gpu_pcie_throughput_bytes_per_second",
+        (("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0),),
+        labels=(("direction", "rx"),),
+    ),
+    FieldMap(
+        "inferwatch_gpu_nvlink_throughput_bytes_per_second",
+        (
+            ("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", 1.0),
+            ("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", 1e6),
+            ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 1e6),
+        ),
+    ),
+    FieldMap("inferwatch_gpu_performance_state", (("DCGM_FI_DEV_GPU_PSTATE", 1.0),)),
+    FieldMap(
+        "inferwatch_gpu_fan_speed_ratio",
+        (("DCGM_FI_DEV_FAN_SPEED_RATIO", 1.0), ("DCGM_FI_DEV_FAN_SPEED", 0.01)),
+    ),
+)
+
+#: The clock-event bitmask (same bits as NVML's clock event reasons), newest name first.
+CLOCK_EVENT_FIELDS: tuple[str, ...] = (
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+)
+#: Free framebuffer, for the total where no capacity field is collected (total = used +
+#: reserved + free, as NVML's v2 memory info adds up).
+FREE_FIELDS: tuple[tuple[str, float], ...] = (
+    ("DCGM_FI_DEV_FB_FREE_BYTES", 1.0),
+    ("DCGM_FI_DEV_FB_FREE", MIB),
+)
+
+#: Labels dcgm-exporter puts on a GPU entity's series, by role; the first present wins.
+#: ``UUID`` by default, ``uuid`` with --use-old-namespace; ``modelName`` on GPU series,
+#: ``model_name`` on link series; the driver label renamed in 4.9.0. Pod labels come from
+#: its Kubernetes pod mapper (``pod``/``namespace``/``container``, or the old
+#: ``pod_name``/``pod_namespace``/``container_name``): internal/pkg/transformation/const.go.
+UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
+MODEL_LABELS = ("modelName", "model_name")
+DRIVER_LABELS = ("DCGM_FI_SYSTEM_DRIVER_VERSION", "DCGM_FI_DRIVER_VERSION")
+POD_LABELS = ("pod", "pod_name")
+NAMESPACE_LABELS = ("namespace", "pod_namespace")
+#: Series of entities that are not a GPU or a GPU instance (NVLink ports, NVSwitches, CPUs).
+OTHER_ENTITY_LABELS = ("nvlink", "nvswitch", "cpu", "cpucore")
+
+
+def wanted_names() -> set[str]:
+    """Every metric name the source parses out of an exposition."""
+    names = {name for f in FIELDS for name, _ in f.names}
+    names.update(CLOCK_EVENT_FIELDS)
+    names.update(name for name, _ in FREE_FIELDS)
+    return names

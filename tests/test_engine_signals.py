@@ -1,0 +1,183 @@
+"""Issue 23 item 3: the signals users look for, mapped where the engine exposes them.
+
+Texts below are written here from the facts of ``shared/reference/vllm-metrics.md``
+(vLLM 0.33.0 ``vllm/v1/metrics/loggers.py``: per-request prefill and decode time
+histograms on the end-to-end buckets, prompt and generation length histograms
+on 1-2-5 buckets up to max_model_len, ``vllm:lora_requests_info`` with labels
+``max_lora``, ``waiting_lora_adapters``, ``running_lora_adapters`` set to the time
+of each update, older label sets left in place) and of the TGI table's docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.stubworker import StubWorker
+
+from inferwatch.engines import ENGINES
+from inferwatch.engines.mapping import LORA_ACTIVE, LORA_MAX, map_exposition
+
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1,
+    1.5,
+    2,
+    2.5,
+    5,
+    10,
+    15,
+    20,
+    30,
+    40,
+    50,
+    60,
+    120,
+    240,
+    480,
+    960,
+    1920,
+    7680,
+)
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+
+def _hist(
+    name: str, bounds: tuple[float, ...], values: list[float], engine: str = "0"
+) -> list[str]:
+    lab = f'engine="{engine}",model_name="m"'
+    out = [f"# HELP {name} x", f"# TYPE {name} histogram"]
+    for b in (*bounds, math.inf):
+        le = "+Inf" if math.isinf(b) else f"{float(b)}"
+        out.append(f'{name}_bucket{{{lab},le="{le}"}} {float(sum(v <= b for v in values))}')
+    out.append(f"{name}_count{{{lab}}} {float(len(values))}")
+    out.append(f"{name}_sum{{{lab}}} {float(sum(values))}")
+    out.append(f"{name}_created{{{lab}}} 1.7e9")
+    return out
+
+
+def vllm_text(lora: bool = True) -> str:
+    lines = [
+        "# HELP vllm:num_requests_running x",
+        "# TYPE vllm:num_requests_running gauge",
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+        *_hist("vllm:request_prefill_time_seconds", E2E_BUCKETS, [0.2, 0.4, 1.2]),
+        *_hist("vllm:request_decode_time_seconds", E2E_BUCKETS, [4.0, 9.0, 12.0]),
+        *_hist("vllm:request_prompt_tokens", TOKEN_BUCKETS, [150, 900, 30000]),
+        *_hist("vllm:request_generation_tokens", TOKEN_BUCKETS, [40, 300, 800]),
+    ]
+    if lora:
+        lines += [
+            "# HELP vllm:lora_requests_info Running stats on lora requests.",
+            "# TYPE vllm:lora_requests_info gauge",
+            # an older label set, left by prometheus_client when the labels changed
+            'vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql",waiting_lora_adapters=""} 1.764e9',
+            'vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",waiting_lora_adapters="summarize"} 1.7641e9',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_vllm_prefill_decode_and_length_distributions() -> None:
+    mapped = map_exposition(vllm_text(), ENGINES["vllm"])
+    key = (("model", "m"),)
+    prefill = mapped.histograms["inferwatch_prefill_time_seconds"][key]
+    assert prefill.bounds == (*map(float, E2E_BUCKETS), math.inf)
+    assert prefill.count == 3 and prefill.sum == pytest.approx(1.8)
+    assert mapped.histograms["inferwatch_decode_time_seconds"][key].sum == pytest.approx(25.0)
+    prompt = mapped.histograms["inferwatch_prompt_length_tokens"][key]
+    assert prompt.bounds[:3] == (1.0, 2.0, 5.0) and prompt.count == 3
+    # 2 of 3 prompts fit in 1000 tokens: the long-context share the guide's [5.3] needs
+    assert prompt.counts[prompt.bounds.index(1000.0)] == 2
+    assert mapped.histograms["inferwatch_generation_length_tokens"][key].sum == 1140
+
+
+def test_vllm_lora_adapters_from_the_current_label_set() -> None:
+    mapped = map_exposition(vllm_text(), ENGINES["vllm"])
+    active = mapped.gauges[LORA_ACTIVE]
+    assert active == {
+        (("adapter", "sql"), ("model", "m"), ("state", "running")): 1.0,
+        (("adapter", "chat"), ("model", "m"), ("state", "running")): 1.0,
+        (("adapter", "summarize"), ("model", "m"), ("state", "waiting")): 1.0,
+    }
+    assert mapped.gauges[LORA_MAX] == {(("model", "m"),): 4.0}
+    assert LORA_ACTIVE not in map_exposition(vllm_text(lora=False), ENGINES["vllm"]).gauges
+
+
+def test_tgi_length_distributions_from_its_token_histograms() -> None:
+    bounds = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+    lines = ["# TYPE tgi_queue_size gauge", "tgi_queue_size 1"]
+    for name, values in (
+        ("tgi_request_input_length", [12, 700]),
+        ("tgi_request_generated_tokens", [30]),
+    ):
+        lines.append(f"# TYPE {name} histogram")
+        for b in (*bounds, math.inf):
+            le = "+Inf" if math.isinf(b) else f"{b}"
+            lines.append(f'{name}_bucket{{le="{le}"}} {sum(v <= b for v in values)}')
+        lines += [f"{name}_sum {sum(values)}", f"{name}_count {len(values)}"]
+    mapped = map_exposition("\n".join(lines) + "\n", ENGINES["tgi"])
+    none = (("model", ""),)
+    assert mapped.histograms["inferwatch_prompt_length_tokens"][none].count == 2
+    assert mapped.histograms["inferwatch_generation_length_tokens"][none].sum == 30
+    assert mapped.counters["inferwatch_prompt_tokens"] == {none: 712.0}
+
+
+def test_the_agent_exports_them_and_docs_list_them(tmp_path: Path) -> None:
+    stub = StubWorker(vllm_text)
+    port = free_port()
+    agent = Process(
+        inferwatch_cmd(
+            "run",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--worker",
+            f"w={stub.url}",
+            "--gpu-backend",
+            "none",
+            "--collect-interval",
+            "0.2s",
+        ),
+        tmp_path / "agent.log",
+    )
+    try:
+
+        def body() -> str | None:
+            status, data, _ = http_get(f"http://127.0.0.1:{port}/metrics")
+            text = data.decode()
+            return text if status == 200 and LORA_ACTIVE in text else None
+
+        text = wait_until(body, 30, message="agent exporting the new worker signals")
+    finally:
+        agent.stop()
+        stub.stop()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    base = (("engine", "vllm"), ("model", "m"), ("worker", "w"))
+    assert samples[("inferwatch_prompt_length_tokens_count", base)] == 3
+    assert samples[("inferwatch_decode_time_seconds_sum", base)] == 25
+    lora = (
+        ("adapter", "summarize"),
+        ("engine", "vllm"),
+        ("model", "m"),
+        ("state", "waiting"),
+        ("worker", "w"),
+    )
+    assert samples[(LORA_ACTIVE, lora)] == 1
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    for name in (
+        "inferwatch_prefill_time_seconds",
+        "inferwatch_decode_time_seconds",
+        "inferwatch_prompt_length_tokens",
+        "inferwatch_generation_length_tokens",
+        LORA_ACTIVE,
+        LORA_MAX,
+    ):
+        assert f"`{name}`" in doc, name
