@@ -316,6 +316,7 @@ async def test_version_is_read_once_and_reported_to_process_info(stub: Stub) -> 
             # from vllm:cache_config_info, for worker_info where the command line is silent
             "prefix_caching": "true",
             "gpu_memory_utilization": "0.9",
+            "kv_cache_dtype": "auto",
         }
         stub.mode = "500"
         await src.refresh()

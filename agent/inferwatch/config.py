@@ -246,6 +246,8 @@ def _gpu_list(value: Any, source: str, key: str) -> tuple[int | str, ...]:
                 item,
             )
     return tuple(out)
+
+
 def _boolean(value: Any, source: str, key: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(source, key, "true or false", value)

@@ -587,6 +587,8 @@ def cap_series(mapped: Mapped, max_series: int) -> tuple[Mapped, int]:
         mapped.facts,
     )
     return capped, total - used
+
+
 def _models(*tables: Mapping[str, Mapping[LabelKey, object]]) -> set[str]:
     return {
         v
