@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from inferwatch.errors import ConfigError
+from inferwatch.pack.pricing import Pricing, parse_pricing
 
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -63,6 +64,7 @@ SELECTOR = "selector"  # PromQL label matchers without braces
 URL = "url"  # non-empty string
 UID = "uid"  # Grafana dashboard UID
 XIDS = "xids"  # non-empty list of positive ints
+PRICING = "pricing"  # the pricing: section, validated by pack.pricing
 
 
 @dataclass(frozen=True)
@@ -212,13 +214,14 @@ class Thresholds:
     errors: Errors
     availability: Availability
     gpu_health: GpuHealth
+    pricing: Pricing = field(metadata={"kind": PRICING})
     source: str = "defaults"
 
 
 SECTIONS: dict[str, type] = {
     f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
     for f in fields(Thresholds)
-    if f.name != "source"
+    if f.name != "source" and "kind" not in f.metadata
 }
 
 # ---------------------------------------------------------------------------- durations
@@ -290,6 +293,8 @@ def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
     def bad() -> ConfigError:
         return ConfigError(source, key, _EXPECTED[kind], value)
 
+    if kind == PRICING:
+        return parse_pricing(value, source, key)
     if kind in (DURATION, POSITIVE):
         seconds = _number(value)
         if seconds is None and isinstance(value, str):
