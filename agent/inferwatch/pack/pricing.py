@@ -154,9 +154,10 @@ def parse_pricing(raw: Any, source: str, key: str = "pricing") -> Pricing:
         raise ConfigError(source, f"{key}.prices", "a list of prices", entries)
     prices = tuple(_entry(source, f"{key}.prices[{i}]", e) for i, e in enumerate(entries))
     currency = raw.get("currency")
-    if currency is not None or prices:
-        if not isinstance(currency, str) or not _CURRENCY_RE.fullmatch(currency):
-            raise ConfigError(
-                source, f"{key}.currency", "a three-letter currency code such as USD", currency
-            )
+    if (currency is not None or prices) and (
+        not isinstance(currency, str) or not _CURRENCY_RE.fullmatch(currency)
+    ):
+        raise ConfigError(
+            source, f"{key}.currency", "a three-letter currency code such as USD", currency
+        )
     return Pricing(currency=currency, instance_type_label=label, prices=prices)
