@@ -156,3 +156,20 @@ def test_generate_exits_2_on_bad_pricing(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pricing.prices[0].per_gpu_hour" in lines[0], result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_priced_overview_passes_the_dashboard_lint() -> None:
+    pytest.importorskip("promql_parser")
+    from inferwatch.pack import dashboard_defs, dashlint
+
+    t = load_thresholds(str(PRICING))
+    board = dashboard_defs.overview(t)
+    for name, check in dashlint.RULES.items():
+        assert check(board) == [], name
+    panels = {panel["title"]: panel for panel in board["panels"] if panel.get("type") != "row"}
+    money = panels["Cost per million generated tokens (EUR)"]
+    assert money["fieldConfig"]["defaults"]["unit"] == "currencyEUR"
+    assert "Money on idle GPUs (EUR, time range)" in panels
+    unpriced = {panel["title"] for panel in dashboard_defs.overview(load_thresholds())["panels"]}
+    assert "GPU-hours per million generated tokens" in unpriced
+    assert not any("EUR" in title for title in unpriced)

@@ -182,12 +182,13 @@ def raw_exprs(t: Thresholds, selector: str = "") -> CostExprs:
     )
 
 
-def hours(expr: str, range_: str, interval_seconds: float) -> str:
+def hours(expr: str, range_: str, interval_seconds: float, offset: str = "") -> str:
     """GPU-hours (or money, for a per-hour series) of a recorded 0..1 series over ``range_``.
 
     Each evaluation of the rule stands for one interval of time.
     """
-    return f"sum_over_time({expr}[{range_}]) * {lit(interval_seconds / SECONDS_PER_HOUR)}"
+    off = f" offset {offset}" if offset else ""
+    return f"sum_over_time({expr}[{range_}]{off}) * {lit(interval_seconds / SECONDS_PER_HOUR)}"
 
 
 # --------------------------------------------------------------------------- rules
