@@ -17,7 +17,28 @@ from inferwatch.pack.thresholds import Thresholds
 #: ISO codes Grafana has a unit for (packages/grafana-data/src/valueFormats/categories.ts,
 #: the "Currency" category); any other currency is shown as a plain number with its code
 GRAFANA_CURRENCIES = frozenset(
-    "USD GBP EUR JPY RUB UAH BRL DKK ISK NOK SEK CZK CHF PLN ZAR INR KRW IDR PHP VND".split()
+    [
+        "USD",
+        "GBP",
+        "EUR",
+        "JPY",
+        "RUB",
+        "UAH",
+        "BRL",
+        "DKK",
+        "ISK",
+        "NOK",
+        "SEK",
+        "CZK",
+        "CHF",
+        "PLN",
+        "ZAR",
+        "INR",
+        "KRW",
+        "IDR",
+        "PHP",
+        "VND",
+    ]
 )
 
 #: model-level series carry no instance label: ``$instance|`` lets them through

@@ -158,8 +158,28 @@ VALID_UNITS = frozenset(
         # the Currency category (money panels of the cost row)
         *(
             f"currency{code}"
-            for code in "USD GBP EUR JPY RUB UAH BRL DKK ISK NOK SEK CZK CHF PLN ZAR INR KRW "
-            "IDR PHP VND".split()
+            for code in [
+                "USD",
+                "GBP",
+                "EUR",
+                "JPY",
+                "RUB",
+                "UAH",
+                "BRL",
+                "DKK",
+                "ISK",
+                "NOK",
+                "SEK",
+                "CZK",
+                "CHF",
+                "PLN",
+                "ZAR",
+                "INR",
+                "KRW",
+                "IDR",
+                "PHP",
+                "VND",
+            ]
         ),
     ]
 )
