@@ -695,4 +695,5 @@ def test_progress_only_on_a_terminal(prom: PromOnBlocks, tmp_path: Path) -> None
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0
     assert "querying" not in plain.stderr
-    assert plain.stderr.startswith("inferwatch report: 27 queries to")
+    # 27, plus the cost section's 5 (hours, energy, tokens; TTFT P95, KV peak for the loops)
+    assert plain.stderr.startswith("inferwatch report: 32 queries to")

@@ -125,8 +125,12 @@ def queries(t: Thresholds, e: CostExprs | None = None) -> dict[str, str]:
 def collect_cost(client: PrometheusClient, period: Period, t: Thresholds) -> RawCost:
     c = Collector(client, period)
     q = queries(t)
-    hours = c.daily_by(q["hours"], ("model", "state"))
-    money = c.daily_by(q["money"], ("model", "state")) if "money" in q else {}
+    hours = {(k[0], k[1]): v for k, v in c.daily_by(q["hours"], ("model", "state")).items()}
+    money = (
+        {(k[0], k[1]): v for k, v in c.daily_by(q["money"], ("model", "state")).items()}
+        if "money" in q
+        else {}
+    )
     kwh = {k[0]: v for k, v in c.daily_by(q["kwh"], ("model",)).items()}
     tokens = {k[0]: v for k, v in c.daily_by(q["tokens"], ("model",)).items()}
     week = format_duration(period.days * DAY)
