@@ -219,6 +219,7 @@ class CostSection:
     daily_hours: dict[tuple[str, str], Daily] = field(default_factory=dict)
     daily_money: dict[tuple[str, str], Daily] = field(default_factory=dict)
     daily_kwh: dict[str, Daily] = field(default_factory=dict)
+    note: str = ""
 
     @property
     def priced(self) -> bool:
@@ -246,7 +247,10 @@ def _loop(model: str, raw: RawCost, t: Thresholds) -> tuple[int, str]:
     return 1, "GPUs held below the waste threshold with latency fine"
 
 
-def cost_section(raw: RawCost, period: Period, t: Thresholds) -> CostSection:
+def cost_section(raw: RawCost, period: Period, t: Thresholds) -> CostSection | None:
+    """The section's figures; None when no GPU has a utilization series at all."""
+    if not raw.hours:
+        return None
     models = sorted({m for m, _ in raw.hours} | {m for m, _ in raw.money})
     rows = []
     for m in models:
@@ -298,4 +302,12 @@ def cost_section(raw: RawCost, period: Period, t: Thresholds) -> CostSection:
         if len(wasters) == 3:
             break
     ordered = tuple(served) + tuple(r for r in rows if r.model == UNALLOCATED)
-    return CostSection(raw.currency, ordered, total, tuple(wasters), raw.hours, raw.money, raw.kwh)
+    note = (
+        ""
+        if served
+        else "No GPU ran a worker according to inferwatch_worker_gpu_info, so every GPU-hour "
+        "counts as unallocated: check the agents' attribution (docs/attribution.md)."
+    )
+    return CostSection(
+        raw.currency, ordered, total, tuple(wasters), raw.hours, raw.money, raw.kwh, note
+    )

@@ -815,6 +815,8 @@ def _cost_html(c: CostSection) -> str:
         )
         rows.append("<tr>" + "".join(cells) + "</tr>")
     parts.append(_table(head, rows))
+    if c.note:
+        parts.append(_p(c.note, muted=True))
     if c.wasters:
         parts.append(_h3("The biggest wasters and the loop that fixes each"))
         items = []
@@ -857,6 +859,8 @@ def _cost_text(c: CostSection) -> list[str]:
         )
     )
     out.append("")
+    if c.note:
+        out += [f"  {c.note}", ""]
     for i, w in enumerate(c.wasters, 1):
         amount = (
             f"{_money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
