@@ -102,7 +102,11 @@ def record_names(t: Thresholds) -> dict[str, str]:
     )
     return {
         doc["record"]: rule["record"]
-        for doc, rule in zip(recording_rules(documented), recording_rules(t), strict=True)
+        for doc, rule in zip(
+            recording_rules(documented) + cost.recording_rules(documented),
+            recording_rules(t) + cost.recording_rules(t),
+            strict=True,
+        )
     }
 
 

@@ -221,8 +221,10 @@ class Thresholds:
 SECTIONS: dict[str, type] = {
     f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
     for f in fields(Thresholds)
-    if f.name != "source" and "kind" not in f.metadata
+    if f.name != "source"
 }
+#: top-level sections validated by their own parser (``metadata["kind"]``), not field by field
+_PARSED = {f.name for f in fields(Thresholds) if "kind" in f.metadata}
 
 # ---------------------------------------------------------------------------- durations
 
@@ -383,7 +385,9 @@ def _merge(
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in known:
             raise ConfigError(source, dotted, "one of the known keys " + ", ".join(known))
-        sub = known[key].metadata.get("section") or (SECTIONS.get(key) if not prefix else None)
+        sub = known[key].metadata.get("section") or (
+            SECTIONS.get(key) if not prefix and key not in _PARSED else None
+        )
         if sub is not None:
             merged[key] = _merge(defaults.get(key) or {}, value, sub, source, dotted)
         else:
@@ -399,7 +403,9 @@ def _build(cls: type, raw: dict[str, Any], source: str, prefix: str) -> Any:
         dotted = f"{prefix}.{f.name}" if prefix else f.name
         if f.name not in raw:
             raise ConfigError(source, dotted, "a value (missing from the defaults)")
-        sub = f.metadata.get("section") or (SECTIONS.get(f.name) if not prefix else None)
+        sub = f.metadata.get("section") or (
+            SECTIONS.get(f.name) if not prefix and f.name not in _PARSED else None
+        )
         if sub is not None:
             if not isinstance(raw[f.name], dict):
                 raise ConfigError(source, dotted, "a mapping of keys to values", raw[f.name])
