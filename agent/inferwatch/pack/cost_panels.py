@@ -213,4 +213,43 @@ def cost_section(t: Thresholds) -> Section:
             8,
         ),
     ]
+    cells.insert(3, Cell(per_model_table(t), 24, 7))
     return Section("What the GPUs cost: GPU-hours, money and energy", cells)
+
+
+def per_model_table(t: Thresholds) -> object:
+    """One row per model: GPU-hours (and money) serving and held idle over the time range."""
+    c = cost_names(t)
+    columns: list[tuple[str, str]] = [
+        (f"{c.model_states}", "GPU-hours"),
+    ]
+    if t.pricing.enabled:
+        columns.append((f"{c.model_cost}", t.pricing.currency or ""))
+    queries: list[Query] = []
+    rename: dict[str, str] = {}
+    refs = "ABCDEFGH"
+    for series, unit in columns:
+        for state in ("serving", "held_idle"):
+            sel = _MODEL_SEL[:-1] + f', state="{state}"}}'
+            queries.append(
+                Query(
+                    f"sum by (model) ({_hours(t, series + sel)})",
+                    instant=True,
+                    fmt="table",
+                )
+            )
+            rename[f"Value #{refs[len(queries) - 1]}"] = f"{state.replace('_', ' ')}, {unit}"
+    return p.table(
+        "Per model over the time range",
+        "GPU-hours each model's workers held over the dashboard's time range, serving and "
+        "held idle"
+        + (f", and what they cost in {t.pricing.currency}" if t.pricing.enabled else "")
+        + ". A GPU shared by several workers is split between them; GPUs with no worker "
+        "(unallocated) belong to no model and are counted in the GPU-hours by state.",
+        queries,
+        unit="short",
+        exclude=("Time",),
+        rename=rename,
+        order=("model", *rename.values()),
+        sort_by=list(rename.values())[-1],
+    )

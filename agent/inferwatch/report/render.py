@@ -779,6 +779,17 @@ def _cost_cells(c: CostSection, r: ModelCost, state: str) -> tuple[str, Change |
     return f"{_gpu_hours(h.current)} h", h
 
 
+def _lines_cell(lines: Sequence[str], change: Change | None, better: str, bold: bool) -> str:
+    """A right-aligned cell with one line per value (GPU-hours, then money) and the change."""
+    weight = "600" if bold else "400"
+    body = "<br>".join(escape(line) for line in lines)
+    return (
+        f'<td style="padding:6px 8px;border-bottom:1px solid {LINE};text-align:right;'
+        f'vertical-align:top;white-space:nowrap;font-weight:{weight}">{body}'
+        f"{_delta(change, 'rel', better)}</td>"
+    )
+
+
 def _cost_html(c: CostSection) -> str:
     unit = f"GPU-hours and {c.currency}" if c.priced else "GPU-hours (set pricing: to see money)"
     parts = [_h2("What the GPUs cost", f"{unit}, this week against the week before")]
@@ -794,7 +805,9 @@ def _cost_html(c: CostSection) -> str:
         for state in ("serving", "held_idle", "unallocated"):
             text, change = _cost_cells(c, r, state)
             cells.append(
-                _cell(text, change, "rel", "higher" if state == "serving" else "lower", bold=bold)
+                _lines_cell(
+                    text.split(" · "), change, "higher" if state == "serving" else "lower", bold
+                )
             )
         per = r.per_million_tokens
         per_text = (
