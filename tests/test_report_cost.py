@@ -211,11 +211,11 @@ def unpriced(prom: PromOnBlocks, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def _csv(out: Path) -> dict[tuple[str, str, str], float]:
-    """(date, model, metric) -> value for the cost rows."""
+    """(date, model, metric) -> value for the cost rows of models and the cluster."""
     rows = {}
     with (out / "daily.csv").open() as f:
         for r in csv.DictReader(f):
-            if r["metric"].startswith(("gpu_hours_", "cost_", "energy_kwh")):
+            if r["scope"] in ("model", "cluster") and r["metric"].startswith(("gpu_hours_", "cost_", "energy_kwh")):
                 rows[(r["date"], r["model"], r["metric"])] = float(r["value"])
     return rows
 
@@ -246,6 +246,18 @@ def test_daily_energy_is_the_known_one(priced: Path) -> None:
         for d in range(1, 14):
             got = rows[(_date(d), model, "energy_kwh")]
             assert got == pytest.approx(before if d < 7 else this, rel=1e-6), (model, d)
+
+
+def test_daily_energy_per_gpu(priced: Path) -> None:
+    with (priced / "daily.csv").open() as f:
+        rows = {
+            (r["date"], r["uuid"]): float(r["value"])
+            for r in csv.DictReader(f)
+            if r["scope"] == "gpu" and r["metric"] == "energy_kwh"
+        }
+    for _inst, _gpu, uuid, _name, _util, watts, _itype in GPUS:
+        for d in range(1, 14):
+            assert rows[(_date(d), uuid)] == pytest.approx(watts * 24 / 1000, rel=1e-6), uuid
 
 
 def test_text_has_week_totals_wasters_and_loops(priced: Path) -> None:

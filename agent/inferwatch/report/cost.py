@@ -53,6 +53,7 @@ class RawCost:
     money: dict[tuple[str, str], Daily]
     tokens: dict[str, Daily]
     kwh: dict[str, Daily]  # model -> daily kWh; "" = every GPU
+    gpu_kwh: dict[str, Daily]  # GPU uuid -> daily kWh
     ttft_p95: dict[str, float]
     kv_peak: dict[str, float]
 
@@ -116,6 +117,7 @@ def queries(t: Thresholds, e: CostExprs | None = None) -> dict[str, str]:
     power = f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total[{t.pack.window}]))"
     out["kwh"] = (
         f"sum by (model) ({_per_day(e.worker_from_pairs(e.share(power)), JOULES_PER_KWH)})\n"
+        f"or\nsum by (uuid) ({_per_day(power, JOULES_PER_KWH)})\n"
         f"or\nsum({_per_day(power, JOULES_PER_KWH)})"
     )
     out["tokens"] = "sum by (model) (increase(inferwatch_generation_tokens_total[1d]))"
@@ -131,7 +133,9 @@ def collect_cost(client: PrometheusClient, period: Period, t: Thresholds) -> Raw
         if "money" in q
         else {}
     )
-    kwh = {k[0]: v for k, v in c.daily_by(q["kwh"], ("model",)).items()}
+    energy = c.daily_by(q["kwh"], ("model", "uuid"))
+    kwh = {k[0]: v for k, v in energy.items() if not k[1]}
+    gpu_kwh = {k[1]: v for k, v in energy.items() if k[1]}
     tokens = {k[0]: v for k, v in c.daily_by(q["tokens"], ("model",)).items()}
     week = format_duration(period.days * DAY)
     ttft = {
@@ -149,7 +153,14 @@ def collect_cost(client: PrometheusClient, period: Period, t: Thresholds) -> Raw
         )
     }
     return RawCost(
-        t.pricing.currency if t.pricing.enabled else None, hours, money, tokens, kwh, ttft, kv
+        t.pricing.currency if t.pricing.enabled else None,
+        hours,
+        money,
+        tokens,
+        kwh,
+        gpu_kwh,
+        ttft,
+        kv,
     )
 
 
@@ -219,6 +230,7 @@ class CostSection:
     daily_hours: dict[tuple[str, str], Daily] = field(default_factory=dict)
     daily_money: dict[tuple[str, str], Daily] = field(default_factory=dict)
     daily_kwh: dict[str, Daily] = field(default_factory=dict)
+    daily_gpu_kwh: dict[str, Daily] = field(default_factory=dict)
     note: str = ""
 
     @property
@@ -309,5 +321,13 @@ def cost_section(raw: RawCost, period: Period, t: Thresholds) -> CostSection | N
         "counts as unallocated: check the agents' attribution (docs/attribution.md)."
     )
     return CostSection(
-        raw.currency, ordered, total, tuple(wasters), raw.hours, raw.money, raw.kwh, note
+        raw.currency,
+        ordered,
+        total,
+        tuple(wasters),
+        raw.hours,
+        raw.money,
+        raw.kwh,
+        raw.gpu_kwh,
+        note,
     )

@@ -889,7 +889,8 @@ def _cost_text(c: CostSection) -> list[str]:
 
 def cost_csv_rows(report: Report, c: CostSection) -> list[list[str]]:
     """Daily rows of the cost section (metrics gpu_hours_<state>, cost_<state>_<currency>,
-    energy_kwh); scope ``model``, or ``cluster`` for unallocated GPUs and all GPUs' energy."""
+    energy_kwh); scope ``model``, ``cluster`` for unallocated GPUs and all GPUs' energy, or
+    ``gpu`` (its uuid) for one GPU's energy."""
     rows: list[list[str]] = []
     for (model, state), daily in sorted(c.daily_hours.items()):
         scope = "model" if model else "cluster"
@@ -902,4 +903,6 @@ def cost_csv_rows(report: Report, c: CostSection) -> list[list[str]]:
         rows += _rows_for(
             report, "model" if model else "cluster", model, "", "", "", "energy_kwh", daily
         )
+    for uuid, daily in sorted(c.daily_gpu_kwh.items()):
+        rows += _rows_for(report, "gpu", "", "", "", uuid, "energy_kwh", daily)
     return rows
