@@ -215,7 +215,9 @@ def _csv(out: Path) -> dict[tuple[str, str, str], float]:
     rows = {}
     with (out / "daily.csv").open() as f:
         for r in csv.DictReader(f):
-            if r["scope"] in ("model", "cluster") and r["metric"].startswith(("gpu_hours_", "cost_", "energy_kwh")):
+            if r["scope"] in ("model", "cluster") and r["metric"].startswith(
+                ("gpu_hours_", "cost_", "energy_kwh")
+            ):
                 rows[(r["date"], r["model"], r["metric"])] = float(r["value"])
     return rows
 
