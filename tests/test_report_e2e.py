@@ -703,6 +703,7 @@ def test_progress_only_on_a_terminal(prom: PromOnBlocks, tmp_path: Path) -> None
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0
     assert "querying" not in plain.stderr
-    # 27 figures, plus the loops: open requests, queue slope, preemptions, cold-start
-    # TTFT, memory pressure, the waste condition
-    assert plain.stderr.startswith("inferwatch report: 33 queries to")
+    # 27 figures, plus the loops' 6 (open requests, queue slope, preemptions, cold-start
+    # TTFT, memory pressure, the waste condition) and the cost section's 5 (hours,
+    # energy, tokens; TTFT P95, KV peak for the wasters' loops)
+    assert plain.stderr.startswith("inferwatch report: 38 queries to")

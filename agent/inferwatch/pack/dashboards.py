@@ -141,6 +141,11 @@ HARDWARE_OPTIONAL: dict[str, HardwareOptional] = {
         "MIG needs an A100/H100-class GPU in MIG mode; the fake GPU has MIG devices only "
         "when a test adds them"
     ),
+    "Wasted GPU-hours per day, against the week before": HardwareOptional(
+        "the week-before line reads data a week old: a Prometheus younger than a week has "
+        "none (not hardware, but the same kind of absence)",
+        frozenset({"B"}),
+    ),
     **{
         title: HardwareOptional(_WARMUP)
         for title in (

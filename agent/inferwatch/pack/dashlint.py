@@ -155,6 +155,32 @@ VALID_UNITS = frozenset(
         "bool",
         "bool_yes_no",
         "bool_on_off",
+        # the Currency category (money panels of the cost row)
+        *(
+            f"currency{code}"
+            for code in [
+                "USD",
+                "GBP",
+                "EUR",
+                "JPY",
+                "RUB",
+                "UAH",
+                "BRL",
+                "DKK",
+                "ISK",
+                "NOK",
+                "SEK",
+                "CZK",
+                "CHF",
+                "PLN",
+                "ZAR",
+                "INR",
+                "KRW",
+                "IDR",
+                "PHP",
+                "VND",
+            ]
+        ),
     ]
 )
 

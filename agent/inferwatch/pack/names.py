@@ -145,3 +145,62 @@ KV_CACHE_PREEMPTIONS = "InferenceKVCachePreemptions"
 REQUEST_ERRORS = "InferenceRequestErrors"
 WORKER_DOWN = "InferenceWorkerDown"
 AGENT_DOWN = "InferenceAgentDown"
+# -- cost: where the GPU-hours go (pack.cost, docs/cost.md) ---------------------------
+#: the three states of a GPU's time, in the order the report and dashboards list them
+COST_STATES = ("serving", "held_idle", "unallocated")
+#: the states a worker (and so a model) can hold a GPU in
+WORKER_STATES = ("serving", "held_idle")
+
+
+@dataclass(frozen=True)
+class CostNames:
+    """Recording rules of the cost group; ``state`` is a label of the ``by_state`` ones."""
+
+    window: str
+
+    # GPUs (or MIG devices) in each state: 0 or 1 per GPU and state; per worker and
+    # model the worker's share (a GPU shared by n workers counts 1/n for each)
+    gpu_states = "gpu:inferwatch_gpus:by_state"
+    worker_gpu_states = "worker_gpu:inferwatch_gpus:by_state"
+    worker_states = "worker:inferwatch_gpus:by_state"
+    model_states = "model:inferwatch_gpus:by_state"
+    cluster_states = "cluster:inferwatch_gpus:by_state"
+    # money per hour (label currency) at each level, by state; only with prices
+    gpu_price = "gpu:inferwatch_gpu_price:per_hour"
+    gpu_cost = "gpu:inferwatch_gpu_cost:per_hour"
+    worker_gpu_cost = "worker_gpu:inferwatch_gpu_cost:per_hour"
+    worker_cost = "worker:inferwatch_gpu_cost:per_hour"
+    model_cost = "model:inferwatch_gpu_cost:per_hour"
+    cluster_cost = "cluster:inferwatch_gpu_cost:per_hour"
+    # per million generated tokens: GPU-hours, and money with prices
+    model_gpu_hours_per_mtok = "model:inferwatch_gpu_hours:per_million_generation_tokens"
+    model_cost_per_mtok = "model:inferwatch_gpu_cost:per_million_generation_tokens"
+
+    @property
+    def model_tokens(self) -> str:
+        return f"model:inferwatch_generation_tokens:rate{self.window}"
+
+    # power from NVML's energy counter (watts), split like the GPUs
+    @property
+    def gpu_power(self) -> str:
+        return f"gpu:inferwatch_gpu_energy_joules:rate{self.window}"
+
+    @property
+    def worker_power(self) -> str:
+        return f"worker:inferwatch_gpu_energy_joules:rate{self.window}"
+
+    @property
+    def model_power(self) -> str:
+        return f"model:inferwatch_gpu_energy_joules:rate{self.window}"
+
+    @property
+    def cluster_power(self) -> str:
+        return f"cluster:inferwatch_gpu_energy_joules:rate{self.window}"
+
+    @property
+    def model_energy_per_token(self) -> str:
+        return f"model:inferwatch_gpu_energy_joules:per_generation_token_{self.window}"
+
+
+def cost_names(t: Thresholds) -> CostNames:
+    return CostNames(window=t.pack.window)

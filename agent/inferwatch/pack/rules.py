@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from inferwatch.pack import cost
 from inferwatch.pack import names as an
 from inferwatch.pack.names import (
     GPU,
@@ -102,7 +103,11 @@ def record_names(t: Thresholds) -> dict[str, str]:
     )
     return {
         doc["record"]: rule["record"]
-        for doc, rule in zip(recording_rules(documented), recording_rules(t), strict=True)
+        for doc, rule in zip(
+            recording_rules(documented) + cost.recording_rules(documented),
+            recording_rules(t) + cost.recording_rules(t),
+            strict=True,
+        )
     }
 
 
@@ -873,6 +878,7 @@ def rule_groups(t: Thresholds) -> tuple[list[dict[str, Any]], list[dict[str, Any
     """(recording groups, alert groups) as rule-file dictionaries."""
     interval = t.pack.interval
     recording = [{"name": "inferwatch.rules", "interval": interval, "rules": recording_rules(t)}]
+    recording.append(cost.recording_group(t))
     by_group: dict[str, list[dict[str, Any]]] = {}
     for alert in alerts(t):
         by_group.setdefault(alert.group, []).append(alert.rule(t))

@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from inferwatch.errors import ConfigError
+from inferwatch.pack.pricing import Pricing, parse_pricing
 
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -63,6 +64,7 @@ SELECTOR = "selector"  # PromQL label matchers without braces
 URL = "url"  # non-empty string
 UID = "uid"  # Grafana dashboard UID
 XIDS = "xids"  # non-empty list of positive ints
+PRICING = "pricing"  # the pricing: section, validated by pack.pricing
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ class Thresholds:
     gpu_health: GpuHealth
     advice: Advice
     report: Report
+    pricing: Pricing = field(metadata={"kind": PRICING})
     source: str = "defaults"
 
 
@@ -237,6 +240,8 @@ SECTIONS: dict[str, type] = {
     for f in fields(Thresholds)
     if f.name != "source"
 }
+#: top-level sections validated by their own parser (``metadata["kind"]``), not field by field
+_PARSED = {f.name for f in fields(Thresholds) if "kind" in f.metadata}
 
 # ---------------------------------------------------------------------------- durations
 
@@ -307,6 +312,8 @@ def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
     def bad() -> ConfigError:
         return ConfigError(source, key, _EXPECTED[kind], value)
 
+    if kind == PRICING:
+        return parse_pricing(value, source, key)
     if kind in (DURATION, POSITIVE):
         seconds = _number(value)
         if seconds is None and isinstance(value, str):
@@ -395,7 +402,9 @@ def _merge(
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in known:
             raise ConfigError(source, dotted, "one of the known keys " + ", ".join(known))
-        sub = known[key].metadata.get("section") or (SECTIONS.get(key) if not prefix else None)
+        sub = known[key].metadata.get("section") or (
+            SECTIONS.get(key) if not prefix and key not in _PARSED else None
+        )
         if sub is not None:
             merged[key] = _merge(defaults.get(key) or {}, value, sub, source, dotted)
         else:
@@ -411,7 +420,9 @@ def _build(cls: type, raw: dict[str, Any], source: str, prefix: str) -> Any:
         dotted = f"{prefix}.{f.name}" if prefix else f.name
         if f.name not in raw:
             raise ConfigError(source, dotted, "a value (missing from the defaults)")
-        sub = f.metadata.get("section") or (SECTIONS.get(f.name) if not prefix else None)
+        sub = f.metadata.get("section") or (
+            SECTIONS.get(f.name) if not prefix and f.name not in _PARSED else None
+        )
         if sub is not None:
             if not isinstance(raw[f.name], dict):
                 raise ConfigError(source, dotted, "a mapping of keys to values", raw[f.name])

@@ -172,6 +172,7 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.report import charts as charts_mod
     from inferwatch.report import fmt, render
+    from inferwatch.report.cost import collect_cost, cost_section
     from inferwatch.report.mail import build_message, content_id, send
     from inferwatch.report.model import Period, bands_from_thresholds
     from inferwatch.report.promapi import PrometheusClient, ReportError
@@ -193,7 +194,8 @@ def main(args: argparse.Namespace) -> int:
     end = parse_end(args.end)
     if args.send:
         settings.smtp.check_complete()  # before any query: a config mistake fails fast
-    bands = bands_from_thresholds(load_thresholds(args.thresholds or settings.thresholds_file))
+    thresholds = load_thresholds(args.thresholds or settings.thresholds_file)
+    bands = bands_from_thresholds(thresholds)
 
     say = (
         (lambda msg: None)
@@ -214,6 +216,7 @@ def main(args: argparse.Namespace) -> int:
                 progress=progress.step,
                 thresholds=bands.t,
             )
+            cost = cost_section(collect_cost(client, period, thresholds), period, thresholds)
             progress.phase("drawing charts")
             report = build_report(raw, bands)
             charts = _unique_names(charts_mod.all_charts(report))
@@ -227,11 +230,11 @@ def main(args: argparse.Namespace) -> int:
         f"{fmt.timestamp(period.end)}"
     )
 
-    text = render.text(report)
-    csv_text = render.csv_text(report)
+    text = render.text(report, cost)
+    csv_text = render.csv_text(report, cost)
     if args.output:
         directory = Path(args.output)
-        page = render.html(report, charts, lambda c: f"{c.name}.png", source=url)
+        page = render.html(report, charts, lambda c: f"{c.name}.png", source=url, cost=cost)
         try:
             _write_output(directory, page, text, csv_text, charts)
         except OSError as err:
@@ -250,7 +253,9 @@ def main(args: argparse.Namespace) -> int:
             sender=smtp.sender,
             to=smtp.to,
             text=text,
-            html=render.html(report, charts, lambda c: f"cid:{content_id(c)}", source=url),
+            html=render.html(
+                report, charts, lambda c: f"cid:{content_id(c)}", source=url, cost=cost
+            ),
             charts=charts,
             csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",
             csv_text=csv_text,

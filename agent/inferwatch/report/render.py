@@ -15,6 +15,7 @@ from html import escape
 
 from inferwatch.report import fmt
 from inferwatch.report.charts import Chart
+from inferwatch.report.cost import CostSection, ModelCost
 from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, Daily
 from inferwatch.report.summary import (
     BAND_NAMES,
@@ -489,7 +490,13 @@ def _alerts_section(report: Report) -> str:
     return "".join(parts)
 
 
-def html(report: Report, charts: Sequence[Chart], image_src: ImageSrc, source: str = "") -> str:
+def html(
+    report: Report,
+    charts: Sequence[Chart],
+    image_src: ImageSrc,
+    source: str = "",
+    cost: CostSection | None = None,
+) -> str:
     by_name = {c.name: c for c in charts}
     body = [
         f'<div style="font-size:12px;color:{MUTED};text-transform:uppercase;'
@@ -499,6 +506,8 @@ def html(report: Report, charts: Sequence[Chart], image_src: ImageSrc, source: s
         _p(period_sentence(report), muted=True),
         _fleet_kpis(report),
     ]
+    if cost is not None:
+        body.append(_cost_html(cost))
     hero = by_name.get("three-curves")
     if hero:
         body.append(_h3("P99 latency, GPU utilization and VRAM peak, hour by hour"))
@@ -561,10 +570,12 @@ def _with_delta(value: str, change: Change | None, kind: str) -> str:
     return f"{value} ({d})" if d else value
 
 
-def text(report: Report) -> str:
+def text(report: Report, cost: CostSection | None = None) -> str:
     out = [title(report), "=" * len(title(report)), ""]
     out.append(period_sentence(report))
     out.append("The HTML version of this mail has the charts; the daily figures are in the CSV.")
+    if cost is not None:
+        out += ["", *_cost_text(cost)]
     out += ["", "WHAT TO LOOK AT", ""]
     for f in report.findings:
         out.append(f"[{LEVELS.get(f.level, LEVELS['watch'])[0]}] {f.title} ({f.loop})")
@@ -734,9 +745,9 @@ def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:
     return rows
 
 
-def csv_text(report: Report) -> str:
+def csv_text(report: Report, cost: CostSection | None = None) -> str:
     """Daily figures, one row per (day, subject, metric); see docs/report.md for the metrics."""
-    rows: list[list[str]] = []
+    rows: list[list[str]] = cost_csv_rows(report, cost) if cost is not None else []
     for m in report.models:
         rows += _scope_rows(report, m.total)
         for w in m.workers:
@@ -758,3 +769,164 @@ def csv_text(report: Report) -> str:
 
 
 __all__ = ["BAND_NAMES", "csv_text", "html", "text", "title"]
+
+
+# ------------------------------------------------------------------------ cost
+
+STATE_NAMES = {"serving": "serving", "held_idle": "held idle", "unallocated": "unallocated"}
+
+
+def _money(value: float | None, currency: str | None) -> str:
+    if value is None:
+        return fmt.DASH
+    return f"{value:,.2f} {currency}" if currency else f"{value:,.1f}"
+
+
+def _gpu_hours(value: float | None) -> str:
+    return fmt.DASH if value is None else f"{value:,.1f}"
+
+
+def _model_label(model: str) -> str:
+    return model or "no worker (unallocated)"
+
+
+def _cost_cells(c: CostSection, r: ModelCost, state: str) -> tuple[str, Change | None]:
+    h = r.hours.get(state)
+    if h is None:
+        return fmt.DASH, None
+    if c.priced:
+        mo = r.money.get(state)
+        text = f"{_gpu_hours(h.current)} h"
+        if mo is not None:
+            text += f" · {_money(mo.current, c.currency)}"
+        return text, mo
+    return f"{_gpu_hours(h.current)} h", h
+
+
+def _lines_cell(lines: Sequence[str], change: Change | None, better: str, bold: bool) -> str:
+    """A right-aligned cell with one line per value (GPU-hours, then money) and the change."""
+    weight = "600" if bold else "400"
+    body = "<br>".join(escape(line) for line in lines)
+    return (
+        f'<td style="padding:6px 8px;border-bottom:1px solid {LINE};text-align:right;'
+        f'vertical-align:top;white-space:nowrap;font-weight:{weight}">{body}'
+        f"{_delta(change, 'rel', better)}</td>"
+    )
+
+
+def _cost_html(c: CostSection) -> str:
+    unit = f"GPU-hours and {c.currency}" if c.priced else "GPU-hours (set pricing: to see money)"
+    parts = [_h2("What the GPUs cost", f"{unit}, this week against the week before")]
+    head = ["model", "serving", "held idle", "unallocated", "per million tokens", "J per token"]
+    rows = []
+    for r in (*c.models, c.total):
+        bold = r is c.total
+        cells = [
+            _cell(
+                _model_label(r.model) if r is not c.total else "all GPUs", bold=bold, align="left"
+            )
+        ]
+        for state in ("serving", "held_idle", "unallocated"):
+            text, change = _cost_cells(c, r, state)
+            cells.append(
+                _lines_cell(
+                    text.split(" · "), change, "higher" if state == "serving" else "lower", bold
+                )
+            )
+        per = r.per_million_tokens
+        per_text = (
+            (_money(per.current, c.currency) if c.priced else f"{_gpu_hours(per.current)} GPU-h")
+            if per.current is not None
+            else fmt.DASH
+        )
+        cells.append(_cell(per_text, per, "rel", "lower", bold=bold))
+        j = r.joules_per_token
+        cells.append(
+            _cell(
+                f"{j.current:.3g}" if j.current is not None else fmt.DASH,
+                j,
+                "rel",
+                "lower",
+                bold=bold,
+            )
+        )
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append(_table(head, rows))
+    if c.note:
+        parts.append(_p(c.note, muted=True))
+    if c.wasters:
+        parts.append(_h3("The biggest wasters and the loop that fixes each"))
+        items = []
+        for w in c.wasters:
+            amount = (
+                f"{_money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
+                if c.priced
+                else f"{_gpu_hours(w.idle_hours)} GPU-hours"
+            )
+            items.append(
+                f'<li style="font-size:13px;margin:4px 0"><b>{escape(w.model)}</b>: '
+                f"{escape(amount)} held idle; {escape(w.reason)}. "
+                f"Loop {w.loop} ({escape(w.loop_name)}): {escape(w.action)}.</li>"
+            )
+        parts.append('<ol style="margin:6px 0;padding-left:20px">' + "".join(items) + "</ol>")
+    return '<div id="cost">' + "".join(parts) + "</div>"
+
+
+def _cost_text(c: CostSection) -> list[str]:
+    unit = f"GPU-hours and {c.currency}" if c.priced else "GPU-hours"
+    out = [f"WHAT THE GPUS COST ({unit}, this week against the week before)", ""]
+    rows = []
+    for r in (*c.models, c.total):
+        row = [_model_label(r.model) if r is not c.total else "all GPUs"]
+        for state in ("serving", "held_idle", "unallocated"):
+            text, change = _cost_cells(c, r, state)
+            row.append(_with_delta(text, change, "rel") if change else text)
+        per = r.per_million_tokens
+        row.append(
+            (_money(per.current, c.currency) if c.priced else f"{_gpu_hours(per.current)} GPU-h")
+            if per.current is not None
+            else fmt.DASH
+        )
+        j = r.joules_per_token
+        row.append(f"{j.current:.3g} J" if j.current is not None else fmt.DASH)
+        rows.append(row)
+    out.append(
+        _text_table(
+            ["model", "serving", "held idle", "unallocated", "per M tokens", "per token"], rows
+        )
+    )
+    out.append("")
+    if c.note:
+        out += [f"  {c.note}", ""]
+    for i, w in enumerate(c.wasters, 1):
+        amount = (
+            f"{_money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
+            if c.priced
+            else f"{_gpu_hours(w.idle_hours)} GPU-hours"
+        )
+        out.append(f"  {i}. {w.model}: {amount} held idle; {w.reason}.")
+        out.append(f"     -> loop {w.loop} ({w.loop_name}): {w.action}")
+    if c.wasters:
+        out.append("")
+    return out
+
+
+def cost_csv_rows(report: Report, c: CostSection) -> list[list[str]]:
+    """Daily rows of the cost section (metrics gpu_hours_<state>, cost_<state>_<currency>,
+    energy_kwh); scope ``model``, ``cluster`` for unallocated GPUs and all GPUs' energy, or
+    ``gpu`` (its uuid) for one GPU's energy."""
+    rows: list[list[str]] = []
+    for (model, state), daily in sorted(c.daily_hours.items()):
+        scope = "model" if model else "cluster"
+        rows += _rows_for(report, scope, model, "", "", "", f"gpu_hours_{state}", daily)
+    for (model, state), daily in sorted(c.daily_money.items()):
+        scope = "model" if model else "cluster"
+        metric = f"cost_{state}_{(c.currency or '').lower()}"
+        rows += _rows_for(report, scope, model, "", "", "", metric, daily)
+    for model, daily in sorted(c.daily_kwh.items()):
+        rows += _rows_for(
+            report, "model" if model else "cluster", model, "", "", "", "energy_kwh", daily
+        )
+    for uuid, daily in sorted(c.daily_gpu_kwh.items()):
+        rows += _rows_for(report, "gpu", "", "", "", uuid, "energy_kwh", daily)
+    return rows

@@ -1,0 +1,289 @@
+"""Where the GPU-hours go: the cost recording rules and the PromQL behind them.
+
+Every GPU (or MIG device) is, at each rule evaluation, in exactly one state:
+
+``serving``      a worker runs on it (``inferwatch_worker_gpu_info``) and its smoothed
+                 utilization is at or above ``gpu_utilization.waste_below``
+``held_idle``    a worker runs on it and its utilization is below ``waste_below``
+``unallocated``  no worker runs on it
+
+``gpu:inferwatch_gpus:by_state`` is 1 for the GPU's state and 0 for the other two,
+so summing it over time counts GPU-hours (``hours()``). A GPU shared by ``n``
+workers counts ``1/n`` for each of them, so the worker, model and cluster
+roll-ups add up to the GPUs once; a worker that serves two models splits its
+share between them the same way. With prices (``pricing:``, see
+``pack.pricing``) the same roll-ups exist in money per hour (label ``currency``).
+Energy comes from NVML's energy counter: watts per GPU, split like the GPUs.
+
+The state, share and price expressions are built by :class:`CostExprs` from
+their inputs, so the recording rules (inputs: other recording rules) and the
+weekly report (inputs: the agent's raw series, because rules are never
+evaluated backwards) classify a GPU-hour the same way.
+
+The rules live in their own group (``inferwatch-cost.rules``), which reads the
+main group's records; Prometheus evaluates groups independently, so the cost
+rules trail the main ones by at most one evaluation interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from inferwatch.pack.names import (
+    COST_STATES,
+    GPU,
+    MODEL,
+    WORKER,
+    WORKER_GPU,
+    WORKER_KEY,
+    WORKER_STATES,
+    cost_names,
+    names,
+)
+from inferwatch.pack.pricing import Pricing
+from inferwatch.pack.thresholds import Thresholds
+
+GROUP = "inferwatch-cost.rules"
+SECONDS_PER_HOUR = 3600.0
+JOULES_PER_KWH = 3.6e6
+
+
+def lit(x: float) -> str:
+    """A PromQL number literal with no more digits than it needs."""
+    text = f"{float(x):.12g}"
+    return text
+
+
+def promql_string(text: str) -> str:
+    """``text`` as a double-quoted PromQL string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def price_expr(pricing: Pricing, selector: str) -> str | None:
+    """Price per GPU-hour per GPU (labels job, instance, gpu, uuid, currency); first match wins.
+
+    ``selector`` is the agent selector without braces ("" in the report). None
+    without prices.
+    """
+    if not pricing.enabled:
+        return None
+    branches = []
+    for p in pricing.prices:
+        if p.gpu_name is not None:
+            matcher = f"name=~{promql_string(p.gpu_name)}"
+        else:
+            assert p.instance_type is not None
+            matcher = f"{pricing.instance_type_label}={promql_string(p.instance_type)}"
+        sel = "{" + ", ".join(m for m in (selector, matcher) if m) + "}"
+        branches.append(f"  0 * max by ({GPU}) (inferwatch_gpu_info{sel}) + {lit(p.per_gpu_hour)}")
+    body = f"\nor on ({GPU})\n".join(branches)
+    return f'label_replace(\n{body},\n  "currency", "{pricing.currency}", "", ""\n)'
+
+
+@dataclass(frozen=True)
+class CostExprs:
+    """The state, share and price expressions over a given set of inputs.
+
+    util:          smoothed utilization per GPU (labels job, instance, gpu, uuid)
+    attribution:   1 per (worker, GPU) pair (labels job, instance, worker, gpu, uuid)
+    worker_labels: 1 per (worker, model, engine) (labels job, instance, worker, model, engine)
+    waste_below:   gpu_utilization.waste_below
+    """
+
+    util: str
+    attribution: str
+    worker_labels: str
+    waste_below: float
+
+    @property
+    def _allocated(self) -> str:
+        return f"group by ({GPU}) ({self.attribution})"
+
+    def gpu_state(self, state: str) -> str:
+        """1 where the GPU is in ``state``, 0 where it is in another (labels of a GPU)."""
+        u = f"({self.util})"
+        w = lit(self.waste_below)
+        zero = f"0 * {u}"
+        if state == "serving":
+            hit = f"({u} >= bool {w}) and on ({GPU}) {self._allocated}"
+        elif state == "held_idle":
+            hit = f"({u} < bool {w}) and on ({GPU}) {self._allocated}"
+        elif state == "unallocated":
+            hit = f"({zero} + 1) unless on ({GPU}) {self._allocated}"
+        else:
+            raise ValueError(f"unknown state {state}")
+        return f"(\n  ({hit})\n  or on ({GPU})\n  {zero}\n)"
+
+    def labelled(self, state: str, expr: str) -> str:
+        return f'label_replace(\n{expr},\n"state", "{state}", "", ""\n)'
+
+    def gpu_states(self) -> str:
+        return "\nor\n".join(self.labelled(s, self.gpu_state(s)) for s in COST_STATES)
+
+    def share(self, per_gpu: str) -> str:
+        """``per_gpu`` (labels of a GPU) split evenly over the workers on the GPU
+        (labels job, instance, worker, gpu, uuid)."""
+        a = self.attribution
+        return (
+            f"(\n  {a}\n  * on ({GPU}) group_left ()\n  ({per_gpu})\n"
+            f"  / on ({GPU}) group_left ()\n  count by ({GPU}) ({a})\n)"
+        )
+
+    def per_worker(self, per_worker_key: str, keep: str = "") -> str:
+        """A per-worker value (labels job, instance, worker[, keep]) given the worker's
+        model and engine labels; a worker serving two models splits it between them."""
+        wl = self.worker_labels
+        split = f"({wl}\n  / on ({WORKER_KEY}) group_left ()\n  count by ({WORKER_KEY}) ({wl}))"
+        return f"{split}\n* on ({WORKER_KEY}) group_left ({keep})\n({per_worker_key})"
+
+    def worker_from_pairs(self, pairs: str, keep: str = "") -> str:
+        """Sum a (worker, GPU) series per worker, then give it model and engine."""
+        by = f"{WORKER_KEY}, {keep}" if keep else WORKER_KEY
+        return self.per_worker(f"sum by ({by}) ({pairs})", keep)
+
+
+def rule_exprs(t: Thresholds) -> CostExprs:
+    """The inputs of the recording rules: the main group's records."""
+    n = names(t)
+    return CostExprs(
+        util=n.gpu_util,
+        attribution=n.worker_gpu,
+        worker_labels=n.worker_labels,
+        waste_below=t.gpu_utilization.waste_below,
+    )
+
+
+def raw_util_expr(t: Thresholds, selector: str = "") -> str:
+    """The main group's ``gpu:...:avg5m`` expression on the raw gauges (for the report).
+
+    It must stay the same PromQL as the rule (``tests/test_cost.py`` compares them):
+    utilization averaged over ``pack.rate_window``, or GPM SM activity on a MIG device.
+    """
+    w = t.pack.window
+    sel = "{" + selector + "}"
+    return (
+        f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{sel}[{w}]))\n"
+        f"or\n"
+        f"max by ({GPU}) (avg_over_time(inferwatch_gpu_sm_active_ratio{sel}[{w}]))"
+    )
+
+
+def raw_exprs(t: Thresholds, selector: str = "") -> CostExprs:
+    """The same classification on the agent's raw series, for queries over past weeks."""
+    sel = "{" + selector + "}"
+    return CostExprs(
+        util=raw_util_expr(t, selector),
+        attribution=f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{sel})",
+        worker_labels=(
+            f"group by ({WORKER}) (inferwatch_queue_depth{sel} or inferwatch_requests_running{sel})"
+        ),
+        waste_below=t.gpu_utilization.waste_below,
+    )
+
+
+def hours(expr: str, range_: str, interval_seconds: float, offset: str = "") -> str:
+    """GPU-hours (or money, for a per-hour series) of a recorded 0..1 series over ``range_``.
+
+    Each evaluation of the rule stands for one interval of time.
+    """
+    off = f" offset {offset}" if offset else ""
+    return f"sum_over_time({expr}[{range_}]{off}) * {lit(interval_seconds / SECONDS_PER_HOUR)}"
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _record(name: str, expr: str) -> dict[str, Any]:
+    return {"record": name, "expr": expr}
+
+
+def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
+    """The cost group's rules, each after the rules it reads."""
+    n = names(t)
+    c = cost_names(t)
+    e = rule_exprs(t)
+    s = t.pack.selector()
+    rules: list[dict[str, Any]] = [_record(c.gpu_states, e.gpu_states())]
+    rules.append(
+        _record(
+            c.worker_gpu_states,
+            "\nor\n".join(
+                e.labelled(st, e.share(f'{c.gpu_states}{{state="{st}"}}')) for st in WORKER_STATES
+            ),
+        )
+    )
+    rules.append(
+        _record(
+            c.worker_states,
+            "\nor\n".join(
+                e.labelled(st, e.worker_from_pairs(f'{c.worker_gpu_states}{{state="{st}"}}'))
+                for st in WORKER_STATES
+            ),
+        )
+    )
+    rules.append(_record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
+    rules.append(_record(c.cluster_states, f"sum by (state) ({c.gpu_states})"))
+
+    rules.append(_record(c.model_tokens, f"sum by ({MODEL}) ({n.rate('generation_tokens')})"))
+    rules.append(
+        _record(
+            c.model_gpu_hours_per_mtok,
+            f"sum by ({MODEL}) ({c.model_states})\n/ on ({MODEL})\n({c.model_tokens} > 0)\n"
+            f"* {lit(1e6 / SECONDS_PER_HOUR)}",
+        )
+    )
+
+    price = price_expr(t.pricing, t.pack.agent_selector)
+    if price is not None:
+        rules.append(_record(c.gpu_price, price))
+        rules.append(
+            _record(
+                c.gpu_cost, f"{c.gpu_states}\n* on ({GPU}) group_left (currency)\n{c.gpu_price}"
+            )
+        )
+        rules.append(
+            _record(
+                c.worker_gpu_cost,
+                f"{c.worker_gpu_states}\n* on ({GPU}) group_left (currency)\n{c.gpu_price}",
+            )
+        )
+        rules.append(
+            _record(
+                c.worker_cost,
+                "\nor\n".join(
+                    e.labelled(
+                        st,
+                        e.worker_from_pairs(f'{c.worker_gpu_cost}{{state="{st}"}}', "currency"),
+                    )
+                    for st in WORKER_STATES
+                ),
+            )
+        )
+        rules.append(_record(c.model_cost, f"sum by ({MODEL}, state, currency) ({c.worker_cost})"))
+        rules.append(_record(c.cluster_cost, f"sum by (state, currency) ({c.gpu_cost})"))
+        rules.append(
+            _record(
+                c.model_cost_per_mtok,
+                f"sum by ({MODEL}, currency) ({c.model_cost})\n/ on ({MODEL}) group_left ()\n"
+                f"({c.model_tokens} > 0)\n* {lit(1e6 / SECONDS_PER_HOUR)}",
+            )
+        )
+
+    w = t.pack.window
+    rules.append(
+        _record(c.gpu_power, f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total{s}[{w}]))")
+    )
+    rules.append(_record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
+    rules.append(_record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
+    rules.append(_record(c.cluster_power, f"sum({c.gpu_power})"))
+    rules.append(
+        _record(
+            c.model_energy_per_token, f"{c.model_power}\n/ on ({MODEL})\n({c.model_tokens} > 0)"
+        )
+    )
+    return rules
+
+
+def recording_group(t: Thresholds) -> dict[str, Any]:
+    return {"name": GROUP, "interval": t.pack.interval, "rules": recording_rules(t)}
