@@ -34,7 +34,6 @@ from inferwatch.advise import (
     parse_time,
     pictures_from_answers,
     pictures_from_scrapes,
-    prometheus_queries,
     read_agent,
     render_text,
     report_dict,
@@ -652,48 +651,3 @@ def test_live_advice_is_concrete(advice: Advice) -> None:
     assert "(ttft.warmup_p95_seconds)" in advice.text
     assert "Prefix caching is off: add --enable-prefix-caching" in advice.text
     assert "overload" not in advice.text
-
-
-# --------------------------------------------------------------------------- issue 23: prompt lengths
-
-PROMPTS = """\
-# TYPE inferwatch_target_up gauge
-inferwatch_target_up{worker="a"} 1
-# TYPE inferwatch_prompt_length_tokens histogram
-""" + "".join(
-    f'inferwatch_prompt_length_tokens_bucket{{engine="vllm",le="{le}",model="m",worker="a"}} {n}\n'
-    for le, n in (("500.0", 60), ("1000.0", 70), ("2000.0", 80), ("5000.0", 95), ("+Inf", 100))
-)
-
-
-def test_the_long_context_advice_says_how_many_prompts_are_long() -> None:
-    (p,) = pictures_from_scrapes([(1000.0, parse_exposition(PROMPTS))], "agent:10127")
-    assert p.long_prompt_share == pytest.approx(0.2)  # 20 of 100 prompts above 2,000 tokens
-    tail = dataclasses.replace(p, e2e_p50=0.4, e2e_p99=6.0, gpu_utilization=0.5, model="m")
-    (rec,) = advise([tail], T)
-    assert "prompts over 2,000 tokens 20%" in [e.text() for e in rec.evidence]
-    assert rec.actions[0].startswith("Give long-context traffic its own pool: 20% of this")
-    short = dataclasses.replace(tail, long_prompt_share=0.0)
-    (rec,) = advise([short], T)
-    assert rec.actions[0].startswith("Almost no prompt is over 2,000 tokens")
-
-
-def test_prompt_lengths_of_the_sampled_span_and_from_prometheus() -> None:
-    later = PROMPTS.replace(" 95\n", " 135\n").replace(" 100\n", " 150\n")
-    later = later.replace(" 80\n", " 90\n")  # 10 more short, 40 more long, in 30 s
-    (p,) = pictures_from_scrapes(
-        [(1000.0, parse_exposition(PROMPTS)), (1030.0, parse_exposition(later))], "agent:10127"
-    )
-    assert p.long_prompt_share == pytest.approx(40 / 50)
-    answers = {
-        "target_up": [({"instance": "i", "worker": "a"}, 1.0)],
-        "prompt_buckets": [
-            ({"instance": "i", "worker": "a", "le": le}, n)
-            for le, n in (("2000", 30.0), ("+Inf", 40.0))
-        ],
-    }
-    (q,) = pictures_from_answers(answers, 2000.0)
-    assert q.long_prompt_share == pytest.approx(0.25)
-    assert (
-        "inferwatch_prompt_length_tokens_bucket" in prometheus_queries("", "1h")["prompt_buckets"]
-    )

@@ -152,13 +152,14 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
             lo = next_sample - SAMPLE
             share = sum(max(0.0, min(b, next_sample) - max(a, lo)) for a, b in busy) / SAMPLE
             snap = core.snapshot()
-            used = cfg.resident_bytes + snap.blocks_in_use * cfg.block_bytes
+            # the engine reserves its share of the card at start (as vLLM does): flat
+            used = cfg.reserved_per_gpu
             run.samples.append(
                 Sample(
                     next_sample,
                     utilization(snap, share),
                     snap.kv_usage,
-                    used / cfg.gpu.total_bytes,
+                    used / cfg.device_bytes,
                     snap.waiting,
                     snap.running,
                 )
