@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class VictoriaMetrics(_Server):
 
     name = "victoria-metrics"
 
-    def __init__(self, tmp: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, tmp: Path, retention: str = "1d", extra_args: Sequence[str] = ()) -> None:
         binary = require_vm(VICTORIA_METRICS, "victoria-metrics")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -66,13 +67,27 @@ class VictoriaMetrics(_Server):
                 binary,
                 f"-storageDataPath={self.dir / 'data'}",
                 f"-httpListenAddr=127.0.0.1:{self.port}",
-                "-retentionPeriod=1d",
+                f"-retentionPeriod={retention}",
                 "-search.latencyOffset=0s",
                 *extra_args,
             ],
             self.dir / "victoria-metrics.log",
         )
         wait_until(self._ready, timeout=60, message=f"victoria-metrics on :{self.port}")
+
+    def import_prometheus(self, lines: Sequence[str]) -> None:
+        """Samples in the text format with millisecond timestamps (``/api/v1/import/prometheus``),
+        then a flush so that the next query sees them."""
+        for start in range(0, len(lines), 50_000):
+            body = ("\n".join(lines[start : start + 50_000]) + "\n").encode()
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/import/prometheus", data=body, method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=120) as response:
+                if response.status != 204:
+                    raise AssertionError(f"import: HTTP {response.status}")
+        with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=60):
+            pass
 
     def api(self, path: str, **params: Any) -> Any:
         status, body, _ = http_get(
