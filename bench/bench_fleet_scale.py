@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
+import shutil
 import statistics
 import sys
 import time
@@ -45,18 +47,57 @@ from tests.support.stack import ALERTS_DIR, parse_duration, render_prometheus_co
 
 import benchlib  # noqa: E402
 
+_BUCKET_RATE = re.compile(r'rate\((inferwatch_(\w+)_seconds_bucket)\{job="inferwatch"\}\[5m\]\)')
+
+
+def shared_bucket_rules(dest: Path) -> Path:
+    """The committed rules with each histogram's bucket rate recorded once per worker.
+
+    A candidate change measured here, not shipped: today every quantile rule
+    (p50, p95, p99 per worker, p99 per model and for the cluster) computes
+    ``rate()`` over the raw buckets again. Here one rule per histogram records
+    ``worker:inferwatch_<h>_seconds_bucket:rate5m`` and the quantiles aggregate
+    that.
+    """
+    import yaml
+
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ALERTS_DIR / "inferwatch-alerts.yaml", dest / "inferwatch-alerts.yaml")
+    doc = yaml.safe_load((ALERTS_DIR / "inferwatch-rules.yaml").read_text())
+    group = doc["groups"][0]
+    added = {}
+    for rule in group["rules"]:
+        expr = str(rule["expr"])
+        for match in _BUCKET_RATE.finditer(expr):
+            name = f"worker:{match.group(1)}:rate5m"
+            added[name] = (
+                "sum by (le, job, instance, worker, model, engine) "
+                f'(rate({match.group(1)}{{job="inferwatch"}}[5m]))'
+            )
+        rule["expr"] = _BUCKET_RATE.sub(lambda m: f"worker:{m.group(1)}:rate5m", expr)
+    group["rules"] = [{"record": k, "expr": v} for k, v in added.items()] + group["rules"]
+    (dest / "inferwatch-rules.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
 
 def one(value: Any) -> float:
     return float(value[0]["value"][1]) if value else math.nan
 
 
-def measure(gpus: int, histograms: bool, interval: str, settle: float, tmp: Path) -> dict[str, Any]:
+def measure(
+    gpus: int,
+    histograms: bool,
+    interval: str,
+    settle: float,
+    tmp: Path,
+    rules_dir: Path = ALERTS_DIR,
+) -> dict[str, Any]:
     hosts = make_hosts(gpus, histograms=histograms)
     server = ReplayServer(hosts)
     prom: Prometheus | None = None
     try:
         cfg = render_prometheus_config(
-            rules_dir=ALERTS_DIR,
+            rules_dir=rules_dir,
             alertmanager=None,
             scrape_interval=interval,
             evaluation_interval=interval,
@@ -85,6 +126,12 @@ def measure(gpus: int, histograms: bool, interval: str, settle: float, tmp: Path
             r["metric"]["rule_group"].rsplit(";", 1)[-1]: float(r["value"][1])
             for r in prom.query("prometheus_rule_group_last_duration_seconds")
         }
+        rules = [
+            (float(r.get("evaluationTime", 0.0)), r.get("name", ""))
+            for g in prom.api("rules")["groups"]
+            for r in g["rules"]
+        ]
+        costliest = {name: seconds for seconds, name in sorted(rules, reverse=True)[:8]}
         return {
             "gpus": gpus,
             "workers": gpus,
@@ -105,6 +152,7 @@ def measure(gpus: int, histograms: bool, interval: str, settle: float, tmp: Path
             ),
             "rule_failures": one(prom.query("sum(prometheus_rule_evaluation_failures_total)")),
             "rss_bytes": rss_max,
+            "costliest_rules_s": costliest,
             "replay_scrapes": server.scrapes,
         }
     finally:
@@ -153,6 +201,12 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['rss_bytes'] / 2**20:>8.0f} "
             f"{r['rss_bytes'] / 1024 / r['head_series']:>10.2f}"
         )
+    top = rows[-1].get("costliest_rules_s")
+    if top:
+        lines.append(
+            f"costliest rules at {rows[-1]['gpus']} GPUs (last evaluation, ms): "
+            + ", ".join(f"{name} {sec * 1000:.0f}" for name, sec in top.items())
+        )
     fits = {k: exponent(rows, k) for k in KEYS}
     lines.append(
         "growth exponent k (figure ~ N^k, N >= 10): "
@@ -168,6 +222,12 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=90.0, help="seconds per step")
     parser.add_argument("--variants", default="with,without", help="with,without histograms")
     parser.add_argument("--tmp", default=str(REPO / "build" / "bench-fleet"))
+    parser.add_argument(
+        "--rules",
+        choices=("committed", "shared-bucket-rate"),
+        default="committed",
+        help="the committed alerts/*.yaml, or a candidate that records bucket rates once",
+    )
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     sizes = [int(x) for x in args.gpus.split(",")]
@@ -175,16 +235,27 @@ def main() -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     info = benchlib.machine()
     print(benchlib.machine_line(info), flush=True)
-    result: dict[str, Any] = {"machine": info, "interval": args.scrape_interval, "variants": {}}
+    rules_dir = (
+        shared_bucket_rules(tmp / "rules-shared-bucket-rate")
+        if args.rules == "shared-bucket-rate"
+        else ALERTS_DIR
+    )
+    result: dict[str, Any] = {
+        "machine": info,
+        "interval": args.scrape_interval,
+        "rules": args.rules,
+        "variants": {},
+    }
     for variant in args.variants.split(","):
         rows = []
         for n in sizes:
-            row = measure(n, variant == "with", args.scrape_interval, args.settle, tmp)
+            row = measure(n, variant == "with", args.scrape_interval, args.settle, tmp, rules_dir)
             print(json.dumps(row), flush=True)
             rows.append(row)
         title = "with" if variant == "with" else "without"
         print(
-            f"\n{title} the engines' histograms passed through, scrape/eval {args.scrape_interval}"
+            f"\nrules {args.rules}, {title} the engines' histograms passed through, "
+            f"scrape/eval {args.scrape_interval}"
         )
         print(table(rows), flush=True)
         result["variants"][variant] = {"rows": rows, "fit": {k: exponent(rows, k) for k in KEYS}}
