@@ -1,7 +1,8 @@
 """``inferwatch report``: query a week from Prometheus, render it, write it and/or mail it.
 
 Exit codes (documented in docs/report.md):
-0 done; 1 unexpected error; 2 bad flag or configuration; 3 Prometheus unreachable;
+0 done; 1 unexpected error; 2 bad flag or configuration (the store answering 401/403
+included); 3 Prometheus unreachable (after the retries);
 4 a query failed; 5 no data for the period; 6 mail not delivered (nothing sent);
 7 the output directory could not be written.
 """
@@ -30,6 +31,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="base URL of a Prometheus-compatible query API "
         "(e.g. http://prometheus:9090); report.prometheus_url in --config",
+    )
+    store = parser.add_argument_group(
+        "store access",
+        "credentials and tenant of an authenticated or multi-tenant store (docs/report.md); "
+        "the token and password themselves only from INFERWATCH_PROMETHEUS_BEARER_TOKEN / "
+        "INFERWATCH_PROMETHEUS_PASSWORD or a file, never from a flag",
+    )
+    store.add_argument(
+        "--bearer-token-file",
+        metavar="FILE",
+        help="send the token in FILE as 'Authorization: Bearer' (report.prometheus_bearer_token_file)",
+    )
+    store.add_argument(
+        "--basic-auth-user",
+        metavar="USER",
+        help="basic auth user; the password from INFERWATCH_PROMETHEUS_PASSWORD or "
+        "--basic-auth-password-file (report.prometheus_username)",
+    )
+    store.add_argument(
+        "--basic-auth-password-file",
+        metavar="FILE",
+        help="basic auth password file (report.prometheus_password_file)",
+    )
+    store.add_argument(
+        "--tenant",
+        metavar="ID",
+        help="tenant id sent in --tenant-header on every query (report.prometheus_tenant)",
+    )
+    store.add_argument(
+        "--tenant-header",
+        metavar="NAME",
+        help="header carrying the tenant (default X-Scope-OrgID: Mimir, Cortex; "
+        "report.prometheus_tenant_header)",
+    )
+    store.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="tries again N times after an answer 5xx, a time-out or a refused connection, "
+        "waiting 0.5 s, 1 s, 2 s ... (default 3)",
     )
     parser.add_argument(
         "--end",
@@ -177,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.report.model import Period, bands_from_thresholds
     from inferwatch.report.promapi import PrometheusClient, ReportError
     from inferwatch.report.query import collect, count_steps
-    from inferwatch.report.settings import load_settings
+    from inferwatch.report.settings import load_settings, store_access
     from inferwatch.report.summary import build_report
 
     settings = load_settings(args.config, os.environ)
@@ -186,6 +228,25 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--prometheus-url is required (or report.prometheus_url in --config)")
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"--prometheus-url: expected an http:// or https:// URL, got {url!r}")
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        # user:password@host would sit in the process list and in the report's footer
+        raise UsageError(
+            "--prometheus-url: credentials in the URL are not accepted; use --basic-auth-user "
+            "with INFERWATCH_PROMETHEUS_PASSWORD (or a password file) instead"
+        )
+    if not 0 <= args.retries <= 10:
+        raise UsageError(f"--retries: expected 0 to 10, got {args.retries}")
+    access = store_access(
+        settings,
+        os.environ,
+        {
+            "bearer_token_file": args.bearer_token_file,
+            "username": args.basic_auth_user,
+            "password_file": args.basic_auth_password_file,
+            "tenant": args.tenant,
+            "tenant_header": args.tenant_header,
+        },
+    )
     days = args.days if args.days is not None else (settings.days or 7)
     if not 1 <= days <= 366:
         raise UsageError(f"--days: expected 1 to 366, got {days}")
@@ -203,7 +264,7 @@ def main(args: argparse.Namespace) -> int:
         else (lambda msg: print(f"inferwatch report: {msg}", file=sys.stderr))
     )
     period = Period(end=end, days=days)
-    client = PrometheusClient(url, timeout=args.timeout)
+    client = PrometheusClient(url, timeout=args.timeout, access=access, retries=args.retries)
     progress = _Progress(count_steps(), enabled=not args.quiet and sys.stderr.isatty())
     try:
         try:
@@ -225,8 +286,9 @@ def main(args: argparse.Namespace) -> int:
     except ReportError as err:
         print(f"inferwatch report: error: {err}", file=sys.stderr)
         return err.exit_code
+    retried = f" ({client.retried} tried again)" if client.retried else ""
     say(
-        f"{client.queries} queries to {url} for {fmt.timestamp(period.start)} .. "
+        f"{client.queries} queries{retried} to {url} for {fmt.timestamp(period.start)} .. "
         f"{fmt.timestamp(period.end)}"
     )
 

@@ -1,12 +1,21 @@
-"""The report's settings: the ``report:`` section of the config file and ``INFERWATCH_SMTP_*``.
+"""The report's settings: the ``report:`` section of the config file, ``INFERWATCH_SMTP_*``
+and ``INFERWATCH_PROMETHEUS_*``.
 
 Precedence is flags > environment > file > defaults. The SMTP password comes
 only from ``INFERWATCH_SMTP_PASSWORD`` or a password file, never from a flag,
-and is kept out of every repr, log line and error message.
+and is kept out of every repr, log line and error message. The same holds for
+the store's bearer token and password (``INFERWATCH_PROMETHEUS_BEARER_TOKEN``,
+``INFERWATCH_PROMETHEUS_PASSWORD`` or a file); flags name only files.
 
 ```yaml
 report:
   prometheus_url: http://prometheus:9090
+  # a store behind authentication (one of the two), and its tenant
+  prometheus_bearer_token_file: /run/secrets/store-token
+  prometheus_username: reports
+  prometheus_password_file: /run/secrets/store-password
+  prometheus_tenant: team-a               # sent as X-Scope-OrgID (Mimir, Cortex)
+  prometheus_tenant_header: X-Scope-OrgID
   days: 7
   thresholds_file: /etc/inferwatch/thresholds.yaml
   smtp:
@@ -22,6 +31,7 @@ report:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +40,29 @@ from typing import Any
 import yaml
 
 from inferwatch.errors import ConfigError
+from inferwatch.report.promapi import DEFAULT_TENANT_HEADER, StoreAccess
 
 SECURITY = ("starttls", "tls", "none")
 DEFAULT_PORTS = {"starttls": 587, "tls": 465, "none": 25}
-REPORT_KEYS = ("prometheus_url", "days", "smtp", "thresholds_file")
+#: the store's access settings: config key suffix -> environment variable suffix
+STORE_KEYS = {
+    "bearer_token_file": "BEARER_TOKEN_FILE",
+    "username": "USERNAME",
+    "password_file": "PASSWORD_FILE",
+    "tenant": "TENANT",
+    "tenant_header": "TENANT_HEADER",
+}
+REPORT_KEYS = (
+    "prometheus_url",
+    *(f"prometheus_{k}" for k in STORE_KEYS),
+    "days",
+    "smtp",
+    "thresholds_file",
+)
 SMTP_KEYS = ("host", "port", "security", "username", "password_file", "from", "to")
 ENV_PREFIX = "INFERWATCH_SMTP_"
+STORE_ENV_PREFIX = "INFERWATCH_PROMETHEUS_"
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 
 
 @dataclass(frozen=True)
@@ -73,11 +100,19 @@ class SmtpSettings:
 
 
 @dataclass(frozen=True)
+class StoreSettings:
+    """Where each access setting came from: (value, source, key) from the file or environment."""
+
+    values: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ReportSettings:
     prometheus_url: str | None = None
     days: int | None = None
     thresholds_file: str | None = None
     smtp: SmtpSettings = field(default_factory=SmtpSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
 
 
 def _str(source: str, key: str, value: Any) -> str:
@@ -187,6 +222,14 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
     if section.get("thresholds_file") is not None:
         thresholds_file = _str(source, "report.thresholds_file", section["thresholds_file"])
 
+    store: dict[str, tuple[str, str, str]] = {}
+    for key, suffix in STORE_KEYS.items():
+        if section.get(f"prometheus_{key}") is not None:
+            text = _str(source, f"report.prometheus_{key}", section[f"prometheus_{key}"])
+            store[key] = (text, source, f"report.prometheus_{key}")
+        if env.get(STORE_ENV_PREFIX + suffix):
+            store[key] = (env[STORE_ENV_PREFIX + suffix], "environment", STORE_ENV_PREFIX + suffix)
+
     smtp_section = section.get("smtp") or {}
     if not isinstance(smtp_section, dict):
         raise ConfigError(source, "report.smtp", "a mapping", got=type(smtp_section).__name__)
@@ -271,5 +314,101 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
         to=to,
     )
     return ReportSettings(
-        prometheus_url=prometheus_url, days=days, thresholds_file=thresholds_file, smtp=smtp
+        prometheus_url=prometheus_url,
+        days=days,
+        thresholds_file=thresholds_file,
+        smtp=smtp,
+        store=StoreSettings(store),
     )
+
+
+def _read_secret(source: str, key: str, path: str, what: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            source, key, f"a readable {what} file", got=f"{path} ({err.strerror or err})"
+        ) from None
+    secret = text.strip()
+    if not secret:
+        raise ConfigError(source, key, f"a {what} file that is not empty", got=path)
+    if "\n" in secret or "\r" in secret:
+        raise ConfigError(source, key, f"a {what} file of one line", got=path)
+    return secret
+
+
+def store_access(
+    settings: ReportSettings,
+    env: Mapping[str, str],
+    flags: Mapping[str, str | None],
+) -> StoreAccess:
+    """The store's credentials and tenant: flags (file paths, user, tenant) > environment > file.
+
+    ``flags`` maps the keys of :data:`STORE_KEYS` to what the command line gave
+    (None where it gave nothing). The token and the password themselves come
+    only from ``INFERWATCH_PROMETHEUS_BEARER_TOKEN`` / ``..._PASSWORD`` or from a
+    file, so that they never show in a process list.
+    """
+    chosen = dict(settings.store.values)
+    for key, value in flags.items():
+        if value is not None:
+            chosen[key] = (value, "command line", "--" + _FLAG[key])
+
+    def get(key: str) -> str | None:
+        return chosen[key][0] if key in chosen else None
+
+    token = env.get(STORE_ENV_PREFIX + "BEARER_TOKEN") or None
+    token_from = ("environment", STORE_ENV_PREFIX + "BEARER_TOKEN")
+    if token is None and get("bearer_token_file"):
+        value, source, key = chosen["bearer_token_file"]
+        token = _read_secret(source, key, value, "bearer token")
+        token_from = (source, key)
+    password = env.get(STORE_ENV_PREFIX + "PASSWORD") or None
+    if password is None and get("password_file"):
+        value, source, key = chosen["password_file"]
+        password = _read_secret(source, key, value, "password")
+    username = get("username")
+    if token is not None and (username is not None or password is not None):
+        raise ConfigError(
+            token_from[0],
+            token_from[1],
+            "either a bearer token or basic auth (user and password), not both",
+        )
+    if password is not None and username is None:
+        raise ConfigError(
+            "store settings",
+            "report.prometheus_username",
+            f"a user name when a password is set (--basic-auth-user or {STORE_ENV_PREFIX}USERNAME)",
+        )
+    if username is not None and password is None:
+        raise ConfigError(
+            "store settings",
+            "report.prometheus_password_file",
+            f"a password for user {username!r}: {STORE_ENV_PREFIX}PASSWORD, "
+            f"--basic-auth-password-file or report.prometheus_password_file",
+        )
+    header = get("tenant_header") or DEFAULT_TENANT_HEADER
+    if not _HEADER_NAME.match(header):
+        value, source, key = chosen["tenant_header"]
+        raise ConfigError(source, key, "an HTTP header name (letters, digits, -)", got=value)
+    tenant = get("tenant")
+    if tenant is not None and not tenant.isprintable():
+        _, source, key = chosen["tenant"]
+        raise ConfigError(source, key, "a tenant id of printable characters")
+    return StoreAccess(
+        bearer_token=token,
+        username=username,
+        password=password,
+        tenant=tenant,
+        tenant_header=header,
+    )
+
+
+#: the command-line flag of each access setting
+_FLAG = {
+    "bearer_token_file": "bearer-token-file",
+    "username": "basic-auth-user",
+    "password_file": "basic-auth-password-file",
+    "tenant": "tenant",
+    "tenant_header": "tenant-header",
+}

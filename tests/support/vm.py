@@ -1,0 +1,193 @@
+"""Real VictoriaMetrics programs (Debian's ``victoria-metrics`` 1.79) for tests and benchmarks.
+
+``VictoriaMetrics`` (the single-node store), ``VMAlert`` (rules against it)
+and ``VMAuth`` (an authenticating proxy in front of it), each on a loopback
+port picked here, with its data and log under the test's directory, stopped
+by pid (:class:`tests.support.proc.Process`). The Debian service is not used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support.proc import Process, free_port, http_get, wait_until
+
+VICTORIA_METRICS = shutil.which("victoria-metrics")
+VMALERT = shutil.which("vmalert")
+VMAUTH = shutil.which("vmauth")
+
+
+def require_vm(path: str | None, name: str) -> str:
+    if not path:
+        pytest.skip(f"{name} is not installed (apt-get install victoria-metrics)")
+    return path
+
+
+class _Server:
+    name = ""
+    process: Process
+    url: str
+
+    def _ready(self) -> bool:
+        if not self.process.alive():
+            raise AssertionError(f"{self.name} exited:\n{self.process.log()[-3000:]}")
+        return http_get(f"{self.url}/health", timeout=2)[0] == 200
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class VictoriaMetrics(_Server):
+    """The single-node store; Prometheus remote-writes to ``write_url``.
+
+    ``-search.latencyOffset=0s``: by default the store hides the last 30 s of
+    samples from queries (they may still be arriving); a test that waits on
+    fresh data would wait 30 s longer for nothing.
+    """
+
+    name = "victoria-metrics"
+
+    def __init__(self, tmp: Path, retention: str = "1d", extra_args: Sequence[str] = ()) -> None:
+        binary = require_vm(VICTORIA_METRICS, "victoria-metrics")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.write_url = f"{self.url}/api/v1/write"
+        self.dir = tmp / f"victoria-metrics-{self.port}"
+        self.dir.mkdir(parents=True)
+        self.process = Process(
+            [
+                binary,
+                f"-storageDataPath={self.dir / 'data'}",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-retentionPeriod={retention}",
+                "-search.latencyOffset=0s",
+                *extra_args,
+            ],
+            self.dir / "victoria-metrics.log",
+        )
+        wait_until(self._ready, timeout=60, message=f"victoria-metrics on :{self.port}")
+
+    def import_prometheus(self, lines: Sequence[str]) -> None:
+        """Samples in the text format with millisecond timestamps (``/api/v1/import/prometheus``),
+        then a flush so that the next query sees them."""
+        for start in range(0, len(lines), 50_000):
+            body = ("\n".join(lines[start : start + 50_000]) + "\n").encode()
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/import/prometheus", data=body, method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=120) as response:
+                if response.status != 204:
+                    raise AssertionError(f"import: HTTP {response.status}")
+        with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=60):
+            pass
+
+    def api(self, path: str, **params: Any) -> Any:
+        status, body, _ = http_get(
+            f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout=20
+        )
+        doc = json.loads(body)
+        if doc.get("status") != "success":
+            raise AssertionError(f"victoria-metrics API {path} {params}: {status} {doc}")
+        return doc["data"]
+
+    def query(self, expr: str, time_: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": expr}
+        if time_ is not None:
+            params["time"] = time_
+        return list(self.api("query", **params)["result"])
+
+
+class VMAlert(_Server):
+    """vmalert over a datasource URL, writing recorded series and alert state back.
+
+    ``external_labels`` are added to every recorded series and alert;
+    ``datasource_url`` may carry query arguments (``?extra_label=cluster=a``),
+    which vmalert keeps on every query it sends.
+    """
+
+    name = "vmalert"
+
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        datasource_url: str,
+        remote_write_url: str,
+        rule_files: Sequence[Path],
+        notifier_url: str,
+        evaluation_interval: str = "2s",
+        external_labels: dict[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        binary = require_vm(VMALERT, "vmalert")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = tmp / f"vmalert-{self.port}"
+        self.dir.mkdir(parents=True)
+        args = [
+            binary,
+            f"-datasource.url={datasource_url}",
+            f"-remoteWrite.url={remote_write_url}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            f"-evaluationInterval={evaluation_interval}",
+            "-remoteWrite.flushInterval=1s",
+            f"-notifier.url={notifier_url}",
+            *[f"-rule={p}" for p in rule_files],
+            *[f"-external.label={k}={v}" for k, v in (external_labels or {}).items()],
+            *extra_args,
+        ]
+        self.process = Process(args, self.dir / "vmalert.log")
+        wait_until(self._ready, timeout=60, message=f"vmalert on :{self.port}")
+
+    def groups(self) -> list[dict[str, Any]]:
+        status, body, _ = http_get(f"{self.url}/api/v1/rules", timeout=10)
+        if status != 200:
+            raise AssertionError(f"vmalert /api/v1/rules: HTTP {status}")
+        return list(json.loads(body)["data"]["groups"])
+
+    def rules(self) -> list[dict[str, Any]]:
+        return [rule for group in self.groups() for rule in group["rules"]]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        status, body, _ = http_get(f"{self.url}/api/v1/alerts", timeout=10)
+        if status != 200:
+            raise AssertionError(f"vmalert /api/v1/alerts: HTTP {status}")
+        return list(json.loads(body)["data"]["alerts"])
+
+
+class VMAuth(_Server):
+    """vmauth in front of a backend: bearer-token and basic-auth users, each with a URL prefix.
+
+    ``users`` are vmauth's own ``users:`` entries (``bearer_token`` or
+    ``username``/``password``, and ``url_prefix``).
+    """
+
+    name = "vmauth"
+
+    def __init__(self, tmp: Path, users: list[dict[str, Any]]) -> None:
+        binary = require_vm(VMAUTH, "vmauth")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = tmp / f"vmauth-{self.port}"
+        self.dir.mkdir(parents=True)
+        config = self.dir / "auth.yml"
+        config.write_text(yaml.safe_dump({"users": users}, sort_keys=False))
+        self.process = Process(
+            [binary, f"-auth.config={config}", f"-httpListenAddr=127.0.0.1:{self.port}"],
+            self.dir / "vmauth.log",
+        )
+        wait_until(self._ready, timeout=60, message=f"vmauth on :{self.port}")
+
+    def _ready(self) -> bool:
+        if not self.process.alive():
+            raise AssertionError(f"vmauth exited:\n{self.process.log()[-3000:]}")
+        # vmauth answers its own /health without a user; anything else needs one
+        return http_get(f"{self.url}/health", timeout=2)[0] == 200
