@@ -287,17 +287,55 @@ class ProcessSource(Source):
         self._locality: dict[str, tuple[float, bool]] = {}
         self._self_pid = os.getpid()
         self._lock = asyncio.Lock()
+        self._pending: tuple[WorkerLike, ...] | None = None
+
+    def set_workers(self, workers: Sequence[WorkerLike]) -> None:
+        """Replace the worker list (Kubernetes discovery); applied at the next pass. A
+        worker that is gone leaves the snapshot at once; one whose pid changed (a
+        restarted container) is looked for again."""
+        self._pending = tuple(workers)
+        names = {w.name for w in workers}
+        self._snapshot = {n: s for n, s in self._snapshot.items() if n in names}
+        self._pid_workers = {p: n for p, n in self._pid_workers.items() if n in names}
+
+    def _apply_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        specs = {w.name: w for w in pending}
+        for name in list(self._tracked):
+            old, new = self._specs.get(name), specs.get(name)
+            if (
+                new is None
+                or old is None
+                or (old.pid, old.cmd_match, old.url)
+                != (
+                    new.pid,
+                    new.cmd_match,
+                    new.url,
+                )
+            ):
+                del self._tracked[name]
+        for name in list(self._missing):
+            if name not in specs:
+                del self._missing[name]
+        self._workers = pending
+        self._specs = specs
 
     # -- the pass ------------------------------------------------------------
 
     async def refresh(self) -> None:
         started = time.perf_counter()
         async with self._lock:
+            self._apply_pending()
             try:
                 snapshot, problems = await asyncio.to_thread(self._collect)
             except Exception as exc:  # a source never raises
                 self.health.error("collect", f"process pass failed: {exc!r}")
                 return
+        if self._pending is not None:  # the list changed during the pass: drop the gone
+            names = {w.name for w in self._pending}
+            snapshot = {n: seen for n, seen in snapshot.items() if n in names}
         self._snapshot = snapshot
         pid_workers: dict[int, str] = {}
         for name in sorted(snapshot):
