@@ -121,9 +121,11 @@ class PodWatcher:
         watch_timeout: float = 300.0,
         on_error: Callable[[str, str], None] = lambda reason, message: None,
         on_ok: Callable[[], None] = lambda: None,
+        page_size: int = LIST_PAGE,
     ) -> None:
         self.settings = settings
         self.watch_timeout = watch_timeout
+        self.page_size = page_size
         self.on_error = on_error
         self.on_ok = on_ok
         self.pods: dict[str, Mapping[str, Any]] = {}
@@ -184,7 +186,7 @@ class PodWatcher:
         token = ""
         version = ""
         while True:
-            params = {"limit": str(LIST_PAGE)}
+            params = {"limit": str(self.page_size)}
             if token:
                 params["continue"] = token
             timeout = aiohttp.ClientTimeout(total=60)

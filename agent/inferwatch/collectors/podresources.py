@@ -26,8 +26,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-#: resource names whose device IDs are GPUs (prefixes; ``nvidia.com/mig-`` covers every profile)
-GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")
+#: resource names whose device IDs are GPUs (``nvidia.com/gpu.shared``: time-slicing with
+#: renameByDefault; ``nvidia.com/mig-`` is a prefix for every MIG profile)
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-")
 
 
 @dataclass(frozen=True)
