@@ -208,10 +208,11 @@ class KubeApi:
         self._call(run)
 
     def compact(self) -> None:
-        """Forget the history (etcd compaction): older versions are now 410 Gone."""
+        """Forget the history (etcd compaction): a watch from a version before the
+        current one is now 410 Gone; the current version stays valid."""
 
         def run() -> None:
-            self.oldest = self.rv + 1
+            self.oldest = self.rv
             self.history.clear()
 
         self._call(run)

@@ -274,23 +274,28 @@ class PodWatcher:
         """List, then watch, forever: re-list on 410, back off on errors."""
         backoff = BACKOFF_MIN
         need_list = True
+        just_listed = False
         while True:
             try:
                 if need_list:
                     await self.list_pods()
-                    need_list = False
+                    need_list, just_listed = False, True
                     self.on_ok()
                 await self.watch_once()
-                backoff = BACKOFF_MIN
+                backoff, just_listed = BACKOFF_MIN, False
                 continue
             except asyncio.CancelledError:
                 raise
             except Gone:
-                log.info(
-                    "kubernetes: resource version %s expired; listing again", self.resource_version
-                )
                 need_list = True
-                continue
+                if not just_listed:
+                    log.info(
+                        "kubernetes: resource version %s expired; listing again",
+                        self.resource_version,
+                    )
+                    continue
+                # 410 from the version a list has just returned: wait before the next list
+                self.on_error("gone", "the API answered 410 Gone to a version it had just listed")
             except ApiError as exc:
                 self.on_error(exc.reason, str(exc))
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
