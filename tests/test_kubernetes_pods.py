@@ -339,11 +339,11 @@ def test_in_cluster_settings_from_the_environment(tmp_path: Path) -> None:
         api_settings(cfg, {**env, "KUBERNETES_SERVICE_HOST": "fd00::1"}, "f").url
         == "https://[fd00::1]:443"
     )
-    with pytest.raises(ConfigError, match="kubernetes.node_name"):
+    with pytest.raises(ConfigError, match=r"kubernetes\.node_name"):
         api_settings(cfg, {k: v for k, v in env.items() if k != "NODE_NAME"}, "f.yaml")
-    with pytest.raises(ConfigError, match="kubernetes.api_url"):
+    with pytest.raises(ConfigError, match=r"kubernetes\.api_url"):
         api_settings(cfg, {"NODE_NAME": "n"}, "f.yaml")
-    with pytest.raises(ConfigError, match="kubernetes.token_file") as err:
+    with pytest.raises(ConfigError, match=r"kubernetes\.token_file") as err:
         api_settings(
             KubernetesConfig(token_file=str(tmp_path / "none"), ca_file=None), env, "f.yaml"
         )

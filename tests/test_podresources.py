@@ -103,7 +103,7 @@ def test_a_failing_kubelet_is_one_error_naming_the_socket(server: PodResourcesSe
 def test_a_missing_socket_is_an_error_not_a_hang(tmp_path: Path) -> None:
     client = PodResourcesClient(str(tmp_path / "absent.sock"), timeout=2)
     try:
-        with pytest.raises(PodResourcesError, match="UNAVAILABLE|DEADLINE_EXCEEDED"):
+        with pytest.raises(PodResourcesError, match=r"UNAVAILABLE|DEADLINE_EXCEEDED"):
             client.list_sync()
     finally:
         client.close()

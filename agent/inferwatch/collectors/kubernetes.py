@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -91,6 +92,13 @@ def api_settings(cfg: KubernetesConfig, environ: Mapping[str, str], source: str)
             source,
             "kubernetes.node_name",
             "this node's name, or NODE_NAME from the downward API (fieldRef spec.nodeName)",
+        )
+    if cfg.pod_resources_socket and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(
+            source,
+            "kubernetes.pod_resources_socket",
+            "the kubernetes extra installed (pip install 'inferwatch[kubernetes]'), or null "
+            "to leave the kubelet's GPU allocations out",
         )
     for key, path in (("token_file", cfg.token_file), ("ca_file", cfg.ca_file)):
         if path is not None and not os.access(path, os.R_OK):
