@@ -368,3 +368,37 @@ def test_skipped_pods_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
         source.workers_of([pod])
         source.workers_of([pod])
     assert len([r for r in caplog.records if "inference/p not scraped" in r.getMessage()]) == 1
+
+
+# ---------------------------------------------------------------------- the process source
+
+
+async def test_process_series_of_a_discovered_worker_carry_its_pod_labels() -> None:
+    import os
+
+    from inferwatch.collectors.process import ProcessSource
+    from inferwatch.config import WorkerSpec
+
+    pod_labels = (("namespace", "inference"), ("pod", "chat-0"), ("container", "vllm"))
+    spec = WorkerSpec(
+        "inference/chat-0/vllm", "http://10.0.0.9:8000", pid=os.getpid(), labels=pod_labels
+    )
+    source = ProcessSource([spec], interval=1)
+    await source.refresh()
+    families = {f.name: f for f in source.families()}
+    for name in (
+        "inferwatch_worker_info",
+        "inferwatch_worker_cpu_seconds",
+        "inferwatch_worker_resident_memory_bytes",
+    ):
+        (sample,) = families[name].samples
+        assert sample.labels["worker"] == spec.name
+        assert {k: sample.labels[k] for k, _ in pod_labels} == dict(pod_labels), name
+    assert (
+        families["inferwatch_worker_cpu_seconds"].samples[0].name
+        == "inferwatch_worker_cpu_seconds_total"
+    )
+    # the pod goes: its series go at once, before the next pass
+    source.set_workers([])
+    assert all(not f.samples for f in source.families())
+    assert source.pid_workers() == {}

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from inferwatch.collectors.attribution import gpu_env
 from inferwatch.collectors.base import Source
@@ -621,6 +622,19 @@ class ProcessSource(Source):
                 1.0,
             )
             labels = [name, engine, model]
+            extra = tuple(getattr(self._specs.get(name), "labels", ()) or ())
+            if extra:
+                # a discovered pod's worker: its namespace, pod and container too
+                info.samples[-1] = _with_labels(info.samples[-1], extra)
+                for fam, value in (
+                    (cpu, seen.cpu_seconds),
+                    (rss, float(seen.rss_bytes)),
+                    (start, seen.start_time),
+                ):
+                    sample_name = fam.name + ("_total" if fam.type == "counter" else "")
+                    keyed = dict(zip(SERIES_LABELS, labels, strict=True))
+                    fam.samples.append(Sample(sample_name, {**keyed, **dict(extra)}, value))
+                continue
             cpu.add_metric(labels, seen.cpu_seconds)
             rss.add_metric(labels, float(seen.rss_bytes))
             start.add_metric(labels, seen.start_time)
@@ -662,6 +676,10 @@ class ProcessSource(Source):
     def worker_process(self, worker: str) -> WorkerProcess | None:
         """The whole last observation of one worker (pid, tree, totals)."""
         return self._snapshot.get(worker)
+
+
+def _with_labels(sample: Sample, extra: tuple[tuple[str, str], ...]) -> Sample:
+    return Sample(sample.name, {**sample.labels, **dict(extra)}, sample.value)
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:
