@@ -19,6 +19,7 @@ NOT_IN_DEMO = {
     "inferwatch_requests_rejected_total": "steady load stays under any admission limit",
     "inferwatch_tpot_mean_seconds": "only for engines without a TPOT histogram (llama.cpp)",
     "inferwatch_e2e_latency_mean_seconds": "only for engines without an E2E histogram (Triton)",
+    "inferwatch_kubernetes_workers": "only with kubernetes: discovery (tests/test_kubernetes_e2e.py)",
 }
 
 

@@ -171,3 +171,43 @@ async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
         assert not other.synced.is_set()
     finally:
         api.stop()
+
+
+async def test_static_workers_keep_working_beside_discovery(tmp_path: Path, api: KubeApi) -> None:
+    """The real agent (in process): a configured worker and the discovered ones are all
+    watched; a configured name wins over a discovered worker of the same name."""
+    from inferwatch.agent import Agent
+    from inferwatch.config import load_config
+
+    api.add(pod("a"))
+    api.add(pod("b"))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"""
+gpu: {{backend: none}}
+workers:
+  - {{name: static-0, url: "http://127.0.0.1:9"}}
+  - {{name: inference/b/vllm, url: "http://127.0.0.1:10", engine: tgi}}
+kubernetes:
+  api_url: {api.url}
+  node_name: {NODE}
+  token_file: {token_file(tmp_path, api)}
+  ca_file: null
+  pod_resources_socket: null
+  proc_root: null
+  interval: 0.2s
+"""
+    )
+    agent = Agent(load_config(str(cfg), env={}))
+    await agent.start()
+    try:
+        await until(lambda: {w.name for w in agent.workers} >= {"inference/a/vllm"})
+        names = [w.name for w in agent.workers]
+        assert names == ["static-0", "inference/b/vllm", "inference/a/vllm"]
+        assert {w.name: w.engine for w in agent.workers}["inference/b/vllm"] == "tgi"
+        assert agent.engine is not None and set(agent.engine.workers) == set(names)
+        api.delete("uid-a")
+        await until(lambda: [w.name for w in agent.workers] == ["static-0", "inference/b/vllm"])
+        assert agent.engine is not None and "inference/a/vllm" not in agent.engine.workers
+    finally:
+        await agent.stop()
