@@ -402,3 +402,31 @@ async def test_process_series_of_a_discovered_worker_carry_its_pod_labels() -> N
     source.set_workers([])
     assert all(not f.samples for f in source.families())
     assert source.pid_workers() == {}
+
+
+def test_the_scanner_reads_only_new_processes(tmp_path: Path) -> None:
+    import shutil
+
+    line = f"0::/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope\n"
+    _proc(tmp_path, 900, 1, line)
+    _proc(tmp_path, 950, 1, "0::/system.slice/kubelet.service\n")
+    scanner = cgroups.Scanner(str(tmp_path))
+    assert sorted(scanner.scan()) == [900]
+    assert scanner.reads == 2
+    assert sorted(scanner.scan()) == [900] and scanner.reads == 2, "nothing new: nothing read"
+    _proc(tmp_path, 901, 900, line)
+    assert sorted(scanner.scan()) == [900, 901] and scanner.reads == 3
+    # PID 950 ends and is reused by a process of the pod: another /proc entry, read again
+    shutil.rmtree(tmp_path / "950")
+    _proc(tmp_path, 950, 900, line)
+    assert sorted(scanner.scan()) == [900, 901, 950] and scanner.reads == 4
+    # a known root is kept without reading; a root that is gone is found again
+    found = scanner.scan()
+    assert cgroups.container_roots(found, str(tmp_path), {(UID, CID)}, {(UID, CID): 901}) == {
+        (UID, CID): 901
+    }
+    shutil.rmtree(tmp_path / "900")
+    found = scanner.scan()
+    assert cgroups.container_roots(found, str(tmp_path), {(UID, CID)}, {(UID, CID): 900}) == {
+        (UID, CID): 901
+    }

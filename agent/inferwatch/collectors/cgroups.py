@@ -64,28 +64,67 @@ def container_id(status_id: str) -> str:
     return status_id.rsplit("://", 1)[-1].lower()
 
 
+def _read_cgroup(proc_root: str, pid: int) -> PodProcess | None:
+    try:
+        with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8") as fh:
+            return parse_cgroup(fh.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _pids(proc_root: str) -> list[int]:
+    try:
+        return [int(n) for n in os.listdir(proc_root) if n.isdigit()]
+    except OSError:
+        return []
+
+
 def scan(proc_root: str = "/proc", pids: Iterable[int] | None = None) -> dict[int, PodProcess]:
     """PID -> its pod for every process under ``proc_root`` (or just ``pids``) in a pod.
 
     Processes that end during the scan, or whose file cannot be read, are skipped.
     """
-    if pids is None:
-        try:
-            names = os.listdir(proc_root)
-        except OSError:
-            return {}
-        pids = (int(n) for n in names if n.isdigit())
     out: dict[int, PodProcess] = {}
-    for pid in pids:
-        try:
-            with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError):
-            continue
-        found = parse_cgroup(text)
+    for pid in _pids(proc_root) if pids is None else pids:
+        found = _read_cgroup(proc_root, pid)
         if found is not None:
             out[pid] = found
     return out
+
+
+class Scanner:
+    """:func:`scan` again and again, reading only the processes that are new.
+
+    A process keeps its cgroup for life (a container's processes are born in it), so
+    a PID seen before is read again only when its ``/proc/<pid>`` entry is another
+    one (a reused PID: the entry's inode and change time differ).
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self._known: dict[int, tuple[tuple[int, int], PodProcess | None]] = {}
+        self.reads = 0
+
+    def scan(self) -> dict[int, PodProcess]:
+        known: dict[int, tuple[tuple[int, int], PodProcess | None]] = {}
+        out: dict[int, PodProcess] = {}
+        for pid in _pids(self.proc_root):
+            try:
+                st = os.stat(os.path.join(self.proc_root, str(pid)))
+            except OSError:
+                continue
+            key = (st.st_ino, st.st_ctime_ns)
+            seen = self._known.get(pid)
+            if seen is not None and seen[0] == key:
+                found = seen[1]
+            else:
+                found = _read_cgroup(self.proc_root, pid)
+                self.reads += 1
+            known[pid] = (key, found)
+            if found is not None:
+                out[pid] = found
+        self._known = known
+        return out
 
 
 def pid_workers(
@@ -122,16 +161,30 @@ def _ppid(proc_root: str, pid: int) -> int | None:
 
 
 def container_roots(
-    pods: Mapping[int, PodProcess], proc_root: str = "/proc"
+    pods: Mapping[int, PodProcess],
+    proc_root: str = "/proc",
+    wanted: Iterable[tuple[str, str]] | None = None,
+    known: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[tuple[str, str], int]:
     """(pod UID, container ID) -> the container's first process: the one whose parent
-    is outside the container (the runtime's shim); the lowest such PID on a tie."""
+    is outside the container (the runtime's shim); the lowest such PID on a tie.
+
+    ``wanted``: only these containers (default all); ``known``: roots found before,
+    kept while that PID is still in the same container (no file is read for them).
+    """
+    want = None if wanted is None else set(wanted)
     members: dict[tuple[str, str], set[int]] = {}
     for pid, where in pods.items():
         if where.container_id:
-            members.setdefault((where.pod_uid, where.container_id), set()).add(pid)
+            key = (where.pod_uid, where.container_id)
+            if want is None or key in want:
+                members.setdefault(key, set()).add(pid)
     out: dict[tuple[str, str], int] = {}
     for key, pids in members.items():
+        previous = (known or {}).get(key)
+        if previous is not None and previous in pids:
+            out[key] = previous
+            continue
         roots = [pid for pid in sorted(pids) if _ppid(proc_root, pid) not in pids]
         if roots:
             out[key] = roots[0]

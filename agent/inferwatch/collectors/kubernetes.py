@@ -363,6 +363,7 @@ class KubernetesSource(Source):
         self._skipped: set[Skipped] = set()
         self.discovered = Discovered()
         self._roots: dict[tuple[str, str], int] = {}
+        self._scanner: cgroups.Scanner | None = None
 
     async def start(self) -> None:
         if self._pod_resources is None and self.cfg.pod_resources_socket:
@@ -441,8 +442,10 @@ class KubernetesSource(Source):
         root = self.cfg.proc_root
         if root is None:
             return None
+        if self._scanner is None:
+            self._scanner = cgroups.Scanner(root)
         try:
-            pods = await asyncio.to_thread(cgroups.scan, root)
+            pods = await asyncio.to_thread(self._scanner.scan)
         except Exception as exc:
             self.health.error("cgroups", f"reading {root}: {exc!r}", key="cgroups")
             return None
@@ -452,7 +455,9 @@ class KubernetesSource(Source):
             per_pod.setdefault(w.pod_uid, []).append(w.spec.name)
         pod_only = {uid: names[0] for uid, names in per_pod.items() if len(names) == 1}
         pid_map = cgroups.pid_workers(pods, by_container, pod_only)
-        self._roots = await asyncio.to_thread(cgroups.container_roots, pods, root)
+        self._roots = await asyncio.to_thread(
+            cgroups.container_roots, pods, root, by_container, self._roots
+        )
         return pid_map
 
     def _with_root(self, worker: PodWorker) -> PodWorker:
