@@ -1,9 +1,11 @@
 # syntax=docker/dockerfile:1
 #
-# The inferwatch agent image (also runs `inferwatch report`, `simulate` and
-# `loadgen`: the sub-command is the first argument).
+# The inferwatch agent image: the agent and its Kubernetes discovery only
+# (`run`; also `simulate` and `loadgen`, which need nothing more). The weekly
+# report's image adds its extra (matplotlib):
 #
 #   docker build -t inferwatch:local .
+#   docker build --build-arg INFERWATCH_EXTRAS=kubernetes,report -t inferwatch:local-report .
 #   docker run --rm -p 10127:10127 inferwatch:local run --gpu-backend none
 #
 # It carries no GPU library of its own: NVML (libnvidia-ml.so.1) and the
@@ -12,20 +14,25 @@
 # NVIDIA_VISIBLE_DEVICES under the nvidia runtime). See docs/deploy.md.
 
 ARG PYTHON_VERSION=3.12
+# pyproject.toml's extras to install with the agent (kubernetes: the kubelet's
+# pod-resources client for the DaemonSet; report, generate, demo: the rest)
+ARG INFERWATCH_EXTRAS=kubernetes
 
 # ---------------------------------------------------------------------------
 # builder: turns the source tree into wheels (the package and every
 # dependency), so the final stage installs offline and needs no compiler.
 FROM python:${PYTHON_VERSION}-slim AS builder
+ARG INFERWATCH_EXTRAS
 
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY agent ./agent
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[${INFERWATCH_EXTRAS}]"
 
 # ---------------------------------------------------------------------------
 # final: the slim Python base plus the wheels, run as an unprivileged user.
 FROM python:${PYTHON_VERSION}-slim
+ARG INFERWATCH_EXTRAS
 
 ARG INFERWATCH_UID=10001
 RUN groupadd --system --gid "${INFERWATCH_UID}" inferwatch \
@@ -35,15 +42,19 @@ RUN groupadd --system --gid "${INFERWATCH_UID}" inferwatch \
     && install -d -m 0755 /etc/inferwatch
 
 # The wheels are bind-mounted from the builder for this one step, so they
-# never become a layer of the final image.
+# never become a layer of the final image; only those of the extras asked for
+# were built. DL3013 (pin versions): --no-index leaves pip only the wheels built
+# above from this tree, one version of each.
+# hadolint ignore=DL3013
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels /wheels/inferwatch-*.whl \
+    pip install --no-cache-dir --no-index --find-links=/wheels "inferwatch[${INFERWATCH_EXTRAS}]" \
     && inferwatch --version
 
 # NVML needs only the "utility" driver capability; asking for no more keeps the
 # NVIDIA runtime from mounting CUDA/compute libraries into the agent.
-# MPLCONFIGDIR: the weekly report renders charts with matplotlib, which needs a
-# writable cache directory; /tmp is writable even with a read-only root.
+# MPLCONFIGDIR: the weekly report (its image) renders charts with matplotlib,
+# which needs a writable cache directory; /tmp is writable even with a
+# read-only root.
 # INFERWATCH_REVISION: the source revision, for inferwatch_build_info
 # (docker build --build-arg INFERWATCH_REVISION="$(git rev-parse HEAD)").
 ARG INFERWATCH_REVISION=unknown

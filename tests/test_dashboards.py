@@ -40,7 +40,20 @@ PROVISIONING = REPO / "deploy" / "grafana" / "provisioning"
 COMPOSE_MONITORING = REPO / "deploy" / "compose" / "monitoring.yml"
 
 NAMES = list(dash.DASHBOARDS)
-EXPECTED_VARIABLES = ["datasource", "job", "instance", "model", "worker", "gpu"]
+EXPECTED_VARIABLES = [
+    "datasource",
+    "cluster",
+    "job",
+    "node",
+    "instance",
+    "namespace",
+    "pod",
+    "model",
+    "worker",
+    "gpu",
+]
+#: labels a deployment may lack: their All matches series without them (issue 18)
+OPTIONAL_VARIABLES = {"cluster", "node", "namespace", "pod"}
 PANEL_SCHEMA_FILE = {"state-timeline": "statetimeline"}
 
 
@@ -132,6 +145,8 @@ def test_variables_and_datasource_references(boards: dict[str, dict[str, Any]]) 
         for var in doc["templating"]["list"][1:]:
             assert var["type"] == "query" and var["refresh"] == 2
             assert var["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            want = ".*" if var["name"] in OPTIONAL_VARIABLES else ".+"
+            assert var["allValue"] == want, (name, var["name"])
         refs = _datasource_refs(doc)
         assert len(refs) > 20
         for path, ref in refs:
@@ -446,7 +461,10 @@ def test_worker_dashboard_has_a_warmup_row_after_the_process_row(
     panels = {p["title"]: p for p in dict(rows)["Warm-up"]}
     assert list(panels) == WARMUP_TITLES
     exprs = {t: [q["expr"] for q in p["targets"]] for t, p in panels.items()}
-    worker_only = '{job=~"$job", instance=~"$instance", worker=~"$worker"}'
+    worker_only = (
+        '{cluster=~"$cluster", job=~"$job", node=~"$node", instance=~"$instance", '
+        'worker=~"$worker"}'
+    )
     assert exprs["Warm"] == [f"min by (worker) (inferwatch_worker_ready{worker_only})"]
     assert exprs["Gate opened on deadline"] == [
         f"max by (worker) (inferwatch_warmup_deadline_exceeded{worker_only})"
@@ -692,6 +710,7 @@ def test_bottleneck_and_band_queries_in_promtool(
     from inferwatch.pack import dashboard_defs
 
     all_values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
+    all_values |= {"cluster": ".*", "node": ".*", "namespace": ".*", "pod": ".*"}
     bottleneck = dash.expand_variables(dashboard_defs.bottleneck_expr(thresholds), all_values)
     weekly = boards["inference-weekly-trends"]
     bands = [

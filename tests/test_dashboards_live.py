@@ -255,8 +255,15 @@ def variable_values(
             "series", **{"match[]": dash.expand_variables(selector, values)}, start=stack.started_at
         )
         resolved[var["name"]] = sorted({s[label] for s in data if label in s})
-        values[var["name"]] = regex_value(chosen[var["name"]])
+        # a variable the setup leaves at All (cluster, node, namespace, pod here) takes
+        # its All value, as in Grafana
+        name = var["name"]
+        values[name] = regex_value(chosen[name]) if name in chosen else str(var["allValue"])
     return resolved
+
+
+#: variables over labels this (non-Kubernetes, single-cluster) stack does not have
+OPTIONAL = {"cluster", "node", "namespace", "pod"}
 
 
 def setup_values(stack: Stack) -> dict[str, str]:
@@ -274,7 +281,9 @@ def test_variables_list_the_running_setup(stack: Stack) -> None:
     setup = setup_values(stack)
     for name, doc in load_dashboards().items():
         options = variable_values(stack, doc, setup)
-        assert set(options) == {"job", "instance", "model", "worker", "gpu"}, name
+        assert set(options) == {"job", "instance", "model", "worker", "gpu"} | OPTIONAL, name
+        # no Kubernetes, one cluster: those labels are absent, their variables empty (All)
+        assert all(options[o] == [] for o in OPTIONAL), name
         assert options["job"] == ["inferwatch"], name
         assert options["instance"] == [stack.agent_target], name
         assert options["model"] == [MODEL], name

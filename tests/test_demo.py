@@ -27,6 +27,7 @@ NOT_IN_DEMO = {
     "inferwatch_worker_gpu_info": "the demo's agent has no attribution source on the fake backend",
     "inferwatch_lora_adapter_active": "the simulated vLLM serves no LoRA adapters",
     "inferwatch_lora_max_adapters": "the simulated vLLM serves no LoRA adapters",
+    "inferwatch_kubernetes_workers": "only with kubernetes: discovery (tests/test_kubernetes_e2e.py)",
 }
 
 

@@ -140,9 +140,28 @@ def test_final_stage_has_no_build_tools_and_installs_only_wheels(
     assert len(pip) == 1, runs
     assert "--mount=type=bind,from=builder" in pip[0]
     assert "--no-index" in pip[0], "the final stage must install offline from the built wheels"
-    assert "/wheels/inferwatch-" in pip[0]
+    assert "--find-links=/wheels" in pip[0] and '"inferwatch[${INFERWATCH_EXTRAS}]"' in pip[0]
     builder_runs = " ".join(i.args for i in stages[0] if i.keyword == "RUN")
     assert "pip wheel" in builder_runs and "--wheel-dir /wheels" in builder_runs
+    assert '".[${INFERWATCH_EXTRAS}]"' in builder_runs, "the builder builds what the final installs"
+
+
+def test_the_image_installs_the_agent_and_kubernetes_only(
+    stages: list[list[Instruction]],
+) -> None:
+    """The lean image (issue 18): the base install is the agent; the report, generators
+    and demo are extras it leaves out by default."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    args = [i.args for i in stages[0] + stages[-1] if i.keyword == "ARG"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    base = " ".join(pyproject["dependencies"])
+    for heavy in ("matplotlib", "grafanalib", "rich"):
+        assert heavy not in base, f"{heavy} is in the base install"
+    extras = pyproject["optional-dependencies"]
+    assert {"kubernetes", "report", "generate", "demo"} <= set(extras)
+    # the default, before the first FROM, and declared again in both stages to be seen there
+    assert "\nARG INFERWATCH_EXTRAS=kubernetes\n" in DOCKERFILE.read_text()
+    assert args.count("INFERWATCH_EXTRAS") == 2, args
 
 
 def test_entrypoint_cmd_and_port_match_the_package(stages: list[list[Instruction]]) -> None:

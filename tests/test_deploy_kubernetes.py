@@ -337,7 +337,9 @@ def test_images_are_pinned_to_the_package_version(
     for docs in rendered.values():
         for c in all_containers(docs):
             if c["image"].startswith(IMAGE):
-                assert c["image"] == f"{IMAGE}:{__version__}", c["image"]
+                # the report runs the image built with the report extra (Dockerfile)
+                tag = f"{__version__}-report" if c["args"][0] == "report" else __version__
+                assert c["image"] == f"{IMAGE}:{tag}", c["image"]
                 seen += 1
             else:
                 assert ":" in c["image"] and not c["image"].endswith(":latest"), c["image"]
@@ -540,26 +542,120 @@ def test_servicemonitor_variant_replaces_the_podmonitor(
 # --------------------------------------------------------------------------- the DaemonSet
 
 
+#: what the node agent needs beyond the "restricted" standard, and nothing else
+DAEMONSET_NEEDS = [
+    "runAsNonRoot is not true",
+    "runAsUser is 0",
+    "volume pod-resources is of a type restricted pods may not use",
+]
+
+
 @needs_kubectl
-def test_daemonset_watches_the_node(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    ds = one(rendered["daemonset"], "DaemonSet")
+def test_daemonset_discovers_its_node_without_a_worker_list(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["daemonset"]
+    ds = one(docs, "DaemonSet")
     pod = pod_spec(ds)
-    assert pod["hostPID"] is True
+    assert pod["hostPID"] is True, "NVML's PIDs are node PIDs; cgroups tie them to pods"
     assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
     agent = container(pod, "inferwatch")
     env = env_of(agent)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert "nvidia.com/gpu" not in agent["resources"].get("limits", {})
-    assert "$(NODE_IP)" in env["INFERWATCH_WORKERS"]
-    expanded = env["INFERWATCH_WORKERS"].replace("$(NODE_IP)", "10.0.0.5")
-    cfg = load_config(None, env={"INFERWATCH_WORKERS": expanded})
-    assert [w.url for w in cfg.workers] == ["http://10.0.0.5:8000"]
-    names = [e["name"] for e in agent["env"]]
-    assert names.index("NODE_IP") < names.index("INFERWATCH_WORKERS"), (
-        "Kubernetes expands $(NODE_IP) only from variables defined earlier"
+    assert "INFERWATCH_WORKERS" not in env, "no hand-written worker list"
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # the configuration turns discovery on, and nothing lists workers
+    cm = next(
+        d
+        for d in objects(docs, "ConfigMap")
+        if d["metadata"]["name"].startswith("inferwatch-agent")
     )
-    problems = restricted_violations(pod, agent)
-    assert problems == [], problems
+    cfg_path = Path(pytest.importorskip("tempfile").mkdtemp()) / "config.yaml"
+    cfg_path.write_text(cm["data"]["config.yaml"])
+    cfg = load_config(str(cfg_path), env={})
+    assert cfg.kubernetes is not None and cfg.workers == ()
+    assert cfg.kubernetes.pod_labels == (), "no pod labels by default: bounded series"
+    # the kubelet's pod-resources socket, read-only, and no other host path
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    sockets = mounts["pod-resources"]
+    assert sockets["readOnly"] is True
+    assert sockets["mountPath"] + "/kubelet.sock" == cfg.kubernetes.pod_resources_socket
+    host_paths = [v for v in pod["volumes"] if "hostPath" in v]
+    assert [v["hostPath"]["path"] for v in host_paths] == ["/var/lib/kubelet/pod-resources"]
+    assert restricted_violations(pod, agent) == DAEMONSET_NEEDS
+    assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # RBAC: its service account may read pods, nothing else
+    assert pod["serviceAccountName"] == "inferwatch-node"
+    assert pod["automountServiceAccountToken"] is True
+    role = one(docs, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    sa = one(docs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": sa["metadata"]["name"],
+            "namespace": sa["metadata"]["namespace"],
+        }
+    ]
+    assert ds["metadata"]["namespace"] == sa["metadata"]["namespace"]
+    ns = one(docs, "Namespace")
+    assert ns["metadata"]["name"] == ds["metadata"]["namespace"]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+@needs_kubectl
+def test_daemonset_podmonitor_keeps_the_workers_pod_labels(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Worker series carry the worker pod's namespace/pod/container: honorLabels keeps them
+    over the agent pod's target labels, and the agent's pod and container are dropped."""
+    endpoint = one(rendered["daemonset"], "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["honorLabels"] is True
+    labels = {
+        "__meta_kubernetes_pod_node_name": "gpu-node-1",
+        "__meta_kubernetes_pod_container_name": "inferwatch",
+        "pod": "inferwatch-node-x7k2p",
+        "container": "inferwatch",
+        "namespace": "inferwatch",
+    }
+    out = relabel(labels, [_to_prometheus(r) for r in endpoint["relabelings"]])
+    assert out is not None
+    assert out["job"] == "inferwatch" and out["node"] == "gpu-node-1"
+    assert "pod" not in out and "container" not in out
+
+
+def _to_prometheus(r: dict[str, Any]) -> dict[str, Any]:
+    """A PodMonitor relabeling in Prometheus' own spelling."""
+    names = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return {names.get(k, k): (v.lower() if k == "action" else v) for k, v in r.items()}
+
+
+@needs_kubectl
+@pytest.mark.parametrize("name", ["monitoring pack", *OVERLAYS])
+def test_operator_objects_carry_the_release_label_set_in_one_place(
+    name: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    if name == "monitoring pack":
+        missing = _pack_missing()
+        if missing:
+            pytest.skip(f"`inferwatch generate` has not written {', '.join(missing)} yet")
+        docs = render(K8S)
+    else:
+        docs = rendered[name]
+    component = yaml.safe_load((K8S / "components" / "release" / "kustomization.yaml").read_text())
+    value = yaml.safe_load(component["patches"][0]["patch"])[0]["value"]
+    kinds = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+    selected = [d for d in docs if d["kind"] in kinds]
+    assert selected, f"{name} renders no Prometheus Operator object"
+    for d in selected:
+        assert d["metadata"]["labels"].get("release") == value, (d["kind"], name)
+    others = [d for d in docs if d["kind"] not in kinds]
+    assert all("release" not in d["metadata"].get("labels", {}) for d in others)
 
 
 # --------------------------------------------------------------------------- the report
@@ -577,9 +673,10 @@ def test_report_cronjob_runs_weekly_with_the_secret_as_a_file(
     c = container(pod, "report")
     assert c["args"][0] == "report" and "--send" in c["args"]
     assert any(a.startswith("--prometheus-url=") for a in c["args"])
-    secret = one(docs, "Secret")
+    assert not objects(docs, "Secret"), "a default apply must not overwrite the real Secret"
+    secret = yaml.safe_load((K8S / "report" / "smtp-secret.example.yaml").read_text())
     password = secret["stringData"]["password"]
-    assert password.startswith("CHANGE-ME"), "the committed Secret must hold a placeholder"
+    assert password.startswith("CHANGE-ME"), "the example Secret holds a placeholder"
     assert all(password not in str(v) for v in c["args"])
     env = env_of(c)
     assert "INFERWATCH_SMTP_PASSWORD" not in env, "the password goes in a file, not the env"
@@ -609,7 +706,9 @@ def test_report_mail_settings_are_complete_for_the_report(
         for d in objects(docs, "ConfigMap")
         if d["metadata"]["name"] == c["envFrom"][0]["configMapRef"]["name"]
     )
-    secret = one(docs, "Secret")["stringData"]
+    secret = yaml.safe_load((K8S / "report" / "smtp-secret.example.yaml").read_text())
+    validate(secret, tmp_path)
+    secret = secret["stringData"]
     password = tmp_path / "password"
     password.write_text(secret["password"])
     env = dict(cm["data"])
@@ -625,7 +724,8 @@ def test_report_mail_settings_are_complete_for_the_report(
 
 
 def relabel(labels: dict[str, str], configs: list[dict[str, Any]]) -> dict[str, str] | None:
-    """Prometheus relabelling (replace, keep, drop, labelmap); None when the target is dropped."""
+    """Prometheus relabelling (replace, keep, drop, labeldrop, labelmap); None when the target
+    is dropped."""
     out = dict(labels)
     for cfg in configs:
         action = cfg.get("action", "replace")
@@ -640,6 +740,8 @@ def relabel(labels: dict[str, str], configs: list[dict[str, Any]]) -> dict[str, 
         if action == "replace" and m:
             target = m.expand(cfg.get("replacement", "$1").replace("$", "\\"))
             out[cfg["target_label"]] = target
+        if action == "labeldrop":
+            out = {k: v for k, v in out.items() if not regex.fullmatch(k)}
         if action == "labelmap":
             for k, v in list(out.items()):
                 lm = regex.fullmatch(k)

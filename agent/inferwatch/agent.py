@@ -17,9 +17,9 @@ import platform
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.gc_collector import GCCollector
@@ -32,8 +32,19 @@ from inferwatch import __version__
 from inferwatch.collectors.base import Source
 from inferwatch.collectors.engine import EngineSource
 from inferwatch.collectors.process import ProcessSource
-from inferwatch.config import DEFAULT_PORT, LOG_FORMATS, AgentConfig, GpuConfig, load_config
+from inferwatch.config import (
+    DEFAULT_PORT,
+    LOG_FORMATS,
+    AgentConfig,
+    GpuConfig,
+    WorkerSpec,
+    load_config,
+)
 from inferwatch.logformat import setup_logging
+
+if TYPE_CHECKING:
+    from inferwatch.collectors.kubernetes import KubernetesSource
+    from inferwatch.collectors.podworkers import PodWorker
 
 #: the source revision the agent was built from (the image sets it at build time)
 REVISION = os.environ.get("INFERWATCH_REVISION", "unknown")[:64]
@@ -178,6 +189,10 @@ class Agent:
         self.ready_checks: list[Callable[[], bool]] = []
         self.process: ProcessSource | None = None
         self.engine: EngineSource | None = None
+        #: the workers watched now: the configured ones, then those discovery found
+        self.workers: tuple[WorkerSpec, ...] = config.workers
+        self.kubernetes: KubernetesSource | None = None
+        self.node: str | None = None
         self._build_sources()
         #: everything the exposition holds, in its order (rebuild() renders it in parts)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -207,7 +222,16 @@ class Agent:
             config.workers, interval=config.process_interval, engine_facts=engine.engine_facts
         )
         self.process = process
-        if config.workers:
+        if config.kubernetes is not None:
+            from inferwatch.collectors.kubernetes import KubernetesSource, api_settings
+
+            settings = api_settings(config.kubernetes, self._environ, config.source)
+            self.node = settings.node
+            self.kubernetes = KubernetesSource(
+                config.kubernetes, settings, on_workers=self._discovered
+            )
+            self.sources.append(self.kubernetes)
+        if config.workers or config.kubernetes is not None:
             self.sources += [engine, process]
         backend = self._gpu_backend
         if config.gpu.backend == "dcgm-exporter":
@@ -219,9 +243,20 @@ class Agent:
             from inferwatch.collectors.attribution import WorkerGpuInputs, gpu_env
             from inferwatch.collectors.nvml import NvmlSource
 
+            kube = self.kubernetes
+
             def worker_gpu_inputs() -> list[WorkerGpuInputs]:
                 envs = process.gpu_environments()
-                return [WorkerGpuInputs(w.name, envs.get(w.name), w.gpus) for w in config.workers]
+                allocated = (kube.discovered.allocations if kube is not None else None) or {}
+                return [
+                    WorkerGpuInputs(
+                        w.name, envs.get(w.name), w.gpus, allocated.get(w.name), w.labels
+                    )
+                    for w in self.workers
+                ]
+
+            def pod_pid_workers() -> Mapping[int, str]:
+                return (kube.discovered.pid_workers if kube is not None else None) or {}
 
             self.sources.append(
                 NvmlSource(
@@ -234,6 +269,7 @@ class Agent:
                     own_env=gpu_env(self._environ),
                     # the process source needs a pass or two to find each worker
                     attribution_grace=max(30.0, 3 * config.process_interval),
+                    pod_pid_workers=pod_pid_workers,
                 )
             )
         if config.warmup:
@@ -257,16 +293,43 @@ class Agent:
             pods=worker_pods(gpu.dcgm_worker_pods, (w.name for w in self.config.workers)),
         )
 
+    def _discovered(self, found: Sequence[PodWorker]) -> None:
+        """Kubernetes discovery's workers joined to the configured ones (a configured
+        name wins); the engine and process sources follow at once."""
+        static = {w.name for w in self.config.workers}
+        workers = (*self.config.workers, *(w.spec for w in found if w.spec.name not in static))
+        if workers == self.workers:
+            return
+        added = {w.name for w in workers} - {w.name for w in self.workers}
+        gone = {w.name for w in self.workers} - {w.name for w in workers}
+        for name in sorted(added):
+            log.info("kubernetes: watching worker %s", name)
+        for name in sorted(gone):
+            log.info("kubernetes: worker %s is gone", name)
+        self.workers = workers
+        if self.engine is not None:
+            self.engine.set_workers(workers)
+        if self.process is not None:
+            self.process.set_workers(workers)
+
     def _launch_max_num_seqs(self, worker: str) -> int | None:
         info = self.process.launch_info(worker) if self.process is not None else None
         return info.max_num_seqs if info is not None else None
 
     # ------------------------------------------------------------------ self metrics
     def self_families(self) -> Iterable[Metric]:
-        info = GaugeMetricFamily(
-            "inferwatch_agent_info", "The inferwatch agent's version.", labels=["version"]
-        )
-        info.add_metric([__version__], 1.0)
+        if self.node is None:
+            info = GaugeMetricFamily(
+                "inferwatch_agent_info", "The inferwatch agent's version.", labels=["version"]
+            )
+            info.add_metric([__version__], 1.0)
+        else:
+            info = GaugeMetricFamily(
+                "inferwatch_agent_info",
+                "The inferwatch agent's version.",
+                labels=["version", "node"],
+            )
+            info.add_metric([__version__, self.node], 1.0)
         yield info
         build = GaugeMetricFamily(
             "inferwatch_build_info",
@@ -542,10 +605,11 @@ async def serve(
         await agent.stop()
         raise
     log.info(
-        "inferwatch %s serving %s/metrics (%d workers, gpu backend %s)",
+        "inferwatch %s serving %s/metrics (%d workers%s, gpu backend %s)",
         __version__,
         url,
         len(config.workers),
+        f", discovering the pods of node {agent.node}" if agent.node else "",
         config.gpu.backend,
     )
     if on_ready:
@@ -654,6 +718,10 @@ def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> Agent
         from inferwatch.warmup import parse_warmup
 
         parse_warmup(config)  # validate before anything starts
+    if config.kubernetes is not None:
+        from inferwatch.collectors.kubernetes import api_settings
+
+        api_settings(config.kubernetes, os.environ, config.source)  # validate it too
     return config
 
 

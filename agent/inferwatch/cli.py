@@ -15,6 +15,18 @@ from collections.abc import Sequence
 from inferwatch import __version__
 from inferwatch.errors import UsageError
 
+#: library (top-level module) -> the extra that installs it (pyproject.toml); the base
+#: install is the agent only
+EXTRA_OF = {
+    "grafanalib": "generate",
+    "matplotlib": "report",
+    "rich": "report",
+    "grpc": "kubernetes",
+    "google": "kubernetes",
+}
+#: the extra each sub-command needs beyond the agent (named in its hint)
+COMMAND_EXTRA = {"demo": "demo", "report": "report", "generate": "generate", "advise": "advise"}
+
 # name -> (module, one-line help). Order is the order of ``inferwatch --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("inferwatch.agent", "run the sidecar agent (NVML + engine /metrics -> Prometheus)"),
@@ -35,21 +47,56 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"inferwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if _extra_for(name, exc) is None:
+                raise
+            # not installed (pip install inferwatch is the agent only): the command
+            # stays listed and says which extra brings it
+            cmd = sub.add_parser(name, help=help_text, description=help_text)
+            cmd.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            cmd.set_defaults(_module=None, _missing=exc)
+            continue
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(cmd)
         cmd.set_defaults(_module=module)
     return parser
 
 
+def _extra_for(command: str, exc: ModuleNotFoundError) -> str | None:
+    """The extra whose library ``exc`` says is missing, or None: not one of ours."""
+    top = (exc.name or "").split(".")[0]
+    if top not in EXTRA_OF:
+        return None
+    return COMMAND_EXTRA.get(command, EXTRA_OF[top])
+
+
+def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
+    extra = _extra_for(command, exc)
+    print(
+        f"inferwatch {command}: error: needs {exc.name}, which the base install (the agent) "
+        f"leaves out: pip install 'inferwatch[{extra}]'",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    missing = getattr(args, "_missing", None)
+    if missing is not None:
+        return _missing_extra(args.command, missing)
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
     try:
         return int(args._module.main(args) or 0)
+    except ModuleNotFoundError as exc:
+        if _extra_for(args.command, exc) is None:
+            raise
+        return _missing_extra(args.command, exc)
     except UsageError as exc:
         print(f"inferwatch {args.command}: error: {exc}", file=sys.stderr)
         return 2

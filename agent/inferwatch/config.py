@@ -52,6 +52,9 @@ class WorkerSpec:
     #: False when Prometheus scrapes the engine itself: its histograms are not stored
     #: twice (the window quantiles are still computed); see docs/engines.md
     export_histograms: bool = True
+    #: extra labels on the worker's series: ``namespace``, ``pod``, ``container`` (and
+    #: allow-listed pod labels) of a worker found by Kubernetes discovery; () otherwise
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def port(self) -> int | None:
@@ -102,6 +105,30 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesConfig:
+    """``kubernetes:``: discover the inference pods of this node (docs/deploy.md)."""
+
+    #: this node's name; default the NODE_NAME variable (downward API spec.nodeName)
+    node_name: str | None = None
+    #: default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT (in-cluster)
+    api_url: str | None = None
+    token_file: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    ca_file: str | None = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    #: recognise engines by image, command and port in pods without annotations
+    auto_detect: bool = True
+    #: pod labels copied onto worker series (as label_<name>); none by default
+    pod_labels: tuple[str, ...] = ()
+    #: the kubelet's pod-resources socket (GPU allocations); None: not asked
+    pod_resources_socket: str | None = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    #: where /proc/<pid>/cgroup is read to map NVML PIDs to pods (hostPID); None: not read
+    proc_root: str | None = "/proc"
+    #: how often allocations and cgroups are read and the worker list is applied
+    interval: float = 5.0
+    #: a watch is ended by the client after this long and resumed (server-side timeout)
+    watch_timeout: float = 300.0
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     listen_host: str = "0.0.0.0"
     listen_port: int = DEFAULT_PORT
@@ -115,6 +142,8 @@ class AgentConfig:
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     workers: tuple[WorkerSpec, ...] = ()
+    #: pod discovery; None unless the file has a ``kubernetes:`` section
+    kubernetes: KubernetesConfig | None = None
     #: raw sections owned and validated by other modules (warm-up gate, weekly report)
     warmup: Mapping[str, Any] = field(default_factory=dict)
     report: Mapping[str, Any] = field(default_factory=dict)
@@ -279,6 +308,39 @@ def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
     return dict(value)
 
 
+def _bool(value: Any, source: str, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(source, key, "true or false", value)
+
+
+_LABEL_NAME = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+def _pod_labels(value: Any, source: str, key: str) -> tuple[str, ...]:
+    """``kubernetes.pod_labels``: Kubernetes label keys (``app``, ``app.kubernetes.io/name``)."""
+    if not isinstance(value, list):
+        raise ConfigError(source, key, "a list of pod label keys, such as [app]", value)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not _LABEL_NAME.match(item):
+            raise ConfigError(
+                source, f"{key}[{i}]", "a Kubernetes label key such as app.kubernetes.io/name", item
+            )
+        out.append(item)
+    return tuple(out)
+
+
+def _optional_path(value: Any, source: str, key: str) -> str | None:
+    if value is None or value is False:
+        return None
+    return _string(value, source, key)
+
+
 # --------------------------------------------------------------------------- sections
 
 _GPU_FIELDS: dict[str, Parser] = {
@@ -317,6 +379,18 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "password_env": _optional(_string),
     "export_histograms": _boolean,
 }
+_KUBERNETES_FIELDS: dict[str, Parser] = {
+    "node_name": _optional(_string),
+    "api_url": _optional(parse_url),
+    "token_file": _string,
+    "ca_file": _optional_path,
+    "auto_detect": _bool,
+    "pod_labels": _pod_labels,
+    "pod_resources_socket": _optional_path,
+    "proc_root": _optional_path,
+    "interval": parse_duration,
+    "watch_timeout": parse_duration,
+}
 _TOP_SCALARS: dict[str, Parser] = {
     "web_config_file": _optional(_string),
     "log_level": _choice(*LOG_LEVELS),
@@ -325,7 +399,17 @@ _TOP_SCALARS: dict[str, Parser] = {
     "process_interval": parse_duration,
     "stats_window": parse_duration,
 }
-TOP_KEYS = ("listen", *_TOP_SCALARS, "gpu", "scrape", "server", "workers", "warmup", "report")
+TOP_KEYS = (
+    "listen",
+    *_TOP_SCALARS,
+    "gpu",
+    "scrape",
+    "server",
+    "workers",
+    "kubernetes",
+    "warmup",
+    "report",
+)
 
 
 def _section(raw: Any, fields_: Mapping[str, Parser], source: str, prefix: str) -> dict[str, Any]:
@@ -420,6 +504,10 @@ def _apply(config: AgentConfig, raw: Mapping[str, Any], source: str) -> AgentCon
             )
         elif key == "workers":
             changes["workers"] = value if isinstance(value, tuple) else _workers(value, source)
+        elif key == "kubernetes":
+            base = config.kubernetes or KubernetesConfig()
+            section = {} if value is None else _section(value, _KUBERNETES_FIELDS, source, key)
+            changes["kubernetes"] = replace(base, **section)
         elif key in ("warmup", "report"):
             changes[key] = _mapping(value, source, key)
         else:

@@ -9,7 +9,7 @@
 # What it does:
 #   1. a virtual environment in $INFERWATCH_PREFIX (default /opt/inferwatch),
 #      into which pip installs $INFERWATCH_SPEC (default: this checkout when
-#      run from one, else the "inferwatch" package);
+#      run from one, else the "inferwatch" package), with the report extra;
 #   2. /etc/inferwatch/config.yaml, report.env and smtp-password, only if absent;
 #   3. the unit files into /etc/systemd/system, then daemon-reload, enable and
 #      (unless --no-start) restart the agent and start the report timer;
@@ -28,10 +28,11 @@ prefix=${INFERWATCH_PREFIX:-/opt/inferwatch}
 etc=${INFERWATCH_ETC:-/etc/inferwatch}
 unit_dir=${INFERWATCH_UNIT_DIR:-/etc/systemd/system}
 python=${PYTHON:-python3}
+# The agent and the weekly report's extra (both units run from this venv).
 if [[ -z "${INFERWATCH_SPEC:-}" && -f "$here/../../pyproject.toml" ]]; then
-  spec=$(cd "$here/../.." && pwd)
+  spec="$(cd "$here/../.." && pwd)[report]"
 else
-  spec=${INFERWATCH_SPEC:-inferwatch}
+  spec=${INFERWATCH_SPEC:-"inferwatch[report]"}
 fi
 read -r -a pip_args <<<"${INFERWATCH_PIP_ARGS:-}"
 read -r -a venv_args <<<"${INFERWATCH_VENV_ARGS:-}"

@@ -2,12 +2,17 @@
 
 Pure functions over what the NVML pass saw (the device list with each device's
 compute processes) and what the process source and the configuration know of
-each worker. Four sources, asked in this order; the first that answers for a
+each worker. Six sources, asked in this order; the first that answers for a
 worker wins (docs/attribution.md):
 
 1. ``processes``: the worker's process tree (vLLM's tensor-parallel ranks are
    child processes) found in NVML's compute-process list of a device. Needs the
    agent in the host PID namespace, or in the worker's.
+1a. ``pod_processes``: NVML's PIDs joined to the worker's pod and container through
+   their cgroups (Kubernetes discovery with hostPID: time-slicing, MPS).
+1b. ``pod_resources``: the device IDs the kubelet's pod-resources API says the
+   device plugin allocated to the worker's container (``nvidia.com/gpu``,
+   ``nvidia.com/mig-*``).
 2. ``environment``: the worker root process's ``NVIDIA_VISIBLE_DEVICES`` (what the
    container runtime gave the container) and ``CUDA_VISIBLE_DEVICES`` (what CUDA
    picks among those), resolved as the runtime and CUDA do.
@@ -42,9 +47,18 @@ log = logging.getLogger(__name__)
 GPU_ENV_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 #: Source names, in the order they are asked.
-SOURCES = ("processes", "environment", "agent_environment", "config")
+SOURCES = (
+    "processes",
+    "pod_processes",
+    "pod_resources",
+    "environment",
+    "agent_environment",
+    "config",
+)
 SOURCE_TEXT = {
     "processes": "NVML's process list",
+    "pod_processes": "NVML's process list joined to pods through cgroups",
+    "pod_resources": "the kubelet's pod-resources allocation",
     "environment": "the worker's NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES",
     "agent_environment": "the agent's own visible devices (one-worker sidecar)",
     "config": "workers[].gpus in the configuration",
@@ -100,6 +114,11 @@ class WorkerGpuInputs:
     env: Mapping[str, str] | None = None
     #: ``workers[].gpus``: NVML indices or GPU-/MIG- UUIDs
     gpus: tuple[int | str, ...] | None = None
+    #: device IDs the kubelet allocated to the worker's container (pod-resources)
+    allocated: tuple[str, ...] | None = None
+    #: extra labels of the worker's series (namespace, pod, container), copied onto
+    #: its inferwatch_worker_gpu_info series
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -431,6 +450,40 @@ def from_config(gpus: Sequence[int | str] | None, devices: Sequence[DeviceLike])
     return _Resolution(_dedup(out) or None, notes)
 
 
+def from_device_ids(
+    ids: Sequence[str] | None, devices: Sequence[DeviceLike], *, host_indices: bool
+) -> _Resolution:
+    """Source 1b: the device plugin's IDs from pod-resources.
+
+    NVIDIA's device plugin (k8s-device-plugin README): GPU or MIG UUIDs by default,
+    NVML indices with ``deviceIDStrategy: index``; a time-sliced replica is the
+    GPU's ID with ``::<replica>`` appended, and is that GPU.
+    """
+    if not ids:
+        return _Resolution(None)
+    out: list[DeviceLike] = []
+    notes: list[str] = []
+    for raw in ids:
+        entry = raw.split("::", 1)[0].strip()
+        dev: DeviceLike | None = None
+        if entry.isdigit():
+            if not host_indices:
+                notes.append(
+                    f"pod-resources device ID {raw!r} is a host GPU index, and this agent's "
+                    "own devices are restricted; skipped"
+                )
+                continue
+            hits = [d for d in devices if not _is_mig(d) and d.gpu == entry]
+            dev = hits[0] if hits else None
+        elif _is_uuid(entry):
+            dev = _uuid_entry(entry, devices)
+        if dev is None:
+            notes.append(f"pod-resources device ID {raw!r} names no device NVML lists")
+            continue
+        out.extend(_expand(dev, devices))
+    return _Resolution(_dedup(out) or None, notes)
+
+
 # ---------------------------------------------------------------------- all sources
 
 
@@ -446,14 +499,17 @@ def attribute(
     pid_workers: Mapping[int, str],
     own_env: Mapping[str, str],
     previous: Mapping[str, Answer] | None = None,
+    pod_pid_workers: Mapping[int, str] | None = None,
 ) -> dict[str, Answer]:
     """Each worker's devices from the first source that answers, in SOURCES order.
 
-    ``previous``: the answers of the last call (a lost GPU keeps its worker).
+    ``previous``: the answers of the last call (a lost GPU keeps its worker);
+    ``pod_pid_workers``: host PID -> worker from cgroups (Kubernetes discovery).
     """
     host_indices = host_indices_match(own_env)
     sidecar = len(workers) == 1
     by_worker = process_index(devices, pid_workers)
+    by_pod = process_index(devices, pod_pid_workers) if pod_pid_workers else {}
     answers: dict[str, Answer] = {}
     for worker in workers:
         notes: list[str] = []
@@ -463,6 +519,16 @@ def attribute(
         found = from_processes(worker.name, devices, by_worker, before)
         if found is not None:
             answer = Answer("processes", tuple(found))
+        if answer is None and by_pod:
+            before = last.devices if last is not None and last.source == "pod_processes" else ()
+            found = from_processes(worker.name, devices, by_pod, before)
+            if found is not None:
+                answer = Answer("pod_processes", tuple(found))
+        if answer is None and worker.allocated:
+            alloc = from_device_ids(worker.allocated, devices, host_indices=host_indices)
+            notes += alloc.notes
+            if alloc.devices is not None:
+                answer = Answer("pod_resources", tuple(alloc.devices))
         if answer is None:
             env = from_environment(worker.env, devices, host_indices=host_indices)
             notes += env.notes

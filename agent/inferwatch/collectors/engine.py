@@ -174,10 +174,12 @@ class WorkerState:
         self.described = None  # a worker that comes back may be another build
 
 
-def _labels(worker: str, engine: str, key: LabelKey) -> tuple[list[str], list[str]]:
+def _labels(
+    worker: str, engine: str, key: LabelKey, extra: LabelKey = ()
+) -> tuple[list[str], list[str]]:
     names = ["worker", "engine"]
     values = [worker, engine]
-    for k, v in key:
+    for k, v in (*key, *extra):
         names.append(k)
         values.append(v)
     return names, values
@@ -278,6 +280,30 @@ class EngineSource(Source):
         self.window = config.stats_window
         self.workers = workers
         self._families_cache = None
+
+    def set_workers(self, specs: Iterable[WorkerSpec]) -> None:
+        """Replace the worker list (Kubernetes discovery): a worker that is gone takes
+        its series with it at the next rebuild; one whose URL, engine, path or labels
+        changed starts afresh; one that only changed otherwise (its pid) keeps its state."""
+        current: dict[str, WorkerState] = {}
+        for spec in specs:
+            state = self.workers.get(spec.name)
+            same = state is not None and (
+                state.spec.url,
+                state.spec.engine,
+                state.spec.metrics_path,
+                state.spec.labels,
+            ) == (spec.url, spec.engine, spec.metrics_path, spec.labels)
+            if state is not None and same:
+                state.spec = spec
+            else:
+                state = self._new_state(spec)
+            current[spec.name] = state
+        if list(current) != list(self.workers) or any(
+            current[n] is not self.workers.get(n) for n in current
+        ):
+            self._families_cache = None
+        self.workers = current
 
     async def start(self) -> None:
         if self._parser_closed:
@@ -639,15 +665,15 @@ class EngineSource(Source):
         return list(out.by_name.values())
 
     def _add_worker(self, out: _Families, name: str, state: WorkerState) -> None:
-        wl = ["worker"]
-        out.gauge("inferwatch_target_up", wl, [name], 1.0 if state.up else 0.0)
+        extra = state.spec.labels
+        wl = ["worker", *(k for k, _ in extra)]
+        wv = [name, *(v for _, v in extra)]
+        out.gauge("inferwatch_target_up", wl, wv, 1.0 if state.up else 0.0)
         if state.duration is not None:
-            out.gauge("inferwatch_target_scrape_duration_seconds", wl, [name], state.duration)
+            out.gauge("inferwatch_target_scrape_duration_seconds", wl, wv, state.duration)
         for reason, count in state.errors.items():
-            out.counter(
-                "inferwatch_target_scrape_errors", ["worker", "reason"], [name, reason], count
-            )
-        out.counter("inferwatch_target_series_dropped", wl, [name], state.series_dropped)
+            out.counter("inferwatch_target_scrape_errors", [*wl, "reason"], [*wv, reason], count)
+        out.counter("inferwatch_target_series_dropped", wl, wv, state.series_dropped)
         mapped = state.mapped
         if mapped is None:
             return
@@ -659,12 +685,12 @@ class EngineSource(Source):
             if target not in exported or target == "inferwatch_max_num_seqs":
                 continue
             for key, value in sorted(series.items()):
-                out.gauge(target, *_labels(name, engine, key), value)
+                out.gauge(target, *_labels(name, engine, key, extra), value)
         for target, series in sorted(mapped.counters.items()):
             if target not in exported:
                 continue
             for key, value in sorted(series.items()):
-                out.counter(target, *_labels(name, engine, key), value)
+                out.counter(target, *_labels(name, engine, key, extra), value)
         # export_histograms: false keeps the buckets out of the agent's exposition when
         # Prometheus stores the engine's own (issue 23 item 2); the windows above still
         # read them, so the quantile gauges stay.
@@ -672,21 +698,21 @@ class EngineSource(Source):
             sorted(mapped.histograms.items()) if state.spec.export_histograms else ()
         ):
             for key, hist in sorted(hseries.items()):
-                out.histogram(target, *_labels(name, engine, key), hist)
+                out.histogram(target, *_labels(name, engine, key, extra), hist)
         for (target, key), qs in sorted(state.quantiles.items()):
-            labels, values = _labels(name, engine, key)
+            labels, values = _labels(name, engine, key, extra)
             for q, v in sorted(qs.items()):
                 out.gauge(QUANTILE_GAUGES[target], [*labels, "quantile"], [*values, f"{q:g}"], v)
         for (target, key), ratio in sorted(state.ratios.items()):
-            out.gauge(target, *_labels(name, engine, key), ratio)
+            out.gauge(target, *_labels(name, engine, key, extra), ratio)
         for key, slope in sorted(state.slopes.items()):
-            out.gauge("inferwatch_queue_depth_slope", *_labels(name, engine, key), slope)
+            out.gauge("inferwatch_queue_depth_slope", *_labels(name, engine, key, extra), slope)
         capacity = self.max_num_seqs(state)
         if capacity is not None:
             for model in sorted(mapped.models()) or [""]:
                 out.gauge(
                     "inferwatch_max_num_seqs",
-                    ["worker", "engine", "model"],
-                    [name, engine, model],
+                    ["worker", "engine", "model", *(k for k, _ in extra)],
+                    [name, engine, model, *(v for _, v in extra)],
                     float(capacity),
                 )

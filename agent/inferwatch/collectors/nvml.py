@@ -350,6 +350,7 @@ class NvmlSource(Source):
         worker_gpu_inputs: Callable[[], Sequence[WorkerGpuInputs]] = tuple,
         own_env: Mapping[str, str] | None = None,
         attribution_grace: float = 60.0,
+        pod_pid_workers: Callable[[], Mapping[int, str]] = dict,
     ) -> None:
         super().__init__()
         self.nvml = nvml
@@ -358,6 +359,8 @@ class NvmlSource(Source):
         #: Window of the GPM ratios and per-process SM shares (0: every pass).
         self.activity_interval = activity_interval
         self.pid_workers = pid_workers
+        #: Host PID -> worker through cgroups (Kubernetes discovery), attribution's 2nd source.
+        self.pod_pid_workers = pod_pid_workers
         #: What the process source and the configuration know of each worker (attribution).
         self.worker_gpu_inputs = worker_gpu_inputs
         #: The agent's own GPU variables (attribution.GPU_ENV_VARS), read once by the caller.
@@ -372,7 +375,13 @@ class NvmlSource(Source):
 
         self._snapshot = NvmlSnapshot()
         self._families_cache: (
-            tuple[NvmlSnapshot, dict[int, str], list[WorkerGpuInputs], list[Metric]] | None
+            tuple[
+                NvmlSnapshot,
+                tuple[Mapping[int, str], Mapping[int, str]],
+                list[WorkerGpuInputs],
+                list[Metric],
+            ]
+            | None
         ) = None
         self._answers: dict[str, Answer] = {}
         self._attribution_failed = False
@@ -442,6 +451,11 @@ class NvmlSource(Source):
             log.exception("nvml: pid_workers() failed; per-process series lack the worker label")
             workers = {}
         try:
+            pod_workers = self.pod_pid_workers()
+        except Exception:
+            log.exception("nvml: pod_pid_workers() failed")
+            pod_workers = {}
+        try:
             inputs = list(self.worker_gpu_inputs())
         except Exception:  # nor a broken worker lookup (logged once, not every rebuild)
             if not self._attribution_failed:
@@ -452,7 +466,7 @@ class NvmlSource(Source):
         if (
             cached is not None
             and cached[0] is snap
-            and cached[1] == workers
+            and cached[1] == (workers, pod_workers)
             and cached[2] == inputs
         ):
             # The agent rebuilds its exposition after every source's refresh; the GPU
@@ -468,6 +482,7 @@ class NvmlSource(Source):
                     pid_workers=workers,
                     own_env=self.own_env,
                     previous=self._answers,
+                    pod_pid_workers=pod_workers,
                 )
                 if snap.devices
                 else {}
@@ -481,8 +496,9 @@ class NvmlSource(Source):
         worker_gpus = [
             (worker, dev) for worker, answer in self._answers.items() for dev in answer.devices
         ]
-        families = build_families(snap, workers, worker_gpus)
-        self._families_cache = (snap, dict(workers), inputs, families)
+        extra = {i.name: dict(i.labels) for i in inputs if i.labels}
+        families = build_families(snap, {**pod_workers, **workers}, worker_gpus, extra)
+        self._families_cache = (snap, (dict(workers), dict(pod_workers)), inputs, families)
         return families
 
     @property
@@ -1211,6 +1227,7 @@ def build_families(
     snap: NvmlSnapshot,
     workers: Mapping[int, str],
     worker_gpus: Iterable[tuple[str, DeviceLike]] = (),
+    worker_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Metric]:
     """Metric families for a snapshot; ``workers`` maps a PID to its worker's name,
     ``worker_gpus`` lists (worker, device) pairs of attribution."""
@@ -1289,6 +1306,10 @@ def build_families(
         )
     for worker, device in worker_gpus:
         gauge("inferwatch_worker_gpu_info", WORKER_GPU_HELP).samples.append(
-            Sample("inferwatch_worker_gpu_info", {**device.labels(), "worker": worker}, 1.0)
+            Sample(
+                "inferwatch_worker_gpu_info",
+                {**(worker_labels or {}).get(worker, {}), **device.labels(), "worker": worker},
+                1.0,
+            )
         )
     return [*gauges.values(), *counters.values()]

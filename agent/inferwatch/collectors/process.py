@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from inferwatch.collectors.attribution import gpu_env
 from inferwatch.collectors.base import Source
@@ -288,17 +289,55 @@ class ProcessSource(Source):
         self._locality: dict[str, tuple[float, bool]] = {}
         self._self_pid = os.getpid()
         self._lock = asyncio.Lock()
+        self._pending: tuple[WorkerLike, ...] | None = None
+
+    def set_workers(self, workers: Sequence[WorkerLike]) -> None:
+        """Replace the worker list (Kubernetes discovery); applied at the next pass. A
+        worker that is gone leaves the snapshot at once; one whose pid changed (a
+        restarted container) is looked for again."""
+        self._pending = tuple(workers)
+        names = {w.name for w in workers}
+        self._snapshot = {n: s for n, s in self._snapshot.items() if n in names}
+        self._pid_workers = {p: n for p, n in self._pid_workers.items() if n in names}
+
+    def _apply_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        specs = {w.name: w for w in pending}
+        for name in list(self._tracked):
+            old, new = self._specs.get(name), specs.get(name)
+            if (
+                new is None
+                or old is None
+                or (old.pid, old.cmd_match, old.url)
+                != (
+                    new.pid,
+                    new.cmd_match,
+                    new.url,
+                )
+            ):
+                del self._tracked[name]
+        for name in list(self._missing):
+            if name not in specs:
+                del self._missing[name]
+        self._workers = pending
+        self._specs = specs
 
     # -- the pass ------------------------------------------------------------
 
     async def refresh(self) -> None:
         started = time.perf_counter()
         async with self._lock:
+            self._apply_pending()
             try:
                 snapshot, problems = await asyncio.to_thread(self._collect)
             except Exception as exc:  # a source never raises
                 self.health.error("collect", f"process pass failed: {exc!r}")
                 return
+        if self._pending is not None:  # the list changed during the pass: drop the gone
+            names = {w.name for w in self._pending}
+            snapshot = {n: seen for n, seen in snapshot.items() if n in names}
         self._snapshot = snapshot
         pid_workers: dict[int, str] = {}
         for name in sorted(snapshot):
@@ -586,6 +625,19 @@ class ProcessSource(Source):
                 1.0,
             )
             labels = [name, engine, model]
+            extra = tuple(getattr(self._specs.get(name), "labels", ()) or ())
+            if extra:
+                # a discovered pod's worker: its namespace, pod and container too
+                info.samples[-1] = _with_labels(info.samples[-1], extra)
+                for fam, value in (
+                    (cpu, seen.cpu_seconds),
+                    (rss, float(seen.rss_bytes)),
+                    (start, seen.start_time),
+                ):
+                    sample_name = fam.name + ("_total" if fam.type == "counter" else "")
+                    keyed = dict(zip(SERIES_LABELS, labels, strict=True))
+                    fam.samples.append(Sample(sample_name, {**keyed, **dict(extra)}, value))
+                continue
             cpu.add_metric(labels, seen.cpu_seconds)
             rss.add_metric(labels, float(seen.rss_bytes))
             start.add_metric(labels, seen.start_time)
@@ -627,6 +679,10 @@ class ProcessSource(Source):
     def worker_process(self, worker: str) -> WorkerProcess | None:
         """The whole last observation of one worker (pid, tree, totals)."""
         return self._snapshot.get(worker)
+
+
+def _with_labels(sample: Sample, extra: tuple[tuple[str, str], ...]) -> Sample:
+    return Sample(sample.name, {**sample.labels, **dict(extra)}, sample.value)
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:

@@ -48,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory to write into (default: the current directory)",
     )
     parser.add_argument(
+        "--grafana-url",
+        metavar="URL",
+        help="your Grafana's root URL (https://grafana.example.com): the alerts' and "
+        "runbooks' dashboard links (pack.dashboard_base_url = URL/d/)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 and list the files that are missing or out of date",
@@ -97,8 +103,26 @@ def write(files: dict[str, str], out: Path) -> list[str]:
     return changed
 
 
+def with_grafana_url(t: Thresholds, url: str) -> Thresholds:
+    """``t`` with its dashboard links under Grafana at ``url`` (its /d/<uid> pages)."""
+    from dataclasses import replace
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise UsageError(
+            f"--grafana-url {url!r}: expected Grafana's root URL, such as https://grafana.example.com"
+        )
+    base = url.rstrip("/")
+    if base.endswith("/d"):
+        base = base[: -len("/d")]
+    return replace(t, pack=replace(t.pack, dashboard_base_url=base + "/d/"))
+
+
 def main(args: argparse.Namespace) -> int:
     t = load_thresholds(args.thresholds)
+    if getattr(args, "grafana_url", None):
+        t = with_grafana_url(t, args.grafana_url)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a directory")

@@ -36,9 +36,15 @@ DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 #: The value a multi-value variable takes for "All": a regex that needs the label.
 ALL_VALUE = ".+"
 
+#: The "All" of a variable over a label that a deployment may not have (``cluster``: an
+#: external label of multi-cluster setups; ``node``, ``namespace``, ``pod``: Kubernetes):
+#: it also matches series without the label.
+OPTIONAL_ALL_VALUE = ".*"
+
 # Selectors shared by every query. GPU series carry ``gpu``; worker series carry
-# ``worker`` and ``model``; both carry the ``job`` and ``instance`` Prometheus adds.
-_BASE = 'job=~"$job", instance=~"$instance"'
+# ``worker`` and ``model``; both carry the ``job`` and ``instance`` Prometheus adds,
+# and, where deployed so, ``cluster`` (external label) and ``node`` (the PodMonitor).
+_BASE = 'cluster=~"$cluster", job=~"$job", node=~"$node", instance=~"$instance"'
 
 
 def gpu_sel(extra: str = "") -> str:
@@ -49,7 +55,11 @@ def gpu_sel(extra: str = "") -> str:
 def worker_sel(extra: str = "") -> str:
     """Label selector for a worker series, filtered by the dashboard's variables."""
     return (
-        "{" + _BASE + ', model=~"$model", worker=~"$worker"' + (", " + extra if extra else "") + "}"
+        "{"
+        + _BASE
+        + ', namespace=~"$namespace", pod=~"$pod", model=~"$model", worker=~"$worker"'
+        + (", " + extra if extra else "")
+        + "}"
     )
 
 
@@ -366,7 +376,9 @@ def datasource_variable() -> g.Template:
     )
 
 
-def query_variable(name: str, metric: str, selector: str = "") -> g.Template:
+def query_variable(
+    name: str, metric: str, selector: str = "", *, all_value: str = ALL_VALUE
+) -> g.Template:
     """A multi-value query variable over the values of ``name`` on ``metric``."""
     definition = f"label_values({metric}{selector}, {name})"
     return g.Template(
@@ -378,20 +390,38 @@ def query_variable(name: str, metric: str, selector: str = "") -> g.Template:
         refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
         includeAll=True,
         multi=True,
-        allValue=ALL_VALUE,
+        allValue=all_value,
         default="$__all",
         sort=g.SORT_ALPHA_IGNORE_CASE_ASC,
     )
 
 
 def standard_variables() -> list[g.Template]:
-    """datasource, job, instance, model, worker, gpu: the same on every dashboard."""
+    """datasource, cluster, job, node, instance, namespace, pod, model, worker, gpu: the
+    same on every dashboard. cluster, node, namespace and pod match series without their
+    label when All (a single cluster, no Kubernetes)."""
+    optional = OPTIONAL_ALL_VALUE
     return [
         datasource_variable(),
-        query_variable("job", "inferwatch_agent_info"),
-        query_variable("instance", "inferwatch_agent_info", '{job=~"$job"}'),
+        query_variable("cluster", "inferwatch_agent_info", all_value=optional),
+        query_variable("job", "inferwatch_agent_info", '{cluster=~"$cluster"}'),
+        query_variable(
+            "node",
+            "inferwatch_agent_info",
+            '{cluster=~"$cluster", job=~"$job"}',
+            all_value=optional,
+        ),
+        query_variable(
+            "instance", "inferwatch_agent_info", '{cluster=~"$cluster", job=~"$job", node=~"$node"}'
+        ),
+        query_variable("namespace", "inferwatch_target_up", host_sel(), all_value=optional),
+        query_variable(
+            "pod", "inferwatch_target_up", host_sel('namespace=~"$namespace"'), all_value=optional
+        ),
         query_variable("model", "inferwatch_requests_running", host_sel()),
-        query_variable("worker", "inferwatch_target_up", host_sel()),
+        query_variable(
+            "worker", "inferwatch_target_up", host_sel('namespace=~"$namespace", pod=~"$pod"')
+        ),
         query_variable("gpu", "inferwatch_gpu_info", host_sel()),
     ]
 

@@ -1,0 +1,1 @@
+"""Generated gRPC modules of the kubelet pod-resources API (api.proto beside this file)."""
