@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from inferwatch.pack import autoscale, slo
 from inferwatch.pack.names import (
     GPU,
     HISTOGRAMS,
@@ -101,8 +102,12 @@ def record_names(t: Thresholds) -> dict[str, str]:
     )
     return {
         doc["record"]: rule["record"]
-        for doc, rule in zip(recording_rules(documented), recording_rules(t), strict=True)
+        for doc, rule in zip(_all_records(documented), _all_records(t), strict=True)
     }
+
+
+def _all_records(t: Thresholds) -> list[dict[str, Any]]:
+    return recording_rules(t) + slo.recording_rules(t) + autoscale.recording_rules(t)
 
 
 # --------------------------------------------------------------------------- recording rules
@@ -252,9 +257,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     # Which worker runs on which GPU (the agent's attribution, MIG labels dropped), and
     # everything joined through it: the per-worker view of its own GPUs, the per-model
     # view of the model's own GPUs, memory pressure per GPU and worker.
-    rules.append(
-        _record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})")
-    )
+    rules.append(_record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"))
     rules.append(
         _record(
             n.worker_util,
@@ -398,7 +401,7 @@ def alerts(t: Thresholds) -> list[Alert]:
     ttft_p95 = n.quantile("worker", "ttft", "p95")
     ttft_p99 = n.quantile("worker", "ttft", "p99")
     lb = t.load_imbalance
-    return [
+    catalogue = [
         Alert(
             name="InferenceGPUUnderutilized",
             group=GPU_GROUP,
@@ -440,7 +443,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             summary="GPU memory is nearly full while the request queue keeps growing.",
             description=(
                 f"{_GPU_WHERE} is under memory pressure: "
-                "{{ if eq $labels.pressure_from \"kv_cache\" }}the KV cache of worker "
+                '{{ if eq $labels.pressure_from "kv_cache" }}the KV cache of worker '
                 "{{ $labels.worker }} is {{ $value | humanizePercentage }} full"
                 "{{ else }}{{ $value | humanizePercentage }} of its memory is in use"
                 "{{ end }} "
@@ -753,6 +756,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             dashboard="overview",
         ),
     ]
+    # SLO burn rates (pack.slo); slos.p99_alerts can turn the P99 threshold family off
+    catalogue += [Alert(**fields) for fields in slo.alert_fields(t)]
+    return [a for a in catalogue if slo.p99_alerts_kept(t, a.name)]
 
 
 def _xid_expr(t: Thresholds, matcher: str) -> str:
@@ -842,6 +848,12 @@ def rule_groups(t: Thresholds) -> tuple[list[dict[str, Any]], list[dict[str, Any
     """(recording groups, alert groups) as rule-file dictionaries."""
     interval = t.pack.interval
     recording = [{"name": "inferwatch.rules", "interval": interval, "rules": recording_rules(t)}]
+    for name, extra in (
+        (slo.RECORD_GROUP, slo.recording_rules(t)),
+        (autoscale.RECORD_GROUP, autoscale.recording_rules(t)),
+    ):
+        if extra:
+            recording.append({"name": name, "interval": interval, "rules": extra})
     by_group: dict[str, list[dict[str, Any]]] = {}
     for alert in alerts(t):
         by_group.setdefault(alert.group, []).append(alert.rule(t))

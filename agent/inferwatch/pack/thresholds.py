@@ -47,6 +47,8 @@ from typing import Any
 import yaml
 
 from inferwatch.errors import ConfigError
+from inferwatch.pack import slo_spec
+from inferwatch.pack.slo_spec import SloSpec
 
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -63,6 +65,7 @@ SELECTOR = "selector"  # PromQL label matchers without braces
 URL = "url"  # non-empty string
 UID = "uid"  # Grafana dashboard UID
 XIDS = "xids"  # non-empty list of positive ints
+SLOS = "slos"  # the SLO spec, parsed by pack.slo_spec
 
 
 @dataclass(frozen=True)
@@ -212,13 +215,14 @@ class Thresholds:
     errors: Errors
     availability: Availability
     gpu_health: GpuHealth
+    slos: SloSpec = field(metadata={"kind": SLOS})
     source: str = "defaults"
 
 
 SECTIONS: dict[str, type] = {
     f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
     for f in fields(Thresholds)
-    if f.name != "source"
+    if f.name != "source" and "kind" not in f.metadata
 }
 
 # ---------------------------------------------------------------------------- durations
@@ -289,6 +293,9 @@ def _number(value: Any) -> float | None:
 def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
     def bad() -> ConfigError:
         return ConfigError(source, key, _EXPECTED[kind], value)
+
+    if kind == SLOS:
+        return slo_spec.parse(value, source, lambda v, k: _parse_value(DURATION, v, source, k))
 
     if kind in (DURATION, POSITIVE):
         seconds = _number(value)
@@ -379,7 +386,9 @@ def _merge(
         if key not in known:
             raise ConfigError(source, dotted, "one of the known keys " + ", ".join(known))
         sub = known[key].metadata.get("section") or (SECTIONS.get(key) if not prefix else None)
-        if sub is not None:
+        if known[key].metadata.get("kind") == SLOS:
+            merged[key] = slo_spec.merge(defaults.get(key), value)
+        elif sub is not None:
             merged[key] = _merge(defaults.get(key) or {}, value, sub, source, dotted)
         else:
             merged[key] = value
