@@ -197,7 +197,7 @@ def query(url: str, promql: str, at: float) -> list[dict[str, object]]:
     import urllib.parse
 
     qs = urllib.parse.urlencode({"query": promql, "time": at})
-    status, body, _ = http_get(f"{url}/api/v1/query?{qs}", timeout=30)
+    _, body, _ = http_get(f"{url}/api/v1/query?{qs}", timeout=30)
     doc = json.loads(body)
     assert doc["status"] == "success", doc
     return list(doc["data"]["result"])
