@@ -257,3 +257,48 @@ def test_generated_rule_files_pass_promtool() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_report_error_budget_section_over_the_backfilled_week(
+    prom: tuple[object, fx.Truth], tmp_path: Path
+) -> None:
+    """``inferwatch report`` through its CLI: budget used this week per model and SLO."""
+    from inferwatch.cli import main as cli_main
+
+    server, truth = prom
+    out = tmp_path / "out"
+    code = cli_main(
+        [
+            "report",
+            "--end",
+            "2026-11-23T00:00:00Z",
+            "--quiet",
+            "--prometheus-url",
+            server.url,  # type: ignore[attr-defined]
+            "--output",
+            str(out),
+        ]
+    )
+    assert code == 0
+    text = (out / "report.txt").read_text()
+    section = text.split("ERROR BUDGETS", 1)[1].split("ALERTS", 1)[0]
+    rows = {tuple(line.split()[:2]): line for line in section.splitlines() if "llama" in line}
+    assert "qwen-7b" not in section  # TGI is not an engine of the default entry
+    for kind, title, bounds, le in (
+        ("ttft", "TTFT", fx.TTFT_LE, 2.5),
+        ("tpot", "TPOT", fx.TPOT_LE, 0.1),
+    ):
+        good = total = 0.0
+        for worker in ("vllm-0", "vllm-1"):
+            for day in range(7, 14):
+                counts = truth.buckets[worker][kind][day]
+                total += sum(counts)
+                good += sum(c for b, c in zip(bounds, counts, strict=True) if b <= le)
+        burn = (1 - good / total) / 0.01
+        line = rows[("llama-8b", title)]
+        assert f"{burn:.2f}x" in line and f"{burn * 7 / 30 * 100:.1f}%" in line, line
+    # no error reason and no rejection counter in the fixture: nothing failed
+    assert "0.00x" in rows[("llama-8b", "availability")]
+    html = (out / "report.html").read_text()
+    assert "Error budgets" in html and "Budget used" in html

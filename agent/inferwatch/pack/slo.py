@@ -97,7 +97,8 @@ def _seconds(window: str) -> float:
     return float(window[:-1]) * units[window[-1]]
 
 
-def _num(x: float) -> str:
+def num_text(x: float) -> str:
+    """A PromQL number literal: 14.4 -> ``14.4``, 6.0 -> ``6``."""
     text = repr(float(x))
     return text[:-2] if text.endswith(".0") else text
 
@@ -191,7 +192,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             sel.append(f'model!~"{_regex(spec.models)}"')
         budget_parts.append(
             f"(0 * group by ({SLO_LABELS}) ({slo_errors(budget_window)}{{{','.join(sel)}}}) "
-            f"+ {_num(round(o.budget, 12))})"
+            f"+ {num_text(round(o.budget, 12))})"
         )
     rules.append({"record": SLO_ERROR_BUDGET, "expr": "\nor\n".join(budget_parts)})
     for w in windows(spec):
@@ -204,7 +205,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
 
 def _burning(kind: str, b: Burn) -> str:
     sel = f'{{slo="{kind}"}}'
-    f = _num(b.factor)
+    f = num_text(b.factor)
     return f"{slo_burn_rate(b.long)}{sel} > {f}\nand\n{slo_burn_rate(b.short)}{sel} > {f}"
 
 
@@ -238,7 +239,7 @@ def alert_fields(t: Thresholds) -> list[dict[str, Any]]:
             ),
         ):
             pairs = ", ".join(
-                f"{_num(b.factor)}x over {b.long} and {b.short}"
+                f"{num_text(b.factor)}x over {b.long} and {b.short}"
                 for b in BURNS
                 if b.severity == severity
             )
@@ -292,8 +293,8 @@ def _objective_lines(t: Thresholds, kind: str) -> str:
             else "finished without an error and not rejected"
         )
         lines.append(
-            f"- {who} ({engines}): {_num(round(o.objective * 100, 6))}% of requests {good} "
-            f"over {window_name(spec.window)}; budget {_num(round(o.budget * 100, 6))}%"
+            f"- {who} ({engines}): {num_text(round(o.objective * 100, 6))}% of requests {good} "
+            f"over {window_name(spec.window)}; budget {num_text(round(o.budget * 100, 6))}%"
         )
     return "\n".join(lines)
 
@@ -305,8 +306,8 @@ def page(t: Thresholds, name: str) -> dict[str, str]:
     budget = window_name(t.slos.window)
     sel = '{slo="' + kind + '"}'
     burns = "\n".join(
-        f"| {b.severity} | {_num(b.factor)}x | {b.long} | {b.short} | "
-        f"{_num(round(b.factor * _seconds(b.long) / t.slos.window * 100, 2))}% |"
+        f"| {b.severity} | {num_text(b.factor)}x | {b.long} | {b.short} | "
+        f"{num_text(round(b.factor * _seconds(b.long) / t.slos.window * 100, 2))}% |"
         for b in BURNS
     )
     cause = {

@@ -170,6 +170,7 @@ def _unique_names(charts: list[Chart]) -> list[Chart]:
 
 def main(args: argparse.Namespace) -> int:
     from inferwatch.pack.thresholds import load_thresholds
+    from inferwatch.report import budget as budget_mod
     from inferwatch.report import charts as charts_mod
     from inferwatch.report import fmt, render
     from inferwatch.report.mail import build_message, content_id, send
@@ -215,6 +216,7 @@ def main(args: argparse.Namespace) -> int:
             )
             progress.phase("drawing charts")
             report = build_report(raw, bands)
+            budgets = budget_mod.budgets(raw, bands)
             charts = _unique_names(charts_mod.all_charts(report))
         finally:
             progress.stop()
@@ -226,11 +228,11 @@ def main(args: argparse.Namespace) -> int:
         f"{fmt.timestamp(period.end)}"
     )
 
-    text = render.text(report)
+    text = render.text(report, budgets)
     csv_text = render.csv_text(report)
     if args.output:
         directory = Path(args.output)
-        page = render.html(report, charts, lambda c: f"{c.name}.png", source=url)
+        page = render.html(report, charts, lambda c: f"{c.name}.png", source=url, budgets=budgets)
         try:
             _write_output(directory, page, text, csv_text, charts)
         except OSError as err:
@@ -249,7 +251,9 @@ def main(args: argparse.Namespace) -> int:
             sender=smtp.sender,
             to=smtp.to,
             text=text,
-            html=render.html(report, charts, lambda c: f"cid:{content_id(c)}", source=url),
+            html=render.html(
+                report, charts, lambda c: f"cid:{content_id(c)}", source=url, budgets=budgets
+            ),
             charts=charts,
             csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",
             csv_text=csv_text,

@@ -58,6 +58,17 @@ class Period:
 
 
 @dataclass(frozen=True)
+class SloTarget:
+    """One objective of ``slos:`` (pack.slo_spec), copied for the error-budget section."""
+
+    model: str | None  # None: the default entry (models of ``engines`` without their own)
+    engines: tuple[str, ...]
+    kind: str  # ttft, tpot, availability
+    objective: float
+    le: float | None  # the latency threshold (a bucket boundary); None for availability
+
+
+@dataclass(frozen=True)
 class Bands:
     """The numbers of thresholds.yaml the report applies (a copy, so it needs no more)."""
 
@@ -74,6 +85,8 @@ class Bands:
     tpot_p99_slo_seconds: float = 0.1
     tail_ratio: float = 5.0
     runbook_base_url: str = "runbooks/"
+    slo_targets: tuple[SloTarget, ...] = ()
+    slo_window: float = 30 * DAY
 
     def slo(self, latency: str) -> float | None:
         return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
@@ -99,6 +112,12 @@ def bands_from_thresholds(t: Any) -> Bands:
         tpot_p99_slo_seconds=t.tpot.p99_slo_seconds,
         tail_ratio=t.latency.tail_ratio,
         runbook_base_url=t.pack.runbook_base_url,
+        slo_targets=tuple(
+            SloTarget(e.model, e.engines, o.kind, o.objective, o.le)
+            for e in t.slos.active
+            for o in e.objectives
+        ),
+        slo_window=t.slos.window,
     )
 
 
@@ -119,6 +138,9 @@ class RawWorker:
     queue_peak: Daily | None
     over_capacity_seconds: Daily | None  # None: max_num_seqs unknown
     capacity: float | None
+    # requests finished with reason="error", and rejected; None: the series is absent
+    failed: Daily | None = None
+    rejected: Daily | None = None
 
 
 @dataclass(frozen=True)

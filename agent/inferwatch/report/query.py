@@ -74,6 +74,7 @@ _STEPS = (
     "queue peaks",
     "time over capacity",
     "capacity",
+    "errors and rejections",
     "GPUs",
     "GPU utilization",
     "GPU bands",
@@ -179,6 +180,16 @@ class Collector:
             )
         }
 
+        # the availability SLO's bad requests (the error-budget section)
+        self.step("errors and rejections")
+        failed = self.daily_by(
+            f'sum by ({by}) (increase(inferwatch_requests_finished_total{{reason="error"}}[1d]))',
+            WORKER_KEY,
+        )
+        rejected = self.daily_by(
+            f"sum by ({by}) (increase(inferwatch_requests_rejected_total[1d]))", WORKER_KEY
+        )
+
         keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
         out = []
         empty: Daily = (None,) * len(self.ends)
@@ -211,6 +222,8 @@ class Collector:
                     queue_peak=queue.get(key),
                     over_capacity_seconds=over.get(key),
                     capacity=capacity.get(key),
+                    failed=failed.get(key),
+                    rejected=rejected.get(key),
                 )
             )
         return tuple(out)
