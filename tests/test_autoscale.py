@@ -354,3 +354,27 @@ def test_a_scaler_adds_workers_on_overload_and_removes_one_when_idle(stack: Stac
     finally:
         over.stop()
         idle.stop()
+
+
+def test_demo_scaler_rows_say_what_a_scaler_would_do() -> None:
+    from inferwatch.demo import scaler_rows
+
+    rows = scaler_rows(
+        {
+            "replicas": {"a": 1.0, "b": 3.0, "c": 2.0},
+            "desired": {"a": 4.0, "b": 2.0, "c": 2.0},
+            "pressure": {"a": 3.5},
+            "scale_out": {"a": 1.0, "b": 0.0, "c": 0.0},
+            "scale_in": {"a": 0.0, "b": 1.0, "c": 0.0},
+        }
+    )
+    assert rows == [
+        (
+            "a",
+            "1",
+            "4",
+            "scale out: a queue over capacity for the last samples (queue pressure 3.50)",
+        ),
+        ("b", "3", "2", "scale in: GPUs below the waste line, nothing warming up"),
+        ("c", "2", "2", "hold"),
+    ]

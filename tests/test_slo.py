@@ -184,7 +184,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, fx.
     )
     server = PromOnBlocks(tmp_path_factory.mktemp("prom"), blocks)
     wait_until(
-        lambda: query(server.url, "count(inferwatch_ttft_seconds_count)", fx.END),
+        lambda: query(server.url, "count(inferwatch_ttft_seconds_bucket)", fx.END),
         timeout=60,
         message="blocks loaded",
     )

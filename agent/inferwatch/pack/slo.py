@@ -132,7 +132,9 @@ def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: 
     if o.le is not None:
         hist = f"inferwatch_{o.kind}_seconds"
         good = _sum_rate(t, f"{hist}_bucket", (*m, f'le="{floatToGoString(o.le)}"'), w)
-        total = _sum_rate(t, f"{hist}_count", m, w)
+        # the +Inf bucket, not _count: the same number, and a bucket is what the
+        # engine mapping guarantees for every histogram it passes through
+        total = _sum_rate(t, f"{hist}_bucket", (*m, 'le="+Inf"'), w)
         return f"1 - (\n    {good}\n  /\n    {total}\n)"
     finished = _sum_rate(t, "inferwatch_requests_finished_total", m, w)
     failed = _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason="error"'), w)
