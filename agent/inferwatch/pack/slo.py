@@ -285,14 +285,18 @@ def _objective_lines(t: Thresholds, kind: str) -> str:
         o = entry.get(kind)
         if o is None:
             continue
-        who = f"`{entry.model}`" if entry.model else "every other model"
+        who = (
+            f"`{entry.model}`"
+            if entry.model
+            else ("every other model" if spec.models else "every model")
+        )
         engines = ", ".join(entry.engines)
         good = (
-            f"first token within {floatToGoString(o.le)} s"
+            f"get their first token within {floatToGoString(o.le)} s"
             if kind == "ttft"
-            else f"time per output token at or under {floatToGoString(o.le)} s"
+            else f"stream at or under {floatToGoString(o.le)} s per output token"
             if kind == "tpot"
-            else "finished without an error and not rejected"
+            else "finish without an error and are not rejected"
         )
         lines.append(
             f"- {who} ({engines}): {num_text(round(o.objective * 100, 6))}% of requests {good} "
@@ -314,16 +318,20 @@ def page(t: Thresholds, name: str) -> dict[str, str]:
     )
     cause = {
         "ttft": (
-            "Slow first tokens come from queueing (more requests than the batch holds), "
-            "slow prefill (long prompts, no prefix caching) or cold workers."
+            "A first token later than 2 s breaks a conversation [1.2]. Slow first tokens "
+            "come from queueing (more requests waiting than the batch holds: scale out or "
+            "rate-limit before latency suffers [6 FAQ]), slow prefill (long prompts, no "
+            "prefix caching) or cold workers (an unwarmed first call takes seconds [5.2])."
         ),
         "tpot": (
             "Slow streaming comes from batches too large for the card, KV-cache preemptions "
-            "or a GPU slowed by heat or power."
+            "(the KV cache is the real VRAM bottleneck [4.2]) or a GPU slowed by heat or "
+            "power."
         ),
         "availability": (
             "Failed requests come from engine errors (out of memory, bad inputs) and "
-            "admission rejections (HTTP 503 when the queue limit is hit)."
+            "admission rejections (HTTP 503 when the queue limit is hit): an overload the "
+            "queue shows first [6 FAQ]."
         ),
     }[kind]
     related = {
@@ -349,6 +357,7 @@ def page(t: Thresholds, name: str) -> dict[str, str]:
             "|---|---|---|---|---|\n" + burns
         ),
         "impact": (
+            "The tail is what users feel [6.1], and a budget counts every request in it. "
             "A page means users are feeling it now and, at this pace, the whole budget is "
             "gone within days; a ticket means the month's budget will run out before the "
             f"month does. {cause}"
@@ -369,9 +378,19 @@ def page(t: Thresholds, name: str) -> dict[str, str]:
             "3. Find the worker: the per-worker alerts that explain it are " + related + "."
         ),
         "mitigation": (
-            "- Fix the cause the per-worker alerts name (scale out on a queue over capacity, "
-            "warm up cold workers, roll back a bad deploy).\n"
-            "- While the budget is low, slow down risky changes: the budget is what pays for "
+            "- Fix the cause the per-worker alerts name: scale out on a queue over capacity "
+            "(the autoscaling rules in docs/deploy.md do it on the same signal), warm up cold "
+            "workers, roll back a bad deploy.\n"
+            + {
+                "ttft": "- Long shared prompts: `--enable-prefix-caching`; very long steps: a "
+                "smaller `--max-num-batched-tokens`.\n",
+                "tpot": "- Batches too large for the card: lower `--max-num-seqs`; preemptions: "
+                "more room in the KV cache (`--kv-cache-dtype fp8`).\n",
+                "availability": "- Rejections: more replicas, or a longer queue limit at the "
+                "gateway; OOM errors: `--gpu-memory-utilization 0.85` and a bounded "
+                "`--max-model-len`.\n",
+            }[kind]
+            + "- While the budget is low, slow down risky changes: the budget is what pays for "
             "deploys and experiments.\n"
             "- An objective that pages every week is too strict for the hardware: change "
             "`slos:` in your thresholds file (a latency threshold must be one of the "

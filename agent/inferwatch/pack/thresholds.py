@@ -222,7 +222,7 @@ class Thresholds:
 SECTIONS: dict[str, type] = {
     f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
     for f in fields(Thresholds)
-    if f.name != "source" and "kind" not in f.metadata
+    if f.name != "source"
 }
 
 # ---------------------------------------------------------------------------- durations
@@ -404,7 +404,7 @@ def _build(cls: type, raw: dict[str, Any], source: str, prefix: str) -> Any:
         if f.name not in raw:
             raise ConfigError(source, dotted, "a value (missing from the defaults)")
         sub = f.metadata.get("section") or (SECTIONS.get(f.name) if not prefix else None)
-        if sub is not None:
+        if sub is not None and f.metadata.get("kind") != SLOS:
             if not isinstance(raw[f.name], dict):
                 raise ConfigError(source, dotted, "a mapping of keys to values", raw[f.name])
             values[f.name] = _build(sub, raw[f.name], source, dotted)
