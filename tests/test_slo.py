@@ -302,3 +302,58 @@ def test_report_error_budget_section_over_the_backfilled_week(
     assert "0.00x" in rows[("llama-8b", "availability")]
     html = (out / "report.html").read_text()
     assert "Error budgets" in html and "Budget used" in html
+
+
+def test_report_budget_rows_follow_the_entries_and_engines(tmp_path: Path) -> None:
+    """Pure arithmetic of report/budget.py on hand-made data (no Prometheus)."""
+    from inferwatch.report.budget import budgets
+    from inferwatch.report.model import Hourly, Period, RawData, RawWorker, bands_from_thresholds
+
+    t = load_thresholds(
+        thresholds_file(
+            tmp_path,
+            "slos:\n  models:\n    own:\n      ttft: {threshold_seconds: 1, objective: 0.9}\n"
+            "      tpot: null\n      availability: null\n",
+        )
+    )
+    bands = bands_from_thresholds(t)
+    period = Period(end=14 * 86400.0, days=7)
+    # one day of buckets per day: 100 requests, 95 within 1 s, 98 within 2.5 s
+    day = ((1.0, 95.0), (2.5, 98.0), (math.inf, 100.0))
+    none7: tuple[None, ...] = (None,) * 7
+
+    def worker(model: str, engine: str, failed: float | None) -> RawWorker:
+        return RawWorker(
+            model=model,
+            worker=f"{model}-0",
+            engine=engine,
+            instances=("a",),
+            requests=none7 + (100.0,) * 7,
+            prompt_tokens=(None,) * 14,
+            generation_tokens=(None,) * 14,
+            latency={"ttft": (None,) * 7 + (day,) * 7},
+            queue_peak=None,
+            over_capacity_seconds=None,
+            capacity=None,
+            failed=None if failed is None else none7 + (failed,) * 7,
+        )
+
+    raw = RawData(
+        period,
+        (worker("own", "vllm", 7.0), worker("other", "vllm", 7.0), worker("tgi-m", "tgi", 1.0)),
+        (),
+        (),
+        Hourly((), (), "", (), ()),
+        (),
+    )
+    rows = {(b.model, b.kind): b for b in budgets(raw, bands)}
+    # "own" has only its TTFT objective (1 s, 90%): 5% bad = burn 0.5
+    assert set(rows) == {("own", "ttft"), ("other", "ttft"), ("other", "availability")}
+    own = rows[("own", "ttft")]
+    assert own.requests == 700 and own.bad == 35 and math.isclose(own.burn_rate, 0.5)
+    assert math.isclose(own.budget_used, 0.5 * 7 / 30)
+    # "other" follows the default: 2% later than 2.5 s against a 1% budget; 7% errors
+    assert math.isclose(rows[("other", "ttft")].burn_rate, 2.0)
+    assert math.isclose(rows[("other", "availability")].sli, 0.93)
+    # TGI is not an engine of the default entry
+    assert not any(m == "tgi-m" for m, _ in rows)
