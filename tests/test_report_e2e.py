@@ -691,8 +691,8 @@ def test_progress_only_on_a_terminal(prom: PromOnBlocks, tmp_path: Path) -> None
         [script, "-qec", shlex.join(cmd), "/dev/null"], capture_output=True, text=True, timeout=120
     )
     assert tty.returncode == 0, tty.stdout[-2000:]
-    assert "querying" in tty.stdout and "/19" in tty.stdout  # rich's progress bar
+    assert "querying" in tty.stdout and "/20" in tty.stdout  # rich's progress bar
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0
     assert "querying" not in plain.stderr
-    assert plain.stderr.startswith("inferwatch report: 27 queries to")
+    assert plain.stderr.startswith("inferwatch report: 29 queries to")
