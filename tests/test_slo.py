@@ -357,3 +357,61 @@ def test_report_budget_rows_follow_the_entries_and_engines(tmp_path: Path) -> No
     assert math.isclose(rows[("other", "availability")].sli, 0.93)
     # TGI is not an engine of the default entry
     assert not any(m == "tgi-m" for m, _ in rows)
+
+
+def test_a_budget_page_mutes_only_its_own_ticket(tmp_path: Path) -> None:
+    """deploy/alertmanager/alertmanager.yml with a real Alertmanager: the burn-rate alerts
+    carry no instance/worker/gpu, so the generic critical-mutes-warning rule must not
+    apply to them; their own rule pairs a page with the same model's and SLO's ticket."""
+    import json
+    import urllib.request
+
+    from tests.support.proc import Alertmanager, running
+
+    am = Alertmanager(tmp_path, (REPO / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+    with running(am):
+        posted = [
+            ("InferenceTTFTBudgetBurn", "critical", "llama", "ttft"),
+            ("InferenceTTFTBudgetBurn", "warning", "llama", "ttft"),
+            ("InferenceTTFTBudgetBurn", "warning", "qwen", "ttft"),
+            ("InferenceTPOTBudgetBurn", "warning", "llama", "tpot"),
+            ("InferenceGPUUnderutilized", "warning", "", ""),
+        ]
+        alerts = []
+        for name, severity, model, kind in posted:
+            labels = {"alertname": name, "severity": severity, "job": "inferwatch"}
+            if model:
+                labels |= {"model": model, "slo": kind}
+            else:
+                labels |= {"instance": "host-a:10127", "gpu": "0", "uuid": "G0"}
+            alerts.append({"labels": labels})
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+        def states() -> dict[tuple[str, str, str], str] | None:
+            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=10) as resp:
+                got = json.load(resp)
+            result = {
+                (
+                    a["labels"]["alertname"],
+                    a["labels"]["severity"],
+                    a["labels"].get("model", ""),
+                ): a["status"]["state"]
+                for a in got
+            }
+            settled = len(result) == len(posted) and "suppressed" in result.values()
+            return result if settled else None
+
+        got = wait_until(states, timeout=30, message="alerts in Alertmanager, one inhibited")
+    assert got == {
+        ("InferenceTTFTBudgetBurn", "critical", "llama"): "active",
+        ("InferenceTTFTBudgetBurn", "warning", "llama"): "suppressed",
+        ("InferenceTTFTBudgetBurn", "warning", "qwen"): "active",
+        ("InferenceTPOTBudgetBurn", "warning", "llama"): "active",
+        ("InferenceGPUUnderutilized", "warning", ""): "active",
+    }
