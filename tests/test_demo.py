@@ -153,6 +153,7 @@ def test_demo_stack_loads_the_generated_rules(tmp_path: Path) -> None:
         rules = {r["name"] for g in groups for r in g["rules"]}
         assert status == 200 and "InferenceQueueOverCapacity" in rules
         assert "worker:inferwatch_ttft_seconds:p99_5m" in rules
+        assert "model:inferwatch_desired_replicas:count" in rules  # the demo's scaler view
         status, body, _ = http_get(f"{alertmanager}/-/ready")
         assert status == 200
 

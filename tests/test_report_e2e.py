@@ -704,6 +704,7 @@ def test_progress_only_on_a_terminal(prom: PromOnBlocks, tmp_path: Path) -> None
     assert plain.returncode == 0
     assert "querying" not in plain.stderr
     # 27 figures, plus the loops' 6 (open requests, queue slope, preemptions, cold-start
-    # TTFT, memory pressure, the waste condition) and the cost section's 5 (hours,
-    # energy, tokens; TTFT P95, KV peak for the wasters' loops)
-    assert plain.stderr.startswith("inferwatch report: 38 queries to")
+    # TTFT, memory pressure, the waste condition), the cost section's 5 (hours, energy,
+    # tokens; TTFT P95, KV peak for the wasters' loops) and the availability SLO's 2
+    # (errors, rejections)
+    assert plain.stderr.startswith("inferwatch report: 40 queries to")

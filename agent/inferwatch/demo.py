@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +297,7 @@ def render(
     conds: list[tuple[str, str, str]],
     firing: list[str] | None,
     header: str,
+    scaler: list[tuple[str, str, str, str]] | None = None,
 ) -> Any:
     from rich.console import Group
     from rich.panel import Panel
@@ -337,9 +339,45 @@ def render(
     if not conds:
         cond_table.add_row("none", "", "")
     parts: list[Any] = [Panel(header), table, cond_table]
+    if scaler:
+        scale_table = Table(title="A scaler following the autoscaling rules", expand=True)
+        for col in ("model", "workers", "desired", "why"):
+            scale_table.add_column(col)
+        for row in scaler:
+            scale_table.add_row(*row)
+        parts.append(scale_table)
     if firing is not None:
         parts.append(Panel(", ".join(firing) or "none", title="Firing in Prometheus"))
     return Group(*parts)
+
+
+#: what a scaler following pack.autoscale's rules would do, per model (``--stack`` only)
+SCALER_QUERIES = {
+    "replicas": "model:inferwatch_replicas:count",
+    "desired": "model:inferwatch_desired_replicas:count",
+    "pressure": "model:inferwatch_queue_pressure:ratio",
+    "scale_out": "model:inferwatch_scale_out:bool",
+    "scale_in": "model:inferwatch_scale_in:bool",
+}
+
+
+def scaler_rows(values: dict[str, dict[str, float]]) -> list[tuple[str, str, str, str]]:
+    """(model, workers, desired, why) from ``{query key: {model: value}}``."""
+    rows = []
+    for model in sorted(values.get("desired", {})):
+        replicas = values.get("replicas", {}).get(model)
+        desired = values["desired"][model]
+        pressure = values.get("pressure", {}).get(model)
+        if values.get("scale_out", {}).get(model) == 1:
+            why = "scale out: a queue over capacity for the last samples"
+        elif values.get("scale_in", {}).get(model) == 1 and replicas and desired < replicas:
+            why = "scale in: GPUs below the waste line, nothing warming up"
+        else:
+            why = "hold"
+        if pressure is not None:
+            why += f" (queue pressure {pressure:.2f})"
+        rows.append((model, _fmt(replicas, ".0f"), _fmt(desired, ".0f"), why))
+    return rows
 
 
 def status_line(readings: dict[str, Reading], conds: list[tuple[str, str, str]]) -> str:
@@ -592,6 +630,22 @@ class Demo:
             }
         )
 
+    def scaler(self) -> list[tuple[str, str, str, str]] | None:
+        if not self.prometheus_url:
+            return None
+        values: dict[str, dict[str, float]] = {}
+        for key, expr in SCALER_QUERIES.items():
+            text = _get(
+                self.prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            )
+            if text is None:
+                continue
+            values[key] = {
+                r["metric"].get("model", ""): float(r["value"][1])
+                for r in json.loads(text)["data"]["result"]
+            }
+        return scaler_rows(values)
+
     def snapshot(self) -> tuple[dict[str, Reading], list[tuple[str, str, str]]]:
         text = _get(self.agent_url + "/metrics") or ""
         readings = parse_agent_metrics(text, self.layout)
@@ -636,7 +690,8 @@ async def run_demo(args: argparse.Namespace) -> int:
         async def step() -> Any:
             readings, conds = await asyncio.to_thread(demo.snapshot)
             firing = await asyncio.to_thread(demo.firing)
-            return readings, conds, firing
+            scaler = await asyncio.to_thread(demo.scaler)
+            return readings, conds, firing, scaler
 
         live = Live(console=console, refresh_per_second=2) if live_view else None
         with live if live is not None else contextlib.nullcontext():
@@ -649,12 +704,14 @@ async def run_demo(args: argparse.Namespace) -> int:
                     console.print(f"[red]{dead.name} exited unexpectedly:[/]\n{dead.tail()}")
                     code = 1
                     break
-                readings, conds, firing = await step()
+                readings, conds, firing, scaler = await step()
                 if live is not None:
-                    live.update(render(readings, conds, firing, header))
+                    live.update(render(readings, conds, firing, header, scaler))
                 elif time.monotonic() - last_print >= 5:
                     last_print = time.monotonic()
                     print(status_line(readings, conds), flush=True)
+                    for model, workers, desired, why in scaler or ():
+                        print(f"scaler {model}: {workers} -> {desired} workers, {why}", flush=True)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
     except RuntimeError as exc:

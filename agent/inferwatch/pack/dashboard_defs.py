@@ -17,6 +17,7 @@ from typing import Any
 from grafanalib import core as g
 
 from inferwatch.pack import panels as p
+from inferwatch.pack import slo_dashboard
 from inferwatch.pack.cost_panels import cost_section
 from inferwatch.pack.names import names
 from inferwatch.pack.panels import Cell, Query, Section, Step, gpu_sel, host_sel, steps, worker_sel
@@ -556,7 +557,7 @@ def overview(t: Thresholds) -> dict[str, Any]:
         "Fleet view of LLM inference: the four lifelines (GPU utilization "
         f"{_pct(gu.healthy_band[0])}-{_pct(gu.healthy_band[1])} healthy, VRAM level, queue "
         "depth, TTFT/TPOT), where the bottleneck is, firing alerts, throughput and errors.",
-        [now, cost_section(t), lifelines, bottleneck, alerts, traffic],
+        [now, cost_section(t), lifelines, *slo_dashboard.sections(t), bottleneck, alerts, traffic],
         tags=["overview"],
     )
 

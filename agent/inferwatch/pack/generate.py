@@ -27,12 +27,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inferwatch.errors import UsageError
-from inferwatch.pack import dashboards, rules, runbooks
+from inferwatch.pack import autoscale, dashboards, rules, runbooks
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 Generator = Callable[[Thresholds], dict[str, str]]
 
-GENERATORS: list[Generator] = [rules.generate, runbooks.generate, dashboards.generate]
+GENERATORS: list[Generator] = [
+    rules.generate,
+    runbooks.generate,
+    dashboards.generate,
+    autoscale.generate,
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

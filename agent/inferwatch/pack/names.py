@@ -204,3 +204,40 @@ class CostNames:
 
 def cost_names(t: Thresholds) -> CostNames:
     return CostNames(window=t.pack.window)
+
+
+# -- SLOs and autoscaling (pack.slo, pack.autoscale) -------------------------------
+# Windows in these names are the SLO's own (fixed burn windows, slos.window), not
+# pack.rate_window. Every SLO series carries job, model and slo (ttft, tpot,
+# availability).
+SLO_LABELS = "job, model, slo"
+
+
+def slo_errors(window: str) -> str:
+    """Share of the model's requests that missed the objective over ``window``."""
+    return f"model:inferwatch_slo_errors:ratio_rate{window}"
+
+
+def slo_burn_rate(window: str) -> str:
+    """``slo_errors(window)`` over the error budget: 1 spends the budget in exactly its period."""
+    return f"model:inferwatch_slo_burn_rate:ratio_rate{window}"
+
+
+#: 1 - objective, one series per model and objective that has traffic
+SLO_ERROR_BUDGET = "model:inferwatch_slo_error_budget:ratio"
+#: share of the budget left over slos.window (1 untouched, 0 spent, below 0 overspent)
+SLO_BUDGET_REMAINING = "model:inferwatch_slo_error_budget_remaining:ratio"
+
+#: (waiting + running) / batch capacity
+QUEUE_PRESSURE_WORKER = "worker:inferwatch_queue_pressure:ratio"
+QUEUE_PRESSURE_MODEL = "model:inferwatch_queue_pressure:ratio"
+#: the fullest KV cache among the model's workers
+KV_USAGE_MODEL = "model:inferwatch_kv_cache_usage_ratio:max"
+#: workers serving the model now
+REPLICAS = "model:inferwatch_replicas:count"
+#: 1 while a worker of the model has had its queue over capacity for queue.over_capacity_samples
+SCALE_OUT = "model:inferwatch_scale_out:bool"
+#: 1 while the model may lose a worker: GPUs below the waste threshold, no worker warming up
+SCALE_IN = "model:inferwatch_scale_in:bool"
+#: what a scaler following the guide's signals would run (KEDA / HPA target, value 1 per pod)
+DESIRED_REPLICAS = "model:inferwatch_desired_replicas:count"

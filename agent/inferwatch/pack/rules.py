@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from inferwatch.pack import cost
+from inferwatch.pack import autoscale, cost, slo
 from inferwatch.pack import names as an
 from inferwatch.pack.names import (
     GPU,
@@ -103,12 +103,17 @@ def record_names(t: Thresholds) -> dict[str, str]:
     )
     return {
         doc["record"]: rule["record"]
-        for doc, rule in zip(
-            recording_rules(documented) + cost.recording_rules(documented),
-            recording_rules(t) + cost.recording_rules(t),
-            strict=True,
-        )
+        for doc, rule in zip(_all_records(documented), _all_records(t), strict=True)
     }
+
+
+def _all_records(t: Thresholds) -> list[dict[str, Any]]:
+    return (
+        recording_rules(t)
+        + cost.recording_rules(t)
+        + slo.recording_rules(t)
+        + autoscale.recording_rules(t)
+    )
 
 
 # --------------------------------------------------------------------------- recording rules
@@ -407,6 +412,8 @@ _GROUP_SCOPE = {
     "inferwatch-gpu.alerts": ("job", "instance", "gpu"),
     "inferwatch-worker.alerts": ("job", "instance", "worker"),
     "inferwatch-health.alerts": ("job", "instance", "worker"),
+    # an error budget is a model's: its page opens the dashboards on that model
+    slo.ALERT_GROUP: ("job", "model"),
 }
 #: alerts whose labels differ from their group's
 _SCOPE = {
@@ -434,7 +441,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
     ttft_p95 = n.quantile("worker", "ttft", "p95")
     ttft_p99 = n.quantile("worker", "ttft", "p99")
     lb = t.load_imbalance
-    return [
+    catalogue = [
         Alert(
             name=an.GPU_UNDERUTILIZED,
             group=GPU_GROUP,
@@ -789,6 +796,9 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="overview",
         ),
     ]
+    # SLO burn rates (pack.slo); slos.p99_alerts can turn the P99 threshold family off
+    catalogue += [Alert(**fields) for fields in slo.alert_fields(t)]
+    return [a for a in catalogue if slo.p99_alerts_kept(t, a.name)]
 
 
 def _xid_expr(t: Thresholds, matcher: str) -> str:
@@ -879,6 +889,12 @@ def rule_groups(t: Thresholds) -> tuple[list[dict[str, Any]], list[dict[str, Any
     interval = t.pack.interval
     recording = [{"name": "inferwatch.rules", "interval": interval, "rules": recording_rules(t)}]
     recording.append(cost.recording_group(t))
+    for name, extra in (
+        (slo.RECORD_GROUP, slo.recording_rules(t)),
+        (autoscale.RECORD_GROUP, autoscale.recording_rules(t)),
+    ):
+        if extra:
+            recording.append({"name": name, "interval": interval, "rules": extra})
     by_group: dict[str, list[dict[str, Any]]] = {}
     for alert in alerts(t):
         by_group.setdefault(alert.group, []).append(alert.rule(t))

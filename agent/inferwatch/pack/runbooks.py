@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferwatch.pack import names as an
+from inferwatch.pack import slo
 from inferwatch.pack.names import Names, names
 from inferwatch.pack.rules import Alert, alerts, dur, num, pct, secs
 from inferwatch.pack.thresholds import Thresholds
@@ -1182,7 +1183,10 @@ PAGES: dict[str, Callable[[Ctx], Page]] = {
 
 def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
     """The Markdown page of one alert (all rules sharing its name)."""
-    page = PAGES[name](Ctx(t=t, n=names(t), variants=variants))
+    if name in PAGES:
+        page = PAGES[name](Ctx(t=t, n=names(t), variants=variants))
+    else:
+        page = Page(**slo.page(t, name))  # the burn-rate alerts (pack.slo)
     severities = " / ".join(dict.fromkeys(a.severity for a in variants))
     dashboard = variants[0].dashboard
     queries = "\n\n".join(f"```promql\n{a.expr}\n```" for a in variants)
@@ -1215,7 +1219,7 @@ def generate(t: Thresholds) -> dict[str, str]:
     grouped: dict[str, list[Alert]] = {}
     for alert in alerts(t):
         grouped.setdefault(alert.name, []).append(alert)
-    missing = set(grouped) - set(PAGES)
+    missing = set(grouped) - set(PAGES) - set(slo.ALERT_NAMES.values())
     if missing:
         raise ValueError(f"no runbook page for {sorted(missing)}")
     return {

@@ -47,7 +47,9 @@ from typing import Any
 import yaml
 
 from inferwatch.errors import ConfigError
+from inferwatch.pack import slo_spec
 from inferwatch.pack.pricing import Pricing, parse_pricing
+from inferwatch.pack.slo_spec import SloSpec
 
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -65,6 +67,7 @@ URL = "url"  # non-empty string
 UID = "uid"  # Grafana dashboard UID
 XIDS = "xids"  # non-empty list of positive ints
 PRICING = "pricing"  # the pricing: section, validated by pack.pricing
+SLOS = "slos"  # the SLO spec, parsed by pack.slo_spec
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ class Thresholds:
     advice: Advice
     report: Report
     pricing: Pricing = field(metadata={"kind": PRICING})
+    slos: SloSpec = field(metadata={"kind": SLOS})
     source: str = "defaults"
 
 
@@ -314,6 +318,9 @@ def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
 
     if kind == PRICING:
         return parse_pricing(value, source, key)
+    if kind == SLOS:
+        return slo_spec.parse(value, source, lambda v, k: _parse_value(DURATION, v, source, k))
+
     if kind in (DURATION, POSITIVE):
         seconds = _number(value)
         if seconds is None and isinstance(value, str):
@@ -405,7 +412,9 @@ def _merge(
         sub = known[key].metadata.get("section") or (
             SECTIONS.get(key) if not prefix and key not in _PARSED else None
         )
-        if sub is not None:
+        if known[key].metadata.get("kind") == SLOS:
+            merged[key] = slo_spec.merge(defaults.get(key), value)
+        elif sub is not None:
             merged[key] = _merge(defaults.get(key) or {}, value, sub, source, dotted)
         else:
             merged[key] = value

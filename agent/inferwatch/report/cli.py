@@ -212,6 +212,7 @@ def _unique_names(charts: list[Chart]) -> list[Chart]:
 
 def main(args: argparse.Namespace) -> int:
     from inferwatch.pack.thresholds import load_thresholds
+    from inferwatch.report import budget as budget_mod
     from inferwatch.report import charts as charts_mod
     from inferwatch.report import fmt, render
     from inferwatch.report.cost import collect_cost, cost_section
@@ -280,6 +281,7 @@ def main(args: argparse.Namespace) -> int:
             cost = cost_section(collect_cost(client, period, thresholds), period, thresholds)
             progress.phase("drawing charts")
             report = build_report(raw, bands)
+            budgets = budget_mod.budgets(raw, bands)
             charts = _unique_names(charts_mod.all_charts(report))
         finally:
             progress.stop()
@@ -292,11 +294,13 @@ def main(args: argparse.Namespace) -> int:
         f"{fmt.timestamp(period.end)}"
     )
 
-    text = render.text(report, cost)
+    text = render.text(report, cost, budgets)
     csv_text = render.csv_text(report, cost)
     if args.output:
         directory = Path(args.output)
-        page = render.html(report, charts, lambda c: f"{c.name}.png", source=url, cost=cost)
+        page = render.html(
+            report, charts, lambda c: f"{c.name}.png", source=url, cost=cost, budgets=budgets
+        )
         try:
             _write_output(directory, page, text, csv_text, charts)
         except OSError as err:
@@ -316,7 +320,12 @@ def main(args: argparse.Namespace) -> int:
             to=smtp.to,
             text=text,
             html=render.html(
-                report, charts, lambda c: f"cid:{content_id(c)}", source=url, cost=cost
+                report,
+                charts,
+                lambda c: f"cid:{content_id(c)}",
+                source=url,
+                cost=cost,
+                budgets=budgets,
             ),
             charts=charts,
             csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",

@@ -63,6 +63,17 @@ class Period:
 
 
 @dataclass(frozen=True)
+class SloTarget:
+    """One objective of ``slos:`` (pack.slo_spec), copied for the error-budget section."""
+
+    model: str | None  # None: the default entry (models of ``engines`` without their own)
+    engines: tuple[str, ...]
+    kind: str  # ttft, tpot, availability
+    objective: float
+    le: float | None  # the latency threshold (a bucket boundary); None for availability
+
+
+@dataclass(frozen=True)
 class Bands:
     """The numbers of thresholds.yaml the report's tables and charts print, read from one
     :class:`~inferwatch.pack.thresholds.Thresholds` (:func:`bands_from_thresholds`); the
@@ -87,6 +98,9 @@ class Bands:
     def t(self) -> Any:
         """The thresholds the loops' conditions read."""
         return self.thresholds
+
+    slo_targets: tuple[SloTarget, ...] = ()
+    slo_window: float = 30 * DAY
 
     def slo(self, latency: str) -> float | None:
         return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
@@ -113,6 +127,12 @@ def bands_from_thresholds(t: Any) -> Bands:
         tail_ratio=t.latency.tail_ratio,
         runbook_base_url=t.pack.runbook_base_url,
         thresholds=t,
+        slo_targets=tuple(
+            SloTarget(e.model, e.engines, o.kind, o.objective, o.le)
+            for e in t.slos.active
+            for o in e.objectives
+        ),
+        slo_window=t.slos.window,
     )
 
 
@@ -143,6 +163,9 @@ class RawWorker:
     cold_latency: dict[str, tuple[Buckets | None, ...]] = field(default_factory=dict)
     # the agent watched it during this period (inferwatch_target_up), requests or not
     present: bool = False
+    # requests finished with reason="error", and rejected; None: the series is absent
+    failed: Daily | None = None
+    rejected: Daily | None = None
 
 
 @dataclass(frozen=True)

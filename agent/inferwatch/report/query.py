@@ -88,6 +88,7 @@ _STEPS = (
     "queue slope",
     "preemptions",
     "cold-start TTFT buckets",
+    "errors and rejections",
     "GPUs",
     "GPU utilization",
     "GPU bands",
@@ -239,6 +240,15 @@ class Collector:
             f"sum by ({by}, le) (sum_over_time((increase(inferwatch_ttft_seconds_bucket"
             f"[{SUBQUERY_STEP}s]) and on ({AGENT_WORKER}) {young})[1d:{SUBQUERY_STEP}s]))"
         )
+        # the availability SLO's bad requests (the error-budget section)
+        self.step("errors and rejections")
+        failed = self.daily_by(
+            f'sum by ({by}) (increase(inferwatch_requests_finished_total{{reason="error"}}[1d]))',
+            WORKER_KEY,
+        )
+        rejected = self.daily_by(
+            f"sum by ({by}) (increase(inferwatch_requests_rejected_total[1d]))", WORKER_KEY
+        )
 
         keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
         # A worker known only by name (target_up carries no model) folds into the
@@ -281,6 +291,8 @@ class Collector:
                     preemptions=preemptions.get(key),
                     cold_latency={"ttft": cold_ttft[key]} if key in cold_ttft else {},
                     present=worker in present,
+                    failed=failed.get(key),
+                    rejected=rejected.get(key),
                 )
             )
         return tuple(out)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from inferwatch.report import fmt
+from inferwatch.report.budget import TITLES as SLO_TITLES
+from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.charts import Chart
 from inferwatch.report.cost import CostSection, ModelCost
 from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, Daily
@@ -490,12 +492,66 @@ def _alerts_section(report: Report) -> str:
     return "".join(parts)
 
 
+def _objective_text(b: BudgetFigures) -> str:
+    good = f"within {fmt.seconds(b.le)}" if b.le is not None else "without error or rejection"
+    return f"{b.objective * 100:g}% {good}"
+
+
+def _budget_cells(b: BudgetFigures) -> list[str]:
+    return [
+        b.model,
+        SLO_TITLES[b.kind],
+        _objective_text(b),
+        fmt.count(b.requests),
+        fmt.percent(b.sli, 3),
+        f"{b.burn_rate:.2f}x",
+        fmt.percent(b.budget_used, 1),
+    ]
+
+
+BUDGET_HEAD = ["Model", "SLO", "Objective", "Requests", "SLI", "Burn rate", "Budget used"]
+
+
+def _budget_section(report: Report, budgets: Sequence[BudgetFigures]) -> str:
+    if not budgets:
+        return ""
+    window = budgets[0].share_of_window
+    sub = (
+        f"share of each SLO's error budget this {report.period.days}-day period spent "
+        f"({window:.1%} of the SLO window)"
+    )
+    rows = []
+    for b in budgets:
+        cells = _budget_cells(b)
+        color = BAD if b.budget_used >= window else GOOD
+        rows.append(
+            "<tr>"
+            + _cell(cells[0], align="left", bold=True)
+            + "".join(
+                _cell(c, align="left" if i < 2 else "right") for i, c in enumerate(cells[1:-1])
+            )
+            + f'<td style="padding:6px 8px;border-bottom:1px solid {LINE};text-align:right;'
+            f'vertical-align:top;color:{color};font-weight:600">{escape(cells[-1])}</td>' + "</tr>"
+        )
+    return (
+        _h2("Error budgets", sub)
+        + _table(BUDGET_HEAD, rows)
+        + _p(
+            "Burn rate 1 spends a budget in exactly its window; the budget used is the burn "
+            "rate times this period's share of the window (green below that share, red at "
+            "or above it).",
+            muted=True,
+        )
+    )
+
+
 def html(
     report: Report,
     charts: Sequence[Chart],
     image_src: ImageSrc,
     source: str = "",
     cost: CostSection | None = None,
+    budgets: Sequence[BudgetFigures] = (),
 ) -> str:
     by_name = {c.name: c for c in charts}
     body = [
@@ -522,6 +578,7 @@ def html(
     for m in report.models:
         body.append(_model_section(report, m, by_name, image_src))
     body.append(_gpu_section(report, by_name, image_src))
+    body.append(_budget_section(report, budgets))
     body.append(_alerts_section(report))
     if report.notes:
         body.append(_h2("Left out"))
@@ -570,7 +627,9 @@ def _with_delta(value: str, change: Change | None, kind: str) -> str:
     return f"{value} ({d})" if d else value
 
 
-def text(report: Report, cost: CostSection | None = None) -> str:
+def text(
+    report: Report, cost: CostSection | None = None, budgets: Sequence[BudgetFigures] = ()
+) -> str:
     out = [title(report), "=" * len(title(report)), ""]
     out.append(period_sentence(report))
     out.append("The HTML version of this mail has the charts; the daily figures are in the CSV.")
@@ -661,6 +720,12 @@ def text(report: Report, cost: CostSection | None = None) -> str:
                 ],
                 rows,
             )
+        )
+        out.append("")
+    if budgets:
+        out += ["ERROR BUDGETS", ""]
+        out.append(
+            _text_table([h.lower() for h in BUDGET_HEAD], [_budget_cells(b) for b in budgets])
         )
         out.append("")
     out += ["ALERTS", ""]

@@ -1,0 +1,404 @@
+"""SLOs with error budgets: SLI recording rules, burn-rate alerts, their runbook pages.
+
+From the ``slos:`` section of the thresholds (:mod:`inferwatch.pack.slo_spec`)::
+
+    model:inferwatch_slo_errors:ratio_rate<W>          share of bad requests over W
+    model:inferwatch_slo_error_budget:ratio            1 - objective
+    model:inferwatch_slo_burn_rate:ratio_rate<W>       errors / budget (1 = on budget)
+    model:inferwatch_slo_error_budget_remaining:ratio  1 - burn rate over slos.window
+
+each with labels ``job, model, slo`` (``slo`` = ttft, tpot, availability), for W
+in the burn windows of the Google SRE workbook (ch. 5, "Alerting on SLOs",
+multiwindow multi-burn-rate) and ``slos.window``. A latency request is good
+when it lands in the engine's bucket ``le`` = the threshold; an availability
+request is good when it finished without ``reason="error"`` and was not rejected.
+Rates are summed by model before the division, so several workers (and a
+worker's restart: ``rate`` absorbs the counter reset) make one SLI. A model with
+no requests in a window has no defined share there (0/0): its alerts stay
+silent, as do the P99 alerts on an idle worker.
+
+Alerts, one name per objective (``InferenceTTFTBudgetBurn``, ...), each a page
+(critical: 14.4x over 1h confirmed over 5m, or 6x over 6h confirmed over 30m)
+and a ticket (warning: 3x over 1d with 2h, or 1x over 3d with 6h). The short
+window makes the alert resolve soon after the burn stops; no ``for`` is needed.
+The label ``burn_window`` says which pair fired (the faster one when both do).
+
+This module imports nothing of ``pack.rules``: rules and runbooks call
+:func:`recording_rules`, :func:`alert_fields` and :func:`page`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.utils import floatToGoString
+
+from inferwatch.pack.names import (
+    SLO_BUDGET_REMAINING,
+    SLO_ERROR_BUDGET,
+    SLO_LABELS,
+    slo_burn_rate,
+    slo_errors,
+)
+from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
+from inferwatch.pack.thresholds import Thresholds, format_duration
+
+RECORD_GROUP = "inferwatch-slo.rules"
+ALERT_GROUP = "inferwatch-slo.alerts"
+
+BY = "job, model"
+
+
+@dataclass(frozen=True)
+class Burn:
+    """One window pair: the budget burns ``factor`` times too fast over both windows."""
+
+    factor: float
+    long: str
+    short: str
+    severity: str
+
+
+#: SRE workbook, table 5-8: pages at 2% of a 30-day budget in 1h or 5% in 6h; tickets
+#: at 10% in 3 days (3x over 1d) or all of it (1x over 3d)
+BURNS = (
+    Burn(14.4, "1h", "5m", "critical"),
+    Burn(6.0, "6h", "30m", "critical"),
+    Burn(3.0, "1d", "2h", "warning"),
+    Burn(1.0, "3d", "6h", "warning"),
+)
+
+ALERT_NAMES = {
+    "ttft": "InferenceTTFTBudgetBurn",
+    "tpot": "InferenceTPOTBudgetBurn",
+    "availability": "InferenceAvailabilityBudgetBurn",
+}
+TITLES = {"ttft": "TTFT", "tpot": "TPOT", "availability": "availability"}
+
+
+def window_name(seconds: float) -> str:
+    """A PromQL duration in whole days where it is one (``30d``), else ``format_duration``."""
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{int(seconds // 86400)}d"
+    return format_duration(seconds)
+
+
+def windows(spec: SloSpec) -> tuple[str, ...]:
+    """Every window an SLI is recorded over: the burn windows, then the budget's."""
+    short_first = sorted({w for b in BURNS for w in (b.long, b.short)}, key=lambda w: _seconds(w))
+    budget = window_name(spec.window)
+    return tuple(dict.fromkeys([*short_first, budget]))
+
+
+def _seconds(window: str) -> float:
+    units = {"m": 60, "h": 3600, "d": 86400}
+    return float(window[:-1]) * units[window[-1]]
+
+
+def num_text(x: float) -> str:
+    """A PromQL number literal: 14.4 -> ``14.4``, 6.0 -> ``6``."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _string(value: str) -> str:
+    """A PromQL double-quoted string literal's content."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _regex(values: tuple[str, ...]) -> str:
+    return _string("|".join(re.escape(v) for v in values))
+
+
+def entry_matchers(spec: SloSpec, entry: SloEntry) -> tuple[str, ...]:
+    """Label matchers selecting the series an entry covers (the default: unlisted models)."""
+    matchers = [f'engine=~"{_regex(entry.engines)}"']
+    if entry.model is not None:
+        matchers.append(f'model="{_string(entry.model)}"')
+    elif spec.models:
+        matchers.append(f'model!~"{_regex(spec.models)}"')
+    return tuple(matchers)
+
+
+def _sum_rate(t: Thresholds, metric: str, matchers: tuple[str, ...], window: str) -> str:
+    return f"sum by ({BY}) (rate({metric}{t.pack.selector(*matchers)}[{window}]))"
+
+
+def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
+    """PromQL: the share of the entry's requests that missed objective ``o`` over ``w``."""
+    m = entry_matchers(spec, entry)
+    if o.le is not None:
+        hist = f"inferwatch_{o.kind}_seconds"
+        good = _sum_rate(t, f"{hist}_bucket", (*m, f'le="{floatToGoString(o.le)}"'), w)
+        # the +Inf bucket, not _count: the same number, and a bucket is what the
+        # engine mapping guarantees for every histogram it passes through
+        total = _sum_rate(t, f"{hist}_bucket", (*m, 'le="+Inf"'), w)
+        return f"1 - (\n    {good}\n  /\n    {total}\n)"
+    finished = _sum_rate(t, "inferwatch_requests_finished_total", m, w)
+    failed = _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason="error"'), w)
+    rejected = _sum_rate(t, "inferwatch_requests_rejected_total", m, w)
+    # an engine that never reported an error reason or has no rejection counter has
+    # none of them, as long as it reports finished requests at all
+    return (
+        "(\n"
+        f"    ({failed} or 0 * {finished})\n"
+        f"  + ({rejected} or 0 * {finished})\n"
+        ")\n/\n(\n"
+        f"    {finished}\n"
+        f"  + ({rejected} or 0 * {finished})\n"
+        ")"
+    )
+
+
+def _objectives(spec: SloSpec) -> list[tuple[SloEntry, Objective]]:
+    """(entry, objective) pairs, objective kind by kind."""
+    return [
+        (entry, o) for kind in KINDS for entry in spec.active if (o := entry.get(kind)) is not None
+    ]
+
+
+def kinds(spec: SloSpec) -> tuple[str, ...]:
+    """The objectives at least one active entry has."""
+    present = {o.kind for _, o in _objectives(spec)}
+    return tuple(k for k in KINDS if k in present)
+
+
+def _tag(expr: str, label: str, value: str) -> str:
+    indented = expr.replace("\n", "\n  ")
+    return f'label_replace(\n  {indented},\n  "{label}", "{value}", "", ""\n)'
+
+
+def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
+    """The SLI, budget, burn-rate and budget-left rules, in dependency order (none when off)."""
+    spec = t.slos
+    pairs = _objectives(spec)
+    if not pairs:
+        return []
+    rules: list[dict[str, Any]] = []
+    budget_window = window_name(spec.window)
+    for w in windows(spec):
+        expr = "\nor\n".join(
+            _tag(error_ratio(t, spec, entry, o, w), "slo", o.kind) for entry, o in pairs
+        )
+        rules.append({"record": slo_errors(w), "expr": expr})
+    # The budget exists for each model and objective that has an SLI at all (a value,
+    # NaN included, over the budget window).
+    budget_parts = []
+    for entry, o in pairs:
+        sel = [f'slo="{o.kind}"']
+        if entry.model is not None:
+            sel.append(f'model="{_string(entry.model)}"')
+        elif spec.models:
+            sel.append(f'model!~"{_regex(spec.models)}"')
+        budget_parts.append(
+            f"(0 * group by ({SLO_LABELS}) ({slo_errors(budget_window)}{{{','.join(sel)}}}) "
+            f"+ {num_text(round(o.budget, 12))})"
+        )
+    rules.append({"record": SLO_ERROR_BUDGET, "expr": "\nor\n".join(budget_parts)})
+    for w in windows(spec):
+        rules.append(
+            {"record": slo_burn_rate(w), "expr": f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}"}
+        )
+    rules.append({"record": SLO_BUDGET_REMAINING, "expr": f"1 - {slo_burn_rate(budget_window)}"})
+    return rules
+
+
+def _burning(kind: str, b: Burn) -> str:
+    sel = f'{{slo="{kind}"}}'
+    f = num_text(b.factor)
+    return f"{slo_burn_rate(b.long)}{sel} > {f}\nand\n{slo_burn_rate(b.short)}{sel} > {f}"
+
+
+def alert_expr(kind: str, severity: str) -> str:
+    """The alert of one objective and severity: its window pairs, the faster one first."""
+    pairs = [b for b in BURNS if b.severity == severity]
+    expr = ""
+    for b in pairs:
+        tagged = _tag(_burning(kind, b), "burn_window", b.long)
+        expr = tagged if not expr else f"(\n{expr}\n)\nor on ({SLO_LABELS})\n{tagged}"
+    return expr
+
+
+def alert_fields(t: Thresholds) -> list[dict[str, Any]]:
+    """Keyword arguments of ``rules.Alert`` for every burn-rate alert (none when off)."""
+    spec = t.slos
+    budget = window_name(spec.window)
+    out = []
+    for kind in kinds(spec):
+        title = TITLES[kind]
+        for severity, summary, what in (
+            (
+                "critical",
+                f"A model's {title} error budget is burning fast: it will be gone within days.",
+                "page",
+            ),
+            (
+                "warning",
+                f"A model's {title} error budget is burning faster than it can last.",
+                "ticket",
+            ),
+        ):
+            pairs = ", ".join(
+                f"{num_text(b.factor)}x over {b.long} and {b.short}"
+                for b in BURNS
+                if b.severity == severity
+            )
+            out.append(
+                {
+                    "name": ALERT_NAMES[kind],
+                    "group": ALERT_GROUP,
+                    "expr": alert_expr(kind, severity),
+                    "for_seconds": 0,
+                    "severity": severity,
+                    "summary": summary,
+                    "description": (
+                        "Model {{ $labels.model }} is spending its "
+                        f"{title} error budget ({budget}) "
+                        "{{ $value | humanize }} times as fast as the objective allows over the "
+                        "last {{ $labels.burn_window }}, confirmed over the short window "
+                        f"({what} pairs: {pairs})."
+                    ),
+                    "dashboard": "overview",
+                }
+            )
+    return out
+
+
+def p99_alerts_kept(t: Thresholds, name: str) -> bool:
+    """False for the P99 threshold family's alerts when ``slos.p99_alerts`` is off."""
+    return t.slos.p99_alerts or name not in P99_FAMILY
+
+
+#: the simpler family: a P99 above a fixed threshold for a while
+P99_FAMILY = ("InferenceTTFTSLOBreach", "InferenceTPOTSLOBreach")
+
+
+# --------------------------------------------------------------------------- runbooks
+
+
+def _objective_lines(t: Thresholds, kind: str) -> str:
+    spec = t.slos
+    lines = []
+    for entry in spec.active:
+        o = entry.get(kind)
+        if o is None:
+            continue
+        who = (
+            f"`{entry.model}`"
+            if entry.model
+            else ("every other model" if spec.models else "every model")
+        )
+        engines = ", ".join(entry.engines)
+        good = (
+            f"get their first token within {floatToGoString(o.le)} s"
+            if kind == "ttft"
+            else f"stream at or under {floatToGoString(o.le)} s per output token"
+            if kind == "tpot"
+            else "finish without an error and are not rejected"
+        )
+        lines.append(
+            f"- {who} ({engines}): {num_text(round(o.objective * 100, 6))}% of requests {good} "
+            f"over {window_name(spec.window)}; budget {num_text(round(o.budget * 100, 6))}%"
+        )
+    return "\n".join(lines)
+
+
+def page(t: Thresholds, name: str) -> dict[str, str]:
+    """The five runbook fields (``runbooks.Page``) of one burn-rate alert."""
+    kind = next(k for k, v in ALERT_NAMES.items() if v == name)
+    title = TITLES[kind]
+    budget = window_name(t.slos.window)
+    sel = '{model="MODEL",slo="' + kind + '"}'
+    burns = "\n".join(
+        f"| {b.severity} | {num_text(b.factor)}x | {b.long} | {b.short} | "
+        f"{num_text(round(b.factor * _seconds(b.long) / t.slos.window * 100, 2))}% |"
+        for b in BURNS
+    )
+    cause = {
+        "ttft": (
+            "A first token later than 2 s breaks a conversation [1.2]. Slow first tokens "
+            "come from queueing (more requests waiting than the batch holds: scale out or "
+            "rate-limit before latency suffers [6 FAQ]), slow prefill (long prompts, no "
+            "prefix caching) or cold workers (an unwarmed first call takes seconds [5.2])."
+        ),
+        "tpot": (
+            "Slow streaming comes from batches too large for the card, KV-cache preemptions "
+            "(the KV cache is the real VRAM bottleneck [4.2]) or a GPU slowed by heat or "
+            "power."
+        ),
+        "availability": (
+            "Failed requests come from engine errors (out of memory, bad inputs) and "
+            "admission rejections (HTTP 503 when the queue limit is hit): an overload the "
+            "queue shows first [6 FAQ]."
+        ),
+    }[kind]
+    related = {
+        "ttft": "InferenceQueueOverCapacity, InferenceTTFTSLOBreach, InferenceWorkerColdStart",
+        "tpot": "InferenceTPOTSLOBreach, InferenceKVCachePreemptions, "
+        "InferenceGPUThermalThrottling",
+        "availability": "InferenceRequestErrors, InferenceWorkerDown, InferenceQueueOverCapacity",
+    }[kind]
+    return {
+        "condition": (
+            f"a model's {title} SLI has missed its objective fast enough to spend the "
+            f"{budget} error budget early, over a long and a short window at once"
+        ),
+        "meaning": (
+            f"The {title} SLO counts the share of requests that met it (objectives from "
+            "`slos:` in the thresholds):\n\n"
+            + _objective_lines(t, kind)
+            + "\n\nThe burn rate is the share of bad requests divided by the budget: at 1 "
+            f"the budget lasts exactly {budget}. The alert fires when both windows of a "
+            "pair burn faster than its factor (the Google SRE workbook's multiwindow, "
+            "multi-burn-rate alerts); the label `burn_window` names the long window.\n\n"
+            "| severity | burn rate | long window | short window | budget spent when it fires |\n"
+            "|---|---|---|---|---|\n" + burns
+        ),
+        "impact": (
+            "The tail is what users feel [6.1], and a budget counts every request in it. "
+            "A page means users are feeling it now and, at this pace, the whole budget is "
+            "gone within days; a ticket means the month's budget will run out before the "
+            f"month does. {cause}"
+        ),
+        "diagnosis": (
+            "1. Open the **Inference overview** dashboard's **SLOs and error budgets** row: "
+            "which model, which objective, and whether the burn started at a deploy, a "
+            "traffic peak or a restart.\n"
+            "2. Compare the windows; a short window well above the long one is a fresh "
+            "incident, the reverse a slow leak:\n\n"
+            + "\n\n".join(
+                f"   ```promql\n   {query}\n   ```"
+                for query in (
+                    *(
+                        f"{slo_burn_rate(w)}{sel}"
+                        for w in dict.fromkeys(x for b in BURNS for x in (b.long, b.short))
+                    ),
+                    f"{SLO_BUDGET_REMAINING}{sel}",
+                )
+            )
+            + "\n\n"
+            "3. Find the worker: the per-worker alerts that explain it are " + related + "."
+        ),
+        "mitigation": (
+            "- Fix the cause the per-worker alerts name: scale out on a queue over capacity "
+            "(the autoscaling rules in docs/deploy.md do it on the same signal), warm up cold "
+            "workers, roll back a bad deploy.\n"
+            + {
+                "ttft": "- Long shared prompts: `--enable-prefix-caching`; very long steps: a "
+                "smaller `--max-num-batched-tokens`.\n",
+                "tpot": "- Batches too large for the card: lower `--max-num-seqs`; preemptions: "
+                "more room in the KV cache (`--kv-cache-dtype fp8`).\n",
+                "availability": "- Rejections: more replicas, or a longer queue limit at the "
+                "gateway; OOM errors: `--gpu-memory-utilization 0.85` and a bounded "
+                "`--max-model-len`.\n",
+            }[kind]
+            + "- While the budget is low, slow down risky changes: the budget is what pays for "
+            "deploys and experiments.\n"
+            "- An objective that pages every week is too strict for the hardware: change "
+            "`slos:` in your thresholds file (a latency threshold must be one of the "
+            "engine's bucket boundaries; `inferwatch generate` names the nearest ones) and "
+            "regenerate. To keep only the P99 threshold alerts, set `slos.enabled: false`."
+        ),
+    }
