@@ -330,10 +330,9 @@ def test_a_scaler_adds_workers_on_overload_and_removes_one_when_idle(stack: Stac
         )
         pressure = value(stack, f'{QUEUE_PRESSURE_MODEL}{{model="sim-over"}}')
         assert pressure is not None and pressure > 1
-        # idle, after warm-up: this agent exports no inferwatch_worker_gpu_info (no
-        # per-GPU attribution for simulated workers), so the model has no utilization of
-        # its own GPUs and the rule holds its workers rather than remove one it cannot
-        # show idle. The scale-in leg is tested in alerts/tests/autoscaling.yaml.
+        # idle, after warm-up: the agent attributes each simulated worker to its fake
+        # GPU (inferwatch_worker_gpu_info from the fake NVML process lists), the model's
+        # own GPUs sit in the waste band, and the rule removes one worker
         wait_until(
             lambda: (
                 (
@@ -349,8 +348,13 @@ def test_a_scaler_adds_workers_on_overload_and_removes_one_when_idle(stack: Stac
             interval=0.5,
             message="idle workers past warm-up",
         )
-        assert value(stack, f'{SCALE_IN}{{model="sim-idle"}}') == 0
-        assert value(stack, f'{DESIRED_REPLICAS}{{model="sim-idle"}}') == 2
+        wait_until(
+            lambda: value(stack, f'{SCALE_IN}{{model="sim-idle"}}') == 1,
+            60,
+            interval=0.5,
+            message="scale-in of sim-idle once its GPUs idle past warm-up",
+        )
+        assert value(stack, f'{DESIRED_REPLICAS}{{model="sim-idle"}}') == 1
     finally:
         over.stop()
         idle.stop()

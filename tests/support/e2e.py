@@ -541,7 +541,8 @@ ALERT_WORKERS = (
 
 #: How the scenarios drive the simulators (overload: arrivals per second at time scale 1)
 OVERLOAD_RATE = 4.0
-OVERLOAD_SECONDS = 24.0
+#: long enough for the KV cache's window average to pass 92 % with the queue rising
+OVERLOAD_SECONDS = 40.0
 COLD_START_SECONDS = 12.0
 FIRE_TIMEOUT = 60.0
 RESOLVE_TIMEOUT = 60.0
