@@ -866,7 +866,7 @@ def _imbalance_expr(t: Thresholds) -> str:
 
 def _telemetry_down_expr(t: Thresholds) -> str:
     """No finished NVML pass for gpu_lost_for, or errors and never a finished pass."""
-    nvml = t.pack.selector('collector="nvml"')
+    nvml = t.pack.selector('collector=~"nvml|dcgm"')  # either GPU backend's collector
     last = f"inferwatch_last_collect_timestamp_seconds{nvml}"
     errors = f"inferwatch_collect_errors_total{nvml}"
     return (
