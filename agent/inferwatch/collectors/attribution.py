@@ -271,24 +271,27 @@ def visible_to_runtime(
     out: list[DeviceLike] = []
     notes: list[str] = []
     for entry in _entries(text):
-        dev: DeviceLike | None = None
-        if entry.isdigit():
-            if not host_indices:
-                notes.append(
-                    f"NVIDIA_VISIBLE_DEVICES entry {entry!r} is a host GPU index, and this "
-                    "agent's own devices are restricted, so its NVML indices are not the "
-                    "host's; skipped (UUIDs are exact)"
-                )
-                continue
-            hits = [d for d in devices if not _is_mig(d) and d.gpu == entry]
-            dev = hits[0] if hits else None
-        elif _is_uuid(entry):
-            dev = _uuid_entry(entry, devices)
+        if entry.isdigit() and not host_indices:
+            notes.append(
+                f"NVIDIA_VISIBLE_DEVICES entry {entry!r} is a host GPU index, and this "
+                "agent's own devices are restricted, so its NVML indices are not the "
+                "host's; skipped (UUIDs are exact)"
+            )
+            continue
+        dev = _host_device(entry, devices)
         if dev is None:
             notes.append(f"NVIDIA_VISIBLE_DEVICES entry {entry!r} names no device NVML lists")
             continue
         out.extend(_expand(dev, devices))
     return _Resolution(_dedup(out), notes)
+
+
+def _host_device(entry: str, devices: Sequence[DeviceLike]) -> DeviceLike | None:
+    """The device a host-level ID names (NVIDIA_VISIBLE_DEVICES, pod-resources): a whole
+    GPU by NVML index, or a GPU or MIG device by UUID; None for anything else."""
+    if entry.isdigit():
+        return next((d for d in devices if not _is_mig(d) and d.gpu == entry), None)
+    return _uuid_entry(entry, devices) if _is_uuid(entry) else None
 
 
 def cuda_order(gpus: Sequence[DeviceLike], device_order: str | None) -> list[DeviceLike] | None:
@@ -465,18 +468,13 @@ def from_device_ids(
     notes: list[str] = []
     for raw in ids:
         entry = raw.split("::", 1)[0].strip()
-        dev: DeviceLike | None = None
-        if entry.isdigit():
-            if not host_indices:
-                notes.append(
-                    f"pod-resources device ID {raw!r} is a host GPU index, and this agent's "
-                    "own devices are restricted; skipped"
-                )
-                continue
-            hits = [d for d in devices if not _is_mig(d) and d.gpu == entry]
-            dev = hits[0] if hits else None
-        elif _is_uuid(entry):
-            dev = _uuid_entry(entry, devices)
+        if entry.isdigit() and not host_indices:
+            notes.append(
+                f"pod-resources device ID {raw!r} is a host GPU index, and this agent's "
+                "own devices are restricted; skipped"
+            )
+            continue
+        dev = _host_device(entry, devices)
         if dev is None:
             notes.append(f"pod-resources device ID {raw!r} names no device NVML lists")
             continue

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from inferwatch.pack.cost_panels import GRAFANA_CURRENCIES
 from inferwatch.pack.dashboards import GLOBAL_DEFAULTS, expand_variables
 
 #: Grafana unit IDs (packages/grafana-data valueFormats); the ones a dashboard may use.
@@ -156,31 +157,7 @@ VALID_UNITS = frozenset(
         "bool_yes_no",
         "bool_on_off",
         # the Currency category (money panels of the cost row)
-        *(
-            f"currency{code}"
-            for code in [
-                "USD",
-                "GBP",
-                "EUR",
-                "JPY",
-                "RUB",
-                "UAH",
-                "BRL",
-                "DKK",
-                "ISK",
-                "NOK",
-                "SEK",
-                "CZK",
-                "CHF",
-                "PLN",
-                "ZAR",
-                "INR",
-                "KRW",
-                "IDR",
-                "PHP",
-                "VND",
-            ]
-        ),
+        *(f"currency{code}" for code in GRAFANA_CURRENCIES),
     ]
 )
 
