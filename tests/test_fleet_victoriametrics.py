@@ -13,9 +13,9 @@ every recorded series would reach the store twice). One ``vmalert`` evaluates
 the generated recording and alerting rules against the whole store and
 notifies one real Alertmanager (the shipped configuration, timers shortened).
 The rules are the committed ``alerts/inferwatch-rules.yaml`` and
-``alerts/inferwatch-alerts.yaml`` with ``cluster`` added to their label lists
-(``tests/support/fleetrules.py`` says why the committed ones cannot run on a
-shared store, and which change to the generator makes them so).
+``alerts/inferwatch-alerts.yaml``, unchanged: ``cluster`` leads every label
+list of the generator (``inferwatch.pack.names``), so the clusters' same-named
+workers stay apart.
 
 Proven here:
 - vmalert evaluates every rule, recording and alerting, without error;
@@ -40,7 +40,6 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.e2e import render_alertmanager_config
-from tests.support.fleetrules import write_cluster_rules
 from tests.support.proc import REPO, Alertmanager, Prometheus, http_get, wait_until
 from tests.support.replay import ReplayHost, ReplayServer, load_capture, scrape_targets
 from tests.support.stack import render_prometheus_config
@@ -48,6 +47,8 @@ from tests.support.vm import VictoriaMetrics, VMAlert
 from tests.support.webhook import WebhookReceiver, parse_time
 
 from inferwatch.pack import dashboards as dash
+from inferwatch.pack.names import names
+from inferwatch.pack.thresholds import load_thresholds
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +112,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for cluster in GPUS:
             proms[cluster] = Prometheus(tmp, json.dumps(prometheus_config(cluster, server, vm)))
             parts.append(proms[cluster])
-        rule_files = write_cluster_rules(RULE_FILES, tmp / "rules")
+        rule_files = RULE_FILES
         vmalerts = {
             "fleet": VMAlert(
                 tmp,
@@ -142,14 +143,6 @@ def values(fleet: Fleet, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
         labels = {k: v for k, v in item["metric"].items() if k != "__name__"}
         out[tuple(sorted(labels.items()))] = float(item["value"][1])
     return out
-
-
-def rule_expr(record: str) -> str:
-    for group in yaml.safe_load(RULE_FILES[0].read_text())["groups"]:
-        for rule in group["rules"]:
-            if rule.get("record") == record:
-                return str(rule["expr"])
-    raise AssertionError(f"no recording rule {record} in {RULE_FILES[0]}")
 
 
 def test_vmalert_evaluates_every_rule_without_error(fleet: Fleet) -> None:
@@ -244,12 +237,14 @@ def test_cluster_rules_per_cluster_and_across_the_fleet(fleet: Fleet) -> None:
     assert math.isclose(by_cluster["west"], 0.1)
     vram = wait_recorded(fleet, "cluster:inferwatch_gpu_memory_used_ratio:max", 2)
     assert {dict(k)["cluster"]: v for k, v in vram.items()} == {"east": 0.6, "west": 0.8}
-    # the same expressions over the whole store (what one evaluator without the
-    # cluster filter records): every GPU once, 3 GPUs, not the mean of 2 means
-    fleet_util = values(fleet, rule_expr("cluster:inferwatch_gpu_utilization_ratio:avg"))
+    # the cluster rules keep each cluster apart (one series per cluster, above); a
+    # fleet-wide figure aggregates the recorded per-GPU series over the store:
+    # every GPU once, 3 GPUs, not the mean of 2 means
+    gpu_util = names(load_thresholds()).gpu_util
+    fleet_util = values(fleet, f"avg({gpu_util})")
     assert len(fleet_util) == 1
     assert math.isclose(next(iter(fleet_util.values())), (0.9 + 0.5 + 0.1) / 3)
-    fleet_vram = values(fleet, rule_expr("cluster:inferwatch_gpu_memory_used_ratio:max"))
+    fleet_vram = values(fleet, "max(cluster:inferwatch_gpu_memory_used_ratio:max)")
     assert list(fleet_vram.values()) == [0.8]
     count = values(fleet, 'count(inferwatch_gpu_up{job="inferwatch"})')
     assert list(count.values()) == [3.0]

@@ -44,8 +44,8 @@ DEVELOPMENT_MD = REPO / "docs" / "development.md"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 PROJECT_METRICS_DOC = REPO / dashlint.PROJECT_METRICS_DOC
 
-WORKER_LABELS = {"job", "instance", "worker", "model", "engine"}
-GPU_LABELS = {"job", "instance", "gpu", "uuid"}
+WORKER_LABELS = {"cluster", "job", "instance", "worker", "model", "engine"}
+GPU_LABELS = {"cluster", "job", "instance", "gpu", "uuid"}
 
 
 def load(path: Path) -> Any:
@@ -391,11 +391,11 @@ def test_recording_rules_keep_the_contract_labels() -> None:
         )
         expected = {
             "worker": WORKER_LABELS,
-            "worker_gpu": {"job", "instance", "worker", "gpu", "uuid"},
+            "worker_gpu": {"cluster", "job", "instance", "worker", "gpu", "uuid"},
             "gpu": GPU_LABELS,
-            "instance": {"job", "instance"},
-            "model": {"job", "model"},
-            "cluster": set(),
+            "instance": {"cluster", "job", "instance"},
+            "model": {"cluster", "job", "model"},
+            "cluster": {"cluster"},
         }[level]
         assert labels == expected, rule["record"]
 
@@ -442,7 +442,7 @@ def test_warmup_deadline_alert_reads_only_the_gate_gauge(tmp_path: Path) -> None
         if a.name == "InferenceWarmupDeadlineExceeded"
     )
     assert rule.expr == (
-        'max by (job, instance, worker) (inferwatch_warmup_deadline_exceeded{job="iw"}) == 1'
+        'max by (cluster, job, instance, worker) (inferwatch_warmup_deadline_exceeded{job="iw"}) == 1'
     )
     assert rule.for_seconds == 180.0 and rule.severity == "warning"
     assert "for at least 3m." in rule.description
@@ -567,9 +567,50 @@ def test_routing_by_severity(labels: list[str], receiver: str) -> None:
     assert result.stdout.strip() == receiver
 
 
-def test_grouping_by_alertname_and_worker() -> None:
+def test_grouping_by_alertname_cluster_and_worker() -> None:
     route = load(ALERTMANAGER_YML)["route"]
-    assert route["group_by"] == ["alertname", "worker"]
+    assert route["group_by"] == ["alertname", "cluster", "worker"]
+
+
+def test_inhibition_stays_inside_its_cluster(tmp_path: Path) -> None:
+    """Two clusters name a host and worker alike: a page in one mutes nothing in the other."""
+    am = Alertmanager(tmp_path, ALERTMANAGER_YML.read_text())
+    same = {"job": "inferwatch", "instance": "gpu-node-0:10127", "worker": "vllm-0"}
+    posted = [
+        {"alertname": "InferenceQueueOverCapacity", "severity": "critical", "cluster": "east"},
+        {"alertname": "InferenceTTFTSLOBreach", "severity": "critical", "cluster": "east"},
+        {"alertname": "InferenceTTFTSLOBreach", "severity": "critical", "cluster": "west"},
+        {"alertname": "InferenceGPULost", "severity": "critical", "cluster": "east", "gpu": "0"},
+        {"alertname": "InferenceGPUUnderutilized", "severity": "warning", "cluster": "west"},
+    ]
+    posted[4]["gpu"] = "0"  # GPU alerts carry no worker label (dropped below)
+    with running(am):
+        sent = [{**same, **labels} for labels in posted]
+        for labels in sent[3:]:
+            labels.pop("worker")
+        body = json.dumps([{"labels": labels} for labels in sent]).encode()
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/alerts",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+        def states() -> dict[tuple[str, str], str] | None:
+            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=10) as resp:
+                alerts = json.load(resp)
+            result = {
+                (a["labels"]["alertname"], a["labels"]["cluster"]): a["status"]["state"]
+                for a in alerts
+            }
+            settled = len(result) == len(posted) and "suppressed" in result.values()
+            return result if settled else None
+
+        got = wait_until(states, timeout=30, message="alerts in Alertmanager, one inhibited")
+    assert got[("InferenceTTFTSLOBreach", "east")] == "suppressed"  # its own queue pages
+    assert got[("InferenceTTFTSLOBreach", "west")] == "active"  # same names, other cluster
+    assert got[("InferenceGPUUnderutilized", "west")] == "active"  # east's lost GPU is not its
 
 
 def test_critical_inhibits_warnings_of_the_same_worker(tmp_path: Path) -> None:

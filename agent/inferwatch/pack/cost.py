@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferwatch.pack.names import (
+    CLUSTER,
     COST_STATES,
     GPU,
     MODEL,
@@ -223,7 +224,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         )
     )
     rules.append(_record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
-    rules.append(_record(c.cluster_states, f"sum by (state) ({c.gpu_states})"))
+    rules.append(_record(c.cluster_states, f"sum by ({CLUSTER}, state) ({c.gpu_states})"))
 
     rules.append(_record(c.model_tokens, f"sum by ({MODEL}) ({n.rate('generation_tokens')})"))
     rules.append(
@@ -261,7 +262,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             )
         )
         rules.append(_record(c.model_cost, f"sum by ({MODEL}, state, currency) ({c.worker_cost})"))
-        rules.append(_record(c.cluster_cost, f"sum by (state, currency) ({c.gpu_cost})"))
+        rules.append(_record(c.cluster_cost, f"sum by ({CLUSTER}, state, currency) ({c.gpu_cost})"))
         rules.append(
             _record(
                 c.model_cost_per_mtok,
@@ -276,7 +277,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     )
     rules.append(_record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
     rules.append(_record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
-    rules.append(_record(c.cluster_power, f"sum({c.gpu_power})"))
+    rules.append(_record(c.cluster_power, f"sum by ({CLUSTER}) ({c.gpu_power})"))
     rules.append(
         _record(
             c.model_energy_per_token, f"{c.model_power}\n/ on ({MODEL})\n({c.model_tokens} > 0)"

@@ -11,12 +11,12 @@ the default ``5m``.
 Levels and their labels (the contract in docs/development.md):
 
 =============  =============================================
-``worker``     job, instance, worker, model, engine
-``worker_gpu`` job, instance, worker, gpu, uuid (one per GPU a worker runs on)
-``gpu``        job, instance, gpu, uuid
-``instance``   job, instance
-``model``      job, model
-``cluster``    none
+``worker``     cluster, job, instance, worker, model, engine
+``worker_gpu`` cluster, job, instance, worker, gpu, uuid (one per GPU a worker runs on)
+``gpu``        cluster, job, instance, gpu, uuid
+``instance``   cluster, job, instance
+``model``      cluster, job, model
+``cluster``    cluster
 =============  =============================================
 """
 
@@ -26,13 +26,17 @@ from dataclasses import dataclass
 
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
-#: label sets, as PromQL ``by``/``on`` lists
-WORKER = "job, instance, worker, model, engine"
-WORKER_KEY = "job, instance, worker"
-WORKER_GPU = "job, instance, worker, gpu, uuid"
-GPU = "job, instance, gpu, uuid"
-INSTANCE = "job, instance"
-MODEL = "job, model"
+#: label sets, as PromQL ``by``/``on`` lists. ``cluster`` leads each of them: a
+#: fleet's Prometheus servers set it as an external label, so on a shared store
+#: (VictoriaMetrics, Thanos, Mimir) the same host and worker names of two clusters
+#: stay apart; on one Prometheus the label is absent and changes nothing.
+CLUSTER = "cluster"
+WORKER = f"{CLUSTER}, job, instance, worker, model, engine"
+WORKER_KEY = f"{CLUSTER}, job, instance, worker"
+WORKER_GPU = f"{CLUSTER}, job, instance, worker, gpu, uuid"
+GPU = f"{CLUSTER}, job, instance, gpu, uuid"
+INSTANCE = f"{CLUSTER}, job, instance"
+MODEL = f"{CLUSTER}, job, model"
 
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
@@ -210,7 +214,7 @@ def cost_names(t: Thresholds) -> CostNames:
 # Windows in these names are the SLO's own (fixed burn windows, slos.window), not
 # pack.rate_window. Every SLO series carries job, model and slo (ttft, tpot,
 # availability).
-SLO_LABELS = "job, model, slo"
+SLO_LABELS = f"{CLUSTER}, job, model, slo"
 
 
 def slo_errors(window: str) -> str:

@@ -43,6 +43,7 @@ import yaml
 from inferwatch.pack import autoscale, cost, slo
 from inferwatch.pack import names as an
 from inferwatch.pack.names import (
+    CLUSTER,
     GPU,
     HISTOGRAMS,
     INSTANCE,
@@ -140,7 +141,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
                     f"(rate(inferwatch_{short}_seconds_bucket{s()}[{w}])))",
                 )
             )
-    for level, by in (("model", f"le, {MODEL}"), ("cluster", "le")):
+    for level, by in (("model", f"le, {MODEL}"), ("cluster", f"le, {CLUSTER}")):
         for short in HISTOGRAMS:
             rules.append(
                 _record(
@@ -317,8 +318,12 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             f"max by ({GPU}) ({n.worker_gpu_pressure})\nor\n{n.gpu_vram}",
         )
     )
-    rules.append(_record(n.cluster_util, f"avg(inferwatch_gpu_utilization_ratio{s()})"))
-    rules.append(_record(n.cluster_vram, f"max(inferwatch_gpu_memory_used_ratio{s()})"))
+    rules.append(
+        _record(n.cluster_util, f"avg by ({CLUSTER}) (inferwatch_gpu_utilization_ratio{s()})")
+    )
+    rules.append(
+        _record(n.cluster_vram, f"max by ({CLUSTER}) (inferwatch_gpu_memory_used_ratio{s()})")
+    )
 
     # GPU state, first match wins: 3 pressure, 0 idle, 2 squeeze, 1 healthy. Pressure
     # pairs a GPU with a worker on it: that worker's queue rising while the pressure is
@@ -498,27 +503,32 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             expr=f"max by ({GPU}) (inferwatch_gpu_up{s()}) == 0",
             for_seconds=t.availability.gpu_lost_for,
             severity="critical",
-            summary="A GPU stopped answering NVML queries.",
+            summary="A GPU stopped answering its GPU source (NVML or dcgm-exporter).",
             description=(
-                f"{_GPU_WHERE} has not answered NVML for {dur(t.availability.gpu_lost_for)}; "
+                f"{_GPU_WHERE} has given no readings (NVML, or dcgm-exporter on that backend) "
+                f"for {dur(t.availability.gpu_lost_for)}; "
                 "the workers on it are likely failing."
             ),
             dashboard="gpu",
         ),
         Alert(
             # An extension of ALERTS.md's catalogue (docs/alerts.md): with the NVML
-            # library or driver gone there is no GPU series at all, so InferenceGPULost
+            # library or driver gone (or dcgm-exporter unreachable on that backend)
+            # there is no GPU series at all, so InferenceGPULost
             # (gpu_up == 0) cannot fire and every GPU alert goes quiet.
             name=an.GPU_TELEMETRY_DOWN,
             group=GPU_GROUP,
             expr=_telemetry_down_expr(t),
             for_seconds=t.availability.gpu_lost_for,
             severity="critical",
-            summary="The agent cannot read NVML at all: every GPU alert of its host is blind.",
+            summary=(
+                "The agent cannot read its GPU source (NVML or dcgm-exporter) at all: every "
+                "GPU alert of its host is blind."
+            ),
             description=(
-                "The agent on {{ $labels.instance }} has not finished an NVML pass for "
-                f"over {dur(t.availability.gpu_lost_for)} (or never has): the driver or the "
-                "NVML library is gone or failing, and its GPUs are unwatched."
+                "The agent on {{ $labels.instance }} has not finished a GPU pass for "
+                f"over {dur(t.availability.gpu_lost_for)} (or never has): the driver, the "
+                "NVML library or dcgm-exporter is gone or failing, and its GPUs are unwatched."
             ),
             dashboard="gpu",
         ),
@@ -711,9 +721,7 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             # and the alert stays silent.
             name=an.WARMUP_DEADLINE_EXCEEDED,
             group=WORKER_GROUP,
-            expr=(
-                f"max by (job, instance, worker) (inferwatch_warmup_deadline_exceeded{s()}) == 1"
-            ),
+            expr=(f"max by ({WORKER_KEY}) (inferwatch_warmup_deadline_exceeded{s()}) == 1"),
             for_seconds=t.cold_start.warmup_deadline_for,
             severity="warning",
             summary="The warm-up gate let a worker into service without warming it up.",
@@ -865,7 +873,7 @@ def _imbalance_expr(t: Thresholds) -> str:
 
 
 def _telemetry_down_expr(t: Thresholds) -> str:
-    """No finished NVML pass for gpu_lost_for, or errors and never a finished pass."""
+    """No finished GPU pass (NVML or dcgm-exporter) for gpu_lost_for, or errors and never one."""
     nvml = t.pack.selector('collector=~"nvml|dcgm"')  # either GPU backend's collector
     last = f"inferwatch_last_collect_timestamp_seconds{nvml}"
     errors = f"inferwatch_collect_errors_total{nvml}"

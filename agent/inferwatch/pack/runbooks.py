@@ -342,14 +342,15 @@ def _vram_pressure(c: Ctx) -> Page:
 
 def _gpu_lost(c: Ctx) -> Page:
     a = c.variants[0]
-    nvml = c.s('collector="nvml"')
+    source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=f"the agent reports the GPU as unreadable (`inferwatch_gpu_up == 0`) for "
         f"{dur(a.for_seconds)}",
         meaning=(
-            "NVML, the NVIDIA management library the agent reads, stopped answering for this "
-            "GPU. Usually the GPU fell off the bus (XID 79), the driver crashed, or the GPU "
-            "was reset or removed."
+            "The agent's GPU source stopped giving readings for this GPU: NVML, the NVIDIA "
+            "management library (the default backend), or dcgm-exporter with "
+            "`gpu.backend: dcgm-exporter`, which leaves out a GPU DCGM cannot read. Usually the "
+            "GPU fell off the bus (XID 79), the driver crashed, or the GPU was reset or removed."
         ),
         impact=(
             "Workers on this GPU are failing or about to. Requests routed to them fail or time "
@@ -360,7 +361,7 @@ def _gpu_lost(c: Ctx) -> Page:
             " to see which GPU and why the agent could not read it:"
             + promql(
                 f"inferwatch_gpu_up{c.sel} == 0",
-                f"increase(inferwatch_collect_errors_total{nvml}[10m])",
+                f"increase(inferwatch_collect_errors_total{source}[10m])",
             )
             + "2. On the host:"
             + sh(
@@ -377,25 +378,29 @@ def _gpu_lost(c: Ctx) -> Page:
             "stop and start it to land on other hardware.\n"
             "- If it recurs on the same card, open a hardware ticket with the provider, "
             "attaching `nvidia-bug-report.sh` output.\n"
-            "- If only the agent is affected (NVML works in `nvidia-smi`), restart the agent "
-            "and check its log."
+            "- If `nvidia-smi` lists the GPU and it works, the fault is in the reading path: "
+            "with the dcgm-exporter backend, look at dcgm-exporter's log and its `/metrics` "
+            "for that GPU's UUID; with NVML, read the agent's log for the NVML error, then "
+            "restart the agent."
         ),
     )
 
 
 def _gpu_telemetry_down(c: Ctx) -> Page:
     a = c.variants[0]
-    nvml = c.s('collector="nvml"')
+    source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=(
-            f"the agent has not finished an NVML pass for {dur(c.t.availability.gpu_lost_for)}, "
-            "or reports NVML errors and has never finished one, for "
+            "the agent has not finished a pass over its GPU source (NVML, or dcgm-exporter) "
+            f"for {dur(c.t.availability.gpu_lost_for)}, "
+            "or reports errors from it and has never finished one, for "
             f"{dur(a.for_seconds)}"
         ),
         meaning=(
-            "The agent cannot read the NVIDIA management library (NVML) at all: the driver "
-            "is not loaded, the library is missing from the agent's container, or every call "
-            "fails. Unlike InferenceGPULost (one GPU stops answering), no GPU series exists "
+            "The agent cannot read its GPU source at all. With NVML (the default backend): the "
+            "driver is not loaded, the library is missing from the agent's container, or every "
+            "call fails. With `gpu.backend: dcgm-exporter`: dcgm-exporter does not answer at "
+            "`gpu.dcgm_exporter_url`, answers an error, or lists no GPU. Unlike InferenceGPULost (one GPU stops answering), no GPU series exists "
             "any more, so every GPU alert of this host is silent."
         ),
         impact=(
@@ -404,16 +409,21 @@ def _gpu_telemetry_down(c: Ctx) -> Page:
             "fine."
         ),
         diagnosis=(
-            "1. See why the agent fails (the `reason` label: `library_not_found`, "
-            "`driver_not_loaded`, `timeout`, ...). Paste into Prometheus:"
-            + promql(f"increase(inferwatch_collect_errors_total{nvml}[10m])")
+            "1. See which source fails and why (labels `collector`: `nvml` or `dcgm`; "
+            "`reason`: `library_not_found`, `driver_not_loaded`, `timeout` for NVML, "
+            "`connect`, `http_status`, `timeout`, `no_gpu_metrics` for dcgm-exporter). "
+            "Paste into Prometheus:"
+            + promql(f"increase(inferwatch_collect_errors_total{source}[10m])")
             + "2. On the host, does the driver answer?"
             + sh("nvidia-smi")
-            + "3. Read the agent's log for the line that names the NVML error:"
+            + "3. Read the agent's log for the line that names the error:"
             + sh(
-                "journalctl -u inferwatch --since -1h | grep -i nvml    # systemd",
-                "kubectl logs <agent-pod> | grep -i nvml               # Kubernetes",
+                "journalctl -u inferwatch --since -1h | grep -iE 'nvml|dcgm'    # systemd",
+                "kubectl logs <agent-pod> | grep -iE 'nvml|dcgm'               # Kubernetes",
             )
+            + "4. With the dcgm-exporter backend, ask dcgm-exporter from the agent's host or "
+            "pod (the URL is `gpu.dcgm_exporter_url`, port 9400 by default):"
+            + sh("curl -s http://127.0.0.1:9400/metrics | grep -c '^DCGM_FI_'")
         ),
         mitigation=(
             "- If `nvidia-smi` fails on the host too, the driver is gone: drain the host "
@@ -424,7 +434,11 @@ def _gpu_telemetry_down(c: Ctx) -> Page:
             "(`runtimeClassName: nvidia` in Kubernetes, `runtime: nvidia` or "
             "`gpus: all` in Compose), as deploy/ does.\n"
             "- If the errors say `timeout`, an NVML call hangs: check `dmesg` for XID errors "
-            "and treat it as InferenceGPULost."
+            "and treat it as InferenceGPULost.\n"
+            "- dcgm-exporter backend, `connect` or `timeout`: its pod or service is down or "
+            "the URL is wrong (`kubectl -n gpu-operator get pods -l app=nvidia-dcgm-exporter`); "
+            "`no_gpu_metrics`: dcgm-exporter runs but DCGM sees no GPU, which is the driver "
+            "case above."
         ),
     )
 

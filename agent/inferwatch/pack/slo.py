@@ -36,6 +36,7 @@ from typing import Any
 from prometheus_client.utils import floatToGoString
 
 from inferwatch.pack.names import (
+    MODEL,
     SLO_BUDGET_REMAINING,
     SLO_ERROR_BUDGET,
     SLO_LABELS,
@@ -48,7 +49,7 @@ from inferwatch.pack.thresholds import Thresholds, format_duration
 RECORD_GROUP = "inferwatch-slo.rules"
 ALERT_GROUP = "inferwatch-slo.alerts"
 
-BY = "job, model"
+BY = MODEL
 
 
 @dataclass(frozen=True)
