@@ -271,3 +271,19 @@ def test_each_engine_maps_the_signals_it_has_from_the_simulators_real_names(engi
     for name, row in ROWS.items():
         cell = _doc_cells(row)[engine]
         assert (cell != "-") == (name in HAS[engine]), (engine, row, cell)
+
+
+def test_sglang_lora_pool_gives_the_adapter_limit_not_adapter_names() -> None:
+    """SchedulerMetricsCollector with --enable-lora (collector.py @ 00ae9c15): pool slot
+    gauges per scheduler rank, no adapter names."""
+    lines = ["# HELP sglang:lora_pool_slots_total x", "# TYPE sglang:lora_pool_slots_total gauge"]
+    for tp in ("0", "1"):  # --enable-metrics-for-all-schedulers: one copy per TP rank
+        lab = f'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="{tp}"'
+        lines.append(f"sglang:lora_pool_slots_total{{{lab}}} 8.0")
+    lines += ["# HELP sglang:lora_pool_slots_used x", "# TYPE sglang:lora_pool_slots_used gauge"]
+    lines.append('sglang:lora_pool_slots_used{engine_type="unified",model_name="m",tp_rank="0"} 3.0')
+    mapped = map_exposition("\n".join(lines) + "\n", ENGINES["sglang"])
+    assert mapped.gauges[LORA_MAX] == {(("model", "m"),): 8.0}  # the copies are not added
+    assert LORA_ACTIVE not in mapped.gauges
+    # without --enable-lora the family is absent, and so is the limit
+    assert LORA_MAX not in map_exposition("", ENGINES["sglang"]).gauges

@@ -37,8 +37,10 @@ TokenizerMetricsCollector; written with prometheus_client, so counters end in
 
 Not available: per-request prefill and decode time (``sglang:per_stage_req_latency_seconds``
 is per scheduler stage, not a request's prefill/decode split), per-adapter LoRA
-series (``sglang:lora_pool_slots_used`` / ``_total`` count pool slots, no
-adapter names), admission rejections (no counter), finish reasons (the request
+series: with ``--enable-lora`` the scheduler counts pool slots only
+(``sglang:lora_pool_slots_used``, ``sglang:lora_pool_slots_total``, the latter
+``max_loras_per_batch``: mapped to ``inferwatch_lora_max_adapters``; no adapter
+names, so no ``inferwatch_lora_adapter_active``), admission rejections (no counter), finish reasons (the request
 counter has no reason label: series carry ``reason="unknown"``). Very old
 releases labelled series ``name=`` instead of ``model_name=``; their model label
 is empty here.
@@ -99,6 +101,14 @@ SGLANG = EngineMap(
             "inferwatch_queue_time_seconds",
             "histogram",
             ("sglang:queue_time_seconds",),
+            duplicates=_RANK_COPIES,
+        ),
+        # SchedulerMetricsCollector with --enable-lora: the adapters one batch can hold
+        Signal(
+            "inferwatch_lora_max_adapters",
+            "gauge",
+            ("sglang:lora_pool_slots_total",),
+            combine="max",
             duplicates=_RANK_COPIES,
         ),
         # issue 23 item 3 (TokenizerMetricsCollector, --collect-tokens-histogram)
