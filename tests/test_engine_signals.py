@@ -281,7 +281,9 @@ def test_sglang_lora_pool_gives_the_adapter_limit_not_adapter_names() -> None:
         lab = f'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="{tp}"'
         lines.append(f"sglang:lora_pool_slots_total{{{lab}}} 8.0")
     lines += ["# HELP sglang:lora_pool_slots_used x", "# TYPE sglang:lora_pool_slots_used gauge"]
-    lines.append('sglang:lora_pool_slots_used{engine_type="unified",model_name="m",tp_rank="0"} 3.0')
+    lines.append(
+        'sglang:lora_pool_slots_used{engine_type="unified",model_name="m",tp_rank="0"} 3.0'
+    )
     mapped = map_exposition("\n".join(lines) + "\n", ENGINES["sglang"])
     assert mapped.gauges[LORA_MAX] == {(("model", "m"),): 8.0}  # the copies are not added
     assert LORA_ACTIVE not in mapped.gauges
