@@ -39,6 +39,7 @@ from inferwatch.advise import (
     report_dict,
 )
 from inferwatch.advise.agent import sample_times
+from inferwatch.advise.prometheus import prometheus_queries
 from inferwatch.errors import ConfigError
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.sim.loadgen import run_load
@@ -226,6 +227,91 @@ def test_a_long_tail_is_ttft_or_tpot_never_end_to_end() -> None:
     assert ids(advise([tpot], T)) == {"long_tail"}
     # answers of 10 to 2000 tokens make end-to-end P99 many times P50: healthy
     assert not advise([picture(e2e_p50=0.4, e2e_p99=6.0, gpu_utilization=0.5)], T)
+
+
+#: a prompt-length histogram on vLLM's 1-2-5 buckets: 20 of 100 prompts over 2,000 tokens
+PROMPTS = """\
+# TYPE inferwatch_target_up gauge
+inferwatch_target_up{worker="a"} 1
+# TYPE inferwatch_prompt_length_tokens histogram
+""" + "".join(
+    f'inferwatch_prompt_length_tokens_bucket{{engine="vllm",le="{le}",model="m",worker="a"}} {n}\n'
+    for le, n in (("500.0", 60), ("1000.0", 70), ("2000.0", 80), ("5000.0", 95), ("+Inf", 100))
+)
+
+
+def test_the_long_tail_advice_says_how_many_prompts_are_long() -> None:
+    tail = picture(ttft_p50=0.1, ttft_p99=0.8, gpu_utilization=0.5, long_prompt_share=0.2)
+    (rec,) = advise([tail], T)
+    assert rec.id == "long_tail"
+    assert "prompts over 2,000 tokens: 20% >= 2% (latency.long_prompt_share)" in [
+        e.text() for e in rec.evidence
+    ]
+    assert rec.actions[0].startswith(
+        "Give long-context traffic its own pool: 20% of the prompts are over 2,000 tokens."
+    )
+    # almost no long prompt: the pool would not help, the advice says where else to look
+    (rec,) = advise([dataclasses.replace(tail, long_prompt_share=0.004)], T)
+    assert "prompts over 2,000 tokens: 0% < 2% (latency.long_prompt_share)" in [
+        e.text() for e in rec.evidence
+    ]
+    assert rec.actions[0].startswith("Almost no prompt is over 2,000 tokens: the tail is elsewhere")
+    assert "long-context traffic its own pool" not in actions_of([rec], "long_tail")
+    # an engine without the histogram: the general advice, no evidence line
+    (rec,) = advise([dataclasses.replace(tail, long_prompt_share=None)], T)
+    assert rec.actions[0].startswith("Give long-context traffic its own pool: route requests")
+    assert not any("prompts over" in e.text() for e in rec.evidence)
+
+
+def test_the_long_prompt_share_line_comes_from_the_thresholds(tmp_path: Path) -> None:
+    custom = tmp_path / "t.yaml"
+    custom.write_text("latency:\n  long_prompt_share: 0.25\n")
+    t = load_thresholds(str(custom))
+    tail = picture(ttft_p50=0.1, ttft_p99=0.8, gpu_utilization=0.5, long_prompt_share=0.2)
+    (rec,) = advise([tail], t)
+    assert rec.actions[0].startswith("Almost no prompt is over 2,000 tokens")
+    assert "prompts over 2,000 tokens: 20% < 25% (latency.long_prompt_share)" in [
+        e.text() for e in rec.evidence
+    ]
+
+
+def test_prompt_lengths_are_the_sampled_spans_never_the_lifetimes() -> None:
+    first = parse_exposition(PROMPTS)
+    # 50 more prompts in 30 s: 10 short (<= 2,000 tokens), 40 long
+    later = parse_exposition(
+        PROMPTS.replace(" 80\n", " 90\n").replace(" 95\n", " 135\n").replace(" 100\n", " 150\n")
+    )
+    (p,) = pictures_from_scrapes([(1000.0, first), (1030.0, later)], "i", T.advice.min_rate_span)
+    assert p.long_prompt_share == pytest.approx(40 / 50)  # not the lifetime's 70 / 150
+    # a span shorter than advice.min_rate_span, or no prompt in it, says nothing
+    (p,) = pictures_from_scrapes([(1000.0, first), (1001.0, later)], "i", T.advice.min_rate_span)
+    assert p.long_prompt_share is None
+    (p,) = pictures_from_scrapes([(1000.0, first), (1030.0, first)], "i", T.advice.min_rate_span)
+    assert p.long_prompt_share is None
+    # a restart in between (a bucket went down): no share rather than a wrong one
+    (p,) = pictures_from_scrapes([(1000.0, later), (1030.0, first)], "i", T.advice.min_rate_span)
+    assert p.long_prompt_share is None
+
+
+def test_prompt_lengths_from_prometheus_increase_over_the_range() -> None:
+    query = prometheus_queries('{job="x"}', "3600s")["prompt_buckets"]
+    assert query == (
+        "sum by (instance, worker, le) "
+        '(increase(inferwatch_prompt_length_tokens_bucket{job="x"}[3600s]))'
+    )
+    answers = {
+        "target_up": [
+            ({"instance": "i", "worker": "a"}, 1.0),
+            ({"instance": "i", "worker": "b"}, 1.0),
+        ],
+        "prompt_buckets": [
+            ({"instance": "i", "worker": "a", "le": le}, n)
+            for le, n in (("1000", 20.0), ("2000", 30.0), ("5000", 36.0), ("+Inf", 40.0))
+        ],
+    }
+    a, b = pictures_from_answers(answers, 2000.0)
+    assert a.long_prompt_share == pytest.approx(10 / 40)
+    assert b.long_prompt_share is None  # its engine has no prompt-length histogram
 
 
 def test_recommendations_are_ranked_by_urgency() -> None:
@@ -651,3 +737,22 @@ def test_live_advice_is_concrete(advice: Advice) -> None:
     assert "(ttft.warmup_p95_seconds)" in advice.text
     assert "Prefix caching is off: add --enable-prefix-caching" in advice.text
     assert "overload" not in advice.text
+
+
+@pytest.mark.slow
+def test_live_long_tail_advice_counts_the_long_prompts(advice: Advice) -> None:
+    """The long-tail scenario sends 5 % of its prompts at 2,000-3,000 tokens (plus a 256-token
+    system prompt): the simulated vLLM's vllm:request_prompt_tokens counts them, and the
+    share over the range, from Prometheus, is past latency.long_prompt_share."""
+    for doc in (advice.agent["long-tail"], advice.prometheus["long-tail"]):
+        (p,) = [w for w in doc["workers"] if w["worker"] == "long-tail"]
+        # short and long prompts finished in the span read
+        assert p["long_prompt_share"] is not None and p["long_prompt_share"] < 0.5, explain(
+            doc, "long-tail"
+        )
+    doc = advice.prometheus["long-tail"]
+    (p,) = [w for w in doc["workers"] if w["worker"] == "long-tail"]
+    assert p["long_prompt_share"] >= T.latency.long_prompt_share, explain(doc, "long-tail")
+    (rec,) = [r for r in doc["recommendations"] if r["id"] == "long_tail"]
+    assert any(e["text"].startswith("prompts over 2,000 tokens: ") for e in rec["evidence"])
+    assert rec["actions"][0].startswith("Give long-context traffic its own pool: ")

@@ -514,7 +514,53 @@ def test_warmup_panels_are_declared_optional_on_a_stack_without_the_gate(
         entry = dash.HARDWARE_OPTIONAL[title]
         assert "warmup:" in entry.reason and not entry.ref_ids
     targets = dash.query_targets(boards["inference-worker"])
-    assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES)
+    assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES) | set(ENGINE_OPTIONAL)
+
+
+#: worker panels whose series only some engines export (issue 23), and the queries optional
+ENGINE_OPTIONAL = {
+    "Prefill, decode and queue time P50 / P95": {"A", "B", "C", "D"},
+    "LoRA adapters": {"A", "B"},
+}
+
+
+def test_issue23_worker_panels_read_the_new_signals(boards: dict[str, dict[str, Any]]) -> None:
+    doc = boards["inference-worker"]
+    targets = dash.query_targets(doc)
+    by_panel: dict[str, list[dash.PanelQuery]] = {}
+    for q in targets:
+        by_panel.setdefault(q.panel, []).append(q)
+    for title, metric in (
+        ("Prompt length distribution", "inferwatch_prompt_length_tokens_bucket"),
+        ("Generation length distribution", "inferwatch_generation_length_tokens_bucket"),
+    ):
+        panel = _first(doc, lambda p, t=title: p["title"] == t)
+        assert panel["type"] == "heatmap" and panel["targets"][0]["format"] == "heatmap"
+        (q,) = by_panel[title]
+        assert q.expr.startswith("sum by (le) (increase(" + metric) and q.optional is None
+    phases = by_panel["Prefill, decode and queue time P50 / P95"]
+    assert [(q.ref_id, q.optional is not None) for q in phases] == [
+        (r, r in ENGINE_OPTIONAL["Prefill, decode and queue time P50 / P95"]) for r in "ABCDEF"
+    ]
+    assert all("queue_time" in q.expr for q in phases if q.ref_id in "EF")
+    assert all(("prefill" in q.expr) == (q.ref_id in "AB") for q in phases)
+    lora = {q.ref_id: q for q in by_panel["LoRA adapters"]}
+    assert "inferwatch_lora_adapter_active" in lora["A"].expr and lora["A"].instant
+    assert "inferwatch_lora_max_adapters" in lora["B"].expr and lora["B"].optional
+
+
+def test_issue23_gpu_panels_read_the_new_signals(boards: dict[str, dict[str, Any]]) -> None:
+    targets = {q.panel: q for q in dash.query_targets(boards["inference-gpu"])}
+    expected = {
+        "PCIe throughput": ("inferwatch_gpu_pcie_throughput_bytes_per_second", False),
+        "NVLink throughput": ("inferwatch_gpu_nvlink_throughput_bytes_per_second", True),
+        "Performance state": ("inferwatch_gpu_performance_state", False),
+        "Fan speed": ("inferwatch_gpu_fan_speed_ratio", True),
+        "Energy rate": ("rate(inferwatch_gpu_energy_joules_total", False),
+    }
+    for title, (needle, optional) in expected.items():
+        assert needle in targets[title].expr, title
+        assert (targets[title].optional is not None) == optional, title
 
 
 # --- thresholds on panels -------------------------------------------------------------------

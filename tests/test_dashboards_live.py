@@ -407,3 +407,25 @@ def test_warmup_row_returns_data_with_the_gate_on(stack: Stack) -> None:
     assert len(outcomes) >= 2 * len(titles)
     empty = [f"{o.panel} {o.ref_id} [{o.how}]: {o.query}" for o in outcomes if not o.data]
     assert not empty, "Warm-up panels without data:\n" + "\n".join(empty)
+
+
+#: optional panels (HARDWARE_OPTIONAL: other engines and boards lack them) whose series this
+#: stack has: the simulated vLLM exports the per-request phase histograms (vLLM 0.33.0's
+#: loggers.py, shared/reference/vllm-metrics.md) and the fake GPU a fan (gpustate defaults)
+SERVED_HERE = {
+    ("inference-worker", "Prefill, decode and queue time P50 / P95"),
+    ("inference-gpu", "Fan speed"),
+}
+
+
+def test_optional_signals_this_stack_serves_return_data(stack: Stack) -> None:
+    docs = load_dashboards()
+    outcomes = []
+    for name, title in sorted(SERVED_HERE):
+        doc = docs[name]
+        variables = dash.dashboard_variables(doc)
+        queries = [q for q in dash.query_targets(doc) if q.panel == title]
+        assert queries and any(q.optional for q in queries), title
+        outcomes += [o for q in queries for o in evaluate(stack, doc, q, variables)]
+    empty = [f"{o.panel} {o.ref_id} [{o.how}]: {o.query}" for o in outcomes if not o.data]
+    assert not empty, "optional panels this stack serves, without data:\n" + "\n".join(empty)

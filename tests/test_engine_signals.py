@@ -20,6 +20,9 @@ from tests.support.stubworker import StubWorker
 
 from inferwatch.engines import ENGINES
 from inferwatch.engines.mapping import LORA_ACTIVE, LORA_MAX, map_exposition
+from inferwatch.sim.config import SimConfig
+from inferwatch.sim.expo import create_writer, formats
+from inferwatch.sim.stats import EngineSnapshot, FinishedRequest, StepStats
 
 E2E_BUCKETS = (
     0.3,
@@ -181,3 +184,108 @@ def test_the_agent_exports_them_and_docs_list_them(tmp_path: Path) -> None:
         LORA_MAX,
     ):
         assert f"`{name}`" in doc, name
+
+
+# --------------------------------------------------------------------------- every engine
+#: issue 23's worker families and the docs/engines.md row that states them
+ROWS = {
+    "inferwatch_prefill_time_seconds": "`inferwatch_prefill_time_seconds`, `inferwatch_decode_time_seconds`",
+    "inferwatch_decode_time_seconds": "`inferwatch_prefill_time_seconds`, `inferwatch_decode_time_seconds`",
+    "inferwatch_prompt_length_tokens": "`inferwatch_prompt_length_tokens`, `inferwatch_generation_length_tokens`",
+    "inferwatch_generation_length_tokens": "`inferwatch_prompt_length_tokens`, `inferwatch_generation_length_tokens`",
+    "inferwatch_queue_time_seconds": "`inferwatch_queue_time_seconds`",
+}  # fmt: skip
+#: the columns of docs/engines.md's table, by engine
+COLUMNS = ("vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "lmdeploy", "nim")
+#: engine -> the issue-23 histograms its own /metrics has (verified upstream: the
+#: sources cited in each engines/<engine>.py), and the writer's default format
+HAS = {
+    "vllm": set(ROWS),
+    "sglang": {
+        "inferwatch_prompt_length_tokens",
+        "inferwatch_generation_length_tokens",
+        "inferwatch_queue_time_seconds",
+    },
+    "tgi": {
+        "inferwatch_prompt_length_tokens",
+        "inferwatch_generation_length_tokens",
+        "inferwatch_queue_time_seconds",
+    },
+    "llamacpp": set(),
+    "triton": set(),
+    "trtllm": {
+        "inferwatch_prefill_time_seconds",
+        "inferwatch_decode_time_seconds",
+        "inferwatch_queue_time_seconds",
+    },
+    "lmdeploy": set(ROWS),
+    "nim": {"inferwatch_prompt_length_tokens", "inferwatch_generation_length_tokens"},
+}
+ONE_REQUEST = FinishedRequest(
+    finish_reason="stop",
+    prompt_tokens=2500,
+    generation_tokens=40,
+    cached_tokens=0,
+    max_tokens_param=64,
+    e2e=3.0,
+    queue_time=0.5,
+    prefill_time=0.7,
+    decode_time=1.8,
+    inference_time=2.5,
+    mean_tpot=0.045,
+    preemptions=0,
+)
+#: the value each family observed for ONE_REQUEST
+OBSERVED = {
+    "inferwatch_prefill_time_seconds": 0.7,
+    "inferwatch_decode_time_seconds": 1.8,
+    "inferwatch_prompt_length_tokens": 2500,
+    "inferwatch_generation_length_tokens": 40,
+    "inferwatch_queue_time_seconds": 0.5,
+}
+
+
+def _doc_cells(row: str) -> dict[str, str]:
+    doc = (REPO / "docs" / "engines.md").read_text()
+    (line,) = [ln for ln in doc.splitlines() if ln.startswith(f"| {row} |")]
+    cells = [c.strip() for c in line.strip("|").split("|")][1:]
+    return dict(zip(COLUMNS, cells, strict=True))
+
+
+@pytest.mark.parametrize("engine", COLUMNS)
+def test_each_engine_maps_the_signals_it_has_from_the_simulators_real_names(engine: str) -> None:
+    """The simulator's writer serves the engine's own names and buckets; the engine table
+    maps exactly the families the engine has, one observation per finished request."""
+    writer = create_writer(SimConfig(engine=engine, format=formats(engine)[0]))
+    writer.on_step(0, StepStats(engine=0, finished=(ONE_REQUEST,)))
+    snapshot = EngineSnapshot(engine=0, running=1, waiting=0, num_gpu_blocks=10, max_num_seqs=8)
+    text = writer.render([snapshot]).body.decode()
+    mapped = map_exposition(text, ENGINES[engine])
+    got = {name for name in OBSERVED if mapped.histograms.get(name)}
+    assert got == HAS[engine]
+    for name in got:
+        (hist,) = mapped.histograms[name].values()
+        assert hist.count == 1, (engine, name)
+        assert hist.sum == pytest.approx(OBSERVED[name]), (engine, name)
+    # docs/engines.md says the same: "-" exactly where the engine lacks the family
+    for name, row in ROWS.items():
+        cell = _doc_cells(row)[engine]
+        assert (cell != "-") == (name in HAS[engine]), (engine, row, cell)
+
+
+def test_sglang_lora_pool_gives_the_adapter_limit_not_adapter_names() -> None:
+    """SchedulerMetricsCollector with --enable-lora (collector.py @ 00ae9c15): pool slot
+    gauges per scheduler rank, no adapter names."""
+    lines = ["# HELP sglang:lora_pool_slots_total x", "# TYPE sglang:lora_pool_slots_total gauge"]
+    for tp in ("0", "1"):  # --enable-metrics-for-all-schedulers: one copy per TP rank
+        lab = f'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="{tp}"'
+        lines.append(f"sglang:lora_pool_slots_total{{{lab}}} 8.0")
+    lines += ["# HELP sglang:lora_pool_slots_used x", "# TYPE sglang:lora_pool_slots_used gauge"]
+    lines.append(
+        'sglang:lora_pool_slots_used{engine_type="unified",model_name="m",tp_rank="0"} 3.0'
+    )
+    mapped = map_exposition("\n".join(lines) + "\n", ENGINES["sglang"])
+    assert mapped.gauges[LORA_MAX] == {(("model", "m"),): 8.0}  # the copies are not added
+    assert LORA_ACTIVE not in mapped.gauges
+    # without --enable-lora the family is absent, and so is the limit
+    assert LORA_MAX not in map_exposition("", ENGINES["sglang"]).gauges

@@ -85,6 +85,10 @@ class Expect:
     ratios: dict[str, float] = field(default_factory=dict)
     #: TTFT observations per tick, as the engine measures them
     ttft_batch: tuple[float, ...] = TTFT_BATCH
+    #: per-request prefill and decode time histograms (issue 23)
+    phases: bool = False
+    #: prompt and generation length histograms (issue 23)
+    lengths: bool = False
 
 
 def _bounds(module: str, name: str, scale: float = 1.0) -> tuple[float, ...]:
@@ -97,11 +101,12 @@ EXPECT = {
     "sglang": Expect(
         "sglang", "tp2", _bounds("sglang", "TTFT_BUCKETS"), kv=True, max_num_seqs=False,
         finished=True, rejected=False, preemptions=True, tpot=True, e2e=True, queue_time=True,
-        prompt_per_tick=100, ratios=HIT,
+        prompt_per_tick=100, ratios=HIT, lengths=True,
     ),
     "tgi": Expect(
         "tgi", "v3", None, kv=False, max_num_seqs=False, finished=True, rejected=True,
         preemptions=False, tpot=True, e2e=True, queue_time=True, prompt_per_tick=100,
+        lengths=True,
     ),
     "llamacpp": Expect(
         "llamacpp", "server", None, kv=False, max_num_seqs=False, finished=False,
@@ -120,17 +125,17 @@ EXPECT = {
         finished=True, rejected=False, preemptions=False, tpot=True, e2e=True, queue_time=True,
         prompt_per_tick=100, ratios=HIT,
         # per finished request: queue time + prefill time of FINISHED
-        ttft_batch=(0.8,),
+        ttft_batch=(0.8,), phases=True,
     ),
     "nim": Expect(
         "nim", "v1", _bounds("nim", "TTFT_BUCKETS"), kv=True, max_num_seqs=True, finished=True,
         rejected=False, preemptions=False, tpot=True, e2e=True, queue_time=False,
-        prompt_per_tick=100,
+        prompt_per_tick=100, lengths=True,
     ),
     "lmdeploy": Expect(
         "lmdeploy", "pytorch", _bounds("lmdeploy", "TTFT_BUCKETS"), kv=True, max_num_seqs=False,
         finished=True, rejected=False, preemptions=False, tpot=True, e2e=True, queue_time=True,
-        prompt_per_tick=100, ratios=HIT,
+        prompt_per_tick=100, ratios=HIT, phases=True, lengths=True,
     ),
 }  # fmt: skip
 
@@ -320,6 +325,10 @@ def test_engine_watched_by_the_agent_exports_what_it_can_tell_and_nothing_else(
         present("inferwatch_e2e_latency_seconds_count", exp.e2e)
         present("inferwatch_queue_time_seconds_count", exp.queue_time)
         present("inferwatch_ttft_seconds_count", exp.ttft_bounds is not None)
+        for name in ("inferwatch_prefill_time_seconds", "inferwatch_decode_time_seconds"):
+            present(name + "_count", exp.phases)
+        for name in ("inferwatch_prompt_length_tokens", "inferwatch_generation_length_tokens"):
+            present(name + "_count", exp.lengths)
         for name in (
             "inferwatch_prefix_cache_hit_ratio",
             "inferwatch_tpot_mean_seconds",

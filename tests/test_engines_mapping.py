@@ -648,6 +648,8 @@ CONTRACT = {
     "inferwatch_decode_time_seconds",
     "inferwatch_prompt_length_tokens",
     "inferwatch_generation_length_tokens",
+    # a plain gauge where the engine states it (SGLang's LoRA pool), else from EngineMap.lora
+    "inferwatch_lora_max_adapters",
 }
 DERIVED = {
     "inferwatch_prefix_cache_hit_ratio",

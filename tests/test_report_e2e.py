@@ -705,6 +705,6 @@ def test_progress_only_on_a_terminal(prom: PromOnBlocks, tmp_path: Path) -> None
     assert "querying" not in plain.stderr
     # 27 figures, plus the loops' 6 (open requests, queue slope, preemptions, cold-start
     # TTFT, memory pressure, the waste condition), the cost section's 5 (hours, energy,
-    # tokens; TTFT P95, KV peak for the wasters' loops) and the availability SLO's 2
-    # (errors, rejections)
-    assert plain.stderr.startswith("inferwatch report: 40 queries to")
+    # tokens; TTFT P95, KV peak for the wasters' loops), the availability SLO's 2
+    # (errors, rejections) and the long-tail finding's prompt-length buckets
+    assert plain.stderr.startswith("inferwatch report: 41 queries to")

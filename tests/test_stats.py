@@ -125,3 +125,19 @@ def test_slope_of_a_rising_flat_and_falling_queue() -> None:
 def test_zero_quantile_with_an_empty_first_bucket_is_its_lower_bound() -> None:
     # the interpolation would divide 0 by 0 here (found by the property test above)
     assert histogram_quantile(0.0, [(0.01, 0.0), (INF, 1.0)]) == 0.0
+
+
+def test_share_above_a_bound_of_a_classic_histogram() -> None:
+    from inferwatch.stats import INF, share_above
+
+    b = [(500.0, 60.0), (1000.0, 70.0), (2000.0, 80.0), (5000.0, 95.0), (INF, 100.0)]
+    assert share_above(2000, b) == pytest.approx(0.20)  # a bucket bound: exact
+    assert share_above(1500, b) == pytest.approx(0.25)  # inside (1000, 2000]: spread evenly
+    assert share_above(250, b) == pytest.approx(0.70)  # first bucket from 0
+    assert share_above(10_000, b) == pytest.approx(0.05)  # only the +Inf bucket is above
+    assert share_above(0, b) == 1.0
+    # unordered, and a scrape in flux (a lower count above a higher one) as PromQL reads it
+    assert share_above(2000, list(reversed(b))) == pytest.approx(0.20)
+    assert share_above(1000, [(500.0, 6.0), (1000.0, 5.0), (INF, 10.0)]) == pytest.approx(0.4)
+    assert share_above(2000, [(INF, 0.0)]) is None  # no observation
+    assert share_above(2000, [(1000.0, 3.0)]) is None  # no +Inf bucket

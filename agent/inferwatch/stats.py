@@ -8,6 +8,8 @@
   (histogram buckets, counters) and answers "how much was added during the
   last W seconds", restarting at a counter reset instead of going negative.
 - :func:`least_squares_slope` gives the queue trend.
+- :func:`share_above` gives the share of a histogram's observations above a
+  bound (the long prompts of advise and the report).
 """
 
 from __future__ import annotations
@@ -34,22 +36,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         return -INF
     if q > 1:
         return INF
-    ordered = sorted(buckets, key=lambda b: b[0])
-    if not ordered or not math.isinf(ordered[-1][0]):
-        return math.nan
-    # Merge duplicate bounds (they can appear after aggregation) and make the
-    # counts monotonic, as scrapes of a histogram in flux are not atomic.
-    merged: list[list[float]] = []
-    for bound, count in ordered:
-        if merged and merged[-1][0] == bound:
-            merged[-1][1] += count
-        else:
-            merged.append([bound, count])
-    highest = -INF
-    for b in merged:
-        if b[1] < highest:
-            b[1] = highest
-        highest = b[1]
+    merged = _cumulative(buckets)
     if len(merged) < 2:
         return math.nan
     observations = merged[-1][1]
@@ -76,6 +63,56 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         # sits at the bucket's start (rather than the 0/0 of the interpolation).
         return start
     return start + (end - start) * (rank / count)
+
+
+def _cumulative(buckets: Sequence[tuple[float, float]]) -> list[list[float]]:
+    """``[bound, cumulative count]`` by bound, as PromQL reads a classic histogram.
+
+    Empty without a +Inf bucket. Duplicate bounds (they can appear after
+    aggregation) are merged and the counts made monotonic, as scrapes of a
+    histogram in flux are not atomic.
+    """
+    ordered = sorted(buckets, key=lambda b: b[0])
+    if not ordered or not math.isinf(ordered[-1][0]):
+        return []
+    merged: list[list[float]] = []
+    for bound, count in ordered:
+        if merged and merged[-1][0] == bound:
+            merged[-1][1] += count
+        else:
+            merged.append([bound, count])
+    highest = -INF
+    for b in merged:
+        if b[1] < highest:
+            b[1] = highest
+        highest = b[1]
+    return merged
+
+
+def share_above(bound: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The share of a classic histogram's observations above ``bound``.
+
+    Exact when ``bound`` is a bucket bound; inside a bucket, observations are
+    taken as spread evenly (the interpolation of :func:`histogram_quantile`, with
+    0 as the first bucket's lower bound); above the highest finite bound, what
+    the +Inf bucket holds counts as above. None without a +Inf bucket or
+    without observations.
+    """
+    merged = _cumulative(buckets)
+    if not merged or merged[-1][1] <= 0:
+        return None
+    total = merged[-1][1]
+    below = merged[-2][1] if len(merged) > 1 else 0.0
+    lower, lower_count = 0.0, 0.0
+    for upper, count in merged[:-1]:
+        if bound < upper:
+            if bound <= lower:
+                below = lower_count
+            else:
+                below = lower_count + (count - lower_count) * (bound - lower) / (upper - lower)
+            break
+        lower, lower_count = upper, count
+    return min(1.0, max(0.0, 1.0 - below / total))
 
 
 @dataclass(frozen=True)

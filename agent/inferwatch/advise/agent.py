@@ -6,7 +6,7 @@ import math
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from inferwatch.advise.model import (
     FLAG_LABELS,
@@ -15,6 +15,7 @@ from inferwatch.advise.model import (
     WorkerPicture,
     name_pictures,
 )
+from inferwatch.pack import loops as L
 
 Scrape = list[tuple[str, dict[str, str], float]]
 
@@ -46,6 +47,34 @@ def _sum(scrape: Scrape, name: str, **match: str) -> float | None:
 def _max(scrape: Scrape, name: str, **match: str) -> float | None:
     found = _values(scrape, name, **match)
     return max(v for _, v in found) if found else None
+
+
+PROMPT_BUCKETS = "inferwatch_prompt_length_tokens_bucket"
+
+
+def buckets_by_bound(scrape: Scrape, name: str, **match: str) -> dict[float, float]:
+    """A histogram's cumulative bucket counts by bound, summed over the other labels."""
+    out: dict[float, float] = {}
+    for labels, value in _values(scrape, name, **match):
+        try:
+            bound = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        out[bound] = out.get(bound, 0.0) + value
+    return out
+
+
+def bucket_increase(
+    first: Mapping[float, float], last: Mapping[float, float]
+) -> list[tuple[float, float]] | None:
+    """``last - first`` per bound; None when a bucket went down (a restart in between)."""
+    out = []
+    for bound, end in last.items():
+        begin = first.get(bound, 0.0)
+        if end < begin:
+            return None
+        out.append((bound, end - begin))
+    return out
 
 
 def mean(values: Iterable[float | None]) -> float | None:
@@ -112,6 +141,16 @@ def pictures_from_scrapes(
                 return None
             return (end - begin) / span
 
+        def long_prompts(worker: str = worker) -> float | None:
+            """The share of long prompts among those of the sampled span (never the lifetime)."""
+            if span < min_rate_span:
+                return None
+            added = bucket_increase(
+                buckets_by_bound(first, PROMPT_BUCKETS, worker=worker),
+                buckets_by_bound(last, PROMPT_BUCKETS, worker=worker),
+            )
+            return L.long_prompt_share(added) if added else None
+
         info = _values(last, "inferwatch_worker_info", worker=worker)
         info_labels = info[0][0] if info else {}
         model = engine = ""
@@ -173,6 +212,7 @@ def pictures_from_scrapes(
                 prefix_hit_ratio=_max(last, "inferwatch_prefix_cache_hit_ratio", worker=worker),
                 preemption_rate=rate("inferwatch_preemptions_total"),
                 request_rate=rate("inferwatch_requests_finished_total"),
+                long_prompt_share=long_prompts(),
                 uptime_seconds=last_t - start if start is not None else None,
                 flags=flags,
                 warmup=warmup,

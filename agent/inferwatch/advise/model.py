@@ -67,6 +67,9 @@ class WorkerPicture:
     prefix_hit_ratio: float | None = None
     preemption_rate: float | None = None
     request_rate: float | None = None
+    #: [5.3] share of the span's prompts over pack.loops.LONG_PROMPT_TOKENS, where the
+    #: engine exports inferwatch_prompt_length_tokens
+    long_prompt_share: float | None = None
     uptime_seconds: float | None = None
     #: TTFT P99 of the worker's model over all its workers, where the source has it
     model_ttft_p99: float | None = None

@@ -15,6 +15,7 @@ from inferwatch.advise.model import (
     WorkerPicture,
     name_pictures,
 )
+from inferwatch.pack import loops as L
 
 #: picture fields read per (instance, worker) straight from one query each
 WORKER_FIELDS = (
@@ -78,6 +79,8 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
         "ready": by("last_over_time", "inferwatch_worker_ready", "max"),
         "deadline": by("last_over_time", "inferwatch_warmup_deadline_exceeded", "max"),
         # the rest keep labels the join needs
+        "prompt_buckets": f"sum by (instance, worker, le) "
+        f"(increase(inferwatch_prompt_length_tokens_bucket{s}[{window}]))",
         "model_ttft_p99": hq(0.99, "inferwatch_ttft_seconds", "model"),
         "identity": f"group by (instance, worker, model, engine) "
         f"(last_over_time(inferwatch_requests_running{s}[{window}]))",
@@ -150,6 +153,15 @@ def pictures_from_answers(
     model_p99 = {
         lb.get("model", ""): v for lb, v in answers.get("model_ttft_p99", ()) if not math.isnan(v)
     }
+    prompt_buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for labels, value in answers.get("prompt_buckets", ()):
+        try:
+            bound = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        if "worker" in labels and not math.isnan(value):
+            key = (labels.get("instance", ""), labels["worker"])
+            prompt_buckets.setdefault(key, []).append((bound, value))
     fields_ = {name: per_worker(name) for name in WORKER_FIELDS}
     start_time = per_worker("start_time")
     ready = per_worker("ready")
@@ -190,6 +202,9 @@ def pictures_from_answers(
             vram_used_ratio=maximum(vram.get((instance, g)) for g in gpus),
             uptime_seconds=end - start_time[key] if key in start_time else None,
             model_ttft_p99=model_p99.get(model),
+            long_prompt_share=(
+                L.long_prompt_share(prompt_buckets[key]) if key in prompt_buckets else None
+            ),
             flags={k: info[k] for k in FLAG_LABELS if info.get(k)},
             warmup=warmup,
         )

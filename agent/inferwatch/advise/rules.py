@@ -309,9 +309,18 @@ def rule_long_tail(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
                 "latency.tail_ratio",
             ),
         ]  # fmt: skip
-    actions = [L.LONG_CONTEXT_POOL, L.LEAST_CONNECTIONS]
+    share = p.long_prompt_share
+    if share is not None:
+        ev.append(
+            Evidence(
+                L.LONG_PROMPT_EVIDENCE, share, "ratio",
+                ">=" if share >= t.latency.long_prompt_share else "<",
+                t.latency.long_prompt_share, "latency.long_prompt_share",
+            )
+        )  # fmt: skip
+    actions = [L.long_context_pool(share, t), L.LEAST_CONNECTIONS]
     max_len = p.flag_number("max_model_len")
-    if max_len:
+    if max_len and (share is None or share >= t.latency.long_prompt_share):
         actions.append(
             f"This worker accepts up to {max_len:,.0f} tokens (--max-model-len {max_len:g}); "
             "the short pool can run a smaller --max-model-len and more sequences."

@@ -33,7 +33,8 @@ The model and the slot count are not in the exposition: the agent reads them
 from ``/props`` (:mod:`inferwatch.collectors.selfdesc`).
 
 Not available: TTFT, end-to-end latency, KV-cache usage (the kv_cache_* gauges
-were removed in PR #13660), preemptions, finished/rejected request counts.
+were removed in PR #13660), preemptions, finished/rejected request counts, and every histogram: no length
+distributions, queue, prefill or decode time, no LoRA series.
 """
 
 from __future__ import annotations

@@ -21,7 +21,15 @@ average.
   but observed in seconds), else ``lmdeploy:time_per_output_token_seconds``,
   ``lmdeploy:e2e_request_latency_seconds``, ``lmdeploy:request_queue_time_seconds``.
 
-Not available: preemptions, admission rejections (``ResponseType.NO_QUEUE`` is
+Issue 23's signals, read in ``lmdeploy/metrics/loggers.py`` @
+0168eedaef9497414956cb20c2ad0f443de6c248 (the version of the file stored for
+this check): per finished request ``lmdeploy:request_prompt_tokens`` and
+``lmdeploy:request_generation_tokens`` (1-2-5 buckets up to ``max_model_len``,
+as vLLM's) are the length distributions; ``lmdeploy:request_prefill_time_seconds``
+and ``lmdeploy:request_decode_time_seconds`` (the end-to-end buckets 0.3 ..
+7680) the prefill / decode split.
+
+Not available: LoRA series, preemptions, admission rejections (``ResponseType.NO_QUEUE`` is
 not documented as a queue-limit refusal; it is counted as an error).
 """
 
@@ -96,6 +104,20 @@ LMDEPLOY = EngineMap(
             "inferwatch_queue_time_seconds",
             "histogram",
             ("lmdeploy:request_queue_time_seconds",),
+        ),
+        Signal(
+            "inferwatch_prefill_time_seconds",
+            "histogram",
+            ("lmdeploy:request_prefill_time_seconds",),
+        ),
+        Signal(
+            "inferwatch_decode_time_seconds", "histogram", ("lmdeploy:request_decode_time_seconds",)
+        ),
+        Signal("inferwatch_prompt_length_tokens", "histogram", ("lmdeploy:request_prompt_tokens",)),
+        Signal(
+            "inferwatch_generation_length_tokens",
+            "histogram",
+            ("lmdeploy:request_generation_tokens",),
         ),
     ),
     ratios=(

@@ -18,11 +18,15 @@ label, prometheus_client text without ``_created`` samples.
   ``reason="error"``: that failures never also appear in request_finish_total
   is an assumption, NIM's source being closed);
 - histograms (seconds, vLLM V0 buckets): ``time_to_first_token_seconds``,
-  ``time_per_output_token_seconds``, ``e2e_request_latency_seconds``.
+  ``time_per_output_token_seconds``, ``e2e_request_latency_seconds``;
+- per-request token histograms ``request_prompt_tokens`` and
+  ``request_generation_tokens`` (in the observability page's table and the
+  capture): issue 23's length distributions.
 
 Detection: no prefix, so an exposition counts as NIM when at least two of the
 marker names below are declared. Not available: prefix-cache hits,
-preemptions, queue time, admission rejections.
+preemptions, queue time, admission rejections, prefill / decode time, LoRA
+series (none in the page's table or the capture).
 """
 
 from __future__ import annotations
@@ -67,5 +71,7 @@ NIM = EngineMap(
         Signal("inferwatch_ttft_seconds", "histogram", ("time_to_first_token_seconds",)),
         Signal("inferwatch_tpot_seconds", "histogram", ("time_per_output_token_seconds",)),
         Signal("inferwatch_e2e_latency_seconds", "histogram", ("e2e_request_latency_seconds",)),
+        Signal("inferwatch_prompt_length_tokens", "histogram", ("request_prompt_tokens",)),
+        Signal("inferwatch_generation_length_tokens", "histogram", ("request_generation_tokens",)),
     ),
 )

@@ -28,7 +28,19 @@ TokenizerMetricsCollector; written with prometheus_client, so counters end in
   of older revisions), ``sglang:e2e_request_latency_seconds`` (0.1 .. 2400),
   ``sglang:queue_time_seconds`` (scheduler side, 0 .. 3000).
 
-Not available: admission rejections (no counter), finish reasons (the request
+- with ``--collect-tokens-histogram`` (folded into ``--enable-metrics`` by later
+  releases), per finished request on the tokenizer side:
+  ``sglang:prompt_tokens_histogram`` and ``sglang:generation_tokens_histogram``,
+  both on the same default token buckets 100, 300, 500, 700, 1000, 1500, 2000,
+  3000 .. 40000, 66000 .. 1100000 (``--prompt-tokens-buckets`` and
+  ``--generation-tokens-buckets`` change them): issue 23's length distributions.
+
+Not available: per-request prefill and decode time (``sglang:per_stage_req_latency_seconds``
+is per scheduler stage, not a request's prefill/decode split), per-adapter LoRA
+series: with ``--enable-lora`` the scheduler counts pool slots only
+(``sglang:lora_pool_slots_used``, ``sglang:lora_pool_slots_total``, the latter
+``max_loras_per_batch``: mapped to ``inferwatch_lora_max_adapters``; no adapter
+names, so no ``inferwatch_lora_adapter_active``), admission rejections (no counter), finish reasons (the request
 counter has no reason label: series carry ``reason="unknown"``). Very old
 releases labelled series ``name=`` instead of ``model_name=``; their model label
 is empty here.
@@ -90,6 +102,21 @@ SGLANG = EngineMap(
             "histogram",
             ("sglang:queue_time_seconds",),
             duplicates=_RANK_COPIES,
+        ),
+        # SchedulerMetricsCollector with --enable-lora: the adapters one batch can hold
+        Signal(
+            "inferwatch_lora_max_adapters",
+            "gauge",
+            ("sglang:lora_pool_slots_total",),
+            combine="max",
+            duplicates=_RANK_COPIES,
+        ),
+        # issue 23 item 3 (TokenizerMetricsCollector, --collect-tokens-histogram)
+        Signal("inferwatch_prompt_length_tokens", "histogram", ("sglang:prompt_tokens_histogram",)),
+        Signal(
+            "inferwatch_generation_length_tokens",
+            "histogram",
+            ("sglang:generation_tokens_histogram",),
         ),
     ),
     ratios=(

@@ -25,7 +25,9 @@ port (and on ``--prometheus-port``, default 9000).
   validation and template (the client's fault, HTTP 422: not counted here),
   generation, dropped, incomplete (server-side: ``reason="error"``).
 
-Not available: TTFT, KV-cache usage, prefix caching, preemptions.
+Not available: TTFT, KV-cache usage, prefix caching, preemptions, per-request
+prefill / decode time (its forward and inference durations are per batch or
+whole), per-adapter LoRA series.
 """
 
 from __future__ import annotations

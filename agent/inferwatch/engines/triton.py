@@ -43,7 +43,8 @@ selector label per family:
   10 .. 1000): their ``_sum`` counts prompt and generated tokens.
 
 Not available: TPOT (no inter-token timing in either), prefix-cache hits,
-preemptions, queue-time histogram. Whether "waiting" counts exactly the
+preemptions, queue-time histogram, prompt / generation length distributions,
+prefill / decode time, LoRA series. Whether "waiting" counts exactly the
 executor's queued requests was read from the label name and README, not from
 ``model_instance_state.cc``.
 """

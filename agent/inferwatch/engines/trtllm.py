@@ -18,7 +18,10 @@ LLM arguments.
   reason, "unknown" when the engine gave none);
 - histograms, seconds, vLLM's bucket sets: ``trtllm_time_to_first_token_seconds``,
   ``trtllm_time_per_output_token_seconds`` (per-request mean),
-  ``trtllm_e2e_request_latency_seconds``, ``trtllm_request_queue_time_seconds``.
+  ``trtllm_e2e_request_latency_seconds``, ``trtllm_request_queue_time_seconds``;
+  ``trtllm_request_prefill_time_seconds`` (first token - first scheduled; buckets
+  0.001 .. 2560) and ``trtllm_request_decode_time_seconds`` (last token - first
+  token; the end-to-end buckets): issue 23's prefill / decode split.
 
 The Prometheus text is served at ``/prometheus/metrics``; ``/metrics`` answers
 JSON iteration statistics. That path was read in downstream code that scrapes
@@ -26,7 +29,9 @@ trtllm-serve (and TensorRT-LLM's docs list ``/metrics`` as the JSON endpoint),
 not in ``tensorrt_llm/serve/openai_server.py`` itself: unverified, which is why
 discovery tries it rather than assuming it.
 
-Not available: preemptions, admission rejections (``trtllm_request_error_total``
+Not available: prompt and generation length histograms (token counts are
+counters only; ``trtllm_prompt_cached_tokens_per_request`` counts cached tokens),
+LoRA series, preemptions, admission rejections (``trtllm_request_error_total``
 counts HTTP errors by code, not queue-limit rejections; not mapped).
 """
 
@@ -74,6 +79,12 @@ TRTLLM = EngineMap(
         ),
         Signal(
             "inferwatch_queue_time_seconds", "histogram", ("trtllm_request_queue_time_seconds",)
+        ),
+        Signal(
+            "inferwatch_prefill_time_seconds", "histogram", ("trtllm_request_prefill_time_seconds",)
+        ),
+        Signal(
+            "inferwatch_decode_time_seconds", "histogram", ("trtllm_request_decode_time_seconds",)
         ),
     ),
     ratios=(

@@ -385,6 +385,79 @@ def tokens_panel(by: str) -> Any:
 # --- the dashboards -------------------------------------------------------------------
 
 
+def length_heatmap(title: str, metric: str, description: str) -> Any:
+    """A heatmap of a token-length histogram (vLLM's own dashboard has both)."""
+    return p.heatmap(
+        title,
+        description,
+        [
+            Query(
+                f"sum by (le) (increase({metric}_bucket{worker_sel()}[$__rate_interval]))",
+                "{{le}}",
+                fmt="heatmap",
+            )
+        ],
+        unit="short",
+    )
+
+
+#: (legend word, histogram) of the per-request phases, in the order a request goes through
+PHASES = (
+    ("prefill", "inferwatch_prefill_time_seconds"),
+    ("decode", "inferwatch_decode_time_seconds"),
+    ("queue", "inferwatch_queue_time_seconds"),
+)
+
+
+def phase_time_panel() -> Any:
+    return p.timeseries(
+        "Prefill, decode and queue time P50 / P95",
+        "Where a request's time goes, per worker: waiting in the queue, prefill (prompt "
+        "processing up to the first token) and decode (first to last token), P50 and P95 "
+        "from the engine's per-request histograms. Prefill growing with decode flat points "
+        "at long prompts; decode growing at long generations or a full batch.",
+        [
+            Query(
+                f"histogram_quantile({q}, sum by (worker, le) "
+                f"(rate({metric}_bucket{worker_sel()}[$__rate_interval])))",
+                f"{{{{worker}}}} {word} P{round(q * 100)}",
+            )
+            for word, metric in PHASES
+            for q in (0.5, 0.95)
+        ],
+        unit="s",
+        min_value=0,
+        fill=0,
+    )
+
+
+def lora_panel() -> Any:
+    return p.table(
+        "LoRA adapters",
+        "LoRA adapters with requests running or waiting now, per worker, and how many "
+        "adapters the worker holds at once (--max-loras). An adapter that stays waiting "
+        "while the worker is at its limit waits for a slot.",
+        [
+            Query(
+                f"max by (worker, adapter, state) (inferwatch_lora_adapter_active{worker_sel()})",
+                "",
+                instant=True,
+                fmt="table",
+            ),
+            Query(
+                f"max by (worker) (inferwatch_lora_max_adapters{worker_sel()})",
+                "",
+                instant=True,
+                fmt="table",
+            ),
+        ],
+        unit="none",
+        exclude=("Value #A",),
+        order=("worker", "adapter", "state", "Value #B"),
+        rename={"Value #B": "max adapters"},
+    )
+
+
 def _links() -> list[g.DashboardLink]:
     return [
         g.DashboardLink(
@@ -800,6 +873,31 @@ def worker(t: Thresholds) -> dict[str, Any]:
             ),
         ],
     )
+    shapes = Section(
+        "Request shapes and phases",
+        [
+            *[
+                Cell(length_heatmap(name, metric, text), 8, 8)
+                for name, metric, text in (
+                    (
+                        "Prompt length distribution",
+                        "inferwatch_prompt_length_tokens",
+                        "Prompt tokens of each request, counted per bucket and interval. A "
+                        "band of long prompts is the traffic a separate long-context pool "
+                        "serves (field guide 5.3; `inferwatch advise` prints its share).",
+                    ),
+                    (
+                        "Generation length distribution",
+                        "inferwatch_generation_length_tokens",
+                        "Tokens generated per finished request, counted per bucket and "
+                        "interval. Long generations hold batch slots and KV cache for longer.",
+                    ),
+                )
+            ],
+            Cell(phase_time_panel(), 8, 8),
+            Cell(lora_panel(), 24, 6),
+        ],
+    )
     requests = Section(
         "Requests",
         [
@@ -937,9 +1035,10 @@ def worker(t: Thresholds) -> dict[str, Any]:
         "worker",
         "Inference worker",
         "One inference worker or model in detail: latency quantiles and distributions, "
-        "batch and queue, KV cache, finish reasons, launch flags, the worker process and "
-        "the agent's warm-up gate.",
-        [now, latency, batch, requests, process, warmup_section(t)],
+        "batch and queue, KV cache, prompt and generation lengths, prefill and decode time, "
+        "LoRA adapters, finish reasons, launch flags, the worker process and the agent's "
+        "warm-up gate.",
+        [now, latency, batch, shapes, requests, process, warmup_section(t)],
         tags=["worker"],
     )
 
@@ -1323,6 +1422,75 @@ def gpu(t: Thresholds) -> dict[str, Any]:
             ),
         ],
     )
+    transfers = Section(
+        "Interconnect, P-state and fan",
+        [
+            Cell(
+                p.timeseries(
+                    "PCIe throughput",
+                    "PCIe traffic of each GPU by direction (tx: out of the GPU, rx: into it), "
+                    "headers included. Sustained high rx on an inference GPU is weights or KV "
+                    "cache moving over the bus (offload, swapping, model load).",
+                    [
+                        Query(
+                            "inferwatch_gpu_pcie_throughput_bytes_per_second" + gpu_sel(),
+                            _gpu_label("{{direction}}"),
+                        )
+                    ],
+                    unit="Bps",
+                    min_value=0,
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "NVLink throughput",
+                    "NVLink traffic over all links of each GPU: tensor-parallel all-reduce "
+                    "traffic. From the dcgm-exporter backend only; absent on boards without "
+                    "NVLink.",
+                    [
+                        Query(
+                            "inferwatch_gpu_nvlink_throughput_bytes_per_second" + gpu_sel(),
+                            _gpu_label(),
+                        )
+                    ],
+                    unit="Bps",
+                    min_value=0,
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Performance state",
+                    "P-state of each GPU, 0 the fastest. A GPU under load that leaves P0 "
+                    "is being held back (power, thermal or an application-clock setting); "
+                    "idle GPUs drop to P8 and lower.",
+                    [Query(f"inferwatch_gpu_performance_state{gpu_sel()}", _gpu_label())],
+                    unit="none",
+                    min_value=0,
+                    max_value=15,
+                    fill=0,
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                p.timeseries(
+                    "Fan speed",
+                    "Intended fan speed as a share of its maximum (can exceed 100%). Absent "
+                    "on passively cooled boards, where the chassis moves the air.",
+                    [Query(f"inferwatch_gpu_fan_speed_ratio{gpu_sel()}", _gpu_label())],
+                    unit="percentunit",
+                    min_value=0,
+                    fill=0,
+                ),
+                12,
+                8,
+            ),
+        ],
+    )
     errors = Section(
         "Errors and partitions",
         [
@@ -1435,8 +1603,9 @@ def gpu(t: Thresholds) -> dict[str, Any]:
         "gpu",
         "Inference GPU",
         "GPUs in detail: utilization against SM/tensor/DRAM activity, memory down to the "
-        "process, power, temperature, clocks and why they drop, XID and ECC errors, MIG.",
-        [now, compute, memory, power, errors],
+        "process, power, temperature, clocks and why they drop, PCIe and NVLink traffic, "
+        "P-state and fan, XID and ECC errors, MIG.",
+        [now, compute, memory, power, transfers, errors],
         tags=["gpu"],
     )
 

@@ -146,6 +146,23 @@ HARDWARE_OPTIONAL: dict[str, HardwareOptional] = {
         "none (not hardware, but the same kind of absence)",
         frozenset({"B"}),
     ),
+    # issue 23: signals some engines or GPUs do not have (docs/engines.md, docs/gpu.md)
+    "NVLink throughput": HardwareOptional(
+        "NVLink throughput comes from the dcgm-exporter backend only (NVML's counters are "
+        "not read), and PCIe-only boards have no NVLink at all"
+    ),
+    "Fan speed": HardwareOptional(
+        "passively cooled data-centre boards (H100/H200 SXM, most PCIe cards in server "
+        "chassis) report no fan speed"
+    ),
+    "Prefill, decode and queue time P50 / P95": HardwareOptional(
+        "per-request prefill and decode histograms exist only for the engines that export "
+        "them (docs/engines.md: vLLM); the queue-time lines are required",
+        frozenset({"A", "B", "C", "D"}),
+    ),
+    "LoRA adapters": HardwareOptional(
+        "LoRA series exist only for a vLLM worker started with --enable-lora"
+    ),
     **{
         title: HardwareOptional(_WARMUP)
         for title in (

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferwatch.pack.thresholds import Thresholds
+from inferwatch.stats import share_above
 
 # --------------------------------------------------------------------------- the loops
 
@@ -219,6 +220,29 @@ def long_tail(p50: float | None, p99: float | None, t: Thresholds) -> bool:
     return ratio is not None and ratio >= t.latency.tail_ratio
 
 
+def long_prompt_share(buckets: Sequence[tuple[float, float]]) -> float | None:
+    """[5.3]: the share of prompts over LONG_PROMPT_TOKENS, from the buckets of
+    ``inferwatch_prompt_length_tokens`` counted over a span (None: no prompt in it)."""
+    return share_above(LONG_PROMPT_TOKENS, buckets)
+
+
+def long_context_pool(share: float | None, t: Thresholds) -> str:
+    """The long tail's first remedy: a long-context pool, unless the prompts say otherwise."""
+    if share is None:
+        return LONG_CONTEXT_POOL
+    if share >= t.latency.long_prompt_share:
+        return (
+            f"Give long-context traffic its own pool: {share:.0%} of the prompts are over "
+            f"{LONG_PROMPT_TOKENS:,} tokens. Route them to workers with their own "
+            "--max-model-len and batching flags, and keep short chats on this pool."
+        )
+    return (
+        f"Almost no prompt is over {LONG_PROMPT_TOKENS:,} tokens: the tail is elsewhere. A "
+        "long-context pool would not help; look at the generation lengths (long answers hold "
+        "batch slots) and the queue time first."
+    )
+
+
 def cold_start(
     ttft_p95: float | None, uptime_seconds: float | None, over: bool, t: Thresholds
 ) -> bool:
@@ -320,6 +344,8 @@ COLD_FIRST_CALL_SECONDS = 4.8
 WARM_CALL_SECONDS = 0.18
 #: [5.3]: a long-context pool takes requests above roughly this many prompt tokens
 LONG_PROMPT_TOKENS = 2000
+#: the evidence line of the long-prompt share (advise and the weekly report)
+LONG_PROMPT_EVIDENCE = f"prompts over {LONG_PROMPT_TOKENS:,} tokens:"
 #: [2.3]: --max-num-batched-tokens that balance prefill against decoding
 BATCHED_TOKENS_RANGE = (4096, 8192)
 #: KV cache dtypes that are FP8 already (vLLM's cache_dtype values)

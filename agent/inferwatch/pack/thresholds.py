@@ -156,6 +156,7 @@ class Tpot:
 class Latency:
     tail_ratio: float = field(metadata={"kind": ABOVE_ONE})
     tail_for: float = field(metadata={"kind": DURATION})
+    long_prompt_share: float = field(metadata={"kind": RATIO})
 
 
 @dataclass(frozen=True)

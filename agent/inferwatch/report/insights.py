@@ -365,12 +365,19 @@ def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
                 )
         if not found:
             continue
+        share = w.long_prompt_share.current if w.long_prompt_share else None
+        evidence = "; ".join(found) + f" (line: {t.latency.tail_ratio:g}x)"
+        if share is not None:
+            evidence += (
+                f"; {L.LONG_PROMPT_EVIDENCE} {fmt.percent(share)} "
+                f"(line: {fmt.percent(t.latency.long_prompt_share)})"
+            )
         yield Finding(
             "watch",
             "Long tail",
             f"{w.worker}: P99 is {t.latency.tail_ratio:g}x the P50 or more",
-            "; ".join(found) + f" (line: {t.latency.tail_ratio:g}x).",
-            f"{L.LONG_CONTEXT_POOL} {L.LEAST_CONNECTIONS}",
+            evidence + ".",
+            f"{L.long_context_pool(share, t)} {L.LEAST_CONNECTIONS}",
             id="long_tail",
         )
 

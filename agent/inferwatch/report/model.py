@@ -166,6 +166,8 @@ class RawWorker:
     # requests finished with reason="error", and rejected; None: the series is absent
     failed: Daily | None = None
     rejected: Daily | None = None
+    #: per-day buckets of inferwatch_prompt_length_tokens; None: the engine has none
+    prompt_lengths: tuple[Buckets | None, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ _STEPS = (
     "TTFT buckets",
     "TPOT buckets",
     "end-to-end buckets",
+    "prompt-length buckets",
     "queue peaks",
     "time over capacity",
     "capacity",
@@ -193,6 +194,10 @@ class Collector:
                 {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}[name]
             )
             latency[name] = self._buckets(f"sum by ({by}, le) (increase({metric}_bucket[1d]))")
+        self.step("prompt-length buckets")
+        prompt_lengths = self._buckets(
+            f"sum by ({by}, le) (increase(inferwatch_prompt_length_tokens_bucket[1d]))"
+        )
         self.step("queue peaks")
         queue = self.daily_by(
             f"max by ({by}) (max_over_time(inferwatch_queue_depth[1d]))", WORKER_KEY
@@ -293,6 +298,7 @@ class Collector:
                     present=worker in present,
                     failed=failed.get(key),
                     rejected=rejected.get(key),
+                    prompt_lengths=prompt_lengths.get(key),
                 )
             )
         return tuple(out)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from inferwatch.pack import loops as L
 from inferwatch.report.model import (
     LATENCIES,
     QUANTILES,
@@ -81,6 +82,9 @@ class ScopeFigures:
     open_requests: Change | None = None
     queue_slope_peak: Change | None = None
     preemptions: Change | None = None
+    #: [5.3] share of the period's prompts over pack.loops.LONG_PROMPT_TOKENS; None: the
+    #: engine exports no prompt-length histogram
+    long_prompt_share: Change | None = None
 
     @property
     def name(self) -> str:
@@ -221,6 +225,19 @@ def scope_figures(
     open_ = add_daily([w.open_requests for w in workers])
     slope = max_daily([w.queue_slope_peak for w in workers])
     preempted = add_daily([w.preemptions for w in workers])
+    lengths = [w.prompt_lengths for w in workers if w.prompt_lengths is not None]
+    long_share = None
+    if lengths:
+        length_days = tuple(merge_buckets(day) for day in zip(*lengths, strict=True))
+
+        def share(days: Sequence[Buckets | None]) -> float | None:
+            merged = merge_buckets(days)
+            return L.long_prompt_share(merged) if merged else None
+
+        long_share = Change(
+            share(period.current(length_days)),  # type: ignore[arg-type]
+            share(period.previous(length_days)),  # type: ignore[arg-type]
+        )
     return ScopeFigures(
         kind=kind,
         model=model,
@@ -243,6 +260,7 @@ def scope_figures(
         open_requests=_change(period, open_, "mean") if open_ else None,
         queue_slope_peak=_change(period, slope, "max") if slope else None,
         preemptions=_change(period, preempted) if preempted else None,
+        long_prompt_share=long_share,
     )
 
 

@@ -101,6 +101,13 @@ class LmdeployWriter:
         self.queue_time = hist("request_queue_time_seconds",
                                "Histogram of time spent in WAITING phase for request.",
                                LATENCY_BUCKETS)  # fmt: skip
+        # lmdeploy/metrics/loggers.py @ 0168eedaef9497414956cb20c2ad0f443de6c248
+        self.prefill_time = hist("request_prefill_time_seconds",
+                                 "Histogram of time spent in PREFILL phase for request.",
+                                 LATENCY_BUCKETS)  # fmt: skip
+        self.decode_time = hist("request_decode_time_seconds",
+                                "Histogram of time spent in DECODE phase for request.",
+                                LATENCY_BUCKETS)  # fmt: skip
         for e in range(cfg.data_parallel):
             lv = self._lv(e)
             for c in (self.prompt, self.generation, self.cached):
@@ -108,7 +115,8 @@ class LmdeployWriter:
             for name in RESPONSE_TYPES:
                 self.success.labels(*lv, f"ResponseType.{name}")
             for h in (self.req_prompt, self.req_gen, self.req_cached, self.ttft, self.tpot,
-                      self.itl, self.e2e, self.queue_time):  # fmt: skip
+                      self.itl, self.e2e, self.queue_time, self.prefill_time,
+                      self.decode_time):  # fmt: skip
                 h.labels(*lv)
         self._view = WithoutCreated(reg)
 
@@ -130,6 +138,8 @@ class LmdeployWriter:
             self.success.labels(*lv, f"ResponseType.{reason}").inc()
             self.e2e.labels(*lv).observe(req.e2e)
             self.queue_time.labels(*lv).observe(req.queue_time)
+            self.prefill_time.labels(*lv).observe(req.prefill_time)
+            self.decode_time.labels(*lv).observe(req.decode_time)
             self.req_prompt.labels(*lv).observe(req.prompt_tokens)
             self.req_gen.labels(*lv).observe(req.generation_tokens)
             self.req_cached.labels(*lv).observe(req.cached_tokens)

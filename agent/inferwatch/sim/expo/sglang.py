@@ -3,7 +3,9 @@
 Scheduler series (queue, running, KV-pool share, retractions, queue time) carry
 ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` (+ ``dp_rank`` with
 ``--data-parallel`` > 1); tokenizer series (tokens, TTFT, inter-token latency,
-end-to-end latency, request counts) carry ``model_name, engine_type``. Names,
+end-to-end latency, request counts, and the prompt and generation length
+histograms of ``--collect-tokens-histogram``, served as if it were on) carry
+``model_name, engine_type``. Names,
 labels and buckets: see ``agent/inferwatch/engines/sglang.py`` (sgl-project/sglang
 ``python/sglang/srt/metrics/collector.py``).
 
@@ -41,6 +43,13 @@ E2E_BUCKETS = (
 QUEUE_BUCKETS = (
     0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300,
     400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+)  # fmt: skip
+#: the tokenizer's default prompt and generation token buckets (--collect-tokens-histogram;
+#: collector.py @ 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538: one list for both)
+TOKEN_BUCKETS = (
+    100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000,
+    12000, 15000, 20000, 22000, 25000, 30000, 35000, 40000, 66000, 99000, 132000, 300000,
+    600000, 900000, 1100000,
 )  # fmt: skip
 SCHEDULER_LABELS = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
 TOKENIZER_LABELS = ["model_name", "engine_type"]
@@ -97,9 +106,15 @@ class SglangWriter:
         self.e2e = Histogram("sglang:e2e_request_latency_seconds",
                              "Histogram of End-to-end request latency in seconds", tok,
                              buckets=E2E_BUCKETS, registry=reg)  # fmt: skip
+        self.prompt_lengths = Histogram("sglang:prompt_tokens_histogram",
+                                        "Histogram of prompt token length.", tok,
+                                        buckets=TOKEN_BUCKETS, registry=reg)  # fmt: skip
+        self.generation_lengths = Histogram("sglang:generation_tokens_histogram",
+                                            "Histogram of generation token length.", tok,
+                                            buckets=TOKEN_BUCKETS, registry=reg)  # fmt: skip
         for c in (self.prompt, self.generation, self.requests, self.aborted):
             c.labels(*self.tok)
-        for h in (self.ttft, self.itl, self.e2e):
+        for h in (self.ttft, self.itl, self.e2e, self.prompt_lengths, self.generation_lengths):
             h.labels(*self.tok)
         for e in range(cfg.data_parallel):
             for lv in self._sched(e):
@@ -132,6 +147,8 @@ class SglangWriter:
                 self.cached.labels(*tok).inc(req.cached_tokens)
             self.requests.labels(*tok).inc()
             self.e2e.labels(*tok).observe(req.e2e)
+            self.prompt_lengths.labels(*tok).observe(req.prompt_tokens)
+            self.generation_lengths.labels(*tok).observe(req.generation_tokens)
 
     def on_rejection(self, reason: str) -> None:
         """SGLang has no admission-rejection counter."""

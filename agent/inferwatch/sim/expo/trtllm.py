@@ -35,6 +35,12 @@ LATENCY_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
+#: trtllm_request_prefill_time_seconds' default buckets (tensorrt_llm/metrics/collector.py
+#: @ 050f80def8df236e326949c8bd9dee10fd896a83); decode time uses LATENCY_BUCKETS
+PREFILL_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
+)  # fmt: skip
 LABELS = ["model_name", "engine_type"]
 
 
@@ -95,6 +101,14 @@ class TrtllmWriter:
         self.queue_time = hist("request_queue_time_seconds",
                                "Histogram of time spent in WAITING phase for request.",
                                LATENCY_BUCKETS)  # fmt: skip
+        self.prefill_time = hist("request_prefill_time_seconds",
+                                 "Histogram of prefill (context) phase duration in seconds "
+                                 "(first_token_time - first_scheduled_time).",
+                                 PREFILL_BUCKETS)  # fmt: skip
+        self.decode_time = hist("request_decode_time_seconds",
+                                "Histogram of decode (generation) phase duration in seconds "
+                                "(last_token_time - first_token_time).",
+                                LATENCY_BUCKETS)  # fmt: skip
 
     def on_step(self, engine: int, stats: StepStats) -> None:
         lv = self.lv
@@ -108,6 +122,9 @@ class TrtllmWriter:
             if req.mean_tpot:
                 self.tpot.labels(*lv).observe(req.mean_tpot)
             self.queue_time.labels(*lv).observe(req.queue_time)
+            if req.generation_tokens:
+                self.prefill_time.labels(*lv).observe(req.prefill_time)
+                self.decode_time.labels(*lv).observe(req.decode_time)
             self.prompt.labels(*lv).inc(req.prompt_tokens)
             self.generation.labels(*lv).inc(req.generation_tokens)
             if req.cached_tokens > 0:
