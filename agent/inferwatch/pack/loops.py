@@ -250,6 +250,16 @@ def ttft_slo_breach(ttft_p99: float | None, uptime_seconds: float | None, t: Thr
     )
 
 
+def tpot_slo_breach(tpot_p99: float | None, t: Thresholds) -> bool:
+    """InferenceTPOTSLOBreach: TPOT P99 above the SLO."""
+    return tpot_p99 is not None and tpot_p99 > t.tpot.p99_slo_seconds
+
+
+def scale_review(gpu_utilization: float | None, t: Thresholds) -> bool:
+    """InferenceGPUScaleReview: a GPU above ``gpu_utilization.scale_review_above``."""
+    return gpu_utilization is not None and gpu_utilization > t.gpu_utilization.scale_review_above
+
+
 def waste(gpu_utilization: float | None, t: Thresholds) -> bool:
     """InferenceGPUUnderutilized: a GPU below ``gpu_utilization.waste_below``."""
     return gpu_utilization is not None and gpu_utilization < t.gpu_utilization.waste_below
