@@ -32,7 +32,8 @@ from inferwatch.sim.gpu import utilization
 from inferwatch.sim.scenarios import SCENARIOS, Scenario
 from inferwatch.stats import histogram_quantile
 
-#: the alerts whose conditions hold on each scenario (the `for` of each aside)
+#: the alerts whose conditions hold on each scenario (the `for` of each aside; sustained,
+#: the loops the firing ones stand for are ``expected_loops``: tests/test_loops_agree.py)
 SCENARIO_ALERTS: dict[str, frozenset[str]] = {
     # a trickle: the GPU idles in the waste band, nothing else
     "idle": frozenset({"InferenceGPUUnderutilized"}),
@@ -51,7 +52,7 @@ SCENARIO_ALERTS: dict[str, frozenset[str]] = {
     # 5 % of requests are very long: the TTFT P99 of the short ones' P50 many times over
     "long-tail": frozenset({"InferenceLatencyLongTail"}),
     # a young worker's first requests pay the warm-up (their TTFT is a long tail over
-    # the warm ones'); its GPU idles otherwise
+    # the warm ones', which the cold start suppresses: pack.loops); its GPU idles otherwise
     "cold-start": frozenset(
         {"InferenceWorkerColdStart", "InferenceLatencyLongTail", "InferenceGPUUnderutilized"}
     ),
