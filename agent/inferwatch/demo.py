@@ -406,7 +406,7 @@ class Demo:
                         "--port",
                         str(port),
                         "--model",
-                        f"demo-{w.name}",
+                        w.served_model,
                         "--max-num-seqs",
                         str(w.max_num_seqs),
                         "--gpu-state-dir",
