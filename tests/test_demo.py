@@ -18,6 +18,7 @@ from inferwatch.demo_conditions import (
     PENDING,
     AlertStates,
     Condition,
+    CounterRate,
     Reading,
     alert_for,
     conditions,
@@ -445,3 +446,67 @@ inferwatch_target_up{worker="worker-a"} 1
     r = parse_agent_metrics(text, now=1250.0, preemptions=counters)["worker-a"]
     assert (r.up, r.model, r.uptime) == (True, "m", 250.0)
     assert counters == {"worker-a": 7.0}
+
+
+def test_the_preemption_rate_spans_the_stats_window() -> None:
+    rate = CounterRate(30.0)
+    assert rate.update(0.0, 10) is None  # one view: no rate yet
+    assert rate.update(1.0, 10) == 0.0
+    # a burst of 30 between two views a second apart: spread over the window, not 30/s
+    for at in range(2, 30):
+        rate.update(float(at), 10)
+    assert rate.update(30.0, 40) == pytest.approx(1.0)
+    # later views drop the oldest ones: the burst leaves the span
+    for at in range(31, 62):
+        last = rate.update(float(at), 40)
+    assert last == 0.0
+    assert rate.update(62.0, 3) is None  # the counter went down: a restart
+
+
+@pytest.mark.slow
+def test_the_live_view_shows_an_overload_pending_then_firing_after_its_for() -> None:
+    """The real demo: the queue passes capacity, the condition shows pending first and
+    firing once it has held for InferenceQueueOverCapacity's `for`."""
+    import subprocess as sp
+    import time
+
+    port = free_port()
+    proc = sp.Popen(
+        inferwatch_cmd(
+            "demo",
+            "--scenario",
+            "overload",
+            "--duration",
+            "240",
+            "--no-live",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ),
+        stdout=sp.PIPE,
+        stderr=sp.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    alert = an.QUEUE_OVER_CAPACITY
+    pending_at = firing_at = None
+    lines = []
+    deadline = time.monotonic() + 240
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if pending_at is None and f"{alert}(pending)" in line:
+                pending_at = time.monotonic()
+            if f"{alert}(firing)" in line:
+                firing_at = time.monotonic()
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=60)[0]
+    out = "".join(lines) + rest
+    # pending first: the view waits the alert's `for` (AlertStates' unit tests above
+    # hold the exact wait; wall-clock gaps between status lines are no test)
+    assert alert_for(T)[alert] > 0
+    assert pending_at is not None and firing_at is not None, out[-3000:]
+    assert pending_at < firing_at, out[-3000:]

@@ -40,6 +40,7 @@ from inferwatch.demo_conditions import (
     FIRING,
     AlertState,
     AlertStates,
+    CounterRate,
     Reading,
     alert_for,
     conditions,
@@ -92,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print a status line every few seconds instead of the live view",
     )
+
+
+#: the demo agent's stats window (seconds): its quantiles and queue slope, and the span
+#: of the view's preemption rate
+STATS_WINDOW = 30.0
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -385,8 +391,8 @@ class Demo:
         self.alertmanager_url: str | None = None
         #: pending vs firing, with each alert's `for` from the rules the pack generates
         self.states = AlertStates(alert_for(self.thresholds))
-        #: worker -> (monotonic time, preemption counter) of the last view
-        self._preemptions: dict[str, tuple[float, float]] = {}
+        #: worker -> its preemption counter's rate over the stats window
+        self._preemptions: dict[str, CounterRate] = {}
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -426,7 +432,7 @@ class Demo:
         config = {
             "listen": f"{self.agent_host}:{self.agent_port}",
             "collect_interval": "1s",
-            "stats_window": "30s",
+            "stats_window": f"{STATS_WINDOW:g}s",
             "gpu": {
                 "backend": "fake",
                 "fake_count": self.layout.gpu_count,
@@ -615,10 +621,8 @@ class Demo:
         counters: dict[str, float] = {}
         readings = parse_agent_metrics(text, self.layout, preemptions=counters)
         for w, total in counters.items():
-            before = self._preemptions.get(w)
-            if before is not None and at > before[0] and total >= before[1]:
-                readings[w].preemption_rate = (total - before[1]) / (at - before[0])
-            self._preemptions[w] = (at, total)
+            rate = self._preemptions.setdefault(w, CounterRate(STATS_WINDOW))
+            readings[w].preemption_rate = rate.update(at, total)
         return readings, self.states.update(conditions(readings, self.thresholds), at)
 
     def dead_child(self) -> Child | None:

@@ -17,6 +17,7 @@ queue slope are over the agent's ``stats_window`` rather than ``rate_window`` an
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -213,3 +214,24 @@ class AlertStates:
             since = now - self._since[key]
             out.append(AlertState(c, FIRING if since >= wait else PENDING, since, wait))
         return out
+
+
+class CounterRate:
+    """A counter's per-second rate over the views of the last ``window`` seconds: between
+    two views a second apart, a counter that grows in bursts flickers between 0 and a
+    burst. A counter that goes down (a restart) starts afresh."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._seen: deque[tuple[float, float]] = deque()
+
+    def update(self, at: float, total: float) -> float | None:
+        seen = self._seen
+        if seen and total < seen[-1][1]:
+            seen.clear()
+        seen.append((at, total))
+        # keep the newest view at least `window` old as the start of the span
+        while len(seen) > 2 and at - seen[1][0] >= self.window:
+            seen.popleft()
+        first_at, first = seen[0]
+        return (total - first) / (at - first_at) if at > first_at else None
