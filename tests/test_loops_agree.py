@@ -193,6 +193,6 @@ def test_the_alerts_on_prometheus_raise_the_expected_loops(tmp_path: Path, scena
 
 
 def test_a_disagreement_with_the_alerts_fails(tmp_path: Path) -> None:
-    """The leg can fail: claim that steady traffic overloads the worker."""
-    out = promtool_disagrees(tmp_path, "steady", frozenset({"over_capacity"}))
+    """The leg can fail: claim that a trickle overloads the worker and wastes nothing."""
+    out = promtool_disagrees(tmp_path, "idle", frozenset({"over_capacity"}))
     assert "FAILED" in out and "InferenceQueueOverCapacity" in out
