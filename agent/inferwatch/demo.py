@@ -154,7 +154,7 @@ _WORKER_GAUGES = {
     "inferwatch_queue_depth_slope": "slope",
     "inferwatch_kv_cache_usage_ratio": "kv",
 }
-#: per-worker series read as they are, kept until the view turns them into figures
+#: per-worker series the view turns into figures: uptime, the preemption rate
 _START = "inferwatch_worker_start_time_seconds"
 _PREEMPTIONS = "inferwatch_preemptions_total"
 _WORKER_QUANTILES = {
