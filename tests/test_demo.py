@@ -8,11 +8,24 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
 
 from inferwatch.demo import parse_agent_metrics
+from inferwatch.demo_conditions import (
+    FIRING,
+    PENDING,
+    AlertStates,
+    Condition,
+    CounterRate,
+    Reading,
+    alert_for,
+    conditions,
+)
 from inferwatch.demo_layouts import SCENARIOS, layout_for
+from inferwatch.pack import names as an
+from inferwatch.pack.thresholds import load_thresholds
 
 # Families the demo cannot produce without a fault, and why.
 NOT_IN_DEMO = {
@@ -327,3 +340,173 @@ inferwatch_gpu_sm_active_ratio{gpu="0",gpu_instance="2",uuid="m"} 0.4
         assert {n for group in layout.loads for n in group.workers} == set(layout.names)
     with pytest.raises(ValueError):
         layout_for("nope")
+
+
+# --------------------------------------------------------------------------- the live conditions
+
+T = load_thresholds()
+GENERATED_FOR = {
+    rule["alert"]: rule.get("for", "0s")
+    for group in yaml.safe_load((REPO / "alerts" / "inferwatch-alerts.yaml").read_text())["groups"]
+    for rule in group["rules"]
+}
+
+
+def _seconds(text: str) -> float:
+    """A rule file's duration (``1h30m``, ``2m``, ``30s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    parts = re.findall(r"(\d+)([hms])", text)
+    assert "".join(n + u for n, u in parts) == text, text
+    return float(sum(int(n) * units[u] for n, u in parts))
+
+
+def _overloaded() -> dict[str, Reading]:
+    return {"w": Reading(up=True, queue=30, running=20, capacity=20, kv=0.5)}
+
+
+def test_the_demo_waits_the_rule_files_for_of_each_alert() -> None:
+    waits = alert_for(T)
+    assert set(waits) == set(GENERATED_FOR)
+    for alert, text in GENERATED_FOR.items():
+        assert waits[alert] == _seconds(text), alert
+
+
+def test_a_condition_is_pending_until_it_has_held_for_its_for_then_firing() -> None:
+    wait = alert_for(T)[an.QUEUE_OVER_CAPACITY]
+    assert wait > 0
+    states = AlertStates(alert_for(T))
+
+    def state(at: float) -> list[tuple[str, str, float]]:
+        return [
+            (s.condition.alert, s.state, s.held)
+            for s in states.update(conditions(_overloaded(), T), at)
+        ]
+
+    assert state(100.0) == [(an.QUEUE_OVER_CAPACITY, PENDING, 0.0)]
+    assert state(100.0 + wait - 1) == [(an.QUEUE_OVER_CAPACITY, PENDING, wait - 1)]
+    assert state(100.0 + wait) == [(an.QUEUE_OVER_CAPACITY, FIRING, wait)]
+    assert state(100.0 + 10 * wait) == [(an.QUEUE_OVER_CAPACITY, FIRING, 10 * wait)]
+
+
+def test_a_condition_that_stops_holding_goes_back_to_nothing_and_waits_afresh() -> None:
+    wait = alert_for(T)[an.QUEUE_OVER_CAPACITY]
+    states = AlertStates(alert_for(T))
+    states.update(conditions(_overloaded(), T), 0.0)
+    assert states.update(conditions(_overloaded(), T), wait)[0].state == FIRING
+    calm = {"w": Reading(up=True, queue=3, running=20, capacity=20, kv=0.5)}
+    assert states.update(conditions(calm, T), wait + 1) == []
+    again = states.update(conditions(_overloaded(), T), wait + 2)
+    assert [(s.state, s.held) for s in again] == [(PENDING, 0.0)]
+
+
+def test_an_alert_without_for_fires_at_once() -> None:
+    states = AlertStates({"X": 0.0})
+    [s] = states.update([Condition("X", "w", "why")], 5.0)
+    assert (s.state, s.held, s.wait) == (FIRING, 0.0, 0.0)
+
+
+def _slow_idle(uptime: float | None) -> Reading:
+    """First tokens over both the SLO and the warm-up line on an idle GPU."""
+    slow = {"0.5": 0.3, "0.95": 3.0, "0.99": 3.0}
+    return Reading(
+        up=True, gpu_util=0.35, queue=0, running=1, capacity=20, kv=0.1, uptime=uptime, ttft=slow
+    )
+
+
+def _alerts(r: Reading) -> set[str]:
+    return {c.alert for c in conditions({"w": r}, T)}
+
+
+def test_the_cold_start_window_is_the_rules() -> None:
+    within = T.cold_start.within
+    young = _alerts(_slow_idle(within - 1))
+    assert an.WORKER_COLD_START in young
+    # the rules' `unless young`: no SLO breach and no missing-warm-up alert while young
+    assert not young & {an.TTFT_SLO_BREACH, an.TTFT_HIGH_GPU_IDLE}
+    old = _alerts(_slow_idle(within))
+    assert an.WORKER_COLD_START not in old
+    assert {an.TTFT_SLO_BREACH, an.TTFT_HIGH_GPU_IDLE} <= old
+    # no start time exported: never young, as `unless` on an absent series
+    assert _alerts(_slow_idle(None)) == old
+    # an overloaded young worker's slow tokens are queueing, not a cold start
+    queued = _slow_idle(within - 1)
+    queued.queue = 50
+    assert an.WORKER_COLD_START not in _alerts(queued)
+
+
+def test_the_view_reads_uptime_model_and_preemptions_from_the_agent() -> None:
+    text = """# TYPE inferwatch_worker_start_time_seconds gauge
+inferwatch_worker_start_time_seconds{worker="worker-a",model="m",engine="vllm"} 1000
+# TYPE inferwatch_preemptions_total counter
+inferwatch_preemptions_total{worker="worker-a",model="m",engine="vllm"} 7
+# TYPE inferwatch_target_up gauge
+inferwatch_target_up{worker="worker-a"} 1
+"""
+    counters: dict[str, float] = {}
+    r = parse_agent_metrics(text, now=1250.0, preemptions=counters)["worker-a"]
+    assert (r.up, r.model, r.uptime) == (True, "m", 250.0)
+    assert counters == {"worker-a": 7.0}
+
+
+def test_the_preemption_rate_spans_the_stats_window() -> None:
+    rate = CounterRate(30.0)
+    assert rate.update(0.0, 10) is None  # one view: no rate yet
+    assert rate.update(1.0, 10) == 0.0
+    # a burst of 30 between two views a second apart: spread over the window, not 30/s
+    for at in range(2, 30):
+        rate.update(float(at), 10)
+    assert rate.update(30.0, 40) == pytest.approx(1.0)
+    # later views drop the oldest ones: the burst leaves the span
+    for at in range(31, 62):
+        last = rate.update(float(at), 40)
+    assert last == 0.0
+    assert rate.update(62.0, 3) is None  # the counter went down: a restart
+
+
+@pytest.mark.slow
+def test_the_live_view_shows_an_overload_pending_then_firing_after_its_for() -> None:
+    """The real demo: the queue passes capacity, the condition shows pending first and
+    firing once it has held for InferenceQueueOverCapacity's `for`."""
+    import subprocess as sp
+    import time
+
+    port = free_port()
+    proc = sp.Popen(
+        inferwatch_cmd(
+            "demo",
+            "--scenario",
+            "overload",
+            "--duration",
+            "240",
+            "--no-live",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ),
+        stdout=sp.PIPE,
+        stderr=sp.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    alert = an.QUEUE_OVER_CAPACITY
+    pending_at = firing_at = None
+    lines = []
+    deadline = time.monotonic() + 240
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if pending_at is None and f"{alert}(pending)" in line:
+                pending_at = time.monotonic()
+            if f"{alert}(firing)" in line:
+                firing_at = time.monotonic()
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=60)[0]
+    out = "".join(lines) + rest
+    # pending first: the view waits the alert's `for` (AlertStates' unit tests above
+    # hold the exact wait; wall-clock gaps between status lines are no test)
+    assert alert_for(T)[alert] > 0
+    assert pending_at is not None and firing_at is not None, out[-3000:]
+    assert pending_at < firing_at, out[-3000:]

@@ -5,9 +5,11 @@ Starts simulated vLLM workers on simulated GPUs in the scenario's layout
 two workers on one card, an 8-GPU host, two MIG slices), the agent watching
 them, and the load generators; prints the URLs; shows the four lifelines per
 worker (GPU utilization, VRAM, queue depth, TTFT/TPOT quantiles) and which
-alert conditions hold right now, read from the agent's own ``/metrics``. With ``--stack`` it also starts Prometheus (with the generated
-alert and recording rules) and Alertmanager on loopback, and shows the alerts
-Prometheus has firing.
+alert conditions hold, read from the agent's own ``/metrics`` and judged by the
+conditions of ``pack.loops`` (``demo_conditions``): each is pending until it has
+held for its alert's ``for``, then firing. With ``--stack`` it also starts
+Prometheus (with the generated alert and recording rules) and Alertmanager on
+loopback, and shows the alerts Prometheus has firing.
 
 Every part is a child process started exactly as a user would start it, so the
 demo exercises the same commands as a real deployment.
@@ -29,11 +31,20 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from inferwatch.config import parse_listen
+from inferwatch.demo_conditions import (
+    FIRING,
+    AlertState,
+    AlertStates,
+    CounterRate,
+    Reading,
+    alert_for,
+    conditions,
+)
 from inferwatch.demo_layouts import SCENARIOS, Layout, layout_for
 from inferwatch.errors import UsageError
 from inferwatch.sim.gpustate import has_state
@@ -84,6 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the demo agent's stats window (seconds): its quantiles and queue slope, and the span
+#: of the view's preemption rate
+STATS_WINDOW = 30.0
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -131,23 +147,6 @@ class Child:
             return ""
 
 
-@dataclass
-class Reading:
-    """What the view shows for one worker."""
-
-    up: bool = False
-    gpu_util: float | None = None
-    vram: float | None = None
-    queue: float | None = None
-    running: float | None = None
-    capacity: float | None = None
-    slope: float | None = None
-    kv: float | None = None
-    ttft: dict[str, float] = field(default_factory=dict)
-    tpot: dict[str, float] = field(default_factory=dict)
-    e2e: dict[str, float] = field(default_factory=dict)
-
-
 _WORKER_GAUGES = {
     "inferwatch_queue_depth": "queue",
     "inferwatch_requests_running": "running",
@@ -155,6 +154,9 @@ _WORKER_GAUGES = {
     "inferwatch_queue_depth_slope": "slope",
     "inferwatch_kv_cache_usage_ratio": "kv",
 }
+#: per-worker series the view turns into figures: uptime, the preemption rate
+_START = "inferwatch_worker_start_time_seconds"
+_PREEMPTIONS = "inferwatch_preemptions_total"
 _WORKER_QUANTILES = {
     "inferwatch_ttft_quantile_seconds": "ttft",
     "inferwatch_tpot_quantile_seconds": "tpot",
@@ -166,13 +168,21 @@ _WORKER_QUANTILES = {
 Device = tuple[str, str]
 
 
-def parse_agent_metrics(text: str, layout: Layout | None = None) -> dict[str, Reading]:
+def parse_agent_metrics(
+    text: str,
+    layout: Layout | None = None,
+    now: float | None = None,
+    preemptions: dict[str, float] | None = None,
+) -> dict[str, Reading]:
     """Per-worker readings from the agent's exposition.
 
     A worker's GPU readings come from the devices the layout put it on: its
     GPUs' utilization (averaged over tensor-parallel ranks; SM active on a MIG
-    slice, which has no utilization) and the highest VRAM level among them.
+    slice, which has no utilization) and the highest VRAM level among them. Its
+    uptime is ``now`` (unix time, default the clock) less its start time; where
+    ``preemptions`` is given, each worker's preemption counter is written into it.
     """
+    now = time.time() if now is None else now
     from prometheus_client.parser import text_string_to_metric_families
 
     layout = layout or layout_for("steady")
@@ -195,8 +205,14 @@ def parse_agent_metrics(text: str, layout: Layout | None = None) -> dict[str, Re
             r = readings.get(w)
             if r is None:
                 continue
-            if name == "inferwatch_target_up":
+            if r.model is None and lab.get("model"):
+                r.model = lab["model"]
+            if name == _START:
+                r.uptime = now - s.value
+            elif name == "inferwatch_target_up":
                 r.up = s.value == 1
+            elif name == _PREEMPTIONS and preemptions is not None:
+                preemptions[w] = preemptions.get(w, 0.0) + s.value
             elif name in _WORKER_GAUGES:
                 setattr(r, _WORKER_GAUGES[name], s.value)
             elif name in _WORKER_QUANTILES:
@@ -216,71 +232,6 @@ def parse_agent_metrics(text: str, layout: Layout | None = None) -> dict[str, Re
     return readings
 
 
-def conditions(readings: dict[str, Reading], t: Any) -> list[tuple[str, str, str]]:
-    """Alert conditions that hold right now: (alert, worker, why). Alerts also need `for`."""
-    out: list[tuple[str, str, str]] = []
-    for w, r in readings.items():
-        if not r.up:
-            out.append(("InferenceWorkerDown", w, "the agent cannot read the worker's metrics"))
-            continue
-        u = r.gpu_util
-        util = t.gpu_utilization
-        if u is not None and u < util.waste_below:
-            out.append(("InferenceGPUUnderutilized", w, f"GPU {u:.0%} < {util.waste_below:.0%}"))
-        if u is not None and u > util.scale_review_above:
-            out.append(
-                ("InferenceGPUScaleReview", w, f"GPU {u:.0%} > {util.scale_review_above:.0%}")
-            )
-        if r.vram is not None and r.vram > t.vram.scale_above and (r.slope or 0) > 0:
-            out.append(
-                (
-                    "InferenceVRAMPressureQueueRising",
-                    w,
-                    f"VRAM {r.vram:.0%} > {t.vram.scale_above:.0%}, queue rising {r.slope:+.2f}/s",
-                )
-            )
-        if r.queue is not None and r.capacity is not None and r.queue > r.capacity:
-            out.append(
-                (
-                    "InferenceQueueOverCapacity",
-                    w,
-                    f"queue {r.queue:.0f} > max_num_seqs {r.capacity:.0f}",
-                )
-            )
-        p99 = r.ttft.get("0.99")
-        if p99 is not None and p99 > t.ttft.p99_slo_seconds:
-            out.append(
-                ("InferenceTTFTSLOBreach", w, f"TTFT P99 {p99:.2f}s > {t.ttft.p99_slo_seconds:g}s")
-            )
-        p95 = r.ttft.get("0.95")
-        if (
-            p95 is not None
-            and p95 > t.ttft.warmup_p95_seconds
-            and u is not None
-            and u < util.idle_below
-        ):
-            out.append(("InferenceTTFTHighGPUIdle", w, f"TTFT P95 {p95:.2f}s, GPU at {u:.0%}"))
-        tp99 = r.tpot.get("0.99")
-        if tp99 is not None and tp99 > t.tpot.p99_slo_seconds:
-            out.append(
-                (
-                    "InferenceTPOTSLOBreach",
-                    w,
-                    f"TPOT P99 {tp99 * 1000:.0f}ms > {t.tpot.p99_slo_seconds * 1000:.0f}ms",
-                )
-            )
-        e50, e99 = r.e2e.get("0.5"), r.e2e.get("0.99")
-        if e50 and e99 and e99 > t.latency.tail_ratio * e50:
-            out.append(
-                (
-                    "InferenceLatencyLongTail",
-                    w,
-                    f"E2E P99 {e99:.1f}s > {t.latency.tail_ratio:g} x P50 {e50:.1f}s",
-                )
-            )
-    return out
-
-
 def _fmt(v: float | None, spec: str = ".0%") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -294,7 +245,7 @@ def _q(d: dict[str, float], scale: float = 1.0, unit: str = "s") -> str:
 
 def render(
     readings: dict[str, Reading],
-    conds: list[tuple[str, str, str]],
+    states: list[AlertState],
     firing: list[str] | None,
     header: str,
     scaler: list[tuple[str, str, str, str]] | None = None,
@@ -330,14 +281,15 @@ def render(
             _q(r.tpot, 1000, ""),
         )
     cond_table = Table(
-        title="Alert conditions holding now (alerts also need their 'for')", expand=True
+        title="Alert conditions: pending until they have held for the alert's 'for', then firing",
+        expand=True,
     )
-    for col in ("alert", "worker", "why"):
+    for col in ("alert", "worker", "state", "why"):
         cond_table.add_column(col)
-    for alert, w, why in conds:
-        cond_table.add_row(alert, w, why)
-    if not conds:
-        cond_table.add_row("none", "", "")
+    for st in states:
+        cond_table.add_row(st.condition.alert, st.condition.worker, _state(st), st.condition.why)
+    if not states:
+        cond_table.add_row("none", "", "", "")
     parts: list[Any] = [Panel(header), table, cond_table]
     if scaler:
         scale_table = Table(title="A scaler following the autoscaling rules", expand=True)
@@ -380,14 +332,27 @@ def scaler_rows(values: dict[str, dict[str, float]]) -> list[tuple[str, str, str
     return rows
 
 
-def status_line(readings: dict[str, Reading], conds: list[tuple[str, str, str]]) -> str:
+def _state(st: AlertState) -> str:
+    """``firing``, or ``pending 40s/2m`` (held so far / the alert's ``for``)."""
+    if st.state == FIRING:
+        return "[red]firing[/]"
+    return f"[yellow]pending[/] {_secs(st.held)}/{_secs(st.wait)}"
+
+
+def _secs(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def status_line(readings: dict[str, Reading], states: list[AlertState]) -> str:
     parts = [
         f"{w}: up={int(r.up)} gpu={_fmt(r.gpu_util)} vram={_fmt(r.vram)} "
         f"queue={_fmt(r.queue, '.0f')}/{_fmt(r.capacity, '.0f')} "
         f"ttft_p99={_fmt(r.ttft.get('0.99'), '.2f')}s"
         for w, r in readings.items()
     ]
-    alerts = ",".join(sorted({c[0] for c in conds})) or "none"
+    shown = sorted({(st.condition.alert, st.state) for st in states})
+    alerts = ",".join(f"{alert}({state})" for alert, state in shown) or "none"
     return " | ".join(parts) + f" | conditions: {alerts}"
 
 
@@ -424,6 +389,10 @@ class Demo:
         self.worker_urls: dict[str, str] = {}
         self.prometheus_url: str | None = None
         self.alertmanager_url: str | None = None
+        #: pending vs firing, with each alert's `for` from the rules the pack generates
+        self.states = AlertStates(alert_for(self.thresholds))
+        #: worker -> its preemption counter's rate over the stats window
+        self._preemptions: dict[str, CounterRate] = {}
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -443,7 +412,7 @@ class Demo:
                         "--port",
                         str(port),
                         "--model",
-                        f"demo-{w.name}",
+                        w.served_model,
                         "--max-num-seqs",
                         str(w.max_num_seqs),
                         "--gpu-state-dir",
@@ -463,7 +432,7 @@ class Demo:
         config = {
             "listen": f"{self.agent_host}:{self.agent_port}",
             "collect_interval": "1s",
-            "stats_window": "30s",
+            "stats_window": f"{STATS_WINDOW:g}s",
             "gpu": {
                 "backend": "fake",
                 "fake_count": self.layout.gpu_count,
@@ -646,10 +615,15 @@ class Demo:
             }
         return scaler_rows(values)
 
-    def snapshot(self) -> tuple[dict[str, Reading], list[tuple[str, str, str]]]:
+    def snapshot(self) -> tuple[dict[str, Reading], list[AlertState]]:
         text = _get(self.agent_url + "/metrics") or ""
-        readings = parse_agent_metrics(text, self.layout)
-        return readings, conditions(readings, self.thresholds)
+        at = time.monotonic()
+        counters: dict[str, float] = {}
+        readings = parse_agent_metrics(text, self.layout, preemptions=counters)
+        for w, total in counters.items():
+            rate = self._preemptions.setdefault(w, CounterRate(STATS_WINDOW))
+            readings[w].preemption_rate = rate.update(at, total)
+        return readings, self.states.update(conditions(readings, self.thresholds), at)
 
     def dead_child(self) -> Child | None:
         for child in self.children:
@@ -688,10 +662,10 @@ async def run_demo(args: argparse.Namespace) -> int:
         header = f"scenario {args.scenario}; agent {demo.agent_url}"
 
         async def step() -> Any:
-            readings, conds = await asyncio.to_thread(demo.snapshot)
+            readings, states = await asyncio.to_thread(demo.snapshot)
             firing = await asyncio.to_thread(demo.firing)
             scaler = await asyncio.to_thread(demo.scaler)
-            return readings, conds, firing, scaler
+            return readings, states, firing, scaler
 
         live = Live(console=console, refresh_per_second=2) if live_view else None
         with live if live is not None else contextlib.nullcontext():
@@ -704,12 +678,12 @@ async def run_demo(args: argparse.Namespace) -> int:
                     console.print(f"[red]{dead.name} exited unexpectedly:[/]\n{dead.tail()}")
                     code = 1
                     break
-                readings, conds, firing, scaler = await step()
+                readings, states, firing, scaler = await step()
                 if live is not None:
-                    live.update(render(readings, conds, firing, header, scaler))
+                    live.update(render(readings, states, firing, header, scaler))
                 elif time.monotonic() - last_print >= 5:
                     last_print = time.monotonic()
-                    print(status_line(readings, conds), flush=True)
+                    print(status_line(readings, states), flush=True)
                     for model, workers, desired, why in scaler or ():
                         print(f"scaler {model}: {workers} -> {desired} workers, {why}", flush=True)
                 with contextlib.suppress(asyncio.TimeoutError):

@@ -30,6 +30,13 @@ class DemoWorker:
     #: the MIG GPU instance it runs on, if any
     gpu_instance: int | None = None
     max_num_seqs: int = MAX_NUM_SEQS
+    #: the model it serves (default ``demo-<name>``); replicas of one model share it, so
+    #: the rules compare them (loop 1)
+    model: str | None = None
+
+    @property
+    def served_model(self) -> str:
+        return self.model or f"demo-{self.name}"
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,10 @@ _COLOCATED = (
 _SLICE = ("--gpu-model", "h100", "--gpu-index", "0", "--gpu-memory-utilization", "0.9")
 
 
+#: the classic pair: two replicas of one model behind the load generator
+PAIR_MODEL = "demo-pair"
+
+
 def layout_for(scenario: str) -> Layout:
     """The layout a demo scenario runs (a load scenario: the classic pair)."""
     if scenario == "tp":
@@ -104,7 +115,7 @@ def layout_for(scenario: str) -> Layout:
     if scenario not in LOAD_SCENARIOS:
         raise ValueError(f"unknown demo scenario {scenario!r}")
     pair = tuple(
-        DemoWorker(name, (i,), ("--gpu-index", str(i)))
+        DemoWorker(name, (i,), ("--gpu-index", str(i)), model=PAIR_MODEL)
         for i, name in enumerate(("worker-a", "worker-b"))
     )
     return Layout(pair, 2, (LoadGroup(scenario, tuple(w.name for w in pair)),))

@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from inferwatch.advise.model import WorkerPicture
+from inferwatch.demo_conditions import Reading
 from inferwatch.pack.loops import loops_of_alerts
 from inferwatch.pack.thresholds import Thresholds
 from inferwatch.report.model import Hourly, Period, RawData, RawGpu, RawWorker
@@ -31,7 +32,8 @@ from inferwatch.sim.gpu import utilization
 from inferwatch.sim.scenarios import SCENARIOS, Scenario
 from inferwatch.stats import histogram_quantile
 
-#: the alerts whose conditions hold on each scenario (the `for` of each aside)
+#: the alerts whose conditions hold on each scenario (the `for` of each aside; sustained,
+#: the loops the firing ones stand for are ``expected_loops``: tests/test_loops_agree.py)
 SCENARIO_ALERTS: dict[str, frozenset[str]] = {
     # a trickle: the GPU idles in the waste band, nothing else
     "idle": frozenset({"InferenceGPUUnderutilized"}),
@@ -50,7 +52,7 @@ SCENARIO_ALERTS: dict[str, frozenset[str]] = {
     # 5 % of requests are very long: the TTFT P99 of the short ones' P50 many times over
     "long-tail": frozenset({"InferenceLatencyLongTail"}),
     # a young worker's first requests pay the warm-up (their TTFT is a long tail over
-    # the warm ones'); its GPU idles otherwise
+    # the warm ones', which the cold start suppresses: pack.loops); its GPU idles otherwise
     "cold-start": frozenset(
         {"InferenceWorkerColdStart", "InferenceLatencyLongTail", "InferenceGPUUnderutilized"}
     ),
@@ -195,9 +197,13 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
     run.duration = end
 
 
-def run(name: str, seed: int = 1) -> list[WorkerRun]:
-    """Every worker of the scenario, after its load (and a drain as long as the load)."""
+def run(name: str, seed: int = 1, duration: float | None = None) -> list[WorkerRun]:
+    """Every worker of the scenario over its load's ``duration`` (default the scenario's):
+    a longer one is the same load sustained, as ``inferwatch loadgen --duration`` runs it
+    (a cold start still happens once, at the workers' start)."""
     sc = SCENARIOS[name]
+    if duration is not None:
+        sc = replace(sc, duration=duration)
     extra = dict(CONFIG.get(name, {}))
     extra.setdefault("cold_start_requests", 0)
     extra.setdefault("max_num_seqs", MAX_NUM_SEQS)
@@ -283,6 +289,46 @@ def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPictur
 def pictures(runs: list[WorkerRun]) -> list[WorkerPicture]:
     merged = [v for r in runs for _, v in r.ttft]
     return [picture(r, merged) for r in runs]
+
+
+# --------------------------------------------------------------------------- the demo's view
+
+
+def demo_readings(runs: list[WorkerRun]) -> dict[str, Reading]:
+    """What the demo's view would show of each worker, over the whole run: the agent's
+    stats-window figures with the window as long as the run (quantiles, the queue's
+    slope), the levels the conditions look for (the highest queue, running batch and KV
+    usage, the mean utilization, as ``picture``), uptime the run's length."""
+    out = {}
+    for r in runs:
+        ttft = [v for _, v in r.ttft]
+        q = {"ttft": ttft, "tpot": r.itl, "e2e": r.e2e}
+        quantiles = {
+            key: {
+                str(level): value
+                for level in (0.5, 0.95, 0.99)
+                if (value := quantile(values, level, key)) is not None
+            }
+            for key, values in q.items()
+        }
+        n = len(r.samples)
+        out[r.worker] = Reading(
+            up=True,
+            model=r.model,
+            gpu_util=sum(s.utilization for s in r.samples) / n,
+            vram=max(s.vram_used_ratio for s in r.samples),
+            queue=max(s.waiting for s in r.samples),
+            running=max(s.running for s in r.samples),
+            capacity=r.cfg.max_num_seqs,
+            slope=slope([(s.t, s.waiting) for s in r.samples]),
+            kv=max(s.kv_usage for s in r.samples),
+            uptime=r.duration,
+            preemption_rate=r.preemptions / r.duration,
+            ttft=quantiles["ttft"],
+            tpot=quantiles["tpot"],
+            e2e=quantiles["e2e"],
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- the report's view
@@ -391,73 +437,138 @@ def _om_value(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def openmetrics(runs: list[WorkerRun], end: float = REPORT_END) -> str:
-    """The run as an agent scraped every second would have stored it, ending at ``end``:
-    OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``. Counters start
-    at zero one second before the first gauge sample, so a day's ``increase`` is the run's."""
-    start = end - max(r.duration for r in runs)
-    # family -> series -> samples: a family's lines together, each series in time order
-    families: dict[str, dict[str, list[str]]] = {}
+#: one stored series: its name and labels, and (seconds since the run's start, value) points
+Series = tuple[str, dict[str, str], list[tuple[float, float]]]
 
-    def emit(name: str, labels: dict[str, str], value: float, at: float) -> None:
-        series = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-        lines = families.setdefault(name, {}).setdefault(series, [])
-        lines.append(f"{series} {_om_value(value)} {at:.3f}")
 
+def _cumulative(
+    observed: list[tuple[float, float]], times: list[float], bounds: tuple[float, ...]
+) -> list[list[float]]:
+    """Per time, a histogram's cumulative bucket counts (+Inf last) of the observations
+    (time, value) made by then."""
+    edges = (*bounds, math.inf)
+    counts = [0.0] * len(edges)
+    out = []
+    ordered = sorted(observed)
+    i = 0
+    for at in times:
+        while i < len(ordered) and ordered[i][0] <= at:
+            value = ordered[i][1]
+            for b, le in enumerate(edges):
+                if value <= le:
+                    counts[b] += 1
+            i += 1
+        out.append(list(counts))
+    return out
+
+
+def _events(at_times: list[float], times: list[float]) -> list[float]:
+    """Per time, how many of the events happened by then (a counter)."""
+    ordered = sorted(at_times)
+    out = []
+    i = 0
+    for at in times:
+        while i < len(ordered) and ordered[i] <= at:
+            i += 1
+        out.append(float(i))
+    return out
+
+
+def stored_series(runs: list[WorkerRun], every: float = SAMPLE) -> list[Series]:
+    """The run as an agent scraped every ``every`` seconds (a multiple of ``SAMPLE``) would
+    have stored it: the agent's ``inferwatch_*`` names and labels, time 0 the workers'
+    start. Counters start at zero at time 0; gauges begin with the first sample."""
+    out: list[Series] = []
+    step = max(1, round(every / SAMPLE))
     for i, r in enumerate(runs):
         instance = f"{r.worker}:10127"
         base = {"job": "inferwatch", "instance": instance}
         eng = {**base, "worker": r.worker, "model": r.model, "engine": "vllm"}
         gpu = {**base, "gpu": "0", "uuid": f"GPU-{i}-{r.worker}"}
-        ttft_by_time = sorted((a + v, v) for a, v in r.ttft)
-        itl_by_time = sorted(zip(r.itl_at, r.itl, strict=True))
-        e2e_by_time = sorted(zip(r.e2e_at, r.e2e, strict=True))
-        times = [0.0] + [s.t for s in r.samples]
-        for k, at in enumerate(times):
-            stamp = start + at
-            done = sum(1 for x in r.e2e_at if x <= at)
-            emit("inferwatch_requests_finished_total", {**eng, "reason": "length"}, done, stamp)
-            emit(
+        picked = r.samples[step - 1 :: step]
+        times = [0.0] + [s.t for s in picked]
+        out.append(
+            (
+                "inferwatch_requests_finished_total",
+                {**eng, "reason": "length"},
+                list(zip(times, _events(r.e2e_at, times), strict=True)),
+            )
+        )
+        out.append(
+            (
                 "inferwatch_preemptions_total",
                 eng,
-                sum(1 for x in r.preempted_at if x <= at),
-                stamp,
+                list(zip(times, _events(r.preempted_at, times), strict=True)),
             )
-            for name, observed in (
-                ("ttft", ttft_by_time),
-                ("tpot", itl_by_time),
-                ("e2e_latency", e2e_by_time),
-            ):
-                seen = [v for x, v in observed if x <= at]
-                key = "e2e" if name == "e2e_latency" else name
-                for le, count in buckets(seen, BUCKETS[key]):
-                    emit(
+        )
+        for name, observed, key in (
+            ("ttft", [(a + v, v) for a, v in r.ttft], "ttft"),
+            ("tpot", list(zip(r.itl_at, r.itl, strict=True)), "tpot"),
+            ("e2e_latency", list(zip(r.e2e_at, r.e2e, strict=True)), "e2e"),
+        ):
+            per_time = _cumulative(observed, times, BUCKETS[key])
+            for b, le in enumerate((*BUCKETS[key], math.inf)):
+                out.append(
+                    (
                         f"inferwatch_{name}_seconds_bucket",
                         {**eng, "le": "+Inf" if math.isinf(le) else repr(le)},
-                        count,
-                        stamp,
+                        [(at, counts[b]) for at, counts in zip(times, per_time, strict=True)],
                     )
-            if k == 0:
-                continue  # gauges begin with the first sample
-            s = r.samples[k - 1]
-            emit("inferwatch_queue_depth", eng, s.waiting, stamp)
-            emit("inferwatch_requests_running", eng, s.running, stamp)
-            emit("inferwatch_kv_cache_usage_ratio", eng, s.kv_usage, stamp)
-            emit("inferwatch_max_num_seqs", eng, r.cfg.max_num_seqs, stamp)
-            emit("inferwatch_worker_start_time_seconds", eng, start, stamp)
-            emit("inferwatch_gpu_utilization_ratio", gpu, s.utilization, stamp)
-            emit("inferwatch_gpu_memory_used_ratio", gpu, s.vram_used_ratio, stamp)
-            emit(
+                )
+        gauges: list[tuple[str, dict[str, str], list[float]]] = [
+            ("inferwatch_queue_depth", eng, [s.waiting for s in picked]),
+            ("inferwatch_requests_running", eng, [s.running for s in picked]),
+            ("inferwatch_kv_cache_usage_ratio", eng, [s.kv_usage for s in picked]),
+            ("inferwatch_max_num_seqs", eng, [r.cfg.max_num_seqs] * len(picked)),
+            ("inferwatch_worker_start_time_seconds", eng, [0.0] * len(picked)),
+            ("inferwatch_gpu_utilization_ratio", gpu, [s.utilization for s in picked]),
+            ("inferwatch_gpu_memory_used_ratio", gpu, [s.vram_used_ratio for s in picked]),
+            (
                 "inferwatch_worker_gpu_info",
                 {**base, "worker": r.worker, "gpu": "0", "uuid": gpu["uuid"]},
-                1,
-                stamp,
-            )
-            emit(
+                [1.0] * len(picked),
+            ),
+            (
                 "inferwatch_gpu_process_memory_used_bytes",
                 {**gpu, "worker": r.worker, "pid": str(1000 + i), "process": "vllm"},
-                s.vram_used_ratio * r.cfg.gpu.total_bytes,
-                stamp,
-            )
-    lines = [line for fam in families.values() for series in fam.values() for line in series]
+                [s.vram_used_ratio * r.cfg.gpu.total_bytes for s in picked],
+            ),
+        ]
+        for name, labels, values in gauges:
+            out.append((name, labels, [(s.t, v) for s, v in zip(picked, values, strict=True)]))
+    return out
+
+
+def _selector(name: str, labels: dict[str, str]) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def openmetrics(runs: list[WorkerRun], end: float = REPORT_END) -> str:
+    """The run as an agent scraped every second would have stored it, ending at ``end``:
+    OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``. Counters start
+    at zero one second before the first gauge sample, so a day's ``increase`` is the run's.
+    The worker start time is the run's start."""
+    start = end - max(r.duration for r in runs)
+    # family -> its series' lines: a family's lines together, each series in time order
+    families: dict[str, list[str]] = {}
+    for name, labels, points in stored_series(runs):
+        series = _selector(name, labels)
+        offset = start if name == "inferwatch_worker_start_time_seconds" else 0.0
+        families.setdefault(name, []).extend(
+            f"{series} {_om_value(v + offset)} {start + at:.3f}" for at, v in points
+        )
+    lines = [line for fam in families.values() for line in fam]
     return "\n".join(lines) + "\n# EOF\n"
+
+
+def promtool_series(runs: list[WorkerRun], interval: float) -> list[dict[str, str]]:
+    """The run as ``input_series`` of a ``promtool test rules`` file scraped every
+    ``interval`` seconds: the value at index k is the one stored at k x interval, the
+    workers started at promtool's time 0, a gauge missing (``_``) before its first sample."""
+    out = []
+    for name, labels, points in stored_series(runs, interval):
+        by_index = {round(at / interval): v for at, v in points}
+        last = max(by_index)
+        values = " ".join(_om_value(by_index[k]) if k in by_index else "_" for k in range(last + 1))
+        out.append({"series": _selector(name, labels), "values": values})
+    return out

@@ -466,5 +466,8 @@ def advise(pictures: Sequence[WorkerPicture], t: Thresholds) -> list[Recommendat
                 rec = rule_consolidate(p, t)
                 if rec is not None:
                     recs.append(rec)
+    # what another loop suppresses (pack.loops: Loop.suppressed_by, in its scope)
+    holding = [(r.id, r.model, r.workers) for r in recs]
+    recs = [r for r in recs if not L.silenced(r.id, r.model, r.workers, holding)]
     recs.sort(key=lambda r: (r.priority, -r.score, r.workers))
     return recs

@@ -25,7 +25,12 @@ consolidate   -     InferenceGPUUnderutilized (outside the loops)
 
 Loop 1 forbids scaling in ("do not rush to scale in", 6.2): where a model is
 imbalanced, the waste of its quiet GPUs is the imbalance's, so ``consolidate``
-is suppressed for that model's workers (``Loop.suppressed_by``).
+is suppressed for that model's workers (``Loop.suppressed_by``). Likewise a cold
+start's slow first tokens are its own, not a long tail to route around: where
+``cold_start`` holds for a worker, that worker's ``long_tail`` is silent
+(InferenceLatencyLongTail's ``for`` outlasts a cold start, so on Prometheus it does
+not fire either). ``suppress`` applies suppression to one set of loops (one
+scenario, one worker); ``silenced`` to findings about workers of models.
 
 The remedy facts (flags, numbers, guide citations) that advise, the report and
 the runbooks print are the constants and ``Remedy`` texts at the end.
@@ -56,6 +61,9 @@ class Loop:
     thresholds: tuple[str, ...]
     #: loops that, where they hold for the same model, make this one silent
     suppressed_by: tuple[str, ...] = ()
+    #: "model": a suppressing loop anywhere in the model silences it; "worker": only on
+    #: the same worker
+    suppress_scope: str = "model"
 
 
 LOOPS: tuple[Loop, ...] = (
@@ -119,6 +127,10 @@ LOOPS: tuple[Loop, ...] = (
         ("6.1", "5.3"),
         ("InferenceLatencyLongTail",),
         ("latency.tail_ratio",),
+        # a cold start's few slow first tokens are a tail too, for minutes: warm-up fixes
+        # them, a long-context pool does not (and the alert's `for` outlasts them)
+        suppressed_by=("cold_start",),
+        suppress_scope="worker",
     ),
     Loop(
         "consolidate",
@@ -140,6 +152,24 @@ def suppress(ids: Iterable[str]) -> frozenset[str]:
     """``ids`` without the loops that another loop in ``ids`` suppresses."""
     found = set(ids)
     return frozenset(i for i in found if not set(BY_ID[i].suppressed_by) & found)
+
+
+def silenced(
+    loop_id: str,
+    model: str,
+    workers: Iterable[str],
+    holding: Iterable[tuple[str, str, Iterable[str]]],
+) -> bool:
+    """Whether a finding of ``loop_id`` about ``workers`` of ``model`` is suppressed by one
+    of the loops ``holding`` (``(loop id, model, workers)`` each), in the loop's scope."""
+    loop = BY_ID[loop_id]
+    mine = set(workers)
+    return any(
+        other in loop.suppressed_by
+        and other_model == model
+        and (loop.suppress_scope == "model" or bool(mine & set(other_workers)))
+        for other, other_model, other_workers in holding
+    )
 
 
 def loops_of_alerts(alerts: Iterable[str]) -> frozenset[str]:
@@ -272,6 +302,16 @@ def ttft_slo_breach(ttft_p99: float | None, uptime_seconds: float | None, t: Thr
     return (
         ttft_p99 is not None and ttft_p99 > t.ttft.p99_slo_seconds and not young(uptime_seconds, t)
     )
+
+
+def tpot_slo_breach(tpot_p99: float | None, t: Thresholds) -> bool:
+    """InferenceTPOTSLOBreach: TPOT P99 above the SLO."""
+    return tpot_p99 is not None and tpot_p99 > t.tpot.p99_slo_seconds
+
+
+def scale_review(gpu_utilization: float | None, t: Thresholds) -> bool:
+    """InferenceGPUScaleReview: a GPU above ``gpu_utilization.scale_review_above``."""
+    return gpu_utilization is not None and gpu_utilization > t.gpu_utilization.scale_review_above
 
 
 def waste(gpu_utilization: float | None, t: Thresholds) -> bool:

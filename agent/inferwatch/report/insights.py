@@ -49,13 +49,21 @@ def findings(report: Report) -> list[Finding]:
         spread = list(_imbalance(report, m, model_gpus))
         if spread:
             imbalanced.add(m.total.model)
-        out.extend(spread)
-        out.extend(_slo_regressions(report, m, model_gpus))
-        out.extend(_warmup(report, m))
-        out.extend(_cold_start(report, m))
-        out.extend(_queue(report, m))
-        out.extend(_preemptions(report, m))
-        out.extend(_long_tail(report, m))
+        model_findings = [
+            *spread,
+            *_slo_regressions(report, m, model_gpus),
+            *_warmup(report, m),
+            *_cold_start(report, m),
+            *_queue(report, m),
+            *_preemptions(report, m),
+            *_long_tail(report, m),
+        ]
+        # what another loop suppresses (pack.loops: Loop.suppressed_by, in its scope)
+        model = m.total.model
+        holding = [(f.id, model, f.workers) for f in model_findings if f.id]
+        out.extend(
+            f for f in model_findings if not f.id or not L.silenced(f.id, model, f.workers, holding)
+        )
     for g in report.gpus:
         out.extend(_memory(report, g))
         out.extend(_scale_review(report, g))
@@ -252,6 +260,7 @@ def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
         + f" (Line: P95 {fmt.seconds(t.ttft.warmup_p95_seconds)}.)",
         L.WARMUP_GATE,
         id="cold_start",
+        workers=tuple(worker for worker, _, _ in hits),
     )
 
 
@@ -379,6 +388,7 @@ def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
             evidence + ".",
             f"{L.long_context_pool(share, t)} {L.LEAST_CONNECTIONS}",
             id="long_tail",
+            workers=(w.worker,),
         )
 
 

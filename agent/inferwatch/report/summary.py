@@ -149,6 +149,8 @@ class Finding:
     action: str
     #: the pack.loops id it applies ("" for findings outside the loops: SLO, alerts...)
     id: str = ""
+    #: the workers it is about, where a loop that suppresses it per worker needs them
+    workers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
