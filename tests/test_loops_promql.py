@@ -50,6 +50,8 @@ class W:
     model: str = "m"
     #: unix time the worker started (promtool's clock starts at 0); None: not exported
     start: float | None = None
+    #: the warm-up gate's deadline gauge (0 warmed or warming, 1 opened cold); None: no gate
+    gate_deadline: float | None = None
 
     def quantile(self, q: float) -> float:
         cum = tuple(zip((*BOUNDS, math.inf), self.ttft, strict=True))
@@ -83,6 +85,9 @@ def input_series(workers: list[W]) -> list[dict[str, str]]:
             out.append(_series("inferwatch_kv_cache_usage_ratio", eng, _flat(w.kv)))
         if w.start is not None:
             out.append(_series("inferwatch_worker_start_time_seconds", eng, _flat(w.start)))
+        if w.gate_deadline is not None:
+            gate = {"worker": w.name}  # the gate's series carry no model or engine
+            out.append(_series("inferwatch_warmup_deadline_exceeded", gate, _flat(w.gate_deadline)))
         for le, per_sample in zip((*BOUNDS, math.inf), w.ttft, strict=True):
             bucket = {**eng, "le": "+Inf" if math.isinf(le) else f"{le:g}"}
             out.append(
@@ -270,6 +275,10 @@ LOOP2 = {
         "a", 0.1, ttft=SLOW, start=YOUNG, waiting=30, running=20, max_num_seqs=20
     ),
     "young, fast": W("a", 0.1, start=YOUNG),
+    # the gate held traffic until warm: the slow samples are its own cold request
+    "young, slow, warmed by the gate": W("a", 0.1, ttft=SLOW, start=YOUNG, gate_deadline=0),
+    # the gate gave up on its deadline: users met the cold path
+    "young, slow, gate opened cold": W("a", 0.1, ttft=SLOW, start=YOUNG, gate_deadline=1),
 }
 
 
@@ -280,7 +289,8 @@ def test_loop_2_is_the_rules_definition(tmp_path: Path, case: str) -> None:
     p95 = w.quantile(0.95)
     over = L.over_capacity(w.waiting, w.max_num_seqs, w.running, w.kv, T)
     warm = {w.name} if L.warmup(p95, w.util, uptime, T) else set()
-    cold = {w.name} if L.cold_start(p95, uptime, over, T) else set()
+    gate = None if w.gate_deadline is None else w.gate_deadline == 1
+    cold = {w.name} if L.cold_start(p95, uptime, over, T, gate) else set()
     assert_rules_fire_for(tmp_path, [w], "InferenceTTFTHighGPUIdle", warm)
     assert_rules_fire_for(tmp_path, [w], "InferenceWorkerColdStart", cold)
     assert (bool(warm), bool(cold)) == {
@@ -289,4 +299,6 @@ def test_loop_2_is_the_rules_definition(tmp_path: Path, case: str) -> None:
         "young, idle, slow": (False, True),
         "young, slow, over capacity": (False, False),
         "young, fast": (False, False),
+        "young, slow, warmed by the gate": (False, False),
+        "young, slow, gate opened cold": (False, True),
     }[case]

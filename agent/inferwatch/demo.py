@@ -157,6 +157,7 @@ _WORKER_GAUGES = {
 #: per-worker series the view turns into figures: uptime, the preemption rate
 _START = "inferwatch_worker_start_time_seconds"
 _PREEMPTIONS = "inferwatch_preemptions_total"
+_GATE_DEADLINE = "inferwatch_warmup_deadline_exceeded"
 _WORKER_QUANTILES = {
     "inferwatch_ttft_quantile_seconds": "ttft",
     "inferwatch_tpot_quantile_seconds": "tpot",
@@ -211,6 +212,8 @@ def parse_agent_metrics(
                 r.uptime = now - s.value
             elif name == "inferwatch_target_up":
                 r.up = s.value == 1
+            elif name == _GATE_DEADLINE:
+                r.gate_deadline_exceeded = s.value == 1
             elif name == _PREEMPTIONS and preemptions is not None:
                 preemptions[w] = preemptions.get(w, 0.0) + s.value
             elif name in _WORKER_GAUGES:

@@ -44,6 +44,8 @@ class Reading:
     kv: float | None = None
     #: seconds since the worker process started (None: the agent does not say)
     uptime: float | None = None
+    #: the warm-up gate's inferwatch_warmup_deadline_exceeded (None: no gate)
+    gate_deadline_exceeded: bool | None = None
     #: preemptions per second between the last two views (None: not known yet)
     preemption_rate: float | None = None
     ttft: dict[str, float] = field(default_factory=dict)
@@ -97,7 +99,7 @@ def _worker_conditions(w: str, r: Reading, t: Thresholds) -> list[Condition]:
         add(an.TTFT_SLO_BREACH, f"TTFT P99 {p99 or 0:.2f}s > {t.ttft.p99_slo_seconds:g}s")
     if L.warmup(p95, u, r.uptime, t):
         add(an.TTFT_HIGH_GPU_IDLE, f"TTFT P95 {p95 or 0:.2f}s, GPU at {_pct(u or 0)}")
-    if L.cold_start(p95, r.uptime, over, t):
+    if L.cold_start(p95, r.uptime, over, t, r.gate_deadline_exceeded):
         add(
             an.WORKER_COLD_START,
             f"TTFT P95 {p95 or 0:.2f}s, started {r.uptime or 0:.0f}s ago",

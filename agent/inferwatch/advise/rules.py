@@ -224,7 +224,8 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     serves slow first tokens."""
     gate = p.warmup
     deadline = gate is not None and gate.deadline_exceeded
-    if not (L.cold_start(p.ttft_p95, p.uptime_seconds, _over(p, t), t) or deadline):
+    gate_deadline = None if gate is None else gate.deadline_exceeded
+    if not (L.cold_start(p.ttft_p95, p.uptime_seconds, _over(p, t), t, gate_deadline) or deadline):
         return None
     line = t.ttft.warmup_p95_seconds
     ev = []
@@ -240,13 +241,6 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         actions.append(
             "The warm-up gate opened on its deadline without warming this worker: see "
             f'inferwatch_warmup_failures_total{{worker="{p.worker}"}} and the agent\'s log.'
-        )
-    elif gate.cold_ttft is not None and gate.warm_ttft is not None:
-        ev.append(Evidence("warm-up TTFT cold", gate.cold_ttft, "s"))
-        ev.append(Evidence("warm-up TTFT warm", gate.warm_ttft, "s"))
-        actions.append(
-            "The warm-up gate warmed this worker, so the slow first tokens come from the "
-            "prompts themselves: long system prompts computed on every request."
         )
     prefix = _prefix_action(p, L.CACHED_SYSTEM_PROMPT)
     actions.append(prefix or f"Prefix caching is on. {L.CACHED_SYSTEM_PROMPT}")

@@ -274,12 +274,20 @@ def long_context_pool(share: float | None, t: Thresholds) -> str:
 
 
 def cold_start(
-    ttft_p95: float | None, uptime_seconds: float | None, over: bool, t: Thresholds
+    ttft_p95: float | None,
+    uptime_seconds: float | None,
+    over: bool,
+    t: Thresholds,
+    gate_deadline_exceeded: bool | None = None,
 ) -> bool:
     """InferenceWorkerColdStart: TTFT P95 above the warm-up line within ``cold_start.within``
-    of a start, unless the worker is over capacity (then the slow tokens are queueing)."""
+    of a start, unless the worker is over capacity (then the slow tokens are queueing) or
+    the agent's warm-up gate holds or has warmed it (``gate_deadline_exceeded`` False: the
+    gate's gauge at 0; None: no gate). A gated worker takes traffic only once warm, so
+    its slow first tokens are the gate's own cold request in the engine's histogram."""
     slow = ttft_p95 is not None and ttft_p95 > t.ttft.warmup_p95_seconds
-    return slow and young(uptime_seconds, t) and not over
+    gated = gate_deadline_exceeded is False
+    return slow and young(uptime_seconds, t) and not over and not gated
 
 
 def warmup(

@@ -703,7 +703,13 @@ def _catalogue(t: Thresholds) -> list[Alert]:
                 # Slow first tokens on an overloaded worker are queueing, not a cold
                 # path: InferenceQueueOverCapacity speaks for that case.
                 f"unless on ({WORKER_KEY})\n"
-                f"max by ({WORKER_KEY}) ({n.queue_over_capacity}) == 1"
+                f"max by ({WORKER_KEY}) ({n.queue_over_capacity}) == 1\n"
+                # A gated worker takes traffic only once the agent's warm-up gate has
+                # warmed it (gauge 0); its slow samples are the gate's own cold request.
+                # Where the gate opened on its deadline (1) or is off (absent), users
+                # got the cold path.
+                f"unless on ({WORKER_KEY})\n"
+                f"max by ({WORKER_KEY}) (inferwatch_warmup_deadline_exceeded{s()}) == 0"
             ),
             for_seconds=t.cold_start.cold_start_for,
             severity="warning",

@@ -855,7 +855,8 @@ def _cold_start(c: Ctx) -> Page:
         condition=(
             f"a worker's TTFT P95 over {t.pack.window} is above "
             f"{secs(t.ttft.warmup_p95_seconds)} within {dur(t.cold_start.within)} of its "
-            f"process start, for {dur(a.for_seconds)}"
+            f"process start, for {dur(a.for_seconds)}; silent while the agent's warm-up gate "
+            "holds or has warmed the worker"
         ),
         meaning=(
             "A worker that just (re)started serves slow first tokens: it took traffic before "
