@@ -273,7 +273,7 @@ class Agent:
                 )
             )
         if config.warmup:
-            from inferwatch.warmup import WarmupGate
+            from inferwatch.collectors.warmup import WarmupGate
 
             gate = WarmupGate.from_config(config, process=process, engine=engine)
             if gate is not None:
@@ -499,7 +499,7 @@ class Agent:
         await process.refresh()
         gate: Source | None = None
         if config.warmup:
-            from inferwatch.warmup import WarmupGate
+            from inferwatch.collectors.warmup import WarmupGate
 
             new_gate = WarmupGate.from_config(config, process=process, engine=engine)
             if new_gate is not None:
@@ -715,7 +715,7 @@ def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> Agent
 
         load_web_config(config.web_config_file)  # validate before anything starts
     if config.warmup:
-        from inferwatch.warmup import parse_warmup
+        from inferwatch.collectors.warmup import parse_warmup
 
         parse_warmup(config)  # validate before anything starts
     if config.kubernetes is not None:
