@@ -16,6 +16,7 @@ from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report import fmt
+from inferwatch.report.build import build_report
 from inferwatch.report.cli import parse_end
 from inferwatch.report.model import (
     Change,
@@ -32,7 +33,6 @@ from inferwatch.report.model import (
 )
 from inferwatch.report.promapi import MAX_POINTS, range_chunks
 from inferwatch.report.settings import load_settings
-from inferwatch.report.summary import build_report
 
 BANDS = bands_from_thresholds(load_thresholds())
 END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
