@@ -104,14 +104,6 @@ def ratio(value: Any, source: str, key: str) -> float:
     return out
 
 
-def positive(value: Any, source: str, key: str) -> float:
-    """A number greater than 0."""
-    out = number(value)
-    if out is None or out <= 0:
-        raise ConfigError(source, key, "a number greater than 0", value)
-    return out
-
-
 def seconds(value: Any, source: str, key: str) -> float:
     """A number of seconds greater than 0 (a latency, not a window)."""
     out = number(value)
@@ -143,15 +135,6 @@ def count(value: Any, source: str, key: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(source, key, f"a whole number >= {minimum}", value)
     return value
-
-
-def at_least(minimum: int) -> Parser:
-    """:func:`count` with another minimum, as a parser."""
-
-    def parse(value: Any, source: str, key: str) -> int:
-        return count(value, source, key, minimum)
-
-    return parse
 
 
 # ---------------------------------------------------------------------------- other scalars

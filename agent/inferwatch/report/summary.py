@@ -44,7 +44,6 @@ BAND_NAMES = {
 @dataclass(frozen=True)
 class LatencyFigures:
     name: str
-    daily_buckets: tuple[Buckets | None, ...]
     daily: dict[float, Daily]  # quantile -> 2N days
     week: dict[float, Change]
     slo: float | None
@@ -112,7 +111,6 @@ class GpuFigures:
     vram_bytes_peak: Change | None
     vram_trend: float | None  # last day's peak minus the first day's, this period
     #: memory pressure: KV-cache usage where the engine exports it, else NVML's ratio
-    pressure_daily: Daily = ()
     pressure_peak: Change = field(default_factory=lambda: Change(None, None))
     pressure_from: str = "gpu_memory"
     pressure_trend: float | None = None
@@ -180,7 +178,7 @@ def latency_figures(
     if slo is not None:
         attainment_daily = tuple(share_within(slo, b) for b in days)
         attainment = Change(share_within(slo, cur), share_within(slo, prev))
-    return LatencyFigures(name, days, daily, week, slo, attainment_daily, attainment)
+    return LatencyFigures(name, daily, week, slo, attainment_daily, attainment)
 
 
 def scope_figures(
@@ -286,15 +284,11 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
         if raw.vram_peak_bytes
         else None,
         vram_trend=trend,
-        pressure_daily=pressure,
         pressure_peak=_change(period, pressure, "max"),
         pressure_from=raw.pressure_from if raw.pressure_peak else "gpu_memory",
         pressure_trend=pressure_trend,
         waste_alert_daily=raw.waste_alert_daily,
     )
-
-
-SUBJECT_LABELS = ("model", "worker", "instance", "gpu")
 
 
 def alert_figures(raw: RawData) -> tuple[AlertFigures, ...]:
