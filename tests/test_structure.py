@@ -8,6 +8,7 @@ a cycle that only shows at run time in some order is found here too.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.support.proc import REPO
@@ -112,3 +113,29 @@ def test_report_figures_and_findings_are_separate() -> None:
     assert {"inferwatch.report.summary", "inferwatch.report.insights"} <= graph[
         "inferwatch.report.build"
     ]
+
+
+def layout_paths() -> set[str]:
+    """Every path named in backticks in the first cell of docs/development.md's layout table."""
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    table = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    out: set[str] = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            out.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return out
+
+
+def test_the_layout_table_lists_every_module_and_nothing_gone() -> None:
+    named = layout_paths()
+    modules = {
+        str(p.relative_to(REPO))
+        for root in (PACKAGE, REPO / "tests" / "support")
+        for p in root.rglob("*.py")
+        if "kubelet" not in p.parts
+    }
+    assert len(modules) > 120  # the tree was read
+    missing = {m for m in modules if m not in named}
+    assert not missing, f"docs/development.md has no row for {sorted(missing)}"
+    gone = {p for p in named if not (REPO / p).exists()}
+    assert not gone, f"docs/development.md names files that are gone: {sorted(gone)}"
