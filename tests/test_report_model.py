@@ -200,7 +200,11 @@ report:
     ("text", "env", "message"),
     [
         ("report:\n  prometheus: x\n", {}, "c.yaml: report.prometheus: expected one of"),
-        ("report:\n  days: seven\n", {}, "c.yaml: report.days: expected an integer from 1 to 366"),
+        (
+            "report:\n  days: seven\n",
+            {},
+            "c.yaml: report.days: expected a whole number from 1 to 366",
+        ),
         (
             "report:\n  smtp:\n    password: hunter2\n",
             {},
@@ -213,11 +217,11 @@ report:
         ),
         ("report:\n  smtp:\n    to: nobody\n", {}, "report.smtp.to: expected a list of mail"),
         ("report: [1]\n", {}, "c.yaml: report: expected a mapping"),
-        ("report: {\n", {}, "c.yaml: (file): expected valid YAML"),
+        ("report: {\n", {}, "c.yaml: line 2: expected valid YAML"),
         (
             "",
             {"INFERWATCH_SMTP_PORT": "smtp"},
-            "INFERWATCH_SMTP_PORT: INFERWATCH_SMTP_PORT: expected an integer from 1 to 65535",
+            "INFERWATCH_SMTP_PORT: INFERWATCH_SMTP_PORT: expected a whole number from 1 to 65535",
         ),
         ("", {"INFERWATCH_SMTP_USERNAME": "u"}, "expected a password for user 'u'"),
         ("", {"INFERWATCH_SMTP_PASSWORD": "hunter2"}, "report.smtp.username: expected a user name"),

@@ -99,3 +99,25 @@ def test_changed_messages_are_one_line_and_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1, result.stderr
     assert f"{pack}: line 2: expected valid YAML" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_report_settings_file_goes_through_the_same_bounded_reader(tmp_path: Path) -> None:
+    from inferwatch.report.settings import load_settings
+
+    bomb = tmp_path / "bomb.yaml"
+    anchors = "\n".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 40))
+    bomb.write_text(f"a0: &a0 [x]\n{anchors}\nreport: {{days: 7}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(str(bomb), {})
+    assert (err.value.key, err.value.expected) == ("(file)", "valid YAML")
+    assert "aliases" in str(err.value) and len(str(err.value).splitlines()) == 1
+    days = tmp_path / "days.yaml"
+    days.write_text("report: {days: 400}\n")
+    with pytest.raises(ConfigError, match=r"report\.days: expected a whole number from 1 to 366"):
+        load_settings(str(days), {})
+
+
+def test_a_wrong_non_string_is_shown_by_its_kind_only() -> None:
+    with pytest.raises(ConfigError) as err:
+        validate.string(271828, "f.yaml", "report.prometheus_password_file")
+    assert "271828" not in str(err.value) and str(err.value).endswith("got a int")

@@ -128,12 +128,20 @@ def above_one(value: Any, source: str, key: str) -> float:
     return out
 
 
-def count(value: Any, source: str, key: str, minimum: int = 1) -> int:
-    """A whole number of at least ``minimum``; digits in a string (an environment value) too."""
+def count(value: Any, source: str, key: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """A whole number of at least ``minimum`` (and at most ``maximum``); digits in a string
+    (an environment value) too."""
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
+    expected = (
+        f"a whole number >= {minimum}"
+        if maximum is None
+        else f"a whole number from {minimum} to {maximum}"
+    )
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(source, key, f"a whole number >= {minimum}", value)
+        raise ConfigError(source, key, expected, value)
+    if maximum is not None and value > maximum:
+        raise ConfigError(source, key, expected, value)
     return value
 
 
@@ -152,17 +160,19 @@ def boolean(value: Any, source: str, key: str) -> bool:
 def string(value: Any, source: str, key: str) -> str:
     """A string with something in it besides white space."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(source, key, "a non-empty string", value)
+        # a wrong non-string is shown by its kind only: it may be a password typed as a number
+        shown = value if isinstance(value, str) else Kind(value)
+        raise ConfigError(source, key, "a non-empty string", shown)
     return value
 
 
 def choice(*choices: str) -> Parser:
-    """One of ``choices``, compared without case; returned in lower case."""
+    """One of ``choices``, compared without case or surrounding space; returned in lower case."""
 
     def parse(value: Any, source: str, key: str) -> str:
-        if not isinstance(value, str) or value.lower() not in choices:
+        if not isinstance(value, str) or value.strip().lower() not in choices:
             raise ConfigError(source, key, "one of " + ", ".join(choices), value)
-        return value.lower()
+        return value.strip().lower()
 
     return parse
 
