@@ -160,9 +160,7 @@ def test_generate_exits_2_on_bad_pricing(tmp_path: Path) -> None:
 
 def test_priced_overview_passes_the_dashboard_lint() -> None:
     pytest.importorskip("promql_parser")
-    from tests.support import dashlint
-
-    from inferwatch.pack import dashboard_defs
+    from inferwatch.pack import dashboard_defs, dashlint
 
     t = load_thresholds(str(PRICING))
     board = dashboard_defs.overview(t)

@@ -3,7 +3,7 @@
 - every dashboard validates against Grafana's dashboard JSON schema, and every
   panel's options / custom field config / Prometheus targets against their
   panel schemas (read from ../shared/reference/grafana-schema, skipped when absent);
-- the dashboard-linter rules of STYLE.md (tests/support/dashlint.py) pass with no
+- the dashboard-linter rules of STYLE.md (inferwatch.pack.dashlint) pass with no
   exclusion, and each rule is shown to catch a violation;
 - every metric a panel or variable queries is in METRICS.md, the Extensions
   section of docs/metrics.md, a generated recording rule, or a series
@@ -26,11 +26,10 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support import dashlint
-from tests.support import dashqueries as dq
 from tests.support.proc import PROMTOOL, REPO, SHARED, require_binary
 
 from inferwatch.pack import dashboards as dash
+from inferwatch.pack import dashlint
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 SCHEMA_DIR = SHARED / "reference" / "grafana-schema"
@@ -328,7 +327,7 @@ def _used_metrics(boards: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
     used: dict[str, set[str]] = {}
     for name, doc in boards.items():
         values = dashlint.lint_values(doc)
-        for title, expr in dq.panel_queries(doc):
+        for title, expr in dash.panel_queries(doc):
             for metric in dashlint.metric_names(expr, values):
                 used.setdefault(metric, set()).add(f"{name} / {title}")
         for var in doc["templating"]["list"]:
@@ -512,9 +511,9 @@ def test_warmup_panels_are_declared_optional_on_a_stack_without_the_gate(
     boards: dict[str, dict[str, Any]],
 ) -> None:
     for title in WARMUP_TITLES:
-        entry = dq.HARDWARE_OPTIONAL[title]
+        entry = dash.HARDWARE_OPTIONAL[title]
         assert "warmup:" in entry.reason and not entry.ref_ids
-    targets = dq.query_targets(boards["inference-worker"])
+    targets = dash.query_targets(boards["inference-worker"])
     assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES)
 
 
@@ -575,7 +574,7 @@ def test_recording_rule_names_follow_the_rate_window(tmp_path: Path) -> None:
     custom = tmp_path / "window.yaml"
     custom.write_text("pack:\n  rate_window: 10m\n")
     doc = dash.dashboards(load_thresholds(str(custom)))["inference-worker"]
-    exprs = " ".join(e for _, e in dq.panel_queries(doc))
+    exprs = " ".join(e for _, e in dash.panel_queries(doc))
     assert "worker:inferwatch_ttft_seconds:p99_10m" in exprs
     assert "worker:inferwatch_request_errors:ratio_rate10m" in exprs
     assert "_5m" not in exprs
@@ -664,28 +663,28 @@ def test_panel_queries_cover_every_target_and_expand(boards: dict[str, dict[str,
     import promql_parser
 
     for doc in boards.values():
-        pairs = dq.panel_queries(doc)
+        pairs = dash.panel_queries(doc)
         assert len(pairs) == sum(len(p["targets"]) for p in dashlint.panels(doc))
-        values = dq.dashboard_variables(doc)
+        values = dash.dashboard_variables(doc)
         assert values["job"] == ".+" and values["datasource"] == "prometheus"
         for _title, expr in pairs:
-            expanded = dq.expand_variables(expr, values)
+            expanded = dash.expand_variables(expr, values)
             assert "$" not in expanded.replace('"$1"', "")
             promql_parser.parse(expanded)
 
 
 def test_expand_variables() -> None:
     expr = 'rate(x{job=~"$job", gpu=~"${gpu:regex}"}[$__rate_interval]) [[instance]]'
-    out = dq.expand_variables(expr, {"job": "a", "gpu": "0", "instance": "i"})
+    out = dash.expand_variables(expr, {"job": "a", "gpu": "0", "instance": "i"})
     assert out == 'rate(x{job=~"a", gpu=~"0"}[1m]) i'
-    assert dq.expand_variables("x[$__rate_interval]", {"__rate_interval": "2m"}) == "x[2m]"
+    assert dash.expand_variables("x[$__rate_interval]", {"__rate_interval": "2m"}) == "x[2m]"
     with pytest.raises(KeyError, match="nope"):
-        dq.expand_variables('x{a=~"$nope"}', {})
+        dash.expand_variables('x{a=~"$nope"}', {})
 
 
 def test_hardware_optional_declarations_match_panels(boards: dict[str, dict[str, Any]]) -> None:
-    targets = [q for doc in boards.values() for q in dq.query_targets(doc)]
-    for title, entry in dq.HARDWARE_OPTIONAL.items():
+    targets = [q for doc in boards.values() for q in dash.query_targets(doc)]
+    for title, entry in dash.HARDWARE_OPTIONAL.items():
         refs = {q.ref_id for q in targets if q.panel == title}
         assert refs, f"HARDWARE_OPTIONAL names a panel that does not exist: {title}"
         assert entry.ref_ids <= refs, title
@@ -712,11 +711,11 @@ def test_bottleneck_and_band_queries_in_promtool(
 
     all_values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
     all_values |= {"cluster": ".*", "node": ".*", "namespace": ".*", "pod": ".*"}
-    bottleneck = dq.expand_variables(dashboard_defs.bottleneck_expr(thresholds), all_values)
+    bottleneck = dash.expand_variables(dashboard_defs.bottleneck_expr(thresholds), all_values)
     weekly = boards["inference-weekly-trends"]
     bands = [
-        dq.expand_variables(q.expr, {**all_values, "__range": "10m"})
-        for q in dq.query_targets(weekly)
+        dash.expand_variables(q.expr, {**all_values, "__range": "10m"})
+        for q in dash.query_targets(weekly)
         if q.panel == "Time in each utilization band"
     ]
     rules = {

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.support import dashqueries as dq
 from tests.support.e2e import Stack, WorkerSpec
 from tests.support.proc import REPO, Process, wait_until
 from tests.support.stack import ALERTS_DIR
@@ -184,10 +183,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # with data they are empty, in Grafana too. Wait for that minute (the
         # queue alert needs about as long).
         trends = load_dashboards()["inference-weekly-trends"]
-        week = {**dq.dashboard_variables(trends), **grafana_globals(default_range(trends))}
-        for q in dq.query_targets(trends):
+        week = {**dash.dashboard_variables(trends), **grafana_globals(default_range(trends))}
+        for q in dash.query_targets(trends):
             if q.panel == BAND_PANEL:
-                needed[f"{BAND_PANEL} {q.ref_id}"] = dq.expand_variables(q.expr, week)
+                needed[f"{BAND_PANEL} {q.ref_id}"] = dash.expand_variables(q.expr, week)
         assert any(k.startswith(BAND_PANEL) for k in needed), f"no {BAND_PANEL!r} panel"
 
         def missing() -> list[str]:
@@ -253,7 +252,7 @@ def variable_values(
         assert m, f"{doc['uid']}: variable {var['name']}: not a label_values query: {var['query']}"
         selector, label = m.group(1), m.group(2)
         data = stack.prom.api(
-            "series", **{"match[]": dq.expand_variables(selector, values)}, start=stack.started_at
+            "series", **{"match[]": dash.expand_variables(selector, values)}, start=stack.started_at
         )
         resolved[var["name"]] = sorted({s[label] for s in data if label in s})
         # a variable the setup leaves at All (cluster, node, namespace, pod here) takes
@@ -296,7 +295,7 @@ def test_variables_list_the_running_setup(stack: Stack) -> None:
 
 
 def evaluate(
-    stack: Stack, doc: Mapping[str, Any], q: dq.PanelQuery, variables: Mapping[str, str]
+    stack: Stack, doc: Mapping[str, Any], q: dash.PanelQuery, variables: Mapping[str, str]
 ) -> list[Outcome]:
     """One target, run as Grafana would (see the module doc): one Outcome per evaluation."""
     prom = stack.prom
@@ -306,11 +305,11 @@ def evaluate(
     default = grafana_globals(default_range(doc))
     runs: list[tuple[str, str, Any]] = []
     if q.instant:
-        expr = dq.expand_variables(q.expr, {**variables, **default})
+        expr = dash.expand_variables(q.expr, {**variables, **default})
         runs.append(("instant", expr, prom.query(expr, now)))
     else:
         for globs in (default, lifetime):
-            expr = dq.expand_variables(q.expr, {**variables, **globs})
+            expr = dash.expand_variables(q.expr, {**variables, **globs})
             span = float(globs["__range_s"])
             step = float(globs["__interval_ms"]) / 1000
             data = prom.api("query_range", query=expr, start=now - span, end=now, step=step)
@@ -326,14 +325,14 @@ def check_all(stack: Stack, variables: Mapping[str, Mapping[str, str]], label: s
     outcomes: list[Outcome] = []
     retried: list[str] = []
     for name, doc in load_dashboards().items():
-        for q in dq.query_targets(doc):
+        for q in dash.query_targets(doc):
             results = evaluate(stack, doc, q, variables[name])
             if not q.optional and not all(r.data for r in results):
                 # right at a scrape or rule-evaluation boundary: give it a few more scrapes
                 retried.append(f"{name} / {q.panel} {q.ref_id}")
 
                 def again(
-                    doc: Mapping[str, Any] = doc, q: dq.PanelQuery = q, name: str = name
+                    doc: Mapping[str, Any] = doc, q: dash.PanelQuery = q, name: str = name
                 ) -> list[Outcome] | None:
                     r = evaluate(stack, doc, q, variables[name])
                     return r if all(o.data for o in r) else None
@@ -366,7 +365,7 @@ def check_all(stack: Stack, variables: Mapping[str, Mapping[str, str]], label: s
 
 def test_every_panel_query_returns_data_with_all_selected(stack: Stack) -> None:
     docs = load_dashboards()
-    check_all(stack, {n: dq.dashboard_variables(d) for n, d in docs.items()}, "All selected")
+    check_all(stack, {n: dash.dashboard_variables(d) for n, d in docs.items()}, "All selected")
 
 
 def test_every_panel_query_returns_data_for_one_worker(stack: Stack) -> None:
@@ -375,7 +374,7 @@ def test_every_panel_query_returns_data_for_one_worker(stack: Stack) -> None:
     docs = load_dashboards()
     check_all(
         stack,
-        {n: {**dq.dashboard_variables(d), **setup} for n, d in docs.items()},
+        {n: {**dash.dashboard_variables(d), **setup} for n, d in docs.items()},
         f"worker {BUSY}, GPU {stack.workers[BUSY].gpu}",
     )
 
@@ -398,10 +397,10 @@ def test_warmup_row_returns_data_with_the_gate_on(stack: Stack) -> None:
     doc = load_dashboards()["inference-worker"]
     titles = row_panels(doc, "Warm-up")
     assert len(titles) >= 5, titles
-    variables = dq.dashboard_variables(doc)
+    variables = dash.dashboard_variables(doc)
     outcomes = [
         o
-        for q in dq.query_targets(doc)
+        for q in dash.query_targets(doc)
         if q.panel in titles
         for o in evaluate(stack, doc, q, variables)
     ]

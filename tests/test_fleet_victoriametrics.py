@@ -39,7 +39,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support import dashqueries as dq
 from tests.support.e2e import render_alertmanager_config
 from tests.support.fleetrules import write_cluster_rules
 from tests.support.proc import REPO, Alertmanager, Prometheus, http_get, wait_until
@@ -47,6 +46,8 @@ from tests.support.replay import ReplayHost, ReplayServer, load_capture, scrape_
 from tests.support.stack import render_prometheus_config
 from tests.support.vm import VictoriaMetrics, VMAlert
 from tests.support.webhook import WebhookReceiver, parse_time
+
+from inferwatch.pack import dashboards as dash
 
 pytestmark = pytest.mark.slow
 
@@ -261,9 +262,9 @@ def test_every_dashboard_query_runs_on_the_store(fleet: Fleet) -> None:
     now = time.time()
     for path in sorted((REPO / "dashboards").glob("*.json")):
         doc = json.loads(path.read_text())
-        variables = dq.dashboard_variables(doc)
-        for q in dq.query_targets(doc):
-            expr = dq.expand_variables(q.expr, variables)
+        variables = dash.dashboard_variables(doc)
+        for q in dash.query_targets(doc):
+            expr = dash.expand_variables(q.expr, variables)
             total += 1
             endpoint = "query" if q.instant else "query_range"
             params = (

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support import dashlint
 from tests.support.proc import (
     AMTOOL,
     PROMTOOL,
@@ -31,7 +30,7 @@ from tests.support.proc import (
     wait_until,
 )
 
-from inferwatch.pack import rules
+from inferwatch.pack import dashlint, rules
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support import dashlint
 from tests.support.proc import REPO, SHARED
 
+from inferwatch.pack import dashlint, rules, runbooks
 from inferwatch.pack import loops as L
-from inferwatch.pack import rules, runbooks
 from inferwatch.pack.thresholds import load_thresholds
 
 RUNBOOKS = REPO / "runbooks"
