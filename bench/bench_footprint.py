@@ -181,11 +181,13 @@ class Rounds:
             due.append(self.by_name["process"])
         for source in due:
             await source.refresh()
-            rebuild = getattr(self.agent, "rebuild_async", None)
+            # the exposition the agent rebuilds (inferwatch.exposition; older code: the agent)
+            output = getattr(self.agent, "output", self.agent)
+            rebuild = getattr(output, "rebuild_async", None)
             if rebuild is not None:
                 await rebuild()
             else:
-                self.agent.rebuild()
+                output.rebuild()
             self.passes += 1
 
 

@@ -17,7 +17,7 @@ Each pass is timed alone, back to back, after warm-up passes:
 * ``engine``: ``EngineSource.refresh()``, all N workers scraped concurrently,
   parsed, mapped, windows updated;
 * ``process``: ``ProcessSource.refresh()`` (psutil over the process table);
-* ``rebuild``: ``Agent.rebuild()``, the exposition rebuilt once after a refresh.
+* ``rebuild``: ``Agent.output.rebuild()``, the exposition rebuilt once after a refresh.
 
 CPU is ``time.process_time()`` (all threads of this process: the NVML and
 process passes run in a worker thread); wall is ``time.perf_counter()``. The
@@ -90,14 +90,16 @@ async def measure(urls: list[str], gpus: int, passes: int) -> dict[str, Any]:
 
     agent = Agent(agent_config(urls, gpus))
     src = sources_of(agent)
-    rebuild_async = getattr(agent, "rebuild_async", None)
+    # the exposition the agent rebuilds (inferwatch.exposition; older code: the agent)
+    output = getattr(agent, "output", agent)
+    rebuild_async = getattr(output, "rebuild_async", None)
 
     async def rebuild() -> None:
         # what the agent's loop does after each refresh (older code: rebuild())
         if rebuild_async is not None:
             await rebuild_async()
         else:
-            agent.rebuild()
+            output.rebuild()
 
     def then_rebuild(source: Any) -> Callable[[], Awaitable[None]]:
         async def one() -> None:
@@ -131,13 +133,13 @@ async def measure(urls: list[str], gpus: int, passes: int) -> dict[str, Any]:
         # the parts alone: each source's refresh without the rebuild, and a full render
         out["engine_refresh"] = await timed(src["engine"].refresh, passes)
         out["nvml_refresh"] = await timed(nvml.refresh, passes)
-        out["rebuild_full"] = await timed(lambda: generate_latest(agent.registry), passes)
-        body = agent.exposition
+        out["rebuild_full"] = await timed(lambda: generate_latest(output.registry), passes)
+        body = getattr(output, "body", None) or getattr(output, "exposition", b"")
         out["exposition_bytes"] = len(body)
         out["exposition_series"] = sum(
             1 for line in body.split(b"\n") if line and not line.startswith(b"#")
         )
-        out["gzip_bytes"] = len(gzip.compress(agent.exposition, compresslevel=5))
+        out["gzip_bytes"] = len(gzip.compress(body, compresslevel=5))
         out["per_second_cpu_ms"] = per_second(out)
         return out
     finally:

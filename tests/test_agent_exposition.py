@@ -73,15 +73,15 @@ async def test_rendered_exposition_equals_generate_latest() -> None:
             for source in agent.sources:
                 await source.refresh()
             values.ttft.append(0.3)
-            await agent.rebuild_async()
+            await agent.output.rebuild_async()
             await asyncio.sleep(0.01)
-        ours = stable(agent.exposition)
-        theirs = stable(generate_latest(agent.registry))
+        ours = stable(agent.output.body)
+        theirs = stable(generate_latest(agent.output.registry))
         assert any("inferwatch_queue_depth{" in line for line in ours)
         assert any('model="we\\"ird\\\\mo\\ndel"' in line for line in ours)
         assert ours == theirs
-        agent.rebuild()  # the one-go path gives the same text
-        assert stable(agent.exposition) == theirs
+        agent.output.rebuild()  # the one-go path gives the same text
+        assert stable(agent.output.body) == theirs
     finally:
         await agent.stop()
         stub.stop()

@@ -75,7 +75,7 @@ def test_config_path_from_environment(tmp_path: Path) -> None:
         ("stats_window: -5\n", "stats_window", "greater than zero"),
         ("stats_window: 1s\n", "stats_window", "at least twice collect_interval"),
         ("gpu: {backend: cuda}\n", "gpu.backend", "one of nvml, fake, none"),
-        ("gpu: {fake_count: 0}\n", "gpu.fake_count", "whole number greater than zero"),
+        ("gpu: {fake_count: 0}\n", "gpu.fake_count", "a whole number >= 1"),
         ("gpu: [1]\n", "gpu", "a mapping"),
         ("gpu: {speed: 1}\n", "gpu.speed", "one of the known keys"),
         ("scrape: {timeout: true}\n", "scrape.timeout", "a duration"),

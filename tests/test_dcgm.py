@@ -160,9 +160,9 @@ def test_a_worker_pod_is_configured_or_the_sidecars_own() -> None:
 
 
 def _render(families: list) -> list[str]:  # type: ignore[type-arg]
-    from inferwatch.agent import _family_text
+    from inferwatch.exposition import family_text
 
-    return [_family_text(f) for f in families]
+    return [family_text(f) for f in families]
 
 
 # ---------------------------------------------------------------------- the source

@@ -32,8 +32,8 @@ from inferwatch.pack import loops as L
 from inferwatch.pack import rules
 from inferwatch.pack.rules import alert_names
 from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.report.build import build_report
 from inferwatch.report.model import bands_from_thresholds
-from inferwatch.report.summary import build_report
 
 T = load_thresholds()
 SEEDS = (1, 2, 11)

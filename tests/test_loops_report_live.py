@@ -19,10 +19,10 @@ from tests.support import scenarios as S
 from tests.support.proc import PROMTOOL, require_binary
 
 from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.report.build import build_report
 from inferwatch.report.model import Period, bands_from_thresholds
 from inferwatch.report.promapi import PrometheusClient
 from inferwatch.report.query import collect
-from inferwatch.report.summary import build_report
 from test_report_e2e import PromOnBlocks
 
 pytestmark = pytest.mark.slow

@@ -297,10 +297,10 @@ def test_csv_gpu_figures(output: Path, tsdb: tuple[Path, fx.Truth]) -> None:
 @pytest.fixture(scope="module")
 def report(prom: PromOnBlocks) -> Any:
     from inferwatch.pack.thresholds import load_thresholds
+    from inferwatch.report.build import build_report
     from inferwatch.report.model import Period, bands_from_thresholds
     from inferwatch.report.promapi import PrometheusClient
     from inferwatch.report.query import collect
-    from inferwatch.report.summary import build_report
 
     bands = bands_from_thresholds(load_thresholds())
     raw = collect(

@@ -25,6 +25,7 @@ from tests.support.proc import PROMTOOL, Process, free_port, http_get, require_b
 from inferwatch.cli import main as cli_main
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report import render
+from inferwatch.report.build import build_report
 from inferwatch.report.model import (
     Hourly,
     Period,
@@ -33,7 +34,6 @@ from inferwatch.report.model import (
     RawWorker,
     bands_from_thresholds,
 )
-from inferwatch.report.summary import build_report
 
 DAY = 86400
 # Tuesday 1 December 2026, 10:00 UTC: what `--end now` gives on a Tuesday morning

@@ -16,6 +16,7 @@ from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report import fmt
+from inferwatch.report.build import build_report
 from inferwatch.report.cli import parse_end
 from inferwatch.report.model import (
     Change,
@@ -32,7 +33,6 @@ from inferwatch.report.model import (
 )
 from inferwatch.report.promapi import MAX_POINTS, range_chunks
 from inferwatch.report.settings import load_settings
-from inferwatch.report.summary import build_report
 
 BANDS = bands_from_thresholds(load_thresholds())
 END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
@@ -200,7 +200,11 @@ report:
     ("text", "env", "message"),
     [
         ("report:\n  prometheus: x\n", {}, "c.yaml: report.prometheus: expected one of"),
-        ("report:\n  days: seven\n", {}, "c.yaml: report.days: expected an integer from 1 to 366"),
+        (
+            "report:\n  days: seven\n",
+            {},
+            "c.yaml: report.days: expected a whole number from 1 to 366",
+        ),
         (
             "report:\n  smtp:\n    password: hunter2\n",
             {},
@@ -213,11 +217,11 @@ report:
         ),
         ("report:\n  smtp:\n    to: nobody\n", {}, "report.smtp.to: expected a list of mail"),
         ("report: [1]\n", {}, "c.yaml: report: expected a mapping"),
-        ("report: {\n", {}, "c.yaml: (file): expected valid YAML"),
+        ("report: {\n", {}, "c.yaml: line 2: expected valid YAML"),
         (
             "",
             {"INFERWATCH_SMTP_PORT": "smtp"},
-            "INFERWATCH_SMTP_PORT: INFERWATCH_SMTP_PORT: expected an integer from 1 to 65535",
+            "INFERWATCH_SMTP_PORT: INFERWATCH_SMTP_PORT: expected a whole number from 1 to 65535",
         ),
         ("", {"INFERWATCH_SMTP_USERNAME": "u"}, "expected a password for user 'u'"),
         ("", {"INFERWATCH_SMTP_PASSWORD": "hunter2"}, "report.smtp.username: expected a user name"),

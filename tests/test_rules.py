@@ -31,7 +31,8 @@ from tests.support.proc import (
 )
 
 from inferwatch.pack import dashlint, rules
-from inferwatch.pack.thresholds import load_thresholds, parse_duration
+from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.validate import duration_seconds
 
 ALERTS_FILE = REPO / rules.ALERTS_FILE
 RULES_FILE = REPO / rules.RULES_FILE
@@ -122,12 +123,12 @@ def test_unit_tests_check_just_short_of_for() -> None:
         for test in load(path)["tests"]:
             cases = test.get("alert_rule_test", [])
             silent = {
-                (c["alertname"], parse_duration(c["eval_time"]))
+                (c["alertname"], duration_seconds(c["eval_time"]))
                 for c in cases
                 if not c["exp_alerts"]
             }
             for case in cases:
-                when = parse_duration(case["eval_time"])
+                when = duration_seconds(case["eval_time"])
                 if (
                     case["exp_alerts"]
                     and when is not None
@@ -160,12 +161,12 @@ def test_silent_cases_are_silent_for_the_right_reason(tmp_path: Path) -> None:
         for test in doc["tests"]:
             cases = test.get("alert_rule_test", [])
             firing = {
-                (c["alertname"], parse_duration(c["eval_time"])) for c in cases if c["exp_alerts"]
+                (c["alertname"], duration_seconds(c["eval_time"])) for c in cases if c["exp_alerts"]
             }
             never = {c["alertname"] for c in cases} - {name for name, _ in firing}
             checks = []
             for case in cases:
-                name, when = case["alertname"], parse_duration(case["eval_time"])
+                name, when = case["alertname"], duration_seconds(case["eval_time"])
                 assert when is not None
                 if case["exp_alerts"]:
                     continue
@@ -182,7 +183,7 @@ def test_silent_cases_are_silent_for_the_right_reason(tmp_path: Path) -> None:
                             c
                             for c in cases
                             if c["alertname"] == name
-                            and parse_duration(c["eval_time"]) == when + 15
+                            and duration_seconds(c["eval_time"]) == when + 15
                         )["exp_alerts"]
                     ]
                 elif (name in never and test["name"] not in HELD_PENDING) or (
@@ -276,7 +277,7 @@ def test_every_catalogue_alert_exists_with_its_for_and_severity() -> None:
         assert severities == set(severity.split("/")), name
         if re.fullmatch(r"\d+m", for_):
             for rule in generated[name]:
-                assert parse_duration(rule.get("for", "0s")) == parse_duration(for_), name
+                assert duration_seconds(rule.get("for", "0s")) == duration_seconds(for_), name
 
 
 # --------------------------------------------------------------------------- quality
@@ -306,7 +307,7 @@ def test_alert_quality(rule: dict[str, Any]) -> None:
     assert ann["runbook_url"] == f"{t.pack.runbook_base_url}{name}.md"
     assert ann["dashboard_url"].startswith(t.pack.dashboard_base_url)
     if "for" in rule:
-        assert parse_duration(rule["for"]) is not None
+        assert duration_seconds(rule["for"]) is not None
     assert "vector(0)" not in rule["expr"].replace(" ", "")
 
 

@@ -12,6 +12,7 @@ import yaml
 from tests.support.proc import REPO, SHARED
 
 from inferwatch.pack import dashlint, rules, runbooks
+from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import load_thresholds
 
 RUNBOOKS = REPO / "runbooks"
@@ -189,7 +190,7 @@ def test_default_pages_quote_the_default_thresholds() -> None:
     )
     assert "above 2s for 10m" in text["InferenceTTFTSLOBreach"]
     assert "above 100ms for 10m" in text["InferenceTPOTSLOBreach"]
-    assert "more than 5 times its P50" in text["InferenceLatencyLongTail"]
+    assert "at least 5 times its P50" in text["InferenceLatencyLongTail"]
     assert "within 10m of its process start" in text["InferenceWorkerColdStart"]
     assert "more than 1% of a worker's requests" in text["InferenceRequestErrors"]
 
@@ -269,3 +270,72 @@ def test_pasted_queries_are_scoped_to_the_alert_and_restarting_is_never_the_firs
         mitigation = dict(sections(page.read_text()))["Mitigation"]
         first = mitigation.lstrip().splitlines()[0].lower()
         assert not re.match(r"-\s*(restart|reboot)", first), (name, first)
+
+
+def test_every_loop_alert_names_its_loop_and_its_thresholds() -> None:
+    """The header names the loop of pack.loops (the id advise and the report print)."""
+    for page in sorted(RUNBOOKS.glob("*.md")):
+        text = page.read_text()
+        lines = [line for line in text.splitlines() if line.startswith("**Closed loop:**")]
+        loop_id = L.BY_ALERT.get(page.stem)
+        if loop_id is None:
+            assert lines == [], page.name
+            continue
+        loop = L.BY_ID[loop_id]
+        assert len(lines) == 1, page.name
+        assert f"`{loop.id}`" in lines[0] and loop.title in lines[0], page.name
+        assert f"[{L.guide(loop.id)}]" in lines[0], page.name
+        for key in loop.thresholds:
+            assert f"`{key}`" in lines[0], (page.name, key)
+
+
+def test_remedy_facts_come_from_pack_loops() -> None:
+    """Each remedy the loops share with advise and the report reads as pack.loops says it."""
+    text = {p.stem: p.read_text() for p in RUNBOOKS.glob("*.md")}
+    kv = ("InferenceKVCachePreemptions", "InferenceVRAMPressureQueueRising")
+    for name in kv:
+        for fact in (L.raise_kv_pool(), L.fewer_seqs(), L.FP8_KV, L.PREFIX_CACHING):
+            assert runbooks.cite(runbooks.md(fact), "x")[:-5] in text[name], (name, fact)
+        for dtype in L.FP8_DTYPES:
+            assert f"`{dtype}`" in text[name]
+        assert 'kv_cache_dtype=~"fp8.*"' in text[name]
+    # preemptions: a larger pool first; memory pressure: fewer sequences first [5.1]
+    pre = dict(sections(text[kv[0]]))["Mitigation"]
+    mem = dict(sections(text[kv[1]]))["Mitigation"]
+    assert pre.index("Give the KV pool more memory") < pre.index("Lower `--max-num-seqs`")
+    assert mem.index("Lower `--max-num-seqs`") < mem.index("Give the KV pool more memory")
+    assert runbooks.md(L.headroom()) in text["InferenceWorkerDown"]
+    assert runbooks.md(L.NO_SCALE_IN).rstrip(".") in text["InferenceLoadImbalance"]
+    assert runbooks.md(L.DATA_PARALLEL).rstrip(".") in text["InferenceLoadImbalance"]
+    for name in ("InferenceLoadImbalance", "InferenceLatencyLongTail"):
+        assert runbooks.md(L.LEAST_CONNECTIONS) in text[name], name
+        assert runbooks.md(L.LONG_CONTEXT_POOL) in text[name], name
+    assert runbooks.md(L.SCALE_OUT).rstrip(".") in text["InferenceQueueOverCapacity"]
+    cold = f"{L.COLD_FIRST_CALL_SECONDS:g} s"
+    for name in ("InferenceTTFTHighGPUIdle", "InferenceWorkerColdStart"):
+        assert cold in text[name] and f"{L.WARM_CALL_SECONDS * 1000:.0f} ms" in text[name]
+    low, high = L.BATCHED_TOKENS_RANGE
+    assert f"`--max-num-batched-tokens` {low:g}-{high:g}" in text["InferenceQueueOverCapacity"]
+
+
+def test_the_page_source_types_no_fact_that_pack_loops_defines() -> None:
+    """runbooks.py quotes no number pack.loops holds: a changed fact changes every page."""
+    source = (REPO / "agent" / "inferwatch" / "pack" / "runbooks.py").read_text()
+    facts = {
+        f"{L.GPU_MEMORY_UTILIZATION_HEADROOM:g}": "GPU_MEMORY_UTILIZATION_HEADROOM",
+        f"{L.FP8_KV_ACCURACY_LOSS:.1%}": "FP8_KV_ACCURACY_LOSS",
+        f"{L.COLD_FIRST_CALL_SECONDS:g} s": "COLD_FIRST_CALL_SECONDS",
+        f"{L.WARM_CALL_SECONDS * 1000:.0f} ms": "WARM_CALL_SECONDS",
+        f"{L.BATCHED_TOKENS_RANGE[0]}-{L.BATCHED_TOKENS_RANGE[1]}": "BATCHED_TOKENS_RANGE",
+        f"over {L.LONG_PROMPT_TOKENS} tokens": "LONG_PROMPT_TOKENS",
+        f"{L.PREFIX_CACHE_KV_SAVING:.0%} or more": "PREFIX_CACHE_KV_SAVING",
+    }
+    for literal, constant in facts.items():
+        assert literal not in source, f"runbooks.py types {literal!r}: use loops.{constant}"
+
+
+def test_the_long_tail_page_judges_ttft_and_tpot_with_at_least() -> None:
+    page = (RUNBOOKS / "InferenceLatencyLongTail.md").read_text()
+    fires = next(line for line in page.splitlines() if line.startswith("**Fires when:**"))
+    assert "TTFT P99 or its TPOT P99" in fires and "at least" in fires
+    assert "end-to-end latency is not judged" in fires

@@ -15,8 +15,8 @@ from inferwatch.pack.thresholds import (
     SECTIONS,
     format_duration,
     load_thresholds,
-    parse_duration,
 )
+from inferwatch.validate import duration_seconds
 
 ALERTS_MD = SHARED / "design" / "ALERTS.md"
 
@@ -71,7 +71,7 @@ def test_defaults_agree_with_alerts_md() -> None:
         if durations:  # "0.30 for 30m": the matching *_for key
             for_keys = [f for f in vars(getattr(t, section)) if f.endswith("_for")]
             for_values = {getattr(getattr(t, section), f) for f in for_keys}
-            assert parse_duration(durations[0]) in for_values, (section, key)
+            assert duration_seconds(durations[0]) in for_values, (section, key)
 
 
 def test_every_default_has_a_source_comment() -> None:
@@ -139,7 +139,7 @@ def test_empty_user_file_is_the_defaults(tmp_path: Path) -> None:
         ("pack:\n  dashboard_uids:\n    gpus: x\n", "pack.dashboard_uids.gpus", "known keys"),
         ("gpu_health:\n  xid_critical: []\n", "gpu_health.xid_critical", "non-empty list"),
         ("gpu_health:\n  xid_critical: [48, x]\n", "gpu_health.xid_critical", "XID numbers"),
-        ("vram: [\n", "(line 2)", "valid YAML"),
+        ("vram: [\n", "line 2", "valid YAML"),
     ],
 )
 def test_bad_values_name_file_and_key(tmp_path: Path, text: str, key: str, expected: str) -> None:
@@ -178,13 +178,13 @@ def test_sections_cover_the_yaml() -> None:
     ],
 )
 def test_durations_round_trip(text: str, seconds: float, rendered: str) -> None:
-    assert parse_duration(text) == seconds
+    assert duration_seconds(text) == seconds
     assert format_duration(seconds) == rendered
 
 
 @pytest.mark.parametrize("text", ["", "m", "5x", "1h 30m", "-5m", "5m1"])
 def test_bad_durations(text: str) -> None:
-    assert parse_duration(text) is None
+    assert duration_seconds(text) is None
 
 
 def test_every_key_is_documented() -> None:

@@ -22,9 +22,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
+from inferwatch.collectors.warmup import RestartWatch, WarmupRequest, parse_warmup, plan_requests
 from inferwatch.config import load_config
 from inferwatch.errors import ConfigError
-from inferwatch.warmup import RestartWatch, WarmupRequest, parse_warmup, plan_requests
 
 TIME_SCALE = 0.1
 COLD_SECONDS = 15.0  # x 0.1: the first request waits 1.5 s, the second 0.75 s

@@ -1,46 +1,33 @@
-"""``inferwatch run``: the sidecar agent.
+"""The agent's wiring: which sources run (NVML or DCGM, engines, processes, discovery,
+warm-up), each on its own timer, and a rebuild of the exposition after every refresh.
 
-Each source (NVML, engines, processes) refreshes on its own timer; after every
-refresh the exposition is rebuilt once and kept as bytes. A scrape of
-``/metrics`` returns those bytes, so its cost does not depend on how many GPUs
-or workers there are, and a slow worker or NVML call never delays a scrape.
+The exposition itself (text, caching, gzip) is :mod:`inferwatch.exposition`; the
+HTTP server is :mod:`inferwatch.exporter`; the ``inferwatch run`` command that
+joins them is :mod:`inferwatch.run_cmd`. A scrape of ``/metrics`` returns the
+last built bytes, so its cost does not depend on how many GPUs or workers there
+are, and a slow worker or NVML call never delays a scrape.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import os
 import platform
-import re
-import signal
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.utils import floatToGoString
 
 from inferwatch import __version__
 from inferwatch.collectors.base import Source
 from inferwatch.collectors.engine import EngineSource
 from inferwatch.collectors.process import ProcessSource
-from inferwatch.config import (
-    DEFAULT_PORT,
-    LOG_FORMATS,
-    AgentConfig,
-    GpuConfig,
-    WorkerSpec,
-    load_config,
-)
-from inferwatch.logformat import setup_logging
+from inferwatch.config import AgentConfig, GpuConfig, WorkerSpec
+from inferwatch.exposition import Exposition
 
 if TYPE_CHECKING:
     from inferwatch.collectors.kubernetes import KubernetesSource
@@ -50,103 +37,6 @@ if TYPE_CHECKING:
 REVISION = os.environ.get("INFERWATCH_REVISION", "unknown")[:64]
 
 log = logging.getLogger("inferwatch")
-
-
-def _gzip(body: bytes) -> bytes:
-    import gzip
-
-    return gzip.compress(body, compresslevel=5)
-
-
-class _Bridge:
-    """A prometheus_client collector that yields the sources' latest families."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-
-    def collect(self) -> Iterable[Metric]:
-        yield from self.agent.self_families()
-        for source in self.agent.sources:
-            yield from Agent._families_of(source)
-
-
-class _Listed:
-    """Families already built, in the shape generate_latest() reads (a registry)."""
-
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
-#: A rebuild hands the event loop back to scrapes after about this much work (seconds).
-_REBUILD_SLICE = 0.002
-
-_LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-#: metric and label names seen to need no escaping (the agent's own: a small, fixed set)
-_PLAIN_NAMES: set[str] = set()
-_PLAIN_LABELS: set[str] = set()
-
-
-def _plain(name: str, known: set[str], pattern: re.Pattern[str]) -> bool:
-    if name in known:
-        return True
-    if not pattern.fullmatch(name):
-        return False
-    if len(known) < 10_000:
-        known.add(name)
-    return True
-
-
-def _family_text(family: Metric) -> str:
-    """One family in the text format, the bytes generate_latest() writes for it.
-
-    generate_latest() validates and escapes every label name of every sample, which
-    made it most of a rebuild's cost. Families of the common shape (names that need
-    no escaping, no timestamps, no OpenMetrics-only samples) are written here; any
-    other family is handed to generate_latest() itself.
-    """
-    name, kind = family.name, family.type
-    if kind == "counter":
-        name += "_total"
-    elif kind not in ("gauge", "histogram", "summary", "untyped"):
-        return _generated(family)
-    if not _plain(name, _PLAIN_NAMES, _LEGACY_NAME):
-        return _generated(family)
-    doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
-    lines = [f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"]
-    special = (family.name + "_created", family.name + "_gsum", family.name + "_gcount")
-    for sample in family.samples:
-        sname, labels = sample.name, sample.labels
-        if (
-            sample.timestamp is not None
-            or sname in special
-            or not _plain(sname, _PLAIN_NAMES, _LEGACY_NAME)
-        ):
-            return _generated(family)
-        if labels:
-            pairs = []
-            for key in sorted(labels):
-                if not _plain(key, _PLAIN_LABELS, _LEGACY_LABEL):
-                    return _generated(family)
-                value = labels[key]
-                if "\\" in value or "\n" in value or '"' in value:
-                    value = value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-                pairs.append(f'{key}="{value}"')
-            lines.append(f"{sname}{{{','.join(pairs)}}} {floatToGoString(sample.value)}\n")
-        else:
-            lines.append(f"{sname} {floatToGoString(sample.value)}\n")
-    return "".join(lines)
-
-
-def _generated(family: Metric) -> str:
-    return generate_latest(_Listed((family,))).decode("utf-8")
-
-
-def _render(families: Iterable[Metric]) -> bytes:
-    return "".join(_family_text(family) for family in families).encode("utf-8")
 
 
 def load_backend(gpu: GpuConfig) -> Any | None:
@@ -194,22 +84,8 @@ class Agent:
         self.kubernetes: KubernetesSource | None = None
         self.node: str | None = None
         self._build_sources()
-        #: everything the exposition holds, in its order (rebuild() renders it in parts)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Bridge(self))
-        self._runtime = CollectorRegistry(auto_describe=False)
-        for collector in (
-            ProcessCollector(registry=self._runtime),
-            PlatformCollector(registry=self._runtime),
-            GCCollector(registry=self._runtime),
-        ):
-            self.registry.register(collector)
-        self.exposition: bytes = b""
-        self._gzip_cache: tuple[bytes, bytes] | None = None
-        self._gzip_pending: tuple[bytes, asyncio.Future[bytes]] | None = None
-        #: source name -> (the family list it returned, that list rendered as text)
-        self._parts: dict[str, tuple[list[Metric], bytes]] = {}
-        self._rebuilding = asyncio.Lock()
+        #: the bytes /metrics serves, rebuilt after every refresh
+        self.output = Exposition(self.self_families, lambda: self.sources)
         self._stopping = asyncio.Event()
         self._tasks: dict[Source, asyncio.Task[None]] = {}
         self._refreshed: set[str] = set()
@@ -273,7 +149,7 @@ class Agent:
                 )
             )
         if config.warmup:
-            from inferwatch.warmup import WarmupGate
+            from inferwatch.collectors.warmup import WarmupGate
 
             gate = WarmupGate.from_config(config, process=process, engine=engine)
             if gate is not None:
@@ -366,94 +242,6 @@ class Agent:
         yield errors
         yield fresh
 
-    # ------------------------------------------------------------------ exposition
-    # The exposition is the same text as generate_latest(self.registry), rendered in
-    # parts: a source whose families() returns the very list it returned last time
-    # (NVML between its passes, the engine between its scrapes) keeps its text, so a
-    # GPU pass no longer re-renders every worker's histograms (docs/performance.md).
-    def _build(self) -> Iterator[None]:
-        """Render the exposition, yielding wherever a caller may hand the loop back.
-
-        A source whose families() returns the very list it returned last time keeps
-        its rendered text; after about _REBUILD_SLICE of work the generator yields.
-        """
-        mark = time.perf_counter()
-        parts = [_render(self.self_families())]
-        for source in self.sources:
-            families = self._families_of(source)
-            if time.perf_counter() - mark > _REBUILD_SLICE:
-                yield
-                mark = time.perf_counter()
-            cached = self._parts.get(source.name)
-            if cached is None or cached[0] is not families:
-                text: list[str] = []
-                for family in families:
-                    text.append(_family_text(family))
-                    if time.perf_counter() - mark > _REBUILD_SLICE:
-                        yield
-                        mark = time.perf_counter()
-                cached = (families, "".join(text).encode("utf-8"))
-                self._parts[source.name] = cached
-            parts.append(cached[1])
-        parts.append(generate_latest(self._runtime))
-        self._publish(parts)
-
-    def rebuild(self) -> None:
-        """Render the exposition in one go (start-up, tools, tests)."""
-        for _ in self._build():
-            pass
-
-    async def rebuild_async(self) -> None:
-        """As rebuild(), yielding to the event loop between slices of rendering.
-
-        A scrape that arrives while many workers' families are rendered waits for one
-        slice (about _REBUILD_SLICE), not for the whole rebuild.
-        """
-        async with self._rebuilding:
-            await asyncio.sleep(0)  # the refresh's last step and the rebuild: two turns
-            for _ in self._build():
-                await asyncio.sleep(0)
-
-    @staticmethod
-    def _families_of(source: Source) -> list[Metric]:
-        """The source's families as a list: the very list when families() returns one."""
-        got: list[Metric] = []
-        try:
-            families = source.families()
-            if isinstance(families, list):
-                return families
-            for family in families:
-                got.append(family)
-        except Exception:  # a bug in one source must not empty the whole exposition
-            source.health.error("internal", "building metric families failed")
-            log.exception("source %s: families() failed", source.name)
-        return got
-
-    def _publish(self, parts: list[bytes]) -> None:
-        self.exposition = b"".join(parts)
-        self._gzip_cache = None
-
-    async def gzipped_async(self) -> bytes:
-        """The exposition gzip-compressed, once per build. The compression runs in a
-        thread (zlib lets go of the GIL), so scrapes of the plain text and other work go
-        on meanwhile; concurrent callers share one job."""
-        body = self.exposition
-        cache = self._gzip_cache
-        if cache is not None and cache[0] is body:
-            return cache[1]
-        pending = self._gzip_pending
-        if pending is None or pending[0] is not body:
-            pending = (body, asyncio.ensure_future(asyncio.to_thread(_gzip, body)))
-            self._gzip_pending = pending
-        try:
-            zipped = await asyncio.shield(pending[1])
-        finally:
-            if self._gzip_pending is pending and pending[1].done():
-                self._gzip_pending = None
-        if self.exposition is body:
-            self._gzip_cache = (body, zipped)
-        return zipped
-
     def ready(self) -> bool:
         """Every source has finished one pass, and every extra gate (warm-up) is open."""
         if any(s.name not in self._refreshed for s in self.sources):
@@ -470,7 +258,7 @@ class Agent:
                 source.health.error("internal", "refresh raised")
                 log.exception("source %s: refresh raised", source.name)
             self._refreshed.add(source.name)
-            await self.rebuild_async()
+            await self.output.rebuild_async()
             delay = max(0.0, source.interval - (time.monotonic() - started))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
@@ -478,7 +266,7 @@ class Agent:
     async def start(self) -> None:
         for source in self.sources:
             await source.start()
-        self.rebuild()
+        self.output.rebuild()
         for s in self.sources:
             self._tasks[s] = asyncio.create_task(self._loop(s), name=f"source-{s.name}")
 
@@ -499,7 +287,7 @@ class Agent:
         await process.refresh()
         gate: Source | None = None
         if config.warmup:
-            from inferwatch.warmup import WarmupGate
+            from inferwatch.collectors.warmup import WarmupGate
 
             new_gate = WarmupGate.from_config(config, process=process, engine=engine)
             if new_gate is not None:
@@ -537,7 +325,7 @@ class Agent:
             task = self._tasks.pop(source, None)
             if task is not None:
                 task.cancel()
-            self._parts.pop(source.name, None)
+            self.output.forget(source.name)
             if source is not engine:
                 with contextlib.suppress(Exception):
                     await source.stop()
@@ -546,8 +334,8 @@ class Agent:
                 self._tasks[source] = asyncio.create_task(
                     self._loop(source), name=f"source-{source.name}"
                 )
-        self._parts.pop(engine.name, None)
-        await self.rebuild_async()
+        self.output.forget(engine.name)
+        await self.output.rebuild_async()
         log.info("configuration reloaded: %d workers", len(config.workers))
 
     async def stop(self) -> None:
@@ -560,172 +348,3 @@ class Agent:
         for source in self.sources:
             with contextlib.suppress(Exception):
                 await source.stop()
-
-
-async def serve(
-    config: AgentConfig,
-    *,
-    on_ready: Callable[[str], None] | None = None,
-    reload_config: Callable[[], AgentConfig] | None = None,
-) -> None:
-    """Run the agent and its HTTP server until SIGTERM or SIGINT; SIGHUP reloads."""
-    from inferwatch import logthrottle
-    from inferwatch.errors import UsageError
-    from inferwatch.exporter import Exporter
-
-    loop = asyncio.get_running_loop()
-    logthrottle.install(loop)
-    agent = Agent(config)
-    exporter = Exporter(agent, config)
-    stop = asyncio.Event()
-    reloading: list[asyncio.Task[None]] = []
-
-    async def reload() -> None:
-        try:
-            new = reload_config() if reload_config is not None else config
-            await agent.reload(new)
-        except UsageError as exc:
-            log.error("SIGHUP: configuration not reloaded, the old one stays: %s", exc)
-        except Exception as exc:  # a reload must never end the agent
-            log.error("SIGHUP: reload failed, the old configuration stays: %s", exc)
-
-    def on_hup() -> None:
-        if not any(not t.done() for t in reloading):
-            reloading[:] = [asyncio.ensure_future(reload())]
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGHUP, on_hup)
-    await agent.start()
-    try:
-        url = await exporter.start()
-    except UsageError:
-        await agent.stop()
-        raise
-    log.info(
-        "inferwatch %s serving %s/metrics (%d workers%s, gpu backend %s)",
-        __version__,
-        url,
-        len(config.workers),
-        f", discovering the pods of node {agent.node}" if agent.node else "",
-        config.gpu.backend,
-    )
-    if on_ready:
-        on_ready(url)
-    try:
-        await stop.wait()
-    finally:
-        log.info("shutting down")
-        await exporter.stop()
-        await agent.stop()
-
-
-# ---------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config", metavar="FILE", help="YAML configuration file (also INFERWATCH_CONFIG)"
-    )
-    parser.add_argument(
-        "--listen",
-        "--web.listen-address",
-        dest="listen",
-        metavar="HOST:PORT",
-        help=f"address to serve /metrics on (default 0.0.0.0:{DEFAULT_PORT})",
-    )
-    parser.add_argument(
-        "--worker",
-        action="append",
-        metavar="[NAME=]URL",
-        dest="workers",
-        help="inference server base URL to watch; repeatable; the name defaults to host:port",
-    )
-    parser.add_argument(
-        "--gpu-backend",
-        choices=("nvml", "fake", "none", "dcgm-exporter"),
-        help="where GPU metrics come from (default nvml)",
-    )
-    parser.add_argument(
-        "--dcgm-exporter-url",
-        metavar="URL",
-        help="dcgm-exporter's metrics URL, backend dcgm-exporter "
-        "(default http://127.0.0.1:9400/metrics; also INFERWATCH_DCGM_EXPORTER_URL)",
-    )
-    parser.add_argument("--fake-gpus", metavar="N", help="number of fake GPUs (backend fake)")
-    parser.add_argument(
-        "--fake-gpu-state",
-        metavar="DIR",
-        help="directory of GPU state files written by `inferwatch simulate`",
-    )
-    parser.add_argument(
-        "--collect-interval",
-        metavar="DURATION",
-        help="engine and process polling interval (default 2s)",
-    )
-    parser.add_argument(
-        "--stats-window",
-        metavar="DURATION",
-        help="window of quantiles, queue slope and hit ratio (default 60s)",
-    )
-    parser.add_argument(
-        "--web-config-file",
-        "--web.config.file",
-        dest="web_config_file",
-        metavar="FILE",
-        help="TLS and basic-auth settings, exporter-toolkit format",
-    )
-    parser.add_argument(
-        "--log-level",
-        "--log.level",
-        dest="log_level",
-        choices=("debug", "info", "warning", "error"),
-    )
-    parser.add_argument(
-        "--log.format",
-        dest="log_format",
-        choices=LOG_FORMATS,
-        help="log line format (default text; logfmt and json as other exporters write)",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> AgentConfig:
-    flags = {
-        "listen": args.listen,
-        "workers": args.workers,
-        "gpu.backend": args.gpu_backend,
-        "gpu.fake_count": args.fake_gpus,
-        "gpu.fake_state_dir": args.fake_gpu_state,
-        "gpu.dcgm_exporter_url": args.dcgm_exporter_url,
-        "collect_interval": args.collect_interval,
-        "stats_window": args.stats_window,
-        "web_config_file": args.web_config_file,
-        "log_level": args.log_level,
-        "log_format": getattr(args, "log_format", None),
-    }
-    return load_config(args.config, flags=flags)
-
-
-def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> AgentConfig:
-    config = config_from_args(args)
-    if not logging_ready:  # warnings of the checks below go out in the chosen format
-        setup_logging(config.log_level, config.log_format)
-    if config.web_config_file:
-        from inferwatch.webconfig import load_web_config
-
-        load_web_config(config.web_config_file)  # validate before anything starts
-    if config.warmup:
-        from inferwatch.warmup import parse_warmup
-
-        parse_warmup(config)  # validate before anything starts
-    if config.kubernetes is not None:
-        from inferwatch.collectors.kubernetes import api_settings
-
-        api_settings(config.kubernetes, os.environ, config.source)  # validate it too
-    return config
-
-
-def main(args: argparse.Namespace) -> int:
-    config = _validated(args, logging_ready=False)
-    asyncio.run(serve(config, reload_config=lambda: _validated(args)))
-    return 0

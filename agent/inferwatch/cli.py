@@ -29,7 +29,7 @@ COMMAND_EXTRA = {"demo": "demo", "report": "report", "generate": "generate", "ad
 
 # name -> (module, one-line help). Order is the order of ``inferwatch --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("inferwatch.agent", "run the sidecar agent (NVML + engine /metrics -> Prometheus)"),
+    "run": ("inferwatch.run_cmd", "run the sidecar agent (NVML + engine /metrics -> Prometheus)"),
     "demo": ("inferwatch.demo", "run simulated workers, GPUs, the agent and load: the whole loop"),
     "simulate": ("inferwatch.sim.simulate_cmd", "run a simulated vLLM worker with a fake GPU"),
     "loadgen": ("inferwatch.sim.loadgen_cmd", "send open-loop load to workers on loopback"),

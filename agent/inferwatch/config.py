@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from inferwatch.errors import ConfigError, Kind
 from inferwatch.redact import redact_url
+from inferwatch.validate import (
+    Parser,
+    boolean,
+    choice,
+    count,
+    duration,
+    mapping,
+    optional,
+    read_yaml_file,
+    string,
+)
 
 DEFAULT_PORT = 10127
 """Outside the fully allocated 9100-9999 exporter range and unused by any known exporter."""
@@ -157,59 +166,6 @@ class AgentConfig:
 
 
 # --------------------------------------------------------------------------- value parsers
-# Each parser takes (value, source, key) and returns the parsed value or raises ConfigError.
-
-Parser = Callable[[Any, str, str], Any]
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(value: Any, source: str, key: str) -> float:
-    """Seconds from a number or a string such as ``500ms``, ``2s``, ``1m``, ``1h``."""
-    if isinstance(value, bool):
-        raise ConfigError(source, key, "a duration such as 2s, 500ms or 1m", value)
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-    else:
-        raise ConfigError(source, key, "a duration such as 2s, 500ms or 1m", value)
-    if seconds <= 0:
-        raise ConfigError(source, key, "a duration greater than zero", value)
-    return seconds
-
-
-def _positive_int(value: Any, source: str, key: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(source, key, "a whole number greater than zero", value)
-    return value
-
-
-def _optional(parser: Parser) -> Parser:
-    def parse(value: Any, source: str, key: str) -> Any:
-        return None if value is None else parser(value, source, key)
-
-    return parse
-
-
-def _string(value: Any, source: str, key: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(source, key, "a non-empty string", value)
-    return value
-
-
-def _choice(*choices: str) -> Parser:
-    def parse(value: Any, source: str, key: str) -> str:
-        if not isinstance(value, str) or value.lower() not in choices:
-            raise ConfigError(source, key, "one of " + ", ".join(choices), value)
-        return value.lower()
-
-    return parse
-
-
 def parse_listen(value: Any, source: str, key: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6, ``:PORT`` for every address)."""
     expected = "HOST:PORT such as 0.0.0.0:10127 or 127.0.0.1:10127"
@@ -277,12 +233,6 @@ def _gpu_list(value: Any, source: str, key: str) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-def _boolean(value: Any, source: str, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(source, key, "true or false", value)
-    return value
-
-
 def _exporter_url(value: Any, source: str, key: str) -> str:
     """An http(s) URL of a /metrics page, such as dcgm-exporter's (default path /metrics)."""
     try:
@@ -300,20 +250,6 @@ def _pod_map(value: Any, source: str, key: str) -> Mapping[str, str]:
         if not isinstance(worker, str) or not isinstance(pod, str) or not pod.strip("/ "):
             raise ConfigError(source, f"{key}.{worker}", expected, pod)
     return dict(value)
-
-
-def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(source, key, "a mapping of keys to values", Kind(value))
-    return dict(value)
-
-
-def _bool(value: Any, source: str, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ConfigError(source, key, "true or false", value)
 
 
 _LABEL_NAME = re.compile(
@@ -338,66 +274,66 @@ def _pod_labels(value: Any, source: str, key: str) -> tuple[str, ...]:
 def _optional_path(value: Any, source: str, key: str) -> str | None:
     if value is None or value is False:
         return None
-    return _string(value, source, key)
+    return string(value, source, key)
 
 
 # --------------------------------------------------------------------------- sections
 
 _GPU_FIELDS: dict[str, Parser] = {
-    "backend": _choice(*GPU_BACKENDS),
-    "interval": parse_duration,
-    "slow_interval": parse_duration,
-    "activity_interval": parse_duration,
-    "fake_count": _positive_int,
-    "fake_state_dir": _optional(_string),
+    "backend": choice(*GPU_BACKENDS),
+    "interval": duration,
+    "slow_interval": duration,
+    "activity_interval": duration,
+    "fake_count": count,
+    "fake_state_dir": optional(string),
     "dcgm_exporter_url": _exporter_url,
-    "dcgm_interval": parse_duration,
+    "dcgm_interval": duration,
     "dcgm_worker_pods": _pod_map,
 }
 _SCRAPE_FIELDS: dict[str, Parser] = {
-    "timeout": parse_duration,
-    "max_body_bytes": _positive_int,
-    "max_series": _positive_int,
+    "timeout": duration,
+    "max_body_bytes": count,
+    "max_series": count,
 }
 _SERVER_FIELDS: dict[str, Parser] = {
-    "max_connections": _positive_int,
-    "header_timeout": parse_duration,
-    "idle_timeout": parse_duration,
+    "max_connections": count,
+    "header_timeout": duration,
+    "idle_timeout": duration,
 }
 _WORKER_FIELDS: dict[str, Parser] = {
-    "name": _string,
+    "name": string,
     "url": parse_url,
-    "engine": _choice(*ENGINES),
-    "metrics_path": _optional(_metrics_path),
-    "pid": _optional(_positive_int),
-    "cmd_match": _optional(_string),
-    "max_num_seqs": _optional(_positive_int),
-    "timeout": _optional(parse_duration),
-    "gpus": _optional(_gpu_list),
-    "username": _optional(_string),
-    "password_file": _optional(_string),
-    "password_env": _optional(_string),
-    "export_histograms": _boolean,
+    "engine": choice(*ENGINES),
+    "metrics_path": optional(_metrics_path),
+    "pid": optional(count),
+    "cmd_match": optional(string),
+    "max_num_seqs": optional(count),
+    "timeout": optional(duration),
+    "gpus": optional(_gpu_list),
+    "username": optional(string),
+    "password_file": optional(string),
+    "password_env": optional(string),
+    "export_histograms": boolean,
 }
 _KUBERNETES_FIELDS: dict[str, Parser] = {
-    "node_name": _optional(_string),
-    "api_url": _optional(parse_url),
-    "token_file": _string,
+    "node_name": optional(string),
+    "api_url": optional(parse_url),
+    "token_file": string,
     "ca_file": _optional_path,
-    "auto_detect": _bool,
+    "auto_detect": boolean,
     "pod_labels": _pod_labels,
     "pod_resources_socket": _optional_path,
     "proc_root": _optional_path,
-    "interval": parse_duration,
-    "watch_timeout": parse_duration,
+    "interval": duration,
+    "watch_timeout": duration,
 }
 _TOP_SCALARS: dict[str, Parser] = {
-    "web_config_file": _optional(_string),
-    "log_level": _choice(*LOG_LEVELS),
-    "log_format": _choice(*LOG_FORMATS),
-    "collect_interval": parse_duration,
-    "process_interval": parse_duration,
-    "stats_window": parse_duration,
+    "web_config_file": optional(string),
+    "log_level": choice(*LOG_LEVELS),
+    "log_format": choice(*LOG_FORMATS),
+    "collect_interval": duration,
+    "process_interval": duration,
+    "stats_window": duration,
 }
 TOP_KEYS = (
     "listen",
@@ -509,74 +445,10 @@ def _apply(config: AgentConfig, raw: Mapping[str, Any], source: str) -> AgentCon
             section = {} if value is None else _section(value, _KUBERNETES_FIELDS, source, key)
             changes["kubernetes"] = replace(base, **section)
         elif key in ("warmup", "report"):
-            changes[key] = _mapping(value, source, key)
+            changes[key] = mapping(value, source, key)
         else:
             raise ConfigError(source, str(key), "one of the known keys " + ", ".join(TOP_KEYS))
     return replace(config, **changes)
-
-
-#: limits of a configuration file: far above any real one, far below harm
-YAML_MAX_BYTES = 1 << 20
-YAML_MAX_DEPTH = 32
-YAML_MAX_ALIASES = 64
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses deep nesting and alias bombs while composing.
-
-    An alias bomb (aliases of aliases of lists) is small as a node graph and
-    huge once anything walks it (a 312 MB error line, a MemoryError at 2.7 GB);
-    deep nesting ends in RecursionError. Both become a YAMLError here.
-    """
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._aliases = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > YAML_MAX_ALIASES:
-                raise yaml.YAMLError(f"more than {YAML_MAX_ALIASES} aliases")
-        self._depth += 1
-        try:
-            if self._depth > YAML_MAX_DEPTH:
-                raise yaml.YAMLError(f"nested deeper than {YAML_MAX_DEPTH} levels")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-def read_yaml_file(path: str) -> Mapping[str, Any]:
-    """A YAML mapping from ``path``; unreadable files and bad YAML are ConfigErrors."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(YAML_MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(path, "(file)", "a readable file", exc.strerror or str(exc)) from None
-    if len(raw) > YAML_MAX_BYTES:
-        raise ConfigError(path, "(file)", f"a file of at most {YAML_MAX_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(path, f"line {line}", "UTF-8 text") from None
-    try:
-        data = yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}" if mark else "(file)"
-        raise ConfigError(path, where, "valid YAML", str(exc.problem)[:80]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(path, "(file)", "valid YAML", str(exc)[:80]) from None
-    except RecursionError:
-        raise ConfigError(path, "(file)", f"YAML nested at most {YAML_MAX_DEPTH} levels") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(path, "(top level)", "a mapping of settings", type(data).__name__)
-    return data
 
 
 # Environment variables and the key each one sets.

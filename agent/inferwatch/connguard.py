@@ -29,9 +29,7 @@ class ConnectionGuard:
         self.header_timeout = header_timeout
         self.open: dict[GuardedProtocol, None] = {}  # insertion order: oldest first
         self.by_transport: dict[object, GuardedProtocol] = {}
-        #: connections closed by the cap, by the head time-out; refused at the cap
-        self.evicted = 0
-        self.timed_out = 0
+        #: connections refused at the cap
         self.refused = 0
 
     def admit(self, conn: GuardedProtocol) -> bool:
@@ -44,7 +42,6 @@ class ConnectionGuard:
             if victim is None:
                 self.refused += 1
                 return False
-            self.evicted += 1
             # out of the count now: its connection_lost comes a loop turn later, and
             # the next connection of this burst must not pick the same victim again
             self.release(victim)
@@ -153,7 +150,6 @@ class GuardedProtocol(asyncio.Protocol):
     def _head_timed_out(self) -> None:
         self._timer = None
         if self._in_head and not self.busy:
-            self.guard.timed_out += 1
             self.abort()
 
     def abort(self) -> None:

@@ -22,7 +22,7 @@ import html
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -36,7 +36,21 @@ from inferwatch.redact import redact_url
 from inferwatch.webconfig import BasicAuth, WebConfig, load_web_config
 
 if TYPE_CHECKING:
-    from inferwatch.agent import Agent
+    from inferwatch.collectors.engine import EngineSource
+    from inferwatch.exposition import Exposition
+
+
+class Served(Protocol):
+    """What the server needs of the agent (:class:`inferwatch.agent.Agent` is one)."""
+
+    @property
+    def output(self) -> Exposition: ...
+
+    @property
+    def engine(self) -> EngineSource | None: ...
+
+    def ready(self) -> bool: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +83,7 @@ def accepts_gzip(header: str) -> bool:
 
 
 class Exporter:
-    def __init__(self, agent: Agent, config: AgentConfig) -> None:
+    def __init__(self, agent: Served, config: AgentConfig) -> None:
         self.agent = agent
         self.config = config
         self.web = (
@@ -154,8 +168,8 @@ class Exporter:
         headers = {"Content-Type": CONTENT_TYPE_LATEST, "Vary": "Accept-Encoding"}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             headers["Content-Encoding"] = "gzip"
-            return web.Response(body=await self.agent.gzipped_async(), headers=headers)
-        return web.Response(body=self.agent.exposition, headers=headers)
+            return web.Response(body=await self.agent.output.gzipped(), headers=headers)
+        return web.Response(body=self.agent.output.body, headers=headers)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

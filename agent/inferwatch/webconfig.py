@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferwatch.config import read_yaml_file
 from inferwatch.errors import ConfigError
+from inferwatch.validate import read_yaml_file
 
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,

@@ -23,14 +23,14 @@ SOURCE = "command line"
 
 def parse_time(text: str, now: float, key: str) -> float:
     """Unix seconds from ``now``, ``now-1h``, ``-30m``, unix seconds or RFC 3339."""
-    from inferwatch.pack.thresholds import parse_duration
+    from inferwatch.validate import duration_seconds
 
     raw = text.strip()
     if raw == "now":
         return now
     for prefix in ("now-", "-"):
         if raw.startswith(prefix):
-            seconds = parse_duration(raw[len(prefix) :])
+            seconds = duration_seconds(raw[len(prefix) :])
             if seconds is None:
                 break
             return now - seconds
@@ -226,14 +226,14 @@ def main_capacity(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if getattr(args, "advise_mode", None) == "capacity":
         return main_capacity(args)
-    from inferwatch.config import parse_duration
     from inferwatch.pack.thresholds import load_thresholds
+    from inferwatch.validate import duration
 
     if bool(args.agent_url) == bool(args.prometheus_url):
         raise UsageError("give one of --agent-url URL or --prometheus-url URL (or `capacity`)")
     if args.samples < 1:
         raise ConfigError(SOURCE, "--samples", "a whole number >= 1", args.samples)
-    every = parse_duration(args.every, SOURCE, "--every")
+    every = duration(args.every, SOURCE, "--every")
     thresholds = load_thresholds(args.thresholds)
     source: dict[str, Any]
     try:

@@ -359,7 +359,6 @@ class KubernetesSource(Source):
         )
         self._pod_resources = pod_resources
         self._task: asyncio.Task[None] | None = None
-        self._seen_version = -1
         self._skipped: set[Skipped] = set()
         self.discovered = Discovered()
         self._roots: dict[tuple[str, str], int] = {}

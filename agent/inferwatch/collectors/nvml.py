@@ -275,7 +275,6 @@ class NvmlSnapshot:
     devices: tuple[DeviceReading, ...] = ()
     #: (gpu, uuid, xid, count, unix time of the last event), since the agent started
     xid: tuple[tuple[str, str, str, int, float], ...] = ()
-    taken: float = 0.0
 
 
 # ---------------------------------------------------------------------- internal state
@@ -310,7 +309,6 @@ class _Device:
         self.unsupported: set[str] = set()
         self.failing: set[str] = set()
         self.lost = False
-        self.lost_reason = ""
         self.retry_at = 0.0
         self.backoff = 0.0
         self.gpm = False
@@ -569,11 +567,11 @@ class NvmlSource(Source):
                 f"NVML stopped answering ({gone}); no GPU series until it is re-initialised",
                 "",
             )
-            self._snapshot = NvmlSnapshot(taken=time.time())
+            self._snapshot = NvmlSnapshot()
             return False
         for pid in [p for p in self._names if p not in seen]:
             del self._names[pid]
-        self._snapshot = NvmlSnapshot(tuple(readings), self._xid_rows(), time.time())
+        self._snapshot = NvmlSnapshot(tuple(readings), self._xid_rows())
         return True
 
     def _schedule_init(self, now: float) -> None:
@@ -736,7 +734,6 @@ class NvmlSource(Source):
         gpu.backoff = self.gpu_retry if first else min(gpu.backoff * 2, MAX_GPU_RETRY)
         gpu.retry_at = now + gpu.backoff
         reason = "gpu_lost" if lost.code in _GPU_GONE else error_reason(lost.code)
-        gpu.lost_reason = reason
         self._report(reason, f"GPU unusable ({lost}); retrying with backoff", gpu.key)
 
     # ------------------------------------------------------------------ calls with memory

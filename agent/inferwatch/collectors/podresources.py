@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +35,6 @@ class ContainerKey:
     namespace: str
     pod: str
     container: str
-
-
-#: container -> the GPU device IDs it was allocated, in the kubelet's order
-Allocations = Mapping[ContainerKey, tuple[str, ...]]
 
 
 class PodResourcesError(Exception):

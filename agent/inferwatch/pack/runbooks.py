@@ -7,17 +7,22 @@ alert's severity, condition, dashboard and query, and is written for an on-call
 engineer who has never run vLLM: which panel to open, which PromQL to paste,
 which ``vllm serve`` flag or deployment change helps.
 
-Numbers come from ``Thresholds`` (never typed into the text), and the field
-guide's own figures are cited by section ([4.2] = section 四, part 2 of
+Numbers come from ``Thresholds`` (never typed into the text); the remedies the
+closed loops share with ``inferwatch advise`` and the weekly report (their
+flags, numbers and sentences) come from :mod:`inferwatch.pack.loops`, and each
+page of a loop's alert names that loop. The field guide's own figures are cited
+by section ([4.2] = section 四, part 2 of
 shared/reference/000_1608bd3c8c368d9e.txt). To edit a page, edit its function
 here and run ``inferwatch generate``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
 from inferwatch.pack import slo
 from inferwatch.pack.names import Names, names
@@ -78,9 +83,9 @@ class Ctx:
     def s(self, *extra: str) -> str:
         return self.t.pack.selector(*self._matchers(self.scope), *extra)
 
-    def only(self, *keys: str) -> str:
+    def only(self, *keys: str, extra: tuple[str, ...] = ()) -> str:
         """The selector narrowed to some of the placeholders (``only("instance")``)."""
-        return self.t.pack.selector(*self._matchers(keys))
+        return self.t.pack.selector(*self._matchers(keys), *extra)
 
     def r(self, record: str) -> str:
         """A recording rule's series for the alert's instance and worker or GPU."""
@@ -125,6 +130,37 @@ def sh(*lines: str, indent: int = 3) -> str:
     return _block("sh", lines, indent)
 
 
+_FLAG = re.compile(r"(?<![`\w])(--[a-z][a-z0-9-]*(?: (?:fp8|\d[\d.]*)(?![\w.]))?)")
+
+
+def md(text: str) -> str:
+    """A remedy sentence of :mod:`inferwatch.pack.loops` with its flags as Markdown code."""
+    return _FLAG.sub(r"`\1`", text)
+
+
+def cite(text: str, *sections: str) -> str:
+    """``text`` (a sentence ending in a full stop) with the guide's sections before the stop."""
+    return f"{text.rstrip().rstrip('.')} [{', '.join(sections)}]."
+
+
+def _range(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:g}-{pair[1]:g}"
+
+
+def _pct_range(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.0%}-{pair[1]:.0%}"
+
+
+#: [5.2]: the unwarmed first call against a warm one, as the pages quote it
+_COLD_VS_WARM = (
+    f"about {L.WARM_CALL_SECONDS * 1000:.0f} ms instead of {L.COLD_FIRST_CALL_SECONDS:g} s"
+)
+
+
+_FP8_ALREADY = ", ".join(f"`{d}`" for d in L.FP8_DTYPES)
+#: the worker_info matcher of an FP8 KV cache (``L.is_fp8``: the dtype starts with fp8)
+_FP8_MATCHER = 'kv_cache_dtype=~"fp8.*"'
+
 _FLAGS_WHERE = (
     "Where the flags live: vLLM's settings are command-line flags of `vllm serve` (or of "
     "`python -m vllm.entrypoints.openai.api_server`): in Kubernetes they are the container "
@@ -141,32 +177,54 @@ _MAX_NUM_SEQS_ESTIMATE = (
 )
 
 
-def _kv_remedies(t: Thresholds) -> str:
-    return (
-        "- Turn on `--enable-prefix-caching` when requests share a prefix (a system prompt): "
-        "the shared part is stored once, which saves 30% or more of KV memory [6.2]. With VRAM "
-        f"above {pct(t.vram.scale_above)}, lower `--max-num-seqs` before you consider turning "
-        "prefix caching off: the cache is worth more than the memory it costs [5.1].\n"
-        "- Store the KV cache in FP8 (`--kv-cache-dtype fp8`): close to half the KV memory for "
-        "an accuracy loss the guide puts under 0.5% [6.2].\n"
-        "- Do not lower `--gpu-memory-utilization` for this: it is the share of the card vLLM "
+def _kv_remedies(c: Ctx, *, pool_first: bool) -> str:
+    """The KV-cache remedies of loop 3, facts from pack.loops.
+
+    ``pool_first``: preemptions (a bigger KV pool first); else memory pressure with a
+    rising queue (fewer sequences first, the guide's order [5.1]).
+    """
+    t = c.t
+    worker = c.only("instance", "worker")
+    pool = (
+        f"- {cite(md(L.raise_kv_pool()), '4.2', '6.2')} `--gpu-memory-utilization` is the share of the card vLLM "
         "reserves at start, and the KV cache gets what is left after the weights, so a lower "
-        "value means a smaller KV cache and more preemptions. Lower it (to 0.85 [2.3, 6.2]) "
-        "only when the process itself dies of out-of-memory (InferenceWorkerDown); raise it "
-        "(0.9 to 0.95) when `nvidia-smi` shows the card with room no other process needs.\n"
-        "- Bound the longest request: set `--max-model-len` to what the product needs and "
+        "value means a smaller KV cache and more preemptions. `nvidia-smi` shows the room "
+        "left on the card; lower the flag (to "
+        f"{L.GPU_MEMORY_UTILIZATION_HEADROOM:g} [2.3, 6.2]) only when the process itself dies "
+        "of out-of-memory (InferenceWorkerDown)."
+    )
+    seqs = (
+        f"- {cite(md(L.fewer_seqs()), '5.1')} Compare the running batch with the limit first:"
+        + promql(
+            f"inferwatch_requests_running{worker}",
+            f"inferwatch_max_num_seqs{worker}",
+            indent=2,
+        )
+        + f"  With VRAM above {pct(t.vram.scale_above)} and the batch at the limit, lower "
+        "`--max-num-seqs` before you consider turning prefix caching off [5.1]. "
+        + _MAX_NUM_SEQS_ESTIMATE
+    )
+    rest = (
+        f"- Turn on `--enable-prefix-caching`. {cite(md(L.PREFIX_CACHING), '6.2')}\n"
+        f"- {cite(md(L.FP8_KV), '6.2')} Skip this where the worker's KV cache is FP8 already: its "
+        f"`kv_cache_dtype` (the **Launch flags** table) is one of {_FP8_ALREADY}. This query "
+        "returns the worker only when it is:"
+        + promql(
+            "inferwatch_worker_info" + c.only("instance", "worker", extra=(_FP8_MATCHER,)),
+            indent=2,
+        )
+        + "- Bound the longest request: set `--max-model-len` to what the product needs and "
         "reject over-long inputs at the gateway; one unexpected 10K-token prompt can take the "
         "KV cache a whole batch needed [4 FAQ]."
     )
+    first, second = (pool, seqs) if pool_first else (seqs, pool)
+    return f"{first}\n{second}\n{rest}"
 
 
 _BALANCING = (
-    "- Route by least connections, not round-robin: nginx `least_conn;` in the `upstream` "
-    "block, HAProxy `balance leastconn`. Round-robin assumes every request costs the same, "
-    "while a 2000-token answer takes ten times a 200-token one [5.3].\n"
-    "- Send long-context traffic (for example system prompts over 2000 tokens) to a separate "
-    "pool of workers with its own `--max-model-len` and batching flags, so long requests "
-    "stop delaying short ones [5.3]."
+    f"- {md(L.LEAST_CONNECTIONS)} Round-robin assumes every request costs the same, while a "
+    "2000-token answer takes ten times a 200-token one [5.3].\n"
+    f"- {md(L.LONG_CONTEXT_POOL)} Long requests then stop delaying short ones [5.3]."
 )
 
 _SCALE_CHOICES = (
@@ -222,15 +280,14 @@ def _gpu_underutilized(c: Ctx) -> Page:
             "**Launch flags** table): a small value caps how full the GPU can get."
         ),
         mitigation=(
-            "Do not shrink the fleet first [6.2, loop 1]:\n\n"
+            f"Do not shrink the fleet first [{L.guide('imbalance')}]:\n\n"
             + _BALANCING
             + "\n- Let each worker batch more: continuous batching fills the GPU only with "
             "enough concurrent requests. Start `--max-num-seqs` around 32 and raise it while "
             "load-testing [4.1]; on an A10, going from 8 to 64 concurrent sequences took "
             "utilization from 42% to 94% for 15 ms more P50 [3.3]. "
             + _MAX_NUM_SEQS_ESTIMATE
-            + "\n- If the load really is small, consolidate: put small models on one card or "
-            "on MIG slices instead of one idle GPU each [2.1, 4.3].\n"
+            + f"\n- If the load really is small, consolidate. {cite(md(L.SHARE_GPU), '2.1', '4.3')}\n"
             "- To silence this alert for a GPU that is idle on purpose (a standby), raise "
             "`gpu_utilization.waste_for` or lower `gpu_utilization.waste_below` in your "
             "thresholds file and regenerate."
@@ -326,16 +383,8 @@ def _vram_pressure(c: Ctx) -> Page:
         ),
         mitigation=(
             "Right now:\n\n"
-            "- Scale out (another replica of this model) or rate-limit at the gateway until "
-            "the queue stops rising [4.2].\n\n"
-            "Then, per worker:\n\n"
-            "- Lower `--max-num-seqs` first; the guide prefers it to turning prefix caching "
-            "off [5.1]. "
-            + _MAX_NUM_SEQS_ESTIMATE
-            + "\n"
-            + _kv_remedies(c.t)
-            + "\n\n"
-            + _FLAGS_WHERE
+            f"- {md(L.SCALE_OUT)} {cite(md(L.RATE_LIMIT), '4.2')}\n\n"
+            "Then, per worker:\n\n" + _kv_remedies(c, pool_first=False) + "\n\n" + _FLAGS_WHERE
         ),
     )
 
@@ -564,11 +613,12 @@ def _queue_over_capacity(c: Ctx) -> Page:
             "GPUs; a memory-bound one wants KV-cache work [6.1]."
         ),
         mitigation=(
-            "- Add replicas for this model, or rate-limit at the gateway, now [6 FAQ].\n"
+            f"- {cite(md(L.SCALE_OUT), '6 FAQ')} {md(L.RATE_LIMIT)}\n"
             "- If the GPU is not busy (utilization under "
             f"{pct(c.t.gpu_utilization.idle_below)}), the batch is too small for it: raise "
             "`--max-num-seqs` within the memory budget. " + _MAX_NUM_SEQS_ESTIMATE + "\n"
-            "- Tune how much each step batches: `--max-num-batched-tokens` 4096-8192 is usual "
+            "- Tune how much each step batches: `--max-num-batched-tokens` "
+            f"{_range(L.BATCHED_TOKENS_RANGE)} is usual "
             "for a 7B model on an A10 (30-50 ms per step). Too small and continuous batching "
             "has nothing to batch; too large and every step gets slow. If prompt throughput "
             "drops as batches grow, it is past the point of diminishing returns [2.3].\n"
@@ -592,7 +642,8 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
         meaning=(
             "TTFT (time to first token) is how long a user waits before the answer starts. "
             "Slow first tokens on a GPU that is not busy point at setup work, not load: the "
-            "guide's loop 2 [6.2] reads it as a missing warm-up, meaning CUDA kernels, the "
+            f"guide's loop {L.BY_ID['warmup'].loop} [6.2] reads it as a missing warm-up, meaning "
+            "CUDA kernels, the "
             "KV cache and shared prompt prefixes are prepared on real users' requests instead "
             "of beforehand."
         ),
@@ -619,11 +670,12 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
             "- Warm up before taking traffic: after the server answers `/health`, send one "
             "or two small completion requests (`max_tokens: 1`) and only then add the worker "
             "to the load balancer (a readiness probe that runs the warm-up does both). The "
-            "guide measured 4.8 s for the first unwarmed call, 2.3 s of it CUDA compilation, "
-            "against about 180 ms once warm [5.2].\n"
+            f"guide measured {L.COLD_FIRST_CALL_SECONDS:g} s for the first unwarmed call, 2.3 s "
+            f"of it CUDA compilation, against about {L.WARM_CALL_SECONDS * 1000:.0f} ms once "
+            "warm [5.2].\n"
             "- Turn on `--enable-prefix-caching` for services with a long fixed system "
-            "prompt: the prefix is computed once and later requests skip it; TTFT drops by "
-            "30-60% [6.2, 2.3].\n"
+            "prompt: the prefix is computed once and later requests skip it; first tokens come "
+            f"{_pct_range(L.PREFIX_CACHE_TTFT_GAIN)} sooner [6.2, 2.3].\n"
             "- Keep models resident: avoid scaling to zero or recycling workers that serve "
             "interactive traffic.\n\n" + _FLAGS_WHERE
         ),
@@ -671,7 +723,8 @@ def _ttft_slo(c: Ctx) -> Page:
             "- Long shared prompts: `--enable-prefix-caching`. With an 800-token system "
             "prompt the guide saw prefill go from 1.2 s to under 0.3 s [5.1].\n"
             "- Batching too aggressive: a very large `--max-num-batched-tokens` makes each "
-            "step long, and new requests wait for it; 4096-8192 keeps a 7B model on an A10 at "
+            f"step long, and new requests wait for it; {_range(L.BATCHED_TOKENS_RANGE)} keeps a "
+            "7B model on an A10 at "
             "30-50 ms per step [2.3].\n"
             "- Mixed traffic: give interactive requests a higher vLLM `priority` than batch "
             "jobs [4 FAQ], or move long-context requests to their own pool [5.3].\n"
@@ -735,8 +788,9 @@ def _long_tail(c: Ctx) -> Page:
     a = c.variants[0]
     return Page(
         condition=(
-            f"a worker's end-to-end P99 over {t.pack.window} is more than "
-            f"{num(t.latency.tail_ratio)} times its P50, for {dur(a.for_seconds)}"
+            f"a worker's TTFT P99 or its TPOT P99 over {t.pack.window} is at least "
+            f"{num(t.latency.tail_ratio)} times its P50, for {dur(a.for_seconds)} (end-to-end "
+            "latency is not judged: it grows with the answer's length)"
         ),
         meaning=(
             "The slowest requests take many times longer than the typical one. The guide "
@@ -796,8 +850,8 @@ def _load_imbalance(c: Ctx) -> Page:
         ),
         meaning=(
             "Requests are not spread across the workers of one model: one builds a queue "
-            "while its peers and their GPUs sit mostly idle. This is the guide's loop 1 "
-            "[6.2]: low utilization with normal latency usually means uneven routing (a random "
+            "while its peers and their GPUs sit mostly idle. This is the guide's loop "
+            f"{L.BY_ID['imbalance'].loop} [6.2]: low utilization with normal latency usually means uneven routing (a random "
             "or round-robin balancer, sticky sessions), not too many GPUs."
         ),
         impact=(
@@ -817,10 +871,11 @@ def _load_imbalance(c: Ctx) -> Page:
             "and whether all workers are in its pool."
         ),
         mitigation=(
-            _BALANCING + "\n- Check that every worker passed its health check and is in "
+            f"{cite(md(L.NO_SCALE_IN), L.guide('imbalance'))}\n\n"
+            + _BALANCING
+            + "\n- Check that every worker passed its health check and is in "
             "the pool; a worker left out after a restart leaves its peers to carry its share.\n"
-            "- For one model on a multi-GPU host, one worker with tensor parallelism balances "
-            "across the GPUs by itself [6.2].\n"
+            f"- {cite(md(L.DATA_PARALLEL), '6.2')}\n"
             "- This is an inferwatch default, not a guide number: tune "
             "`load_imbalance.load_ratio` and `load_imbalance.min_open_requests` if it is noisy."
         ),
@@ -908,7 +963,7 @@ def _cold_start(c: Ctx) -> Page:
                 '  --data \'{"model": "MODEL", "prompt": "warm-up", "max_tokens": 1}\'',
                 indent=2,
             )
-            + "  Warm, the guide's A10 answered in about 180 ms instead of 4.8 s [5.2]; kernel "
+            + f"  Warm, the guide's A10 answered in {_COLD_VS_WARM} [5.2]; kernel "
             "compilation alone costs 2-5 s on a first request [2.3].\n"
             "- With a long fixed system prompt, `--enable-prefix-caching` and a warm-up "
             "request that carries it make the prefix ready before users arrive [2.3].\n"
@@ -939,7 +994,8 @@ def _warmup_deadline(c: Ctx) -> Page:
         ),
         impact=(
             "Users routed to this worker pay for the missing warm-up: the guide measured an "
-            "unwarmed first call at 4.8 s against about 180 ms warm [5.2]. If the warm-up "
+            f"unwarmed first call at {L.COLD_FIRST_CALL_SECONDS:g} s against about "
+            f"{L.WARM_CALL_SECONDS * 1000:.0f} ms warm [5.2]. If the warm-up "
             "failed because the worker itself is broken (nothing listening, HTTP errors), "
             "their requests may fail as well: check InferenceWorkerDown and "
             "InferenceRequestErrors for the same worker."
@@ -1017,10 +1073,7 @@ def _kv_preemptions(c: Ctx) -> Page:
             )
         ),
         mitigation=(
-            "- Admit fewer sequences: lower `--max-num-seqs`. "
-            + _MAX_NUM_SEQS_ESTIMATE
-            + "\n"
-            + _kv_remedies(c.t)
+            _kv_remedies(c, pool_first=True)
             + "\n- Or give the model more memory: a larger GPU, or tensor parallelism across "
             "two [2.1].\n\n" + _FLAGS_WHERE
         ),
@@ -1112,9 +1165,8 @@ def _worker_down(c: Ctx) -> Page:
         mitigation=(
             "- Take the worker out of the load balancer (or check that its readiness probe "
             "did) so no request is routed to it.\n"
-            "- Crash loop with out-of-memory: lower `--gpu-memory-utilization` to 0.85 and "
-            "check `--max-num-seqs`; prefix caching on top of 0.9 is a known cause of OOM "
-            "restarts [2.3].\n"
+            f"- Crash loop with out-of-memory: {md(L.headroom())} Check `--max-num-seqs` too; "
+            "prefix caching on top of 0.9 is a known cause of OOM restarts [2.3].\n"
             "- `no_engine_metrics`: remove `--disable-log-stats` from the server's flags "
             "(SGLang needs `--enable-metrics`, llama.cpp `--metrics`).\n"
             "- A wrong URL or port in the agent's `workers:` list: fix the agent config.\n"
@@ -1196,6 +1248,19 @@ PAGES: dict[str, Callable[[Ctx], Page]] = {
 }
 
 
+def _loop_line(alert: str) -> list[str]:
+    """The header line naming the closed loop of ``alert`` (pack.loops), if it has one."""
+    if alert not in L.BY_ALERT:
+        return []
+    loop = L.BY_ID[L.BY_ALERT[alert]]
+    number = f"{loop.loop}" if loop.loop is not None else "none (advice outside the loops)"
+    keys = ", ".join(f"`{k}`" for k in loop.thresholds)
+    return [
+        f"**Closed loop:** {number}, `{loop.id}` in `inferwatch advise` and the weekly report: "
+        f"{loop.title} [{L.guide(loop.id)}]. Tuned by {keys}.  "
+    ]
+
+
 def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
     """The Markdown page of one alert (all rules sharing its name)."""
     if name in PAGES:
@@ -1213,6 +1278,7 @@ def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
         "",
         f"**Severity:** {severities}  ",
         f"**Fires when:** {page.condition}.  ",
+        *_loop_line(name),
         f"**Dashboard:** [{DASHBOARD_TITLES[dashboard]}]({t.pack.dashboard_url(dashboard)})",
         "",
         "<details><summary>Alert query</summary>",

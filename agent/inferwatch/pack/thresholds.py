@@ -38,18 +38,19 @@ got 1.5``).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from inferwatch import validate
 from inferwatch.errors import ConfigError
 from inferwatch.pack import slo_spec
 from inferwatch.pack.pricing import Pricing, parse_pricing
 from inferwatch.pack.slo_spec import SloSpec
+from inferwatch.validate import format_duration
+
+__all__ = ["SECTIONS", "Thresholds", "format_duration", "load_thresholds"]
 
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
 
@@ -248,42 +249,6 @@ SECTIONS: dict[str, type] = {
 #: top-level sections validated by their own parser (``metadata["kind"]``), not field by field
 _PARSED = {f.name for f in fields(Thresholds) if "kind" in f.metadata}
 
-# ---------------------------------------------------------------------------- durations
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds of ``30m``, ``1h30m``, ``500ms``, ``90`` (seconds); None when not a duration."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        return float(text)
-    pos = 0
-    total = 0.0
-    for m in _DURATION_RE.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or pos == 0:
-        return None
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """A PromQL / rule-file duration for ``seconds``: 1800 -> ``30m``, 37.5 -> ``37s500ms``."""
-    ms = round(seconds * 1000)
-    if ms == 0:
-        return "0s"
-    parts = []
-    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
-        n, ms = divmod(ms, size)
-        if n:
-            parts.append(f"{n}{unit}")
-    return "".join(parts)
-
-
 # ---------------------------------------------------------------------------- values
 
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
@@ -291,13 +256,6 @@ _SELECTOR_RE = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*")
 _UID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 _EXPECTED = {
-    RATIO: "a ratio between 0 and 1",
-    SECONDS: "a number of seconds greater than 0",
-    DURATION: "a duration such as 30m, 15m, 90s or a number of seconds",
-    POSITIVE: "a duration greater than 0 such as 10m",
-    NON_NEGATIVE: "a number >= 0",
-    ABOVE_ONE: "a number greater than 1",
-    COUNT: "a whole number >= 1",
     BAND: "a list of two ratios [low, high] with low < high",
     SELECTOR: 'PromQL label matchers such as job="inferwatch" (without braces)',
     URL: "a non-empty string (URL prefix)",
@@ -305,12 +263,19 @@ _EXPECTED = {
     XIDS: "a non-empty list of XID numbers such as [48, 79]",
 }
 
+#: the kinds validated by the shared parsers of :mod:`inferwatch.validate`
+_SHARED: dict[str, validate.Parser] = {
+    RATIO: validate.ratio,
+    SECONDS: validate.seconds,
+    NON_NEGATIVE: validate.non_negative,
+    ABOVE_ONE: validate.above_one,
+    COUNT: validate.count,
+}
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+
+def _duration(value: Any, source: str, key: str) -> float:
+    """A window or a ``for``: zero allowed, whole milliseconds (the rule files' grammar)."""
+    return validate.duration(value, source, key, zero=True, whole_ms=True)
 
 
 def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
@@ -320,38 +285,17 @@ def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
     if kind == PRICING:
         return parse_pricing(value, source, key)
     if kind == SLOS:
-        return slo_spec.parse(value, source, lambda v, k: _parse_value(DURATION, v, source, k))
-
-    if kind in (DURATION, POSITIVE):
-        seconds = _number(value)
-        if seconds is None and isinstance(value, str):
-            seconds = parse_duration(value)
-        if seconds is None or seconds < 0 or (kind == POSITIVE and seconds == 0):
-            raise bad()
-        if abs(seconds * 1000 - round(seconds * 1000)) > 1e-6:
-            raise ConfigError(source, key, "a duration in whole milliseconds", value)
-        return seconds
-    if kind in (RATIO, SECONDS, NON_NEGATIVE, ABOVE_ONE):
-        number = _number(value)
-        if number is None:
-            raise bad()
-        ok = {
-            RATIO: 0.0 <= number <= 1.0,
-            SECONDS: number > 0,
-            NON_NEGATIVE: number >= 0,
-            ABOVE_ONE: number > 1,
-        }[kind]
-        if not ok:
-            raise bad()
-        return number
-    if kind == COUNT:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise bad()
-        return value
+        return slo_spec.parse(value, source, lambda v, k: _duration(v, source, k))
+    if kind == DURATION:
+        return _duration(value, source, key)
+    if kind == POSITIVE:
+        return validate.duration(value, source, key, whole_ms=True)
+    if kind in _SHARED:
+        return _SHARED[kind](value, source, key)
     if kind == BAND:
         if not isinstance(value, (list, tuple)) or len(value) != 2:
             raise bad()
-        low, high = (_number(v) for v in value)
+        low, high = (validate.number(v) for v in value)
         if low is None or high is None or not 0 <= low < high <= 1:
             raise bad()
         return (low, high)
@@ -384,19 +328,6 @@ def _split_matchers(text: str) -> list[str]:
 # ---------------------------------------------------------------------------- loading
 
 
-def _read_yaml(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(path, "(file)", "a readable file", exc.strerror or str(exc)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"(line {mark.line + 1})" if mark is not None else "(file)"
-        raise ConfigError(path, where, "valid YAML", getattr(exc, "problem", str(exc))) from None
-
-
 def _merge(
     defaults: dict[str, Any], override: Any, cls: type, source: str, prefix: str
 ) -> dict[str, Any]:
@@ -405,11 +336,10 @@ def _merge(
     if not isinstance(override, dict):
         raise ConfigError(source, where, "a mapping of keys to values", override)
     known = {f.name: f for f in fields(cls) if f.name != "source"}
+    validate.known_keys(override, known, source, prefix)
     merged = dict(defaults)
     for key, value in override.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
-        if key not in known:
-            raise ConfigError(source, dotted, "one of the known keys " + ", ".join(known))
         sub = known[key].metadata.get("section") or (
             SECTIONS.get(key) if not prefix and key not in _PARSED else None
         )
@@ -461,7 +391,7 @@ def _check(t: Thresholds, source: str) -> None:
         )
     p = t.pack
     if p.scrape_interval <= 0:
-        raise ConfigError(source, "pack.scrape_interval", "a duration greater than 0", 0)
+        raise ConfigError(source, "pack.scrape_interval", "a duration greater than zero", 0)
     if p.rate_window < 2 * p.scrape_interval:
         # rate() needs two samples inside its window
         raise ConfigError(
@@ -483,15 +413,11 @@ def _check(t: Thresholds, source: str) -> None:
 def load_thresholds(path: str | None = None) -> Thresholds:
     """The packaged defaults, overridden by the YAML file at ``path`` when given."""
     default_source = str(DEFAULTS_PATH)
-    defaults = _read_yaml(default_source)
-    if not isinstance(defaults, dict):
-        raise ConfigError(default_source, "(top level)", "a mapping of sections", defaults)
+    defaults = dict(validate.read_yaml_file(default_source))
     raw = defaults
     source = default_source
     if path is not None:
-        user = _read_yaml(path)
-        if user is not None:
-            raw = _merge(defaults, user, Thresholds, path, "")
+        raw = _merge(defaults, dict(validate.read_yaml_file(path)), Thresholds, path, "")
         source = path
     thresholds: Thresholds = _build(Thresholds, raw, source, "")
     _check(thresholds, source)

@@ -215,13 +215,13 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.report import budget as budget_mod
     from inferwatch.report import charts as charts_mod
     from inferwatch.report import fmt, render
+    from inferwatch.report.build import build_report
     from inferwatch.report.cost import collect_cost, cost_section
     from inferwatch.report.mail import build_message, content_id, send
     from inferwatch.report.model import Period, bands_from_thresholds
     from inferwatch.report.promapi import PrometheusClient, ReportError
     from inferwatch.report.query import collect, count_steps
     from inferwatch.report.settings import load_settings, store_access
-    from inferwatch.report.summary import build_report
 
     settings = load_settings(args.config, os.environ)
     url = args.prometheus_url or settings.prometheus_url

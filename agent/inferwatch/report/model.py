@@ -88,7 +88,6 @@ class Bands:
     vram_squeeze_p99_ok_seconds: float
     vram_scale_above: float
     ttft_p99_slo_seconds: float
-    ttft_warmup_p95_seconds: float
     tpot_p99_slo_seconds: float
     tail_ratio: float
     runbook_base_url: str
@@ -122,7 +121,6 @@ def bands_from_thresholds(t: Any) -> Bands:
         vram_squeeze_p99_ok_seconds=t.vram.squeeze_p99_ok_seconds,
         vram_scale_above=t.vram.scale_above,
         ttft_p99_slo_seconds=t.ttft.p99_slo_seconds,
-        ttft_warmup_p95_seconds=t.ttft.warmup_p95_seconds,
         tpot_p99_slo_seconds=t.tpot.p99_slo_seconds,
         tail_ratio=t.latency.tail_ratio,
         runbook_base_url=t.pack.runbook_base_url,

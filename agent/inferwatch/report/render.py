@@ -838,8 +838,6 @@ __all__ = ["BAND_NAMES", "csv_text", "html", "text", "title"]
 
 # ------------------------------------------------------------------------ cost
 
-STATE_NAMES = {"serving": "serving", "held_idle": "held idle", "unallocated": "unallocated"}
-
 
 def _money(value: float | None, currency: str | None) -> str:
     if value is None:

@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from inferwatch import validate
 from inferwatch.errors import ConfigError
 from inferwatch.report.promapi import DEFAULT_TENANT_HEADER, StoreAccess
 
@@ -115,37 +114,14 @@ class ReportSettings:
     store: StoreSettings = field(default_factory=StoreSettings)
 
 
-def _str(source: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(
-            source,
-            key,
-            "a non-empty string",
-            got=type(value).__name__ if not isinstance(value, str) else value,
-        )
-    return value.strip()
+def _str(value: Any, source: str, key: str) -> str:
+    return validate.string(value, source, key).strip()
 
 
-def _int(source: str, key: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(source, key, f"an integer from {low} to {high}", got=value)
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ConfigError(source, key, f"an integer from {low} to {high}", got=value) from None
-    if not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(source, key, f"an integer from {low} to {high}", got=value)
-    return value
+_security = validate.choice(*SECURITY)
 
 
-def _security(source: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or value.strip().lower() not in SECURITY:
-        raise ConfigError(source, key, "one of " + ", ".join(SECURITY), got=value)
-    return value.strip().lower()
-
-
-def _addresses(source: str, key: str, value: Any) -> tuple[str, ...]:
+def _addresses(value: Any, source: str, key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         items = [v.strip() for v in value.split(",")]
     elif isinstance(value, list):
@@ -162,8 +138,8 @@ def _addresses(source: str, key: str, value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _address(source: str, key: str, value: Any) -> str:
-    text = _str(source, key, value)
+def _address(value: Any, source: str, key: str) -> str:
+    text = _str(value, source, key)
     if "@" not in text:
         raise ConfigError(source, key, "a mail address", got=text)
     return text
@@ -183,23 +159,8 @@ def _read_password(source: str, key: str, path: str) -> str:
 
 
 def _load_file(path: str) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(
-            path, "(file)", "a readable YAML file", got=err.strerror or str(err)
-        ) from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise ConfigError(path, "(file)", "valid YAML", got=f"a syntax error at {where}") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ConfigError(path, "(top level)", "a mapping", got=type(doc).__name__)
-    section = doc.get("report", {})
+    """The ``report:`` section of the configuration file ({} when it has none)."""
+    section = validate.read_yaml_file(path).get("report", {})
     if section is None:
         return {}
     if not isinstance(section, dict):
@@ -216,16 +177,16 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
             raise ConfigError(source, f"report.{key}", "one of " + ", ".join(REPORT_KEYS), got=key)
     prometheus_url = days = thresholds_file = None
     if section.get("prometheus_url") is not None:
-        prometheus_url = _str(source, "report.prometheus_url", section["prometheus_url"])
+        prometheus_url = _str(section["prometheus_url"], source, "report.prometheus_url")
     if section.get("days") is not None:
-        days = _int(source, "report.days", section["days"], 1, 366)
+        days = validate.count(section["days"], source, "report.days", 1, 366)
     if section.get("thresholds_file") is not None:
-        thresholds_file = _str(source, "report.thresholds_file", section["thresholds_file"])
+        thresholds_file = _str(section["thresholds_file"], source, "report.thresholds_file")
 
     store: dict[str, tuple[str, str, str]] = {}
     for key, suffix in STORE_KEYS.items():
         if section.get(f"prometheus_{key}") is not None:
-            text = _str(source, f"report.prometheus_{key}", section[f"prometheus_{key}"])
+            text = _str(section[f"prometheus_{key}"], source, f"report.prometheus_{key}")
             store[key] = (text, source, f"report.prometheus_{key}")
         if env.get(STORE_ENV_PREFIX + suffix):
             store[key] = (env[STORE_ENV_PREFIX + suffix], "environment", STORE_ENV_PREFIX + suffix)
@@ -268,28 +229,30 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
     def key_of(k: str) -> str:
         return f"report.smtp.{k}" if origin[k] == source else origin[k]
 
-    host = _str(origin["host"], key_of("host"), values["host"]) if "host" in values else None
+    host = _str(values["host"], origin["host"], key_of("host")) if "host" in values else None
     port = (
-        _int(origin["port"], key_of("port"), values["port"], 1, 65535) if "port" in values else None
+        validate.count(values["port"], origin["port"], key_of("port"), 1, 65535)
+        if "port" in values
+        else None
     )
     security = (
-        _security(origin["security"], key_of("security"), values["security"])
+        _security(values["security"], origin["security"], key_of("security"))
         if "security" in values
         else "starttls"
     )
     username = (
-        _str(origin["username"], key_of("username"), values["username"])
+        _str(values["username"], origin["username"], key_of("username"))
         if "username" in values
         else None
     )
-    sender = _address(origin["from"], key_of("from"), values["from"]) if "from" in values else None
-    to = _addresses(origin["to"], key_of("to"), values["to"]) if "to" in values else ()
+    sender = _address(values["from"], origin["from"], key_of("from")) if "from" in values else None
+    to = _addresses(values["to"], origin["to"], key_of("to")) if "to" in values else ()
 
     password: str | None = None
     if env.get(ENV_PREFIX + "PASSWORD"):
         password = env[ENV_PREFIX + "PASSWORD"]
     elif "password_file" in values:
-        path = _str(origin["password_file"], key_of("password_file"), values["password_file"])
+        path = _str(values["password_file"], origin["password_file"], key_of("password_file"))
         password = _read_password(origin["password_file"], key_of("password_file"), path)
     if password is not None and username is None:
         raise ConfigError(

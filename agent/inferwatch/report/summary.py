@@ -5,9 +5,8 @@ Pure functions over :mod:`inferwatch.report.model`; no I/O.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from inferwatch.pack import loops as L
 from inferwatch.report.model import (
@@ -46,7 +45,6 @@ BAND_NAMES = {
 @dataclass(frozen=True)
 class LatencyFigures:
     name: str
-    daily_buckets: tuple[Buckets | None, ...]
     daily: dict[float, Daily]  # quantile -> 2N days
     week: dict[float, Change]
     slo: float | None
@@ -117,7 +115,6 @@ class GpuFigures:
     vram_bytes_peak: Change | None
     vram_trend: float | None  # last day's peak minus the first day's, this period
     #: memory pressure: KV-cache usage where the engine exports it, else NVML's ratio
-    pressure_daily: Daily = ()
     pressure_peak: Change = field(default_factory=lambda: Change(None, None))
     pressure_from: str = "gpu_memory"
     pressure_trend: float | None = None
@@ -187,7 +184,7 @@ def latency_figures(
     if slo is not None:
         attainment_daily = tuple(share_within(slo, b) for b in days)
         attainment = Change(share_within(slo, cur), share_within(slo, prev))
-    return LatencyFigures(name, days, daily, week, slo, attainment_daily, attainment)
+    return LatencyFigures(name, daily, week, slo, attainment_daily, attainment)
 
 
 def scope_figures(
@@ -307,15 +304,11 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
         if raw.vram_peak_bytes
         else None,
         vram_trend=trend,
-        pressure_daily=pressure,
         pressure_peak=_change(period, pressure, "max"),
         pressure_from=raw.pressure_from if raw.pressure_peak else "gpu_memory",
         pressure_trend=pressure_trend,
         waste_alert_daily=raw.waste_alert_daily,
     )
-
-
-SUBJECT_LABELS = ("model", "worker", "instance", "gpu")
 
 
 def alert_figures(raw: RawData) -> tuple[AlertFigures, ...]:
@@ -367,38 +360,3 @@ def _subject(labels: dict[str, str]) -> str:
         host = labels.get("instance", "").rsplit(":", 1)[0]
         return f"{host} GPU {labels['gpu']}".strip()
     return labels.get("instance", "") or labels.get("model", "") or "(no labels)"
-
-
-def build_report(raw: RawData, bands: Bands, generated_at: float | None = None) -> Report:
-    from inferwatch.report.insights import findings as find
-
-    period = raw.period
-    by_model: dict[str, list[RawWorker]] = {}
-    for w in raw.workers:
-        by_model.setdefault(w.model, []).append(w)
-    worker_models = {w.worker: w.model for w in raw.workers}
-    gpus = tuple(gpu_figures(g, period, worker_models) for g in raw.gpus)
-    models = []
-    for model, ws in sorted(by_model.items()):
-        total_fig = scope_figures("model", model, "", ws, period, bands)
-        workers = tuple(
-            scope_figures("worker", model, w.worker, [w], period, bands)
-            for w in sorted(ws, key=lambda w: w.worker)
-        )
-        model_gpus = tuple(g.uuid for g in gpus if model in g.models)
-        models.append(ModelFigures(total_fig, workers, model_gpus))
-    fleet = scope_figures("fleet", "", "", raw.workers, period, bands) if raw.workers else None
-    alerts = alert_figures(raw)
-    report = Report(
-        period=period,
-        bands=bands,
-        generated_at=time.time() if generated_at is None else generated_at,
-        fleet=fleet,
-        models=tuple(models),
-        gpus=gpus,
-        alerts=alerts,
-        findings=(),
-        notes=raw.notes,
-        hourly=raw.hourly,
-    )
-    return replace(report, findings=tuple(find(report)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from inferwatch import validate
 from inferwatch.errors import ConfigError
 from inferwatch.sim.gpustate import MIG_SLICES, parse_profile
 
@@ -175,21 +176,21 @@ class SimConfig:
     def validate(self) -> None:
         """Raise ConfigError (one line, naming the flag) on the first bad value."""
         src = "inferwatch simulate"
-        _positive_int(src, "--port", self.port, minimum=0)
-        _positive_int(src, "--data-parallel", self.data_parallel)
-        _positive_int(src, "--max-num-seqs", self.max_num_seqs)
-        _positive_int(src, "--max-model-len", self.max_model_len)
-        _positive_int(src, "--max-num-batched-tokens", self.max_num_batched_tokens)
-        _positive_int(src, "--block-size", self.block_size)
+        validate.count(self.port, src, "--port", minimum=0)
+        validate.count(self.data_parallel, src, "--data-parallel")
+        validate.count(self.max_num_seqs, src, "--max-num-seqs")
+        validate.count(self.max_model_len, src, "--max-model-len")
+        validate.count(self.max_num_batched_tokens, src, "--max-num-batched-tokens")
+        validate.count(self.block_size, src, "--block-size")
         if self.num_gpu_blocks is not None:
-            _positive_int(src, "--num-gpu-blocks", self.num_gpu_blocks)
-        _positive_int(src, "--cold-start-requests", self.cold_start_requests, minimum=0)
-        _positive_int(src, "--gpu-index", self.gpu_index, minimum=0)
-        _positive_int(src, "--tensor-parallel", self.tensor_parallel)
+            validate.count(self.num_gpu_blocks, src, "--num-gpu-blocks")
+        validate.count(self.cold_start_requests, src, "--cold-start-requests", minimum=0)
+        validate.count(self.gpu_index, src, "--gpu-index", minimum=0)
+        validate.count(self.tensor_parallel, src, "--tensor-parallel")
         if self.mig is not None:
             self._validate_mig(src, self.mig)
         if self.max_queued_requests is not None:
-            _positive_int(src, "--max-queued-requests", self.max_queued_requests, minimum=0)
+            validate.count(self.max_queued_requests, src, "--max-queued-requests", minimum=0)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(
                 src, "--gpu-memory-utilization", "a fraction in (0, 1]", self.gpu_memory_utilization
@@ -235,7 +236,7 @@ class SimConfig:
             raise ConfigError(
                 src, "--mig", "GI:PROFILE with a profile like 3g.40gb", mig.profile
             ) from None
-        _positive_int(src, "--mig", mig.gpu_instance, minimum=0)
+        validate.count(mig.gpu_instance, src, "--mig", minimum=0)
         if not self.gpu.mig_capable:
             raise ConfigError(
                 src, "--gpu-model", "a MIG-capable card for --mig (h100)", self.gpu.name
@@ -262,8 +263,3 @@ def parse_mig(text: str) -> MigPlacement:
     if not sep or not gi.strip().isdigit():
         raise ConfigError("inferwatch simulate", "--mig", "GI:PROFILE, e.g. 1:3g.40gb", text)
     return MigPlacement(int(gi), profile.strip())
-
-
-def _positive_int(source: str, key: str, value: int, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(source, key, f"an integer >= {minimum}", value)

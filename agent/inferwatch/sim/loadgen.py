@@ -62,7 +62,6 @@ class RequestRecord:
     planned_prompt_tokens: int
     planned_output_tokens: int
     long: bool = False
-    shared_prefix: bool = False
     error: str | None = None
     #: seconds after the start of the run when the client was done with it (any status)
     ended_at: float | None = None
@@ -271,7 +270,6 @@ async def _send(
             planned_prompt_tokens=plan.prompt_tokens,
             planned_output_tokens=plan.output_tokens,
             long=plan.long,
-            shared_prefix=plan.shared,
             error=error,
             ended_at=done - t0,
         )

@@ -46,8 +46,9 @@ import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from inferwatch import validate
 from inferwatch.collectors.base import Source
-from inferwatch.config import AgentConfig, WorkerSpec, parse_duration
+from inferwatch.config import AgentConfig, WorkerSpec
 from inferwatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -162,34 +163,13 @@ def plan_requests(settings: WarmupSettings) -> tuple[WarmupRequest, ...]:
     return base + prompts
 
 
-def _bool(value: Any, source: str, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(source, key, "true or false", value)
-    return value
-
-
-def _text(value: Any, source: str, key: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(source, key, "a non-empty string", value)
-    return value
-
-
 def _list(value: Any, source: str, key: str, what: str) -> list[Any]:
     if not isinstance(value, list) or not value:
         raise ConfigError(source, key, f"a non-empty list of {what}", value)
     return value
 
 
-def _count(value: Any, source: str, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(source, key, "a whole number >= 1", value)
-    return value
-
-
-def _endpoint(value: Any, source: str, key: str) -> str:
-    if value not in ENDPOINTS:
-        raise ConfigError(source, key, "one of " + ", ".join(ENDPOINTS), value)
-    return str(value)
+_endpoint = validate.choice(*ENDPOINTS)
 
 
 def _request(raw: Any, source: str, key: str) -> WarmupRequest:
@@ -201,11 +181,11 @@ def _request(raw: Any, source: str, key: str) -> WarmupRequest:
                 source, f"{key}.{k}", "one of the known keys " + ", ".join(REQUEST_KEYS)
             )
     endpoint = _endpoint(raw.get("endpoint", "completions"), source, f"{key}.endpoint")
-    prompt = _text(raw.get("prompt", DEFAULT_PROMPT), source, f"{key}.prompt")
-    max_tokens = _count(raw.get("max_tokens", 1), source, f"{key}.max_tokens")
+    prompt = validate.string(raw.get("prompt", DEFAULT_PROMPT), source, f"{key}.prompt")
+    max_tokens = validate.count(raw.get("max_tokens", 1), source, f"{key}.max_tokens")
     system = raw.get("system_prompt")
     if system is not None:
-        system = _text(system, source, f"{key}.system_prompt")
+        system = validate.string(system, source, f"{key}.system_prompt")
         if endpoint != "chat":
             raise ConfigError(source, f"{key}.system_prompt", "endpoint: chat for a system prompt")
     return WarmupRequest(endpoint, prompt, max_tokens, system)
@@ -213,9 +193,9 @@ def _request(raw: Any, source: str, key: str) -> WarmupRequest:
 
 def _system_prompt(raw: Any, source: str, key: str) -> str:
     if isinstance(raw, str):
-        return _text(raw, source, key)
+        return validate.string(raw, source, key)
     if isinstance(raw, Mapping) and set(raw) == {"file"}:
-        path = _text(raw["file"], source, f"{key}.file")
+        path = validate.string(raw["file"], source, f"{key}.file")
         if not os.path.isabs(path) and os.path.isfile(source):
             # relative to the configuration file, like any path a config file names
             path = os.path.join(os.path.dirname(os.path.abspath(source)), path)
@@ -230,10 +210,6 @@ def _system_prompt(raw: Any, source: str, key: str) -> str:
             raise ConfigError(source, f"{key}.file", "a file with the system prompt", "empty")
         return text
     raise ConfigError(source, key, "a system prompt: a string or {file: PATH}", raw)
-
-
-def _seconds(value: Any, source: str, key: str) -> float:
-    return parse_duration(value, source, key)
 
 
 def parse_warmup(config: AgentConfig) -> WarmupSettings:
@@ -251,7 +227,7 @@ def parse_warmup(config: AgentConfig) -> WarmupSettings:
             raise ConfigError(src, f"warmup.{key}", "one of the known keys " + ", ".join(KEYS))
     values: dict[str, Any] = {"source": src}
     if "enabled" in raw:
-        values["enabled"] = _bool(raw["enabled"], src, "warmup.enabled")
+        values["enabled"] = validate.boolean(raw["enabled"], src, "warmup.enabled")
     names = [w.name for w in config.workers]
     if raw.get("workers") is None:
         values["workers"] = tuple(names)
@@ -265,7 +241,7 @@ def parse_warmup(config: AgentConfig) -> WarmupSettings:
                 )
         values["workers"] = tuple(dict.fromkeys(chosen))
     if raw.get("model") is not None:
-        values["model"] = _text(raw["model"], src, "warmup.model")
+        values["model"] = validate.string(raw["model"], src, "warmup.model")
     if "endpoints" in raw:
         items = _list(raw["endpoints"], src, "warmup.endpoints", "endpoints (completions, chat)")
         values["endpoints"] = tuple(
@@ -274,7 +250,7 @@ def parse_warmup(config: AgentConfig) -> WarmupSettings:
     if "requests" in raw:
         req = raw["requests"]
         if isinstance(req, int) and not isinstance(req, bool):
-            values["pings"] = _count(req, src, "warmup.requests")
+            values["pings"] = validate.count(req, src, "warmup.requests")
         elif isinstance(req, list) and req:
             values["requests"] = tuple(
                 _request(r, src, f"warmup.requests[{i}]") for i, r in enumerate(req)
@@ -297,9 +273,11 @@ def parse_warmup(config: AgentConfig) -> WarmupSettings:
         )
     for key in ("timeout", "interval", "deadline"):
         if key in raw:
-            values[key] = _seconds(raw[key], src, f"warmup.{key}")
+            values[key] = validate.duration(raw[key], src, f"warmup.{key}")
     if raw.get("warm_ttft_below") is not None:
-        values["warm_ttft_below"] = _seconds(raw["warm_ttft_below"], src, "warmup.warm_ttft_below")
+        values["warm_ttft_below"] = validate.duration(
+            raw["warm_ttft_below"], src, "warmup.warm_ttft_below"
+        )
     settings = WarmupSettings(**values)
     if settings.enabled and not settings.workers:
         raise ConfigError(src, "warmup.workers", "a worker to gate (the agent has no workers)")

@@ -1,0 +1,192 @@
+"""``inferwatch run``: the sidecar agent's command: flags, validation, the agent and its server.
+
+Wires :class:`inferwatch.agent.Agent` (the sources on their timers) to
+:class:`inferwatch.exporter.Exporter` (the HTTP server) and to the process's
+signals: SIGTERM and SIGINT stop, SIGHUP reloads the configuration. Neither of
+the two imports the other; this module is the only place both meet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+from inferwatch import __version__
+from inferwatch.agent import Agent
+from inferwatch.config import DEFAULT_PORT, LOG_FORMATS, AgentConfig, load_config
+from inferwatch.exporter import Exporter
+from inferwatch.logformat import setup_logging
+
+log = logging.getLogger("inferwatch")
+
+
+async def serve(
+    config: AgentConfig,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    reload_config: Callable[[], AgentConfig] | None = None,
+) -> None:
+    """Run the agent and its HTTP server until SIGTERM or SIGINT; SIGHUP reloads."""
+    from inferwatch import logthrottle
+    from inferwatch.errors import UsageError
+
+    loop = asyncio.get_running_loop()
+    logthrottle.install(loop)
+    agent = Agent(config)
+    exporter = Exporter(agent, config)
+    stop = asyncio.Event()
+    reloading: list[asyncio.Task[None]] = []
+
+    async def reload() -> None:
+        try:
+            new = reload_config() if reload_config is not None else config
+            await agent.reload(new)
+        except UsageError as exc:
+            log.error("SIGHUP: configuration not reloaded, the old one stays: %s", exc)
+        except Exception as exc:  # a reload must never end the agent
+            log.error("SIGHUP: reload failed, the old configuration stays: %s", exc)
+
+    def on_hup() -> None:
+        if not any(not t.done() for t in reloading):
+            reloading[:] = [asyncio.ensure_future(reload())]
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    await agent.start()
+    try:
+        url = await exporter.start()
+    except UsageError:
+        await agent.stop()
+        raise
+    log.info(
+        "inferwatch %s serving %s/metrics (%d workers%s, gpu backend %s)",
+        __version__,
+        url,
+        len(config.workers),
+        f", discovering the pods of node {agent.node}" if agent.node else "",
+        config.gpu.backend,
+    )
+    if on_ready:
+        on_ready(url)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await exporter.stop()
+        await agent.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML configuration file (also INFERWATCH_CONFIG)"
+    )
+    parser.add_argument(
+        "--listen",
+        "--web.listen-address",
+        dest="listen",
+        metavar="HOST:PORT",
+        help=f"address to serve /metrics on (default 0.0.0.0:{DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "--worker",
+        action="append",
+        metavar="[NAME=]URL",
+        dest="workers",
+        help="inference server base URL to watch; repeatable; the name defaults to host:port",
+    )
+    parser.add_argument(
+        "--gpu-backend",
+        choices=("nvml", "fake", "none", "dcgm-exporter"),
+        help="where GPU metrics come from (default nvml)",
+    )
+    parser.add_argument(
+        "--dcgm-exporter-url",
+        metavar="URL",
+        help="dcgm-exporter's metrics URL, backend dcgm-exporter "
+        "(default http://127.0.0.1:9400/metrics; also INFERWATCH_DCGM_EXPORTER_URL)",
+    )
+    parser.add_argument("--fake-gpus", metavar="N", help="number of fake GPUs (backend fake)")
+    parser.add_argument(
+        "--fake-gpu-state",
+        metavar="DIR",
+        help="directory of GPU state files written by `inferwatch simulate`",
+    )
+    parser.add_argument(
+        "--collect-interval",
+        metavar="DURATION",
+        help="engine and process polling interval (default 2s)",
+    )
+    parser.add_argument(
+        "--stats-window",
+        metavar="DURATION",
+        help="window of quantiles, queue slope and hit ratio (default 60s)",
+    )
+    parser.add_argument(
+        "--web-config-file",
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic-auth settings, exporter-toolkit format",
+    )
+    parser.add_argument(
+        "--log-level",
+        "--log.level",
+        dest="log_level",
+        choices=("debug", "info", "warning", "error"),
+    )
+    parser.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=LOG_FORMATS,
+        help="log line format (default text; logfmt and json as other exporters write)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    flags = {
+        "listen": args.listen,
+        "workers": args.workers,
+        "gpu.backend": args.gpu_backend,
+        "gpu.fake_count": args.fake_gpus,
+        "gpu.fake_state_dir": args.fake_gpu_state,
+        "gpu.dcgm_exporter_url": args.dcgm_exporter_url,
+        "collect_interval": args.collect_interval,
+        "stats_window": args.stats_window,
+        "web_config_file": args.web_config_file,
+        "log_level": args.log_level,
+        "log_format": getattr(args, "log_format", None),
+    }
+    return load_config(args.config, flags=flags)
+
+
+def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> AgentConfig:
+    config = config_from_args(args)
+    if not logging_ready:  # warnings of the checks below go out in the chosen format
+        setup_logging(config.log_level, config.log_format)
+    if config.web_config_file:
+        from inferwatch.webconfig import load_web_config
+
+        load_web_config(config.web_config_file)  # validate before anything starts
+    if config.warmup:
+        from inferwatch.collectors.warmup import parse_warmup
+
+        parse_warmup(config)  # validate before anything starts
+    if config.kubernetes is not None:
+        from inferwatch.collectors.kubernetes import api_settings
+
+        api_settings(config.kubernetes, os.environ, config.source)  # validate it too
+    return config
+
+
+def main(args: argparse.Namespace) -> int:
+    config = _validated(args, logging_ready=False)
+    asyncio.run(serve(config, reload_config=lambda: _validated(args)))
+    return 0

@@ -1,0 +1,141 @@
+"""The package's shape: no import cycle anywhere, and the splits the design names.
+
+Imports are read from the source (module level, inside functions and under
+``TYPE_CHECKING`` alike: a lazy or type-only import is still a dependency), so
+a cycle that only shows at run time in some order is found here too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.support.proc import REPO
+
+PACKAGE = REPO / "agent" / "inferwatch"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (a package's own submodules excluded)."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in paths}
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for target in targets:
+                # "from inferwatch import validate" names the package and the module;
+                # a module importing its own package's __init__ is not a cycle worth naming
+                if target in paths and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    graph = import_graph()
+    assert len(graph) > 100  # the whole package was read
+    assert cycles(graph) == []
+
+
+def test_agent_exposition_and_server_are_separate() -> None:
+    graph = import_graph()
+    # the server serves whatever has an exposition; the wiring does not know HTTP
+    assert "inferwatch.agent" not in graph["inferwatch.exporter"]
+    assert "inferwatch.exporter" not in graph["inferwatch.agent"]
+    assert "inferwatch.exposition" in graph["inferwatch.agent"]
+    assert {"inferwatch.agent", "inferwatch.exporter"} <= graph["inferwatch.run_cmd"]
+    # the text writer knows neither timers nor HTTP
+    assert graph["inferwatch.exposition"] <= {"inferwatch.collectors.base"}
+
+
+def test_report_figures_and_findings_are_separate() -> None:
+    graph = import_graph()
+    assert "inferwatch.report.insights" not in graph["inferwatch.report.summary"]
+    assert {"inferwatch.report.summary", "inferwatch.report.insights"} <= graph[
+        "inferwatch.report.build"
+    ]
+
+
+def layout_paths() -> set[str]:
+    """Every path named in backticks in the first cell of docs/development.md's layout table."""
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    table = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    out: set[str] = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            out.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return out
+
+
+def test_the_layout_table_lists_every_module_and_nothing_gone() -> None:
+    named = layout_paths()
+    modules = {
+        str(p.relative_to(REPO))
+        for root in (PACKAGE, REPO / "tests" / "support")
+        for p in root.rglob("*.py")
+        if "kubelet" not in p.parts
+    }
+    assert len(modules) > 120  # the tree was read
+    missing = {m for m in modules if m not in named}
+    assert not missing, f"docs/development.md has no row for {sorted(missing)}"
+    gone = {p for p in named if not (REPO / p).exists()}
+    assert not gone, f"docs/development.md names files that are gone: {sorted(gone)}"
