@@ -33,6 +33,11 @@ WORKER_GPU = "job, instance, worker, gpu, uuid"
 GPU = "job, instance, gpu, uuid"
 INSTANCE = "job, instance"
 MODEL = "job, model"
+#: how an engine's own series (scraped by Prometheus directly) meet their worker:
+#: the ``endpoint`` label of ``inferwatch_worker_endpoint_info`` is the ``instance``
+#: of that scrape (a fleet store that reuses addresses across clusters needs
+#: ``cluster`` here as well)
+ENDPOINT_KEY = "endpoint"
 
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
@@ -49,6 +54,11 @@ class Names:
     # -- worker level -------------------------------------------------------------
     def quantile(self, level: str, short: str, label: str) -> str:
         return f"{level}:inferwatch_{short}_seconds:{label}_{self.window}"
+
+    def bucket_rate(self, short: str) -> str:
+        """Per-worker rate of a latency histogram's buckets (label ``le``): the agent's
+        copy, else the engine's own series joined through the endpoint."""
+        return f"worker:inferwatch_{short}_seconds_bucket:rate{self.window}"
 
     def rate(self, name: str) -> str:
         return f"worker:inferwatch_{name}:rate{self.window}"
