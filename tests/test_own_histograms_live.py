@@ -11,12 +11,16 @@ directly too: its recorded bucket rate is the agent's alone, not the sum.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterator
 
 import pytest
 import yaml
 from tests.support.e2e import E2E_THRESHOLDS, ENGINE_JOB, Stack, WorkerSpec
 from tests.support.proc import PROMETHEUS, require_binary, wait_until
+
+from inferwatch.pack.dashboard_defs import latency_panel
 
 OWN, COPY = "w-own", "w-copy"
 TTFT_PAGE = "InferenceTTFTSLOBreach"
@@ -118,3 +122,33 @@ def test_overload_pages_the_worker_from_vllms_own_buckets(stack: Stack) -> None:
     direct = f'instance="127.0.0.1:{stack.workers[OWN].port}"'
     assert prom.query(f'vllm:time_to_first_token_seconds_bucket{{job="{ENGINE_JOB}",{direct}}}')
     assert prom.query(f'{rate}{{worker="{OWN}"}}')
+
+
+def test_the_worker_dashboards_latency_panels_show_the_worker(stack: Stack) -> None:
+    """The TTFT/TPOT/E2E panels, built for this stack's thresholds, have data for w-own
+    (its buckets are vLLM's own) and for w-copy, with the worker variable set to each."""
+    t = stack.thresholds
+    panels = [
+        latency_panel(t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "worker"),
+        latency_panel(t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "worker"),
+        latency_panel(t, "End-to-end latency", "inferwatch_e2e_latency_seconds", None, "worker"),
+    ]
+    load = stack.load("steady", [OWN, COPY], 30, rate=2.0, drain=0)
+    try:
+        for worker in (OWN, COPY):
+            for panel in panels:
+                for target in panel.targets:
+                    expr = re.sub(r'=~"\$(?!worker)\w+"', '=~".*"', target.expr)
+                    expr = expr.replace("$worker", worker).replace("$__rate_interval", "15s")
+
+                    def shown(expr: str = expr) -> list[dict[str, str]]:
+                        return [
+                            r["metric"]
+                            for r in stack.prom.query(expr)
+                            if not math.isnan(float(r["value"][1]))
+                        ]
+
+                    (labels,) = wait_until(shown, 60, message=f"{panel.title} for {worker}")
+                    assert labels == {"worker": worker}, (panel.title, labels)
+    finally:
+        load.stop()
