@@ -69,3 +69,57 @@ def test_the_key_is_a_boolean(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(str(cfg), env={})
     assert "workers[0].export_histograms: expected true or false" in str(err.value)
+
+
+def _endpoint_info(workers: list[WorkerSpec]) -> dict[str, str]:
+    source = EngineSource(AgentConfig(workers=tuple(workers)))
+
+    async def run() -> dict[str, str]:
+        try:
+            await source.refresh()
+            (family,) = [
+                f for f in source.families() if f.name == "inferwatch_worker_endpoint_info"
+            ]
+            return {s.labels["worker"]: s.labels["endpoint"] for s in family.samples}
+        finally:
+            await source.stop()
+
+    return asyncio.run(run())
+
+
+def test_each_worker_states_the_endpoint_prometheus_scrapes() -> None:
+    """The join key of the engine's own series: the scraped host:port unless configured,
+    for workers that answer and for workers that do not (the series is configuration)."""
+    stub = StubWorker(lambda: render("v1", [EngineValues(waiting=1, running=1)]))
+    try:
+        got = _endpoint_info(
+            [
+                WorkerSpec(name="up", url=stub.url, engine="vllm", export_histograms=False),
+                WorkerSpec(name="pod", url=stub.url, endpoint="vllm-0.vllm.ns.svc:8000"),
+                WorkerSpec(name="down", url="http://[::1]:9"),
+                WorkerSpec(name="tls", url="https://localhost"),
+            ]
+        )
+    finally:
+        stub.stop()
+    assert got == {
+        "up": f"127.0.0.1:{stub.port}",
+        "pod": "vllm-0.vllm.ns.svc:8000",
+        "down": "[::1]:9",
+        "tls": "localhost:443",
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("'10.0.0.5:8000'", True), ("''", False), ("'a b:80'", False), ("[1]", False)],
+)
+def test_the_endpoint_key(tmp_path: Path, value: str, ok: bool) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"workers:\n  - url: http://127.0.0.1:8000\n    endpoint: {value}\n")
+    if ok:
+        assert load_config(str(cfg), env={}).workers[0].endpoint == "10.0.0.5:8000"
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(str(cfg), env={})
+    assert str(err.value).startswith(f"{cfg}: workers[0].endpoint: expected the instance label")

@@ -61,6 +61,10 @@ class WorkerSpec:
     #: False when Prometheus scrapes the engine itself: its histograms are not stored
     #: twice (the window quantiles are still computed); see docs/engines.md
     export_histograms: bool = True
+    #: the ``instance`` label of Prometheus' own scrape of the engine, exported as
+    #: ``inferwatch_worker_endpoint_info{endpoint}`` so the recording rules can join the
+    #: engine's series to this worker; None: the scraped URL's host:port
+    endpoint: str | None = None
     #: extra labels on the worker's series: ``namespace``, ``pod``, ``container`` (and
     #: allow-listed pod labels) of a worker found by Kubernetes discovery; () otherwise
     labels: tuple[tuple[str, str], ...] = ()
@@ -200,6 +204,22 @@ def parse_url(value: Any, source: str, key: str) -> str:
     return value.strip().rstrip("/")
 
 
+def _endpoint(value: Any, source: str, key: str) -> str:
+    """``workers[].endpoint``: a Prometheus ``instance`` value such as ``10.0.0.5:8000``."""
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= 255
+        or not value.isprintable()
+        or any(c.isspace() for c in value)
+    ):
+        raise ConfigError(
+            source,
+            key,
+            "the instance label of Prometheus' own scrape of the engine, such as 10.0.0.5:8000",
+        )
+    return value
+
+
 def _metrics_path(value: Any, source: str, key: str) -> str:
     if not isinstance(value, str) or not value.startswith("/"):
         raise ConfigError(source, key, "a path starting with /, such as /metrics", value)
@@ -314,6 +334,7 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "password_file": optional(string),
     "password_env": optional(string),
     "export_histograms": boolean,
+    "endpoint": optional(_endpoint),
 }
 _KUBERNETES_FIELDS: dict[str, Parser] = {
     "node_name": optional(string),

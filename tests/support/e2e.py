@@ -53,6 +53,8 @@ from inferwatch.pack.thresholds import Thresholds, load_thresholds
 E2E_THRESHOLDS = REPO / "tests" / "data" / "e2e-thresholds.yaml"
 ALERTMANAGER_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 
+#: the job of Prometheus' own scrape of the simulators (WorkerSpec.scraped_directly)
+ENGINE_JOB = "vllm"
 #: agent timers of the live stacks (defaults: 2s and 60s)
 COLLECT_INTERVAL = "0.5s"
 STATS_WINDOW = "10s"
@@ -135,6 +137,11 @@ class WorkerSpec:
     model: str = "sim-7b"
     #: the (first) fake GPU it runs on; None: one GPU of its own, the next index
     gpu: int | None = None
+    #: the agent's workers[].export_histograms
+    export_histograms: bool = True
+    #: Prometheus also scrapes the simulator itself (job ``vllm``), as a user running
+    #: vLLM's own dashboard does (docs/engines.md "When Prometheus scrapes the engine too")
+    scraped_directly: bool = False
 
 
 class SimWorker:
@@ -284,6 +291,7 @@ class Stack:
                     "url": w.url,
                     "engine": "vllm",
                     "max_num_seqs": w.spec.max_num_seqs,
+                    "export_histograms": w.spec.export_histograms,
                 }
                 for w in self.workers.values()
             ],
@@ -312,6 +320,11 @@ class Stack:
             evaluation_interval=self.scrape_interval,
             rules_dir=self.rules_dir,
         )
+        direct = [f"127.0.0.1:{w.port}" for w in self.workers.values() if w.spec.scraped_directly]
+        if direct:
+            prom_config["scrape_configs"].append(
+                {"job_name": ENGINE_JOB, "static_configs": [{"targets": direct}]}
+            )
         self.prometheus = Prometheus(self.tmp, prom_config)
         self.started_at = time.time()
         prom = self.prometheus

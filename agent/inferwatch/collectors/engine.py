@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.metrics_core import (
@@ -69,6 +70,10 @@ QUANTILE_GAUGES = {
 
 HELP: dict[str, str] = {
     "inferwatch_target_up": "1 when the last scrape of the worker succeeded and carried engine data.",
+    "inferwatch_worker_endpoint_info": (
+        "1 per worker; label endpoint: the instance label of Prometheus' own scrape of the "
+        "engine (workers[].endpoint, default the scraped host:port), to join its series."
+    ),
     "inferwatch_target_scrape_duration_seconds": "Duration of the last scrape of the worker's metrics.",
     "inferwatch_target_scrape_errors_total": "Failed scrapes of the worker's metrics, by reason.",
     "inferwatch_target_series_dropped_total": (
@@ -183,6 +188,22 @@ def _labels(
         names.append(k)
         values.append(v)
     return names, values
+
+
+def endpoint(state: WorkerState) -> str:
+    """The ``instance`` Prometheus gives the engine when it scrapes it itself.
+
+    Configured (``workers[].endpoint``), else the host:port the agent reads the
+    exposition from, written the way Prometheus writes a target address (an IPv6
+    host in brackets, the scheme's port when the URL has none).
+    """
+    if state.spec.endpoint is not None:
+        return state.spec.endpoint
+    parts = urlsplit(state.base_url or state.spec.url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 def _auth(spec: WorkerSpec) -> aiohttp.BasicAuth | None:
@@ -669,6 +690,7 @@ class EngineSource(Source):
         wl = ["worker", *(k for k, _ in extra)]
         wv = [name, *(v for _, v in extra)]
         out.gauge("inferwatch_target_up", wl, wv, 1.0 if state.up else 0.0)
+        out.gauge("inferwatch_worker_endpoint_info", [*wl, "endpoint"], [*wv, endpoint(state)], 1.0)
         if state.duration is not None:
             out.gauge("inferwatch_target_scrape_duration_seconds", wl, wv, state.duration)
         for reason, count in state.errors.items():

@@ -19,7 +19,7 @@ from grafanalib import core as g
 from inferwatch.pack import panels as p
 from inferwatch.pack import slo_dashboard
 from inferwatch.pack.cost_panels import cost_section
-from inferwatch.pack.names import names
+from inferwatch.pack.names import HISTOGRAMS, WORKER, WORKER_KEY, names
 from inferwatch.pack.panels import Cell, Query, Section, Step, gpu_sel, host_sel, steps, worker_sel
 from inferwatch.pack.thresholds import Thresholds
 
@@ -92,13 +92,23 @@ def _vram_text(t: Thresholds) -> str:
 # --- reusable panels -------------------------------------------------------------
 
 
-def _quantile_queries(metric: str, by: str, legend: str) -> list[Query]:
-    return [
-        Query(
-            f"histogram_quantile({q}, sum by ({by}, le) "
-            f"(rate({metric}_bucket{worker_sel()}[$__rate_interval])))",
-            f"{legend} P{round(q * 100)}",
+def _quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Query]:
+    """P50/P95/P99 per ``by`` from the agent's buckets; a worker without them (the engine's
+    own histograms stored instead, ``export_histograms: false``) counts through the
+    recorded per-worker bucket rate, which reads the engine's series."""
+    short = metric.removeprefix("inferwatch_").removesuffix("_seconds")
+    per_worker = f"{WORKER}, le"
+    buckets = f"sum by ({by}, le) (rate({metric}_bucket{worker_sel()}[$__rate_interval]))"
+    if short in HISTOGRAMS:
+        buckets = (
+            f"sum by ({by}, le) (\n"
+            f"    sum by ({per_worker}) (rate({metric}_bucket{worker_sel()}[$__rate_interval]))\n"
+            f"  or on ({WORKER_KEY})\n"
+            f"    sum by ({per_worker}) ({names(t).bucket_rate(short)}{worker_sel()})\n"
+            f")"
         )
+    return [
+        Query(f"histogram_quantile({q}, {buckets})", f"{legend} P{round(q * 100)}")
         for q in (0.5, 0.95, 0.99)
     ]
 
@@ -200,8 +210,9 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
     slo_text = f" The dashed line is the P99 SLO, {_secs(slo)}." if slo is not None else ""
     return p.timeseries(
         f"{name} P50 / P95 / P99",
-        f"{what}: P50, P95 and P99 per {by}, from the histogram buckets.{slo_text}",
-        _quantile_queries(metric, by, "{{" + by.split(",")[0] + "}}"),
+        f"{what}: P50, P95 and P99 per {by}, from the histogram buckets (the agent's, or "
+        f"the engine's own where the agent does not re-export them).{slo_text}",
+        _quantile_queries(t, metric, by, "{{" + by.split(",")[0] + "}}"),
         unit="s",
         min_value=0,
         thresholds=slo_steps(slo) if slo is not None else (),

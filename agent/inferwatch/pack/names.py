@@ -37,6 +37,11 @@ WORKER_GPU = f"{CLUSTER}, job, instance, worker, gpu, uuid"
 GPU = f"{CLUSTER}, job, instance, gpu, uuid"
 INSTANCE = f"{CLUSTER}, job, instance"
 MODEL = f"{CLUSTER}, job, model"
+#: how an engine's own series (scraped by Prometheus directly) meet their worker:
+#: the ``endpoint`` label of ``inferwatch_worker_endpoint_info`` is the ``instance``
+#: of that scrape, within the same ``cluster``
+ENDPOINT_KEY = "endpoint"
+ENDPOINT_JOIN = f"{CLUSTER}, {ENDPOINT_KEY}"
 
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
@@ -53,6 +58,11 @@ class Names:
     # -- worker level -------------------------------------------------------------
     def quantile(self, level: str, short: str, label: str) -> str:
         return f"{level}:inferwatch_{short}_seconds:{label}_{self.window}"
+
+    def bucket_rate(self, short: str) -> str:
+        """Per-worker rate of a latency histogram's buckets (label ``le``): the agent's
+        copy, else the engine's own series joined through the endpoint."""
+        return f"worker:inferwatch_{short}_seconds_bucket:rate{self.window}"
 
     def rate(self, name: str) -> str:
         return f"worker:inferwatch_{name}:rate{self.window}"

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from inferwatch.pack import autoscale, cost, slo
+from inferwatch.pack import autoscale, cost, own_histograms, slo
 from inferwatch.pack import names as an
 from inferwatch.pack.names import (
     CLUSTER,
@@ -132,13 +132,16 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = []
 
     # Latency quantiles from the engines' histograms: aggregatable across ranks and workers.
+    # Each reads one per-worker bucket rate: the agent's copy, else the engine's own
+    # series that Prometheus scrapes directly (export_histograms: false; pack.own_histograms).
+    for short in HISTOGRAMS:
+        rules.append(_record(n.bucket_rate(short), own_histograms.worker_bucket_rate(t, short)))
     for short in HISTOGRAMS:
         for q, label in QUANTILES:
             rules.append(
                 _record(
                     n.quantile("worker", short, label),
-                    f"histogram_quantile({num(q)}, sum by (le, {WORKER}) "
-                    f"(rate(inferwatch_{short}_seconds_bucket{s()}[{w}])))",
+                    f"histogram_quantile({num(q)}, {n.bucket_rate(short)})",
                 )
             )
     for level, by in (("model", f"le, {MODEL}"), ("cluster", f"le, {CLUSTER}")):
@@ -146,8 +149,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             rules.append(
                 _record(
                     n.quantile(level, short, "p99"),
-                    f"histogram_quantile(0.99, sum by ({by}) "
-                    f"(rate(inferwatch_{short}_seconds_bucket{s()}[{w}])))",
+                    f"histogram_quantile(0.99, sum by ({by}) ({n.bucket_rate(short)}))",
                 )
             )
 

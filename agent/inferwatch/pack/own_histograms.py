@@ -1,0 +1,112 @@
+"""Per-worker latency bucket rates: the agent's copy, else the engine's own series.
+
+A worker configured with ``export_histograms: false`` (docs/engines.md "When
+Prometheus scrapes the engine too") has no ``inferwatch_*_bucket`` series: the
+engine's own histograms are stored from Prometheus' direct scrape of it, under
+that scrape's ``job`` and ``instance``. The agent exports
+``inferwatch_worker_endpoint_info{worker, endpoint}``, whose ``endpoint`` is that
+``instance``; joined through it, the engine's buckets get the worker's labels.
+
+The expression reads, per worker, the agent's buckets where present (``or on``
+the worker key: the agent's copy wins, nothing is counted twice), else the
+engine's. The engine side is written from the engine mapping tables
+(``inferwatch.engines``): the same families, current name first (an older name
+counts only for a target that lacks the current one, as vLLM 0.11 exposed both
+with the same observations), the same label handling (duplicate copies such as
+API-server ``pid`` taken once, ranks summed, the model label renamed to
+``model``, ``engine`` set to the table's name: vLLM's own ``engine`` label is its
+data-parallel rank). Only engines whose latency histograms the agent passes
+through unchanged are read this way (:data:`ENGINES`); a table that converts
+units or selects samples would need the conversion in PromQL as well.
+"""
+
+from __future__ import annotations
+
+from inferwatch.engines import ENGINES as ENGINE_MAPS
+from inferwatch.engines.base import EngineMap, Signal
+from inferwatch.pack.names import CLUSTER, ENDPOINT_JOIN, ENDPOINT_KEY, INSTANCE, WORKER, WORKER_KEY
+from inferwatch.pack.thresholds import Thresholds
+
+#: engines whose own latency histograms the rules read (both pass them through as is)
+ENGINES = ("vllm", "sglang")
+
+ENDPOINT_INFO = "inferwatch_worker_endpoint_info"
+
+
+def _passthrough(engine: EngineMap, target: str) -> Signal | None:
+    """The engine's histogram signal for ``target`` when the agent copies it unchanged."""
+    for signal in engine.signals:
+        if signal.target != target or signal.kind != "histogram":
+            continue
+        plain = (
+            signal.scale == 1.0
+            and not signal.select
+            and not signal.const
+            and not signal.labels
+            and not signal.values
+            and not signal.fallback
+            and signal.combine == "sum"
+        )
+        return signal if plain and engine.model_label else None
+    return None
+
+
+def _indent(text: str, by: str) -> str:
+    return text.replace("\n", "\n" + by)
+
+
+def _engine_side(t: Thresholds, engine: EngineMap, signal: Signal) -> str:
+    """The engine's bucket rates per scrape target and model, ranks combined, with the
+    labels the join and the worker rules need (``endpoint``, ``model``, ``engine``)."""
+    w = t.pack.window
+    copies = ", ".join(signal.duplicates)
+    per_target = f"\nor on ({INSTANCE})\n".join(
+        f"max without ({copies}) (rate({source}_bucket[{w}]))" for source in signal.sources
+    )
+    return (
+        f"label_replace(label_replace(label_replace(\n"
+        f"  sum by (le, {CLUSTER}, instance, {engine.model_label}) (\n"
+        f"    {_indent(per_target, '    ')}\n"
+        f"  ),\n"
+        f'  "{ENDPOINT_KEY}", "$1", "instance", "(.*)"),\n'
+        f'  "model", "$1", "{engine.model_label}", "(.*)"),\n'
+        f'  "engine", "{engine.name}", "", "")'
+    )
+
+
+#: the worker's key the join copies from the info series (the cluster is matched on)
+_FROM_INFO = ", ".join(label for label in WORKER_KEY.split(", ") if label != CLUSTER)
+
+
+def _endpoints(t: Thresholds) -> str:
+    """Each watched endpoint once; one claimed by two workers is left out rather than
+    letting the duplicate break the whole rule (a many-to-many match is an error)."""
+    info = f"max by ({WORKER_KEY}, {ENDPOINT_KEY}) ({ENDPOINT_INFO}{t.pack.selector()})"
+    return (
+        f"{info}\n"
+        f"unless on ({ENDPOINT_JOIN})\n"
+        f"count by ({ENDPOINT_JOIN}) ({ENDPOINT_INFO}{t.pack.selector()}) > 1"
+    )
+
+
+def worker_bucket_rate(t: Thresholds, short: str) -> str:
+    """PromQL: the rate of the histogram ``short``'s buckets, by (le, worker labels)."""
+    w = t.pack.window
+    branches = [
+        f"sum by (le, {WORKER}) (rate(inferwatch_{short}_seconds_bucket{t.pack.selector()}[{w}]))"
+    ]
+    for name in ENGINES:
+        engine = ENGINE_MAPS[name]
+        signal = _passthrough(engine, f"inferwatch_{short}_seconds")
+        if signal is None:
+            continue
+        branches.append(
+            f"sum by (le, {WORKER}) (\n"
+            f"    {_indent(_engine_side(t, engine, signal), '    ')}\n"
+            f"  * on ({ENDPOINT_JOIN}) group_left ({_FROM_INFO})\n"
+            f"    (\n"
+            f"      {_indent(_endpoints(t), '      ')}\n"
+            f"    )\n"
+            f")"
+        )
+    return f"\nor on ({WORKER_KEY})\n".join(branches)
