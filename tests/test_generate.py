@@ -123,3 +123,28 @@ def test_generators_may_not_escape_out() -> None:
 def test_rules_and_runbooks_are_registered() -> None:
     assert rules.generate in generate.GENERATORS
     assert runbooks.generate in generate.GENERATORS
+
+
+def test_lint_passes_on_the_generated_dashboards() -> None:
+    result = cli("--check", "--lint")
+    assert result.returncode == 0, result.stderr
+    assert "4 dashboards pass the dashboard-linter rules" in result.stdout
+
+
+def test_lint_names_the_file_rule_and_panel_of_each_problem() -> None:
+    import json
+
+    files = generate.render(load_thresholds())
+    path = "dashboards/inference-gpu.json"
+    doc = json.loads(files[path])
+    panel = next(p for p in doc["panels"] if p.get("type") != "row")
+    panel["description"] = ""
+    panel["targets"][0]["expr"] = "rate(inferwatch_gpu_energy_joules_total[5m])"
+    files[path] = json.dumps(doc)
+    problems = generate.lint(files)
+    assert problems, "a broken dashboard passed the linter"
+    assert all(p.startswith(f"{path}: ") for p in problems)
+    rules_hit = {p.split(": ")[1] for p in problems}
+    assert {"panel-title-description-rule", "target-rate-interval-rule"} <= rules_hit
+    assert {"target-job-rule", "target-instance-rule"} <= rules_hit
+    assert any(panel["title"] in p for p in problems)

@@ -19,6 +19,7 @@ from inferwatch.errors import UsageError
 #: install is the agent only
 EXTRA_OF = {
     "grafanalib": "generate",
+    "promql_parser": "generate",
     "matplotlib": "report",
     "rich": "report",
     "grpc": "kubernetes",

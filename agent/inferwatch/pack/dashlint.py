@@ -25,7 +25,9 @@ target-job-rule / -instance-rule   every selector filters ``job=~"$job"`` / ``in
 The job/instance matcher may also be ``"$job|"``: alerts aggregated above one
 host have no ``job``/``instance`` label, and an empty value must match them.
 
-Needs ``promql-parser`` (the ``test`` extra); it is imported when a check runs.
+``inferwatch generate --lint`` runs these rules on the dashboards generated from
+the user's thresholds; the tests run them too. Needs ``promql-parser`` (the
+``generate`` extra); it is imported when a check runs.
 """
 
 from __future__ import annotations

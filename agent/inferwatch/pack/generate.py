@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write nothing; exit 1 and list the files that are missing or out of date",
     )
+    parser.add_argument(
+        "--lint",
+        action="store_true",
+        help="also check the generated dashboards against the dashboard-linter rules "
+        "(every query parses, filters by job and instance, uses $__rate_interval, ...); "
+        "exit 1 listing each problem",
+    )
 
 
 def render(t: Thresholds, generators: list[Generator] | None = None) -> dict[str, str]:
@@ -124,6 +131,34 @@ def with_grafana_url(t: Thresholds, url: str) -> Thresholds:
     return replace(t, pack=replace(t.pack, dashboard_base_url=base + "/d/"))
 
 
+def lint(files: dict[str, str]) -> list[str]:
+    """``path: rule: problem`` for every dashboard-linter problem in the generated dashboards."""
+    import json
+
+    from inferwatch.pack import dashlint
+
+    problems = []
+    for path, text in files.items():
+        if not (path.startswith(f"{dashboards.JSON_DIR}/") and path.endswith(".json")):
+            continue
+        for rule, found in dashlint.lint(json.loads(text)).items():
+            problems += [f"{path}: {rule}: {problem}" for problem in found]
+    return problems
+
+
+def _report_lint(files: dict[str, str]) -> bool:
+    """Print the lint problems; True when there are none."""
+    problems = lint(files)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} dashboard-linter problems", file=sys.stderr)
+    else:
+        dashboards_n = sum(p.startswith(f"{dashboards.JSON_DIR}/") for p in files)
+        print(f"{dashboards_n} dashboards pass the dashboard-linter rules")
+    return not problems
+
+
 def main(args: argparse.Namespace) -> int:
     t = load_thresholds(args.thresholds)
     if getattr(args, "grafana_url", None):
@@ -132,6 +167,7 @@ def main(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a directory")
     files = render(t)
+    linted = _report_lint(files) if getattr(args, "lint", False) else True
     if args.check:
         outdated = stale(files, out)
         for path in outdated:
@@ -144,9 +180,9 @@ def main(args: argparse.Namespace) -> int:
             )
             return 1
         print(f"{len(files)} generated files are up to date")
-        return 0
+        return 0 if linted else 1
     changed = write(files, out)
     for path in changed:
         print(f"wrote {out / path}")
     print(f"{len(files)} files generated, {len(changed)} changed")
-    return 0
+    return 0 if linted else 1
