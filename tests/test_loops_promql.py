@@ -52,6 +52,10 @@ class W:
     start: float | None = None
     #: the warm-up gate's deadline gauge (0 warmed or warming, 1 opened cold); None: no gate
     gate_deadline: float | None = None
+    #: inferwatch_target_up (0: the agent cannot read the worker)
+    up: float = 1.0
+    #: process starts before ``start``, 150 s apart (a crash loop when enough)
+    restarts: int = 0
 
     def quantile(self, q: float) -> float:
         cum = tuple(zip((*BOUNDS, math.inf), self.ttft, strict=True))
@@ -65,6 +69,20 @@ def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
 
 def _flat(value: float) -> str:
     return f"{value:g}+0x{SAMPLES}"
+
+
+def _start_values(w: W) -> str:
+    """The start-time gauge: ``w.start`` since the last start, earlier starts before it."""
+    assert w.start is not None
+    if not w.restarts:
+        return _flat(w.start)
+    last = int(w.start // STEP) + 1  # the first sample after the process started
+    every = 150 // STEP
+    values = []
+    for i in range(SAMPLES + 1):
+        before = max(0, -((i - last) // every)) if i < last else 0  # restarts still ahead
+        values.append(w.start - 150 * min(before, w.restarts))
+    return " ".join(f"{v:g}" for v in values)
 
 
 def input_series(workers: list[W]) -> list[dict[str, str]]:
@@ -83,8 +101,9 @@ def input_series(workers: list[W]) -> list[dict[str, str]]:
             out.append(_series("inferwatch_max_num_seqs", eng, _flat(w.max_num_seqs)))
         if w.kv is not None:
             out.append(_series("inferwatch_kv_cache_usage_ratio", eng, _flat(w.kv)))
+        out.append(_series("inferwatch_target_up", {"worker": w.name}, _flat(w.up)))
         if w.start is not None:
-            out.append(_series("inferwatch_worker_start_time_seconds", eng, _flat(w.start)))
+            out.append(_series("inferwatch_worker_start_time_seconds", eng, _start_values(w)))
         if w.gate_deadline is not None:
             gate = {"worker": w.name}  # the gate's series carry no model or engine
             out.append(_series("inferwatch_warmup_deadline_exceeded", gate, _flat(w.gate_deadline)))
@@ -302,3 +321,31 @@ def test_loop_2_is_the_rules_definition(tmp_path: Path, case: str) -> None:
         "young, slow, warmed by the gate": (False, False),
         "young, slow, gate opened cold": (False, True),
     }[case]
+
+
+DOWN = {
+    "up": W("a", start=YOUNG),
+    "unreachable, long running": W("a", up=0, start=OLD),
+    "unreachable, loading (young)": W("a", up=0, start=YOUNG),
+    "unreachable, young but in a crash loop": W("a", up=0, start=YOUNG, restarts=3),
+    "unreachable, no start time": W("a", up=0),
+}
+
+
+@pytest.mark.parametrize("case", list(DOWN))
+def test_worker_down_is_the_rules_definition(tmp_path: Path, case: str) -> None:
+    w = DOWN[case]
+    uptime = EVAL_SECONDS - w.start if w.start is not None else None
+    restarts = w.restarts if w.start is not None else None
+    down = {w.name} if L.worker_down(w.up == 1, uptime, restarts, T) else set()
+    assert_rules_fire_for(tmp_path, [w], "InferenceWorkerDown", down)
+    assert (
+        bool(down)
+        == {
+            "up": False,
+            "unreachable, long running": True,
+            "unreachable, loading (young)": False,
+            "unreachable, young but in a crash loop": True,
+            "unreachable, no start time": True,
+        }[case]
+    )

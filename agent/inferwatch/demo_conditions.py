@@ -164,7 +164,10 @@ def conditions(readings: Mapping[str, Reading], t: Thresholds) -> list[Condition
     out: list[Condition] = []
     for w, r in readings.items():
         if not r.up:
-            out.append(Condition(an.WORKER_DOWN, w, "the agent cannot read the worker's metrics"))
+            # the demo stops when one of its workers dies, so it never sees a crash loop
+            if L.worker_down(r.up, r.uptime, None, t):
+                why = "the agent cannot read the worker's metrics"
+                out.append(Condition(an.WORKER_DOWN, w, why))
             continue
         out.extend(_worker_conditions(w, r, t))
     out.extend(_imbalance(readings, t))

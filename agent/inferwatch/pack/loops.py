@@ -185,6 +185,20 @@ def young(uptime_seconds: float | None, t: Thresholds) -> bool:
     return uptime_seconds is not None and uptime_seconds < t.cold_start.within
 
 
+def worker_down(
+    up: bool, uptime_seconds: float | None, restarts_in_window: int | None, t: Thresholds
+) -> bool:
+    """InferenceWorkerDown's condition: the agent cannot read the worker, unless its process
+    started under ``availability.startup_grace`` ago (it is loading its model) and has not
+    restarted ``crash_loop_restarts`` times within ``crash_loop_window`` (a crash loop is
+    down however young each start is). ``restarts_in_window`` None: not known, no loop."""
+    if up:
+        return False
+    loading = uptime_seconds is not None and uptime_seconds < t.availability.startup_grace
+    looping = (restarts_in_window or 0) >= t.availability.crash_loop_restarts
+    return not loading or looping
+
+
 def pressure(kv_usage: float | None, vram_used_ratio: float | None) -> float | None:
     """Memory pressure: KV-cache usage where the engine exports it, else NVML's used ratio.
 
