@@ -11,6 +11,7 @@ import calendar
 import math
 
 from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.report.build import build_report
 from inferwatch.report.model import (
     Buckets,
     Hourly,
@@ -19,7 +20,7 @@ from inferwatch.report.model import (
     RawWorker,
     bands_from_thresholds,
 )
-from inferwatch.report.summary import Finding, build_report
+from inferwatch.report.summary import Finding
 
 MONDAY = calendar.timegm((2026, 11, 30, 0, 0, 0))
 #: TTFT P50 about 0.1 s, P99 about 2 s: a long tail (P99 >= 5x P50)
