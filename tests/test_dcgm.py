@@ -19,12 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.stubworker import StubWorker
 
+from inferwatch.collectors.attribution import WorkerGpuInputs
 from inferwatch.collectors.dcgm import (
     DcgmDevice,
     DcgmScrapeError,
     DcgmSource,
     build_families,
     read_exposition,
+    worker_devices,
     worker_pods,
 )
 from inferwatch.config import load_config
@@ -123,7 +125,10 @@ def test_mig_instances_get_their_own_identity_and_the_nvml_sources_labels() -> N
     assert value(big, "inferwatch_gpu_sm_active_ratio") == 0.81
     assert ("inferwatch_gpu_utilization_ratio", ()) not in big.values
 
-    text = "".join(_render(build_families([parent, big, small], {"big": ("llm", "vllm-big-0")})))
+    answers = worker_devices([parent, big, small], {"big": ("llm", "vllm-big-0")})
+    assert answers["big"].source == "dcgm_pods"
+    pairs = [(w, d) for w, a in answers.items() for d in a.devices]
+    text = "".join(_render(build_families([parent, big, small], pairs)))
     got = samples(text)
     key = (
         "inferwatch_worker_gpu_info",
@@ -157,6 +162,40 @@ def test_a_worker_pod_is_configured_or_the_sidecars_own() -> None:
         "only": (None, "vllm-0-7d9f8")
     }
     assert worker_pods({}, ["a", "b"], env={"HOSTNAME": "node"}) == {}
+
+
+def test_workers_without_a_pod_label_are_attributed_like_on_nvml() -> None:
+    """dcgm-exporter's pod labels first; else the kubelet's allocation, the worker's
+    visible devices, workers[].gpus: the NVML backend's sources that need no process list."""
+    devices = read_exposition(NEW)  # GPU 0 carries pod llm/vllm-0-7d9f8, GPU 1 no pod
+    inputs = [
+        WorkerGpuInputs("pod", gpus=(U1,)),  # its pod label wins over the configuration
+        WorkerGpuInputs("conf", gpus=(U1,)),
+        WorkerGpuInputs("env", env={"NVIDIA_VISIBLE_DEVICES": U1}),
+        WorkerGpuInputs("kubelet", allocated=(U0,)),
+        WorkerGpuInputs("unknown"),
+    ]
+    answers = worker_devices(devices, {"pod": ("llm", "vllm-0-7d9f8")}, inputs, {})
+    got = {w: (a.source, tuple(d.uuid for d in a.devices)) for w, a in answers.items()}
+    assert got == {
+        "pod": ("dcgm_pods", (U0,)),
+        "conf": ("config", (U1,)),
+        "env": ("environment", (U1,)),
+        "kubelet": ("pod_resources", (U0,)),
+        "unknown": (None, ()),
+    }
+    pairs = [(w, d) for w, a in answers.items() for d in a.devices]
+    labels = {"conf": {"namespace": "llm", "pod": "vllm-conf-0"}}
+    text = "".join(_render(build_families(devices, pairs, labels)))
+    info = [dict(labels) for name, labels in samples(text) if name == "inferwatch_worker_gpu_info"]
+    assert len(info) == 4
+    assert {
+        "worker": "conf",
+        "gpu": "1",
+        "uuid": U1,
+        "namespace": "llm",
+        "pod": "vllm-conf-0",
+    } in info
 
 
 def _render(families: list) -> list[str]:  # type: ignore[type-arg]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from inferwatch import __version__
+from inferwatch.collectors.attribution import WorkerGpuInputs, gpu_env
 from inferwatch.collectors.base import Source
 from inferwatch.collectors.engine import EngineSource
 from inferwatch.collectors.process import ProcessSource
@@ -109,27 +110,26 @@ class Agent:
             self.sources.append(self.kubernetes)
         if config.workers or config.kubernetes is not None:
             self.sources += [engine, process]
+        kube = self.kubernetes
+
+        def worker_gpu_inputs() -> list[WorkerGpuInputs]:
+            """What the process source, the kubelet and the configuration know of each
+            worker: the inputs of GPU attribution, for either GPU backend."""
+            envs = process.gpu_environments()
+            allocated = (kube.discovered.allocations if kube is not None else None) or {}
+            return [
+                WorkerGpuInputs(w.name, envs.get(w.name), w.gpus, allocated.get(w.name), w.labels)
+                for w in self.workers
+            ]
+
         backend = self._gpu_backend
         if config.gpu.backend == "dcgm-exporter":
-            self.sources.append(self._dcgm_source())
+            self.sources.append(self._dcgm_source(worker_gpu_inputs))
             backend = None
         elif backend is None and config.gpu.backend != "none":
             backend = load_backend(config.gpu)
         if backend is not None:
-            from inferwatch.collectors.attribution import WorkerGpuInputs, gpu_env
             from inferwatch.collectors.nvml import NvmlSource
-
-            kube = self.kubernetes
-
-            def worker_gpu_inputs() -> list[WorkerGpuInputs]:
-                envs = process.gpu_environments()
-                allocated = (kube.discovered.allocations if kube is not None else None) or {}
-                return [
-                    WorkerGpuInputs(
-                        w.name, envs.get(w.name), w.gpus, allocated.get(w.name), w.labels
-                    )
-                    for w in self.workers
-                ]
 
             def pod_pid_workers() -> Mapping[int, str]:
                 return (kube.discovered.pid_workers if kube is not None else None) or {}
@@ -156,7 +156,7 @@ class Agent:
                 self.sources.append(gate)
                 self.ready_checks.append(gate.ready)
 
-    def _dcgm_source(self) -> Source:
+    def _dcgm_source(self, worker_gpu_inputs: Callable[[], Iterable[WorkerGpuInputs]]) -> Source:
         """dcgm-exporter instead of NVML: no second poller where the cluster runs one."""
         from inferwatch.collectors.dcgm import DcgmSource, worker_pods
 
@@ -167,6 +167,8 @@ class Agent:
             timeout=self.config.scrape.timeout,
             max_body_bytes=self.config.scrape.max_body_bytes,
             pods=worker_pods(gpu.dcgm_worker_pods, (w.name for w in self.config.workers)),
+            worker_gpu_inputs=worker_gpu_inputs,
+            own_env=gpu_env(self._environ),
         )
 
     def _discovered(self, found: Sequence[PodWorker]) -> None:

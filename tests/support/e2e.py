@@ -142,6 +142,9 @@ class WorkerSpec:
     #: Prometheus also scrapes the simulator itself (job ``vllm``), as a user running
     #: vLLM's own dashboard does (docs/engines.md "When Prometheus scrapes the engine too")
     scraped_directly: bool = False
+    #: the agent's workers[].gpus (UUIDs): attribution where the GPU source cannot see
+    #: the worker's process (the dcgm-exporter backend); empty: not set
+    gpus: tuple[str, ...] = ()
 
 
 class SimWorker:
@@ -231,6 +234,7 @@ class Stack:
         timers: AlertmanagerTimers = AlertmanagerTimers(),
         warmup: dict[str, Any] | None = None,
         gpu_count: int | None = None,
+        gpu: dict[str, Any] | None = None,
     ) -> None:
         """``rules_dir`` None: generate rule files from ``thresholds`` (None: the defaults).
 
@@ -240,7 +244,10 @@ class Stack:
         readiness gate warms the workers before the stack is up), None: no gate.
         ``gpu_count``: the fake GPUs of the host (None: one per worker); workers with
         ``gpu`` set share, span (tensor parallelism) or slice (MIG) them.
+        ``gpu``: the agent's ``gpu:`` section instead of the fake NVML (e.g. the
+        dcgm-exporter backend pointed at a stand-in).
         """
+        self._gpu = gpu
         self._warmup = warmup
         self.tmp = tmp
         self.thresholds = load_thresholds(str(thresholds) if thresholds else None)
@@ -279,7 +286,8 @@ class Stack:
             "listen": self.agent_target,
             "collect_interval": COLLECT_INTERVAL,
             "stats_window": STATS_WINDOW,
-            "gpu": {
+            "gpu": self._gpu
+            or {
                 "backend": "fake",
                 "fake_count": self.gpu_count,
                 "fake_state_dir": str(self.gpu_dir),
@@ -292,6 +300,7 @@ class Stack:
                     "engine": "vllm",
                     "max_num_seqs": w.spec.max_num_seqs,
                     "export_histograms": w.spec.export_histograms,
+                    **({"gpus": list(w.spec.gpus)} if w.spec.gpus else {}),
                 }
                 for w in self.workers.values()
             ],

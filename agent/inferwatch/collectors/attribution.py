@@ -48,6 +48,7 @@ GPU_ENV_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_O
 
 #: Source names, in the order they are asked.
 SOURCES = (
+    "dcgm_pods",
     "processes",
     "pod_processes",
     "pod_resources",
@@ -56,6 +57,7 @@ SOURCES = (
     "config",
 )
 SOURCE_TEXT = {
+    "dcgm_pods": "dcgm-exporter's pod labels (gpu.backend: dcgm-exporter)",
     "processes": "NVML's process list",
     "pod_processes": "NVML's process list joined to pods through cgroups",
     "pod_resources": "the kubelet's pod-resources allocation",

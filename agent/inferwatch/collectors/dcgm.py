@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
@@ -43,6 +43,7 @@ import aiohttp
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
+from inferwatch.collectors.attribution import Answer, DeviceLike, WorkerGpuInputs, attribute
 from inferwatch.collectors.base import Source
 from inferwatch.collectors.dcgm_fields import (
     CLOCK_EVENT_FIELDS,
@@ -161,6 +162,11 @@ class DcgmDevice:
     pods: frozenset[tuple[str, str]] = frozenset()
     #: False for a GPU the last scrape did not carry (or when the scrape failed)
     up: bool = True
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """dcgm-exporter lists no processes (attribution's ``DeviceLike``)."""
+        return ()
 
     def lost(self) -> DcgmDevice:
         """This device as exported while it is missing: _info and up 0, no readings."""
@@ -312,10 +318,35 @@ def worker_pods(
     return pods
 
 
+def _on_pod(dev: DcgmDevice, namespace: str | None, pod: str) -> bool:
+    return any(p == pod and (namespace is None or ns == namespace) for ns, p in dev.pods)
+
+
+def worker_devices(
+    devices: Sequence[DcgmDevice],
+    pods: Mapping[str, tuple[str | None, str]],
+    inputs: Sequence[WorkerGpuInputs] = (),
+    own_env: Mapping[str, str] | None = None,
+) -> dict[str, Answer]:
+    """Which devices each worker runs on: dcgm-exporter's pod labels first, then the
+    sources of :func:`inferwatch.collectors.attribution.attribute` that need no process
+    list (the kubelet's allocation, the worker's NVIDIA_/CUDA_VISIBLE_DEVICES, the
+    one-worker sidecar's own devices, ``workers[].gpus``), over the same devices."""
+    answers = attribute(inputs, devices, pid_workers={}, own_env=own_env or {}) if inputs else {}
+    for worker, (namespace, pod) in pods.items():
+        hit = tuple(d for d in devices if _on_pod(d, namespace, pod))
+        if hit:
+            answers[worker] = Answer("dcgm_pods", hit)
+    return answers
+
+
 def build_families(
-    devices: Iterable[DcgmDevice], pods: Mapping[str, tuple[str | None, str]]
+    devices: Iterable[DcgmDevice],
+    worker_gpus: Iterable[tuple[str, DeviceLike]] = (),
+    worker_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Metric]:
-    """The contract's families for ``devices`` (a device that is not up: _info and up 0)."""
+    """The contract's families for ``devices`` (a device that is not up: _info and up 0);
+    ``worker_gpus``: the (worker, device) pairs of attribution."""
     gauges: dict[str, Metric] = {}
     counters: dict[str, Metric] = {}
 
@@ -344,9 +375,9 @@ def build_families(
             add(name, {**base, **dict(fixed)}, value, counter=name in _COUNTERS)
         for reason, value in dev.clock_events.items():
             add("inferwatch_gpu_clock_event_active", {**base, "reason": reason}, value)
-        for worker, (namespace, pod) in sorted(pods.items()):
-            if any(p == pod and (namespace is None or ns == namespace) for ns, p in dev.pods):
-                add("inferwatch_worker_gpu_info", {"worker": worker, **base}, 1.0)
+    for worker, device in sorted(worker_gpus, key=lambda pair: (pair[0], pair[1].gpu)):
+        extra = (worker_labels or {}).get(worker, {})
+        add("inferwatch_worker_gpu_info", {**extra, **device.labels(), "worker": worker}, 1.0)
     return [*gauges.values(), *counters.values()]
 
 
@@ -363,8 +394,15 @@ class DcgmSource(Source):
         timeout: float = 2.0,
         max_body_bytes: int = 16 * 1024 * 1024,
         pods: Mapping[str, tuple[str | None, str]] | None = None,
+        worker_gpu_inputs: Callable[[], Iterable[WorkerGpuInputs]] | None = None,
+        own_env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
+        #: what the process source, the kubelet and the configuration know of each
+        #: worker: attribution where dcgm-exporter's pod labels say nothing
+        self.worker_gpu_inputs = worker_gpu_inputs or (lambda: ())
+        self.own_env = dict(own_env or {})
+        self.answers: dict[str, Answer] = {}
         self.url = url
         #: the URL as messages show it (no password)
         self.shown_url = redact_url(url)
@@ -411,7 +449,19 @@ class DcgmSource(Source):
             self.health.ok()
             self.health.finished_pass(started)
             self._log_unattributed(devices)
-        self._families = build_families(self.devices, self.pods)
+        self._families = self._build()
+
+    def _build(self) -> list[Metric]:
+        try:
+            inputs = list(self.worker_gpu_inputs())
+            up = [d for d in self.devices if d.up]
+            self.answers = worker_devices(up, self.pods, inputs, self.own_env)
+        except Exception:  # a bug in attribution must not cost the GPU series
+            log.exception("dcgm: attribution failed; no worker-to-GPU series")
+            self.answers, inputs = {}, []
+        pairs = [(w, dev) for w, answer in self.answers.items() for dev in answer.devices]
+        labels = {i.name: dict(i.labels) for i in inputs if i.labels}
+        return build_families(self.devices, pairs, labels)
 
     def _vanished(self, devices: tuple[DcgmDevice, ...]) -> tuple[DcgmDevice, ...]:
         """Whole GPUs seen before that this scrape lacks: up 0 (InferenceGPULost).
@@ -426,9 +476,8 @@ class DcgmSource(Source):
         )
 
     def _log_unattributed(self, devices: tuple[DcgmDevice, ...]) -> None:
-        seen = {pod for dev in devices for pod in dev.pods}
         for worker, (namespace, pod) in self.pods.items():
-            found = any(p == pod and (namespace is None or ns == namespace) for ns, p in seen)
+            found = any(_on_pod(d, namespace, pod) for d in devices)
             if not found and worker not in self._unattributed_logged:
                 self._unattributed_logged.add(worker)
                 log.info(
