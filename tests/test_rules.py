@@ -32,7 +32,7 @@ from tests.support.proc import (
 
 from inferwatch.engines import ENGINES
 from inferwatch.pack import dashlint, own_histograms, rules, slo
-from inferwatch.pack.names import HISTOGRAMS, names, slo_errors
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 
@@ -367,7 +367,7 @@ def test_every_metric_exists_in_metrics_md() -> None:
     # under the family names of the agent's engine tables.
     t = load_thresholds()
     n = names(t)
-    bucket_rates = {n.bucket_rate(short) for short in HISTOGRAMS}
+    bucket_rates = {n.histogram_rate(metric) for metric in RECORDED_HISTOGRAMS}
     bucket_rates |= {slo_errors(w) for w in slo.windows(t.slos)}
     engine_buckets = {
         f"{source}_bucket"

@@ -70,9 +70,7 @@ def _engine_matcher(matcher: str, engine: EngineMap) -> str:
     raise ValueError(f"no engine-side label for the matcher {matcher!r}")
 
 
-def _engine_side(
-    engine: EngineMap, signal: Signal, window: str, matchers: tuple[str, ...]
-) -> str:
+def _engine_side(engine: EngineMap, signal: Signal, window: str, matchers: tuple[str, ...]) -> str:
     """The engine's bucket rates per scrape target and model, ranks combined, with the
     labels the join and the worker rules need (``endpoint``, ``model``, ``engine``)."""
     copies = ", ".join(signal.duplicates)
@@ -144,8 +142,3 @@ def bucket_rate(
             f")"
         )
     return f"\nor on ({WORKER_KEY})\n".join(branches)
-
-
-def worker_bucket_rate(t: Thresholds, short: str) -> str:
-    """PromQL: the rate of the latency histogram ``short``'s buckets, by (le, worker labels)."""
-    return bucket_rate(t, f"inferwatch_{short}_seconds")
