@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,9 @@ from tests.support.proc import PROMETHEUS, require_binary, wait_until
 
 from inferwatch.pack import dashboards as dash
 from inferwatch.pack.dashboard_defs import latency_panel
+from inferwatch.report.model import Period
+from inferwatch.report.promapi import PrometheusClient
+from inferwatch.report.query import Collector
 
 OWN, COPY = "w-own", "w-copy"
 TTFT_PAGE = "InferenceTTFTSLOBreach"
@@ -207,3 +211,45 @@ def test_the_heatmaps_and_phase_panels_show_the_worker(stack: Stack) -> None:
                     assert labels == {"worker": worker}, (title, expr, labels)
     finally:
         load.stop()
+
+
+def test_the_weekly_report_counts_the_workers_latency_and_prompts(stack: Stack) -> None:
+    """The report's per-day buckets (TTFT, TPOT, E2E, prompt length) for w-own come from
+    vLLM's own series through the endpoint join; w-copy's are the agent's alone."""
+    load = stack.load("steady", [OWN, COPY], 20, rate=2.0, drain=0)
+    try:
+        wait_until(
+            lambda: stack.prom.query(
+                f'sum(vllm:request_prompt_tokens_count{{instance="127.0.0.1:'
+                f'{stack.workers[OWN].port}"}}) > 0'
+            ),
+            60,
+            message=f"{OWN} finished requests stored",
+        )
+    finally:
+        load.stop()
+    at = float(math.floor(time.time()))
+    c = Collector(PrometheusClient(stack.prom.url), Period(at, 1), thresholds=stack.thresholds)
+    rows = {w.worker: w for w in c.workers()}
+
+    def total(buckets: Any) -> float:
+        assert buckets is not None
+        return float(dict(buckets)[math.inf])
+
+    own = rows[OWN]
+    assert set(own.latency) == {"ttft", "tpot", "e2e"}
+    for name, days in own.latency.items():
+        assert total(days[-1]) > 0, name
+    assert own.prompt_lengths is not None and total(own.prompt_lengths[-1]) > 0
+    direct = f'instance="127.0.0.1:{stack.workers[OWN].port}",le="+Inf"'
+    (vllm,) = stack.prom.query(
+        f"sum(increase(vllm:time_to_first_token_seconds_bucket{{{direct}}}[1d]))", at
+    )
+    assert total(own.latency["ttft"][-1]) == pytest.approx(float(vllm["value"][1]), rel=1e-9)
+    # both stored for w-copy: the agent's count, not the sum of the two
+    (agent,) = stack.prom.query(
+        f'sum(increase(inferwatch_ttft_seconds_bucket{{worker="{COPY}",le="+Inf"}}[1d]))', at
+    )
+    assert total(rows[COPY].latency["ttft"][-1]) == pytest.approx(
+        float(agent["value"][1]), rel=1e-9
+    )

@@ -105,6 +105,38 @@ def _endpoints(t: Thresholds) -> str:
     )
 
 
+def engine_bucket_rates(
+    t: Thresholds,
+    metric: str,
+    *,
+    window: str | None = None,
+    matchers: tuple[str, ...] = (),
+    engines: tuple[str, ...] | None = None,
+) -> list[str]:
+    """PromQL, one per engine read this way that maps ``metric``: the rate over ``window``
+    of that engine's own buckets, by (le, worker labels), for the workers whose endpoint
+    it is. Arguments as :func:`bucket_rate`."""
+    w = window or t.pack.window
+    out = []
+    for name in ENGINES:
+        if engines is not None and name not in engines:
+            continue
+        engine = ENGINE_MAPS[name]
+        signal = _passthrough(engine, metric)
+        if signal is None:
+            continue
+        out.append(
+            f"sum by (le, {WORKER}) (\n"
+            f"    {_indent(_engine_side(engine, signal, w, matchers), '    ')}\n"
+            f"  * on ({ENDPOINT_JOIN}) group_left ({_FROM_INFO})\n"
+            f"    (\n"
+            f"      {_indent(_endpoints(t), '      ')}\n"
+            f"    )\n"
+            f")"
+        )
+    return out
+
+
 def bucket_rate(
     t: Thresholds,
     metric: str,
@@ -125,20 +157,5 @@ def bucket_rate(
     if engines is not None:
         agent.insert(0, f'engine=~"{"|".join(re.escape(e) for e in engines)}"')
     branches = [f"sum by (le, {WORKER}) (rate({metric}_bucket{t.pack.selector(*agent)}[{w}]))"]
-    for name in ENGINES:
-        if engines is not None and name not in engines:
-            continue
-        engine = ENGINE_MAPS[name]
-        signal = _passthrough(engine, metric)
-        if signal is None:
-            continue
-        branches.append(
-            f"sum by (le, {WORKER}) (\n"
-            f"    {_indent(_engine_side(engine, signal, w, matchers), '    ')}\n"
-            f"  * on ({ENDPOINT_JOIN}) group_left ({_FROM_INFO})\n"
-            f"    (\n"
-            f"      {_indent(_endpoints(t), '      ')}\n"
-            f"    )\n"
-            f")"
-        )
+    branches += engine_bucket_rates(t, metric, window=w, matchers=matchers, engines=engines)
     return f"\nor on ({WORKER_KEY})\n".join(branches)
