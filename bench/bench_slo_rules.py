@@ -6,9 +6,11 @@ for ``--workers`` workers, with ``promtool tsdb create-blocks-from openmetrics``
 opens the blocks in a real Prometheus and times the generated expression of
 ``model:inferwatch_slo_errors:ratio_rate<W>`` (TTFT part) for every window at the
 end of the data, ``--repeat`` times each. A rule group evaluates it at every
-``pack.scrape_interval``, so compare the figure with 15 s.
+``pack.scrape_interval``, so compare the figure with 15 s. ``--source engine``
+stores vLLM's own buckets instead (a worker with ``export_histograms: false``),
+which the same expression reads through the endpoint join.
 
-    PYTHONPATH=agent python bench/bench_slo_rules.py --days 30 --workers 4
+    PYTHONPATH=agent python bench/bench_slo_rules.py --days 30 --workers 4 [--source engine]
 """
 
 from __future__ import annotations
@@ -26,27 +28,47 @@ import urllib.request
 from pathlib import Path
 
 from benchlib import machine, machine_line
-from inferwatch.pack import slo
+from inferwatch.pack import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds
 
 STEP = 15
 END = 1_800_000_000  # a fixed end, so runs compare
 
 
-def write_openmetrics(path: Path, days: int, workers: int) -> int:
-    """Blocks of 2 h per file keep promtool's memory flat; returns the number of samples."""
+def write_openmetrics(path: Path, days: int, workers: int, source: str) -> int:
+    """Blocks of 2 h per file keep promtool's memory flat; returns the number of samples.
+
+    ``source`` ``agent``: the agent's ``inferwatch_ttft_seconds_bucket``; ``engine``:
+    vLLM's own ``vllm:time_to_first_token_seconds_bucket`` from a direct scrape
+    (``export_histograms: false``) and the agent's endpoint info series over the last
+    hour, which the rules join it through.
+    """
     start = END - days * 86400
     n = 0
     with path.open("w") as f:
-        f.write("# TYPE inferwatch_ttft_seconds histogram\n")
+        family = (
+            "inferwatch_ttft_seconds" if source == "agent" else "vllm:time_to_first_token_seconds"
+        )
+        f.write(f"# TYPE {family} histogram\n")
         for w in range(workers):
-            labels = (
-                f'job="inferwatch",instance="h{w}:10127",worker="vllm-{w}",model="m",engine="vllm"'
-            )
+            if source == "agent":
+                labels = (
+                    f'job="inferwatch",instance="h{w}:10127",worker="vllm-{w}",model="m",'
+                    'engine="vllm"'
+                )
+            else:
+                labels = f'job="vllm",instance="10.0.0.{w}:8000",model_name="m",engine="0"'
             for le, per_step in (("2.5", 99), ("+Inf", 100)):
                 for i, t in enumerate(range(start, END + 1, STEP)):
+                    f.write(f'{family}_bucket{{{labels},le="{le}"}} {i * per_step} {t}\n')
+                    n += 1
+        if source == "engine":
+            f.write(f"# TYPE {own_histograms.ENDPOINT_INFO} gauge\n")
+            for w in range(workers):
+                for t in range(END - 3600, END + 1, STEP):
                     f.write(
-                        f'inferwatch_ttft_seconds_bucket{{{labels},le="{le}"}} {i * per_step} {t}\n'
+                        f'{own_histograms.ENDPOINT_INFO}{{job="inferwatch",instance="h{w}:10127",'
+                        f'worker="vllm-{w}",endpoint="10.0.0.{w}:8000"}} 1 {t}\n'
                     )
                     n += 1
         f.write("# EOF\n")
@@ -69,6 +91,12 @@ def main() -> int:
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--source",
+        choices=("agent", "engine"),
+        default="agent",
+        help="whose buckets are stored: the agent's copy, or vLLM's own (export_histograms: false)",
+    )
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     promtool, prometheus = shutil.which("promtool"), shutil.which("prometheus")
@@ -82,7 +110,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         om = root / "data.om"
-        samples = write_openmetrics(om, args.days, args.workers)
+        samples = write_openmetrics(om, args.days, args.workers, args.source)
         t0 = time.perf_counter()
         subprocess.run(
             [
@@ -116,7 +144,7 @@ def main() -> int:
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    query_seconds(url, "count(inferwatch_ttft_seconds_bucket)", END)
+                    query_seconds(url, "count({__name__=~'.+_bucket'})", END)
                     break
                 except Exception:
                     if time.monotonic() > deadline:
@@ -132,7 +160,8 @@ def main() -> int:
             proc.wait(30)
     print(machine_line(machine()))
     print(
-        f"{samples} samples ({args.workers} workers x 2 series x {args.days} d at {STEP} s); "
+        f"{samples} samples ({args.source}'s buckets: {args.workers} workers x 2 series x "
+        f"{args.days} d at {STEP} s); "
         f"backfill {backfill:.1f} s"
     )
     for w, sec in results.items():
@@ -143,6 +172,7 @@ def main() -> int:
                 {
                     "samples": samples,
                     "workers": args.workers,
+                    "source": args.source,
                     "days": args.days,
                     "median_seconds": results,
                 },

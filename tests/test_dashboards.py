@@ -537,7 +537,9 @@ def test_issue23_worker_panels_read_the_new_signals(boards: dict[str, dict[str, 
         panel = _first(doc, lambda p, t=title: p["title"] == t)
         assert panel["type"] == "heatmap" and panel["targets"][0]["format"] == "heatmap"
         (q,) = by_panel[title]
-        assert q.expr.startswith("sum by (le) (increase(" + metric) and q.optional is None
+        # the agent's buckets per worker, else the recorded rate of the engine's own
+        assert q.expr.startswith("sum by (le) (") and q.optional is None
+        assert f"rate({metric}{{" in q.expr and f"worker:{metric}:rate5m{{" in q.expr
     phases = by_panel["Prefill, decode and queue time P50 / P95"]
     assert [(q.ref_id, q.optional is not None) for q in phases] == [
         (r, r in ENGINE_OPTIONAL["Prefill, decode and queue time P50 / P95"]) for r in "ABCDEF"

@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
 from tests.support.e2e import E2E_THRESHOLDS, ENGINE_JOB, Stack, WorkerSpec
 from tests.support.proc import PROMETHEUS, require_binary, wait_until
 
+from inferwatch.pack import dashboards as dash
 from inferwatch.pack.dashboard_defs import latency_panel
+from inferwatch.report.model import Period
+from inferwatch.report.promapi import PrometheusClient
+from inferwatch.report.query import Collector
 
 OWN, COPY = "w-own", "w-copy"
 TTFT_PAGE = "InferenceTTFTSLOBreach"
@@ -137,9 +143,7 @@ def test_the_worker_dashboards_latency_panels_show_the_worker(stack: Stack) -> N
     try:
         for worker in (OWN, COPY):
             for panel in panels:
-                for target in panel.targets:
-                    expr = re.sub(r'=~"\$(?!worker)\w+"', '=~".*"', target.expr)
-                    expr = expr.replace("$worker", worker).replace("$__rate_interval", "15s")
+                for expr in (_vars(target.expr, worker) for target in panel.targets):
 
                     def shown(expr: str = expr) -> list[dict[str, str]]:
                         return [
@@ -152,3 +156,100 @@ def test_the_worker_dashboards_latency_panels_show_the_worker(stack: Stack) -> N
                     assert labels == {"worker": worker}, (panel.title, labels)
     finally:
         load.stop()
+
+
+def _vars(expr: str, worker: str) -> str:
+    """A dashboard query as Grafana sends it with every variable at All but the worker."""
+    expr = re.sub(r'=~"\$(?!worker)\w+"', '=~".*"', expr)
+    return expr.replace("$worker", worker).replace("$__rate_interval", "15s")
+
+
+HEATMAPS = (
+    "Prompt length distribution",
+    "Generation length distribution",
+    "TTFT distribution",
+    "TPOT distribution",
+    "End-to-end latency distribution",
+)
+QUANTILE_PANELS = ("Prefill, decode and queue time P50 / P95", "Queue time P50 / P95 / P99")
+
+
+def test_the_heatmaps_and_phase_panels_show_the_worker(stack: Stack) -> None:
+    """The worker dashboard's request-shape and latency heatmaps and its queue / phase
+    quantile panels, as generated for this stack's thresholds, have data for w-own,
+    whose buckets (prompt and generation length, prefill, decode and queue time
+    included) are only vLLM's own: each reads the recorded rate there."""
+    doc = dash.dashboards(stack.thresholds)["inference-worker"]
+    queries: dict[str, list[str]] = {}
+    for q in dash.query_targets(doc):
+        queries.setdefault(q.panel, []).append(q.expr)
+    assert set(HEATMAPS) | set(QUANTILE_PANELS) <= set(queries)
+    load = stack.load("steady", [OWN, COPY], 30, rate=2.0, drain=0)
+    try:
+        for worker in (OWN, COPY):
+            for title in HEATMAPS:
+                (expr,) = (_vars(e, worker) for e in queries[title])
+
+                def counted(expr: str = expr) -> list[dict[str, Any]] | None:
+                    got = stack.prom.query(expr)
+                    return got if any(float(r["value"][1]) > 0 for r in got) else None
+
+                rows = wait_until(counted, 60, message=f"{title} for {worker}")
+                assert {tuple(r["metric"]) for r in rows} == {("le",)}, (title, rows)
+                assert "+Inf" in {r["metric"]["le"] for r in rows}
+            for title in QUANTILE_PANELS:
+                for expr in (_vars(e, worker) for e in queries[title]):
+
+                    def shown(expr: str = expr) -> list[dict[str, str]]:
+                        return [
+                            r["metric"]
+                            for r in stack.prom.query(expr)
+                            if not math.isnan(float(r["value"][1]))
+                        ]
+
+                    (labels,) = wait_until(shown, 60, message=f"{title} for {worker}")
+                    assert labels == {"worker": worker}, (title, expr, labels)
+    finally:
+        load.stop()
+
+
+def test_the_weekly_report_counts_the_workers_latency_and_prompts(stack: Stack) -> None:
+    """The report's per-day buckets (TTFT, TPOT, E2E, prompt length) for w-own come from
+    vLLM's own series through the endpoint join; w-copy's are the agent's alone."""
+    load = stack.load("steady", [OWN, COPY], 20, rate=2.0, drain=0)
+    try:
+        wait_until(
+            lambda: stack.prom.query(
+                f'sum(vllm:request_prompt_tokens_count{{instance="127.0.0.1:'
+                f'{stack.workers[OWN].port}"}}) > 0'
+            ),
+            60,
+            message=f"{OWN} finished requests stored",
+        )
+    finally:
+        load.stop()
+    at = float(math.floor(time.time()))
+    c = Collector(PrometheusClient(stack.prom.url), Period(at, 1), thresholds=stack.thresholds)
+    rows = {w.worker: w for w in c.workers()}
+
+    def total(buckets: Any) -> float:
+        assert buckets is not None
+        return float(dict(buckets)[math.inf])
+
+    own = rows[OWN]
+    assert set(own.latency) == {"ttft", "tpot", "e2e"}
+    for name, days in own.latency.items():
+        assert total(days[-1]) > 0, name
+    assert own.prompt_lengths is not None and total(own.prompt_lengths[-1]) > 0
+    direct = f'instance="127.0.0.1:{stack.workers[OWN].port}",le="+Inf"'
+    (vllm,) = stack.prom.query(
+        f"sum(increase(vllm:time_to_first_token_seconds_bucket{{{direct}}}[1d]))", at
+    )
+    assert total(own.latency["ttft"][-1]) == pytest.approx(float(vllm["value"][1]), rel=1e-9)
+    # both stored for w-copy: the agent's count, not the sum of the two
+    (agent,) = stack.prom.query(
+        f'sum(increase(inferwatch_ttft_seconds_bucket{{worker="{COPY}",le="+Inf"}}[1d]))', at
+    )
+    assert total(rows[COPY].latency["ttft"][-1]) == pytest.approx(
+        float(agent["value"][1]), rel=1e-9
+    )

@@ -31,8 +31,8 @@ from tests.support.proc import (
 )
 
 from inferwatch.engines import ENGINES
-from inferwatch.pack import dashlint, own_histograms, rules
-from inferwatch.pack.names import HISTOGRAMS, names
+from inferwatch.pack import dashlint, own_histograms, rules, slo
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 
@@ -362,11 +362,13 @@ def test_every_metric_exists_in_metrics_md() -> None:
     known = metrics_md_names() | RECORDED | {"up"}
     assert "inferwatch_ttft_seconds_bucket" in known and "inferwatch_gpu_up" in known
     assert "inferwatch_warmup_deadline_exceeded" in known  # an extension of docs/metrics.md
-    # The one exception: the per-worker bucket rates also read the engines' own latency
-    # histograms, scraped by Prometheus directly (pack.own_histograms), under the
-    # family names of the agent's engine tables.
-    n = names(load_thresholds())
-    bucket_rates = {n.bucket_rate(short) for short in HISTOGRAMS}
+    # The one exception: the per-worker bucket rates and the SLO SLIs also read the
+    # engines' own histograms, scraped by Prometheus directly (pack.own_histograms),
+    # under the family names of the agent's engine tables.
+    t = load_thresholds()
+    n = names(t)
+    bucket_rates = {n.histogram_rate(metric) for metric in RECORDED_HISTOGRAMS}
+    bucket_rates |= {slo_errors(w) for w in slo.windows(t.slos)}
     engine_buckets = {
         f"{source}_bucket"
         for name in own_histograms.ENGINES

@@ -19,7 +19,7 @@ from grafanalib import core as g
 from inferwatch.pack import panels as p
 from inferwatch.pack import slo_dashboard
 from inferwatch.pack.cost_panels import cost_section
-from inferwatch.pack.names import HISTOGRAMS, WORKER, WORKER_KEY, names
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, WORKER, WORKER_KEY, names
 from inferwatch.pack.panels import Cell, Query, Section, Step, gpu_sel, host_sel, steps, worker_sel
 from inferwatch.pack.thresholds import Thresholds
 
@@ -92,21 +92,28 @@ def _vram_text(t: Thresholds) -> str:
 # --- reusable panels -------------------------------------------------------------
 
 
-def _quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Query]:
-    """P50/P95/P99 per ``by`` from the agent's buckets; a worker without them (the engine's
-    own histograms stored instead, ``export_histograms: false``) counts through the
-    recorded per-worker bucket rate, which reads the engine's series."""
-    short = metric.removeprefix("inferwatch_").removesuffix("_seconds")
+def worker_buckets(t: Thresholds, metric: str, by: str = "") -> str:
+    """Per-second bucket rates of the histogram ``metric`` by ``by`` and ``le``, from the
+    agent's buckets; a worker without them (the engine's own histograms stored instead,
+    ``export_histograms: false``) counts through the recorded per-worker bucket rate,
+    which reads the engine's series."""
+    by_le = f"{by}, le" if by else "le"
+    agent = f"rate({metric}_bucket{worker_sel()}[$__rate_interval])"
+    if metric not in RECORDED_HISTOGRAMS:
+        return f"sum by ({by_le}) ({agent})"
     per_worker = f"{WORKER}, le"
-    buckets = f"sum by ({by}, le) (rate({metric}_bucket{worker_sel()}[$__rate_interval]))"
-    if short in HISTOGRAMS:
-        buckets = (
-            f"sum by ({by}, le) (\n"
-            f"    sum by ({per_worker}) (rate({metric}_bucket{worker_sel()}[$__rate_interval]))\n"
-            f"  or on ({WORKER_KEY})\n"
-            f"    sum by ({per_worker}) ({names(t).bucket_rate(short)}{worker_sel()})\n"
-            f")"
-        )
+    return (
+        f"sum by ({by_le}) (\n"
+        f"    sum by ({per_worker}) ({agent})\n"
+        f"  or on ({WORKER_KEY})\n"
+        f"    sum by ({per_worker}) ({names(t).histogram_rate(metric)}{worker_sel()})\n"
+        f")"
+    )
+
+
+def _quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Query]:
+    """P50/P95/P99 per ``by`` (:func:`worker_buckets`)."""
+    buckets = worker_buckets(t, metric, by)
     return [
         Query(f"histogram_quantile({q}, {buckets})", f"{legend} P{round(q * 100)}")
         for q in (0.5, 0.95, 0.99)
@@ -396,19 +403,14 @@ def tokens_panel(by: str) -> Any:
 # --- the dashboards -------------------------------------------------------------------
 
 
-def length_heatmap(title: str, metric: str, description: str) -> Any:
-    """A heatmap of a token-length histogram (vLLM's own dashboard has both)."""
+def bucket_heatmap(t: Thresholds, title: str, metric: str, description: str, unit: str) -> Any:
+    """A heatmap of a histogram's buckets: requests per second in each (vLLM's own
+    dashboard has the token-length ones), the agent's or the engine's own buckets."""
     return p.heatmap(
         title,
         description,
-        [
-            Query(
-                f"sum by (le) (increase({metric}_bucket{worker_sel()}[$__rate_interval]))",
-                "{{le}}",
-                fmt="heatmap",
-            )
-        ],
-        unit="short",
+        [Query(worker_buckets(t, metric), "{{le}}", fmt="heatmap")],
+        unit=unit,
     )
 
 
@@ -420,7 +422,7 @@ PHASES = (
 )
 
 
-def phase_time_panel() -> Any:
+def phase_time_panel(t: Thresholds) -> Any:
     return p.timeseries(
         "Prefill, decode and queue time P50 / P95",
         "Where a request's time goes, per worker: waiting in the queue, prefill (prompt "
@@ -429,8 +431,7 @@ def phase_time_panel() -> Any:
         "at long prompts; decode growing at long generations or a full batch.",
         [
             Query(
-                f"histogram_quantile({q}, sum by (worker, le) "
-                f"(rate({metric}_bucket{worker_sel()}[$__rate_interval])))",
+                f"histogram_quantile({q}, {worker_buckets(t, metric, 'worker')})",
                 f"{{{{worker}}}} {word} P{round(q * 100)}",
             )
             for word, metric in PHASES
@@ -751,19 +752,14 @@ def worker(t: Thresholds) -> dict[str, Any]:
             ),
             *[
                 Cell(
-                    p.heatmap(
+                    bucket_heatmap(
+                        t,
                         f"{name} distribution",
-                        f"How many requests fell in each {name if name.isupper() else name.lower()} bucket per interval: a second "
+                        metric,
+                        "Requests per second in each "
+                        f"{name if name.isupper() else name.lower()} bucket: a second "
                         "band of slow requests shows a long tail the quantiles average away.",
-                        [
-                            Query(
-                                f"sum by (le) (increase({metric}_bucket{worker_sel()}"
-                                "[$__rate_interval]))",
-                                "{{le}}",
-                                fmt="heatmap",
-                            )
-                        ],
-                        unit="s",
+                        "s",
                     ),
                     8,
                     8,
@@ -888,24 +884,24 @@ def worker(t: Thresholds) -> dict[str, Any]:
         "Request shapes and phases",
         [
             *[
-                Cell(length_heatmap(name, metric, text), 8, 8)
+                Cell(bucket_heatmap(t, name, metric, text, "short"), 8, 8)
                 for name, metric, text in (
                     (
                         "Prompt length distribution",
                         "inferwatch_prompt_length_tokens",
-                        "Prompt tokens of each request, counted per bucket and interval. A "
+                        "Prompt tokens of each request: requests per second in each bucket. A "
                         "band of long prompts is the traffic a separate long-context pool "
                         "serves (field guide 5.3; `inferwatch advise` prints its share).",
                     ),
                     (
                         "Generation length distribution",
                         "inferwatch_generation_length_tokens",
-                        "Tokens generated per finished request, counted per bucket and "
-                        "interval. Long generations hold batch slots and KV cache for longer.",
+                        "Tokens generated per finished request: requests per second in each "
+                        "bucket. Long generations hold batch slots and KV cache for longer.",
                     ),
                 )
             ],
-            Cell(phase_time_panel(), 8, 8),
+            Cell(phase_time_panel(t), 8, 8),
             Cell(lora_panel(), 24, 6),
         ],
     )

@@ -46,6 +46,17 @@ ENDPOINT_JOIN = f"{CLUSTER}, {ENDPOINT_KEY}"
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
 QUANTILES = ((0.5, "p50"), (0.95, "p95"), (0.99, "p99"))
+#: the worker dashboard's other histograms (request shapes and phases, issue 23), each
+#: with a recorded per-worker bucket rate like the latency ones
+SHAPE_HISTOGRAMS = (
+    "inferwatch_prompt_length_tokens",
+    "inferwatch_generation_length_tokens",
+    "inferwatch_prefill_time_seconds",
+    "inferwatch_decode_time_seconds",
+    "inferwatch_queue_time_seconds",
+)
+#: every histogram with a recorded per-worker bucket rate (``Names.histogram_rate``)
+RECORDED_HISTOGRAMS = (*(f"inferwatch_{short}_seconds" for short in HISTOGRAMS), *SHAPE_HISTOGRAMS)
 
 
 @dataclass(frozen=True)
@@ -59,10 +70,14 @@ class Names:
     def quantile(self, level: str, short: str, label: str) -> str:
         return f"{level}:inferwatch_{short}_seconds:{label}_{self.window}"
 
+    def histogram_rate(self, metric: str) -> str:
+        """Per-worker rate of the buckets (label ``le``) of one of ``RECORDED_HISTOGRAMS``:
+        the agent's copy, else the engine's own series joined through the endpoint."""
+        return f"worker:{metric}_bucket:rate{self.window}"
+
     def bucket_rate(self, short: str) -> str:
-        """Per-worker rate of a latency histogram's buckets (label ``le``): the agent's
-        copy, else the engine's own series joined through the endpoint."""
-        return f"worker:inferwatch_{short}_seconds_bucket:rate{self.window}"
+        """``histogram_rate`` of the latency histogram ``short`` (``ttft``, ...)."""
+        return self.histogram_rate(f"inferwatch_{short}_seconds")
 
     def rate(self, name: str) -> str:
         return f"worker:inferwatch_{name}:rate{self.window}"

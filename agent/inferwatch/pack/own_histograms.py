@@ -22,6 +22,8 @@ units or selects samples would need the conversion in PromQL as well.
 
 from __future__ import annotations
 
+import re
+
 from inferwatch.engines import ENGINES as ENGINE_MAPS
 from inferwatch.engines.base import EngineMap, Signal
 from inferwatch.pack.names import CLUSTER, ENDPOINT_JOIN, ENDPOINT_KEY, INSTANCE, WORKER, WORKER_KEY
@@ -55,13 +57,27 @@ def _indent(text: str, by: str) -> str:
     return text.replace("\n", "\n" + by)
 
 
-def _engine_side(t: Thresholds, engine: EngineMap, signal: Signal) -> str:
+def _engine_matcher(matcher: str, engine: EngineMap) -> str:
+    """A matcher on a contract label, written for the engine's own series: ``model`` is
+    the engine's model label there; ``le`` is the same (the agent copies the boundaries
+    as the engine's client library wrote them)."""
+    label = re.match(r"\w+", matcher)
+    name = label.group(0) if label else ""
+    if name == "le":
+        return matcher
+    if name == "model" and engine.model_label:
+        return engine.model_label + matcher[len(name) :]
+    raise ValueError(f"no engine-side label for the matcher {matcher!r}")
+
+
+def _engine_side(engine: EngineMap, signal: Signal, window: str, matchers: tuple[str, ...]) -> str:
     """The engine's bucket rates per scrape target and model, ranks combined, with the
     labels the join and the worker rules need (``endpoint``, ``model``, ``engine``)."""
-    w = t.pack.window
     copies = ", ".join(signal.duplicates)
+    sel = "{" + ",".join(_engine_matcher(m, engine) for m in matchers) + "}" if matchers else ""
     per_target = f"\nor on ({INSTANCE})\n".join(
-        f"max without ({copies}) (rate({source}_bucket[{w}]))" for source in signal.sources
+        f"max without ({copies}) (rate({source}_bucket{sel}[{window}]))"
+        for source in signal.sources
     )
     return (
         f"label_replace(label_replace(label_replace(\n"
@@ -89,24 +105,57 @@ def _endpoints(t: Thresholds) -> str:
     )
 
 
-def worker_bucket_rate(t: Thresholds, short: str) -> str:
-    """PromQL: the rate of the histogram ``short``'s buckets, by (le, worker labels)."""
-    w = t.pack.window
-    branches = [
-        f"sum by (le, {WORKER}) (rate(inferwatch_{short}_seconds_bucket{t.pack.selector()}[{w}]))"
-    ]
+def engine_bucket_rates(
+    t: Thresholds,
+    metric: str,
+    *,
+    window: str | None = None,
+    matchers: tuple[str, ...] = (),
+    engines: tuple[str, ...] | None = None,
+) -> list[str]:
+    """PromQL, one per engine read this way that maps ``metric``: the rate over ``window``
+    of that engine's own buckets, by (le, worker labels), for the workers whose endpoint
+    it is. Arguments as :func:`bucket_rate`."""
+    w = window or t.pack.window
+    out = []
     for name in ENGINES:
+        if engines is not None and name not in engines:
+            continue
         engine = ENGINE_MAPS[name]
-        signal = _passthrough(engine, f"inferwatch_{short}_seconds")
+        signal = _passthrough(engine, metric)
         if signal is None:
             continue
-        branches.append(
+        out.append(
             f"sum by (le, {WORKER}) (\n"
-            f"    {_indent(_engine_side(t, engine, signal), '    ')}\n"
+            f"    {_indent(_engine_side(engine, signal, w, matchers), '    ')}\n"
             f"  * on ({ENDPOINT_JOIN}) group_left ({_FROM_INFO})\n"
             f"    (\n"
             f"      {_indent(_endpoints(t), '      ')}\n"
             f"    )\n"
             f")"
         )
+    return out
+
+
+def bucket_rate(
+    t: Thresholds,
+    metric: str,
+    *,
+    window: str | None = None,
+    matchers: tuple[str, ...] = (),
+    engines: tuple[str, ...] | None = None,
+) -> str:
+    """PromQL: the rate over ``window`` (default ``pack.rate_window``) of the buckets of
+    the contract histogram ``metric`` (``inferwatch_ttft_seconds``), by (le, worker
+    labels): the agent's copy per worker, else the engine's own series.
+
+    ``matchers`` select on the contract labels ``le`` and ``model`` (both sides);
+    ``engines`` keeps the workers of those engines only (every engine when None).
+    """
+    w = window or t.pack.window
+    agent = list(matchers)
+    if engines is not None:
+        agent.insert(0, f'engine=~"{"|".join(re.escape(e) for e in engines)}"')
+    branches = [f"sum by (le, {WORKER}) (rate({metric}_bucket{t.pack.selector(*agent)}[{w}]))"]
+    branches += engine_bucket_rates(t, metric, window=w, matchers=matchers, engines=engines)
     return f"\nor on ({WORKER_KEY})\n".join(branches)

@@ -49,6 +49,7 @@ from inferwatch.pack.names import (
     INSTANCE,
     MODEL,
     QUANTILES,
+    RECORDED_HISTOGRAMS,
     WORKER,
     WORKER_GPU,
     WORKER_KEY,
@@ -134,8 +135,8 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     # Latency quantiles from the engines' histograms: aggregatable across ranks and workers.
     # Each reads one per-worker bucket rate: the agent's copy, else the engine's own
     # series that Prometheus scrapes directly (export_histograms: false; pack.own_histograms).
-    for short in HISTOGRAMS:
-        rules.append(_record(n.bucket_rate(short), own_histograms.worker_bucket_rate(t, short)))
+    for metric in RECORDED_HISTOGRAMS:
+        rules.append(_record(n.histogram_rate(metric), own_histograms.bucket_rate(t, metric)))
     for short in HISTOGRAMS:
         for q, label in QUANTILES:
             rules.append(

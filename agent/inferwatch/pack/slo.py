@@ -35,6 +35,7 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
+from inferwatch.pack import own_histograms
 from inferwatch.pack.names import (
     MODEL,
     SLO_BUDGET_REMAINING,
@@ -113,29 +114,51 @@ def _regex(values: tuple[str, ...]) -> str:
     return _string("|".join(re.escape(v) for v in values))
 
 
+def model_matchers(spec: SloSpec, entry: SloEntry) -> tuple[str, ...]:
+    """The ``model`` matcher of an entry's series (the default: unlisted models)."""
+    if entry.model is not None:
+        return (f'model="{_string(entry.model)}"',)
+    if spec.models:
+        return (f'model!~"{_regex(spec.models)}"',)
+    return ()
+
+
 def entry_matchers(spec: SloSpec, entry: SloEntry) -> tuple[str, ...]:
     """Label matchers selecting the series an entry covers (the default: unlisted models)."""
-    matchers = [f'engine=~"{_regex(entry.engines)}"']
-    if entry.model is not None:
-        matchers.append(f'model="{_string(entry.model)}"')
-    elif spec.models:
-        matchers.append(f'model!~"{_regex(spec.models)}"')
-    return tuple(matchers)
+    return (f'engine=~"{_regex(entry.engines)}"', *model_matchers(spec, entry))
 
 
 def _sum_rate(t: Thresholds, metric: str, matchers: tuple[str, ...], window: str) -> str:
     return f"sum by ({BY}) (rate({metric}{t.pack.selector(*matchers)}[{window}]))"
 
 
+def _sum_buckets(
+    t: Thresholds, spec: SloSpec, entry: SloEntry, metric: str, le: str, window: str
+) -> str:
+    """The entry's requests per second in bucket ``le`` over ``window``, by model."""
+    per_worker = own_histograms.bucket_rate(
+        t,
+        metric,
+        window=window,
+        matchers=(*model_matchers(spec, entry), f'le="{le}"'),
+        engines=entry.engines,
+    )
+    indented = per_worker.replace("\n", "\n        ")
+    return f"sum by ({BY}) (\n        {indented}\n    )"
+
+
 def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
     """PromQL: the share of the entry's requests that missed objective ``o`` over ``w``."""
     m = entry_matchers(spec, entry)
     if o.le is not None:
-        hist = f"inferwatch_{o.kind}_seconds"
-        good = _sum_rate(t, f"{hist}_bucket", (*m, f'le="{floatToGoString(o.le)}"'), w)
-        # the +Inf bucket, not _count: the same number, and a bucket is what the
-        # engine mapping guarantees for every histogram it passes through
-        total = _sum_rate(t, f"{hist}_bucket", (*m, 'le="+Inf"'), w)
+        # Per worker, the agent's buckets, else the engine's own (export_histograms:
+        # false; pack.own_histograms): the le of both is the engine's boundary, as its
+        # client library wrote it. The +Inf bucket, not _count: the same number, and a
+        # bucket is what the engine mapping guarantees for every histogram it passes.
+        good, total = (
+            _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", le, w)
+            for le in (floatToGoString(o.le), "+Inf")
+        )
         return f"1 - (\n    {good}\n  /\n    {total}\n)"
     finished = _sum_rate(t, "inferwatch_requests_finished_total", m, w)
     failed = _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason="error"'), w)

@@ -10,7 +10,9 @@ look empty. Raw series over one day at a time stay cheap:
 - latency: ``increase(x_bucket[1d])`` summed by ``le``; quantiles and SLO
   attainment are computed here from those buckets (``histogram_quantile``'s
   interpolation), so per-worker, per-model and whole-week figures all come from
-  one query per histogram;
+  one query per histogram; a worker whose engine's own buckets are stored
+  instead of the agent's (``export_histograms: false``) is read from those
+  (:func:`bucket_increase`);
 - GPU utilization: ``avg_over_time`` / ``quantile_over_time`` on the raw gauge,
   band shares with a 1-minute subquery of a ``bool`` comparison;
 - VRAM and queue peaks: ``max_over_time``;
@@ -34,6 +36,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from inferwatch.pack import own_histograms
+from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
 from inferwatch.pack.thresholds import Thresholds, format_duration, load_thresholds
 from inferwatch.report.model import (
     DAY,
@@ -134,6 +138,21 @@ def capacity_expr(t: Thresholds) -> str:
     )
 
 
+def bucket_increase(t: Thresholds, metric: str, seconds: float, by: str) -> str:
+    """Observations of the histogram ``metric`` per bucket over ``seconds``, by ``by`` and
+    ``le``: the agent's buckets, else, for a worker whose engine's own series Prometheus
+    stores instead (``export_histograms: false``), those, joined to the worker through
+    the agent's endpoint info at each evaluation (``pack.own_histograms``)."""
+    window = _duration(seconds)
+    agent = f"sum by ({by}, le) (increase({metric}_bucket[{window}]))"
+    own = own_histograms.engine_bucket_rates(t, metric, window=window)
+    if not own:
+        return agent
+    # increase() is rate() times the range, extrapolated alike
+    per_worker = f"\nor on ({RULES_WORKER_KEY})\n".join(own).replace("\n", "\n    ")
+    return f"{agent}\nor on ({by})\nsum by ({by}, le) (\n    {per_worker}\n) * {seconds:g}"
+
+
 class Collector:
     """Runs the queries of one report against one client."""
 
@@ -193,10 +212,10 @@ class Collector:
             self.step(
                 {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}[name]
             )
-            latency[name] = self._buckets(f"sum by ({by}, le) (increase({metric}_bucket[1d]))")
+            latency[name] = self._buckets(bucket_increase(self.t, metric, DAY, by))
         self.step("prompt-length buckets")
         prompt_lengths = self._buckets(
-            f"sum by ({by}, le) (increase(inferwatch_prompt_length_tokens_bucket[1d]))"
+            bucket_increase(self.t, "inferwatch_prompt_length_tokens", DAY, by)
         )
         self.step("queue peaks")
         queue = self.daily_by(
@@ -576,7 +595,11 @@ class Collector:
             by_time = {round(t): v for t, v in result[0].points}
             return tuple(by_time.get(round(t)) for t in times)
 
-        latency = one(f"histogram_quantile(0.99, sum by (le) (increase({metric}_bucket[1h])))")
+        latency = one(
+            "histogram_quantile(0.99, sum by (le) (\n"
+            f"  {bucket_increase(self.t, metric, HOUR, 'model, worker')}\n"
+            "))"
+        )
         if all(v is None for v in latency):
             name = ""
         util = one("avg(avg_over_time(inferwatch_gpu_utilization_ratio[1h]))")
