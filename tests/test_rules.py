@@ -386,7 +386,11 @@ def test_every_metric_exists_in_metrics_md() -> None:
 def test_counters_only_under_rate_and_rate_only_over_counters() -> None:
     # InferenceGPUTelemetryDown asks whether the NVML collector has reported errors
     # at all (and never a finished pass): the counter's presence, not its value.
-    presence_checks = {"inferwatch_collect_errors_total"}
+    # The engine-side bucket rates leave out workers whose agent re-exports the
+    # buckets: whether the agent's copy exists, not its value.
+    presence_checks = {"inferwatch_collect_errors_total"} | {
+        f"{metric}_bucket" for metric in RECORDED_HISTOGRAMS
+    }
     for rule in RECORD_RULES + ALERT_RULES:
         for name, in_rate in selectors(rule["expr"]):
             counter = name.endswith(("_total", "_bucket"))

@@ -137,6 +137,29 @@ def engine_bucket_rates(
     return out
 
 
+def engine_only_rate(t: Thresholds, metric: str) -> str:
+    """PromQL of the recorded per-worker bucket rate: the engine's own buckets, only for
+    the workers whose agent does not re-export them (``export_histograms: false``).
+
+    Recording the agent's copy as well would store every bucket of every worker a
+    second time (about 100 more recorded series per worker); the readers take the
+    agent's buckets first and this rate where they are absent (:func:`agent_or_recorded`).
+    """
+    branches = engine_bucket_rates(t, metric)
+    if not branches:
+        raise ValueError(f"no engine maps {metric} onto its own histogram")
+    agent = f"group by ({WORKER_KEY}) ({metric}_bucket{t.pack.selector()})"
+    engine = f"\nor on ({WORKER_KEY})\n".join(branches)
+    return f"(\n  {_indent(engine, '  ')}\n)\nunless on ({WORKER_KEY})\n{agent}"
+
+
+def agent_or_recorded(t: Thresholds, metric: str, recorded: str) -> str:
+    """PromQL: per-worker bucket rates of ``metric`` by (le, worker labels), the agent's
+    copy where it exports one, else the recorded engine-side rate ``recorded``."""
+    agent = f"rate({metric}_bucket{t.pack.selector()}[{t.pack.window}])"
+    return f"(\n  sum by (le, {WORKER}) ({agent})\n  or on ({WORKER_KEY})\n  {recorded}\n)"
+
+
 def bucket_rate(
     t: Thresholds,
     metric: str,

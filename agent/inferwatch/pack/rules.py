@@ -135,14 +135,21 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     # Latency quantiles from the engines' histograms: aggregatable across ranks and workers.
     # Each reads one per-worker bucket rate: the agent's copy, else the engine's own
     # series that Prometheus scrapes directly (export_histograms: false; pack.own_histograms).
+    # The recorded rate holds only the workers without the agent's copy: recording the
+    # copy too would store every bucket of every worker twice.
     for metric in RECORDED_HISTOGRAMS:
-        rules.append(_record(n.histogram_rate(metric), own_histograms.bucket_rate(t, metric)))
+        rules.append(_record(n.histogram_rate(metric), own_histograms.engine_only_rate(t, metric)))
+
+    def per_worker(short: str) -> str:
+        metric = f"inferwatch_{short}_seconds"
+        return own_histograms.agent_or_recorded(t, metric, n.bucket_rate(short))
+
     for short in HISTOGRAMS:
         for q, label in QUANTILES:
             rules.append(
                 _record(
                     n.quantile("worker", short, label),
-                    f"histogram_quantile({num(q)}, {n.bucket_rate(short)})",
+                    f"histogram_quantile({num(q)}, {per_worker(short)})",
                 )
             )
     for level, by in (("model", f"le, {MODEL}"), ("cluster", f"le, {CLUSTER}")):
@@ -150,7 +157,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             rules.append(
                 _record(
                     n.quantile(level, short, "p99"),
-                    f"histogram_quantile(0.99, sum by ({by}) ({n.bucket_rate(short)}))",
+                    f"histogram_quantile(0.99, sum by ({by}) {per_worker(short)})",
                 )
             )
 
