@@ -22,12 +22,16 @@ are no pods). Proven:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 
 import pytest
-import yaml
-from tests.support.e2e import E2E_THRESHOLDS, ENGINE_JOB, Stack, WorkerSpec
+from tests.support.e2e import (
+    ENGINE_JOB,
+    Stack,
+    WorkerSpec,
+    fast_ttft_page_thresholds,
+    wait_panel_shows_worker,
+)
 from tests.support.proc import PROMETHEUS, REPO, http_get, require_binary, wait_until
 from tests.support.stubworker import StubWorker
 
@@ -52,13 +56,7 @@ def exporter() -> Iterator[StubWorker]:
 def stack(tmp_path_factory: pytest.TempPathFactory, exporter: StubWorker) -> Iterator[Stack]:
     require_binary(PROMETHEUS, "prometheus")
     tmp = tmp_path_factory.mktemp("dcgm-own-scrape")
-    doc = yaml.safe_load(E2E_THRESHOLDS.read_text())
-    # the TTFT page after 2 s, for workers started a second ago (the shipped rule
-    # leaves a worker's first minutes to InferenceWorkerColdStart)
-    doc["ttft"]["slo_for"] = "2s"
-    doc["cold_start"]["within"] = "1s"
-    thresholds = tmp / "thresholds.yaml"
-    thresholds.write_text(yaml.safe_dump(doc))
+    thresholds = fast_ttft_page_thresholds(tmp)
     s = Stack(
         tmp,
         [
@@ -159,10 +157,6 @@ def test_worker_and_gpu_alerts_fire_for_the_right_worker_and_gpu(stack: Stack) -
         steady.stop()
 
 
-def _shown(stack: Stack, expr: str) -> list[dict[str, str]]:
-    return [r["metric"] for r in stack.prom.query(expr) if not math.isnan(float(r["value"][1]))]
-
-
 def test_latency_and_gpu_panels_show_every_worker_and_gpu(stack: Stack) -> None:
     t = stack.thresholds
     panels = [
@@ -174,15 +168,8 @@ def test_latency_and_gpu_panels_show_every_worker_and_gpu(stack: Stack) -> None:
         for worker in (BUSY, IDLE):
             for panel in panels:
                 for target in panel.targets:
-                    expr = re.sub(r'=~"\$(?!worker)\w+"', '=~".*"', target.expr)
-                    expr = expr.replace("$worker", worker).replace("$__rate_interval", "15s")
-                    (labels,) = wait_until(
-                        lambda expr=expr: _shown(stack, expr),
-                        60,
-                        message=f"{panel.title} for {worker}",
-                    )
-                    assert labels == {"worker": worker}, (panel.title, labels)
+                    wait_panel_shows_worker(stack, target.expr, worker, panel.title)
     finally:
         load.stop()
-    util = _shown(stack, stack.record("gpu:inferwatch_gpu_utilization_ratio:avg5m"))
-    assert {m["uuid"] for m in util} == {U0, U1}
+    util = stack.prom.query(stack.record("gpu:inferwatch_gpu_utilization_ratio:avg5m"))
+    assert {r["metric"]["uuid"] for r in util if not math.isnan(float(r["value"][1]))} == {U0, U1}

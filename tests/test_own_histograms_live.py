@@ -12,14 +12,19 @@ directly too: its recorded bucket rate is the agent's alone, not the sum.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
-from tests.support.e2e import E2E_THRESHOLDS, ENGINE_JOB, Stack, WorkerSpec
+from tests.support.e2e import (
+    ENGINE_JOB,
+    Stack,
+    WorkerSpec,
+    fast_ttft_page_thresholds,
+    wait_panel_shows_worker,
+    worker_panel_expr,
+)
 from tests.support.proc import PROMETHEUS, require_binary, wait_until
 
 from inferwatch.pack import dashboards as dash
@@ -36,13 +41,7 @@ TTFT_PAGE = "InferenceTTFTSLOBreach"
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_binary(PROMETHEUS, "prometheus")
     tmp = tmp_path_factory.mktemp("own-histograms")
-    doc = yaml.safe_load(E2E_THRESHOLDS.read_text())
-    # the page after 2 s of a P99 over 2 s, for a worker started a second ago (the
-    # shipped rule leaves a worker's first minutes to InferenceWorkerColdStart)
-    doc["ttft"]["slo_for"] = "2s"
-    doc["cold_start"]["within"] = "1s"
-    thresholds = tmp / "thresholds.yaml"
-    thresholds.write_text(yaml.safe_dump(doc))
+    thresholds = fast_ttft_page_thresholds(tmp)
     s = Stack(
         tmp,
         [
@@ -128,25 +127,10 @@ def test_the_worker_dashboards_latency_panels_show_the_worker(stack: Stack) -> N
     try:
         for worker in (OWN, COPY):
             for panel in panels:
-                for expr in (_vars(target.expr, worker) for target in panel.targets):
-
-                    def shown(expr: str = expr) -> list[dict[str, str]]:
-                        return [
-                            r["metric"]
-                            for r in stack.prom.query(expr)
-                            if not math.isnan(float(r["value"][1]))
-                        ]
-
-                    (labels,) = wait_until(shown, 60, message=f"{panel.title} for {worker}")
-                    assert labels == {"worker": worker}, (panel.title, labels)
+                for target in panel.targets:
+                    wait_panel_shows_worker(stack, target.expr, worker, panel.title)
     finally:
         load.stop()
-
-
-def _vars(expr: str, worker: str) -> str:
-    """A dashboard query as Grafana sends it with every variable at All but the worker."""
-    expr = re.sub(r'=~"\$(?!worker)\w+"', '=~".*"', expr)
-    return expr.replace("$worker", worker).replace("$__rate_interval", "15s")
 
 
 HEATMAPS = (
@@ -173,7 +157,7 @@ def test_the_heatmaps_and_phase_panels_show_the_worker(stack: Stack) -> None:
     try:
         for worker in (OWN, COPY):
             for title in HEATMAPS:
-                (expr,) = (_vars(e, worker) for e in queries[title])
+                (expr,) = (worker_panel_expr(e, worker) for e in queries[title])
 
                 def counted(expr: str = expr) -> list[dict[str, Any]] | None:
                     got = stack.prom.query(expr)
@@ -183,17 +167,8 @@ def test_the_heatmaps_and_phase_panels_show_the_worker(stack: Stack) -> None:
                 assert {tuple(r["metric"]) for r in rows} == {("le",)}, (title, rows)
                 assert "+Inf" in {r["metric"]["le"] for r in rows}
             for title in QUANTILE_PANELS:
-                for expr in (_vars(e, worker) for e in queries[title]):
-
-                    def shown(expr: str = expr) -> list[dict[str, str]]:
-                        return [
-                            r["metric"]
-                            for r in stack.prom.query(expr)
-                            if not math.isnan(float(r["value"][1]))
-                        ]
-
-                    (labels,) = wait_until(shown, 60, message=f"{title} for {worker}")
-                    assert labels == {"worker": worker}, (title, expr, labels)
+                for expr in queries[title]:
+                    wait_panel_shows_worker(stack, expr, worker, title)
     finally:
         load.stop()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import signal
 import subprocess
@@ -686,3 +687,38 @@ def scenario_worker_killed(stack: Stack, hook: WebhookReceiver, worker: str) -> 
             fired.alertname, {"worker": worker}, w.killed_at, active, fired, w.started_at, resolved
         )
     ]
+
+
+# ---------------------------------------------------------------- short pages, panels
+
+
+def fast_ttft_page_thresholds(tmp: Path) -> Path:
+    """The e2e thresholds with the TTFT page after 2 s of a P99 over 2 s, for a worker
+    started a second ago (the shipped rule leaves a worker's first minutes to
+    InferenceWorkerColdStart): a stack's overload pages within its test."""
+    doc = yaml.safe_load(E2E_THRESHOLDS.read_text())
+    doc["ttft"]["slo_for"] = "2s"
+    doc["cold_start"]["within"] = "1s"
+    path = tmp / "thresholds.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def worker_panel_expr(expr: str, worker: str) -> str:
+    """A dashboard query as Grafana sends it with every variable at All but the worker."""
+    expr = re.sub(r'=~"\$(?!worker)\w+"', '=~".*"', expr)
+    return expr.replace("$worker", worker).replace("$__rate_interval", "15s")
+
+
+def wait_panel_shows_worker(stack: Stack, expr: str, worker: str, what: str) -> None:
+    """Wait until the worker-dashboard query ``expr`` (with ``$worker`` = ``worker``)
+    returns one non-NaN series, labelled with that worker alone."""
+    query = worker_panel_expr(expr, worker)
+
+    def shown() -> list[dict[str, str]]:
+        return [
+            r["metric"] for r in stack.prom.query(query) if not math.isnan(float(r["value"][1]))
+        ]
+
+    (labels,) = wait_until(shown, 60, message=f"{what} for {worker}")
+    assert labels == {"worker": worker}, (what, query, labels)
