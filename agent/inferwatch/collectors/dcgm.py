@@ -402,7 +402,6 @@ class DcgmSource(Source):
         #: worker: attribution where dcgm-exporter's pod labels say nothing
         self.worker_gpu_inputs = worker_gpu_inputs or (lambda: ())
         self.own_env = dict(own_env or {})
-        self.answers: dict[str, Answer] = {}
         self.url = url
         #: the URL as messages show it (no password)
         self.shown_url = redact_url(url)
@@ -448,18 +447,18 @@ class DcgmSource(Source):
             self.devices = devices + self._vanished(devices)
             self.health.ok()
             self.health.finished_pass(started)
-            self._log_unattributed(devices)
         self._families = self._build()
 
     def _build(self) -> list[Metric]:
         try:
             inputs = list(self.worker_gpu_inputs())
             up = [d for d in self.devices if d.up]
-            self.answers = worker_devices(up, self.pods, inputs, self.own_env)
+            answers = worker_devices(up, self.pods, inputs, self.own_env)
         except Exception:  # a bug in attribution must not cost the GPU series
             log.exception("dcgm: attribution failed; no worker-to-GPU series")
-            self.answers, inputs = {}, []
-        pairs = [(w, dev) for w, answer in self.answers.items() for dev in answer.devices]
+            answers, inputs = {}, []
+        self._log_unattributed(answers)
+        pairs = [(w, dev) for w, answer in answers.items() for dev in answer.devices]
         labels = {i.name: dict(i.labels) for i in inputs if i.labels}
         return build_families(self.devices, pairs, labels)
 
@@ -475,9 +474,13 @@ class DcgmSource(Source):
             d.lost() for d in self.devices if d.gpu_instance is None and (d.gpu, d.uuid) not in now
         )
 
-    def _log_unattributed(self, devices: tuple[DcgmDevice, ...]) -> None:
+    def _log_unattributed(self, answers: Mapping[str, Answer]) -> None:
+        """One line for a worker whose pod no GPU carries and that no other source places."""
+        if not self.devices or not any(d.up for d in self.devices):
+            return  # nothing read yet, or dcgm-exporter is down: its own error says so
         for worker, (namespace, pod) in self.pods.items():
-            found = any(_on_pod(d, namespace, pod) for d in devices)
+            answer = answers.get(worker)
+            found = answer is not None and answer.source is not None
             if not found and worker not in self._unattributed_logged:
                 self._unattributed_logged.add(worker)
                 log.info(
