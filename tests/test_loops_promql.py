@@ -80,7 +80,7 @@ def _start_values(w: W) -> str:
     every = 150 // STEP
     values = []
     for i in range(SAMPLES + 1):
-        before = max(0, -((i - last) // every)) if i < last else 0  # restarts still ahead
+        before = math.ceil((last - i) / every) if i < last else 0  # restarts still ahead
         values.append(w.start - 150 * min(before, w.restarts))
     return " ".join(f"{v:g}" for v in values)
 
