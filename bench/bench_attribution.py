@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 
-from inferwatch.collectors.attribution import WorkerGpuInputs, attribute
-from inferwatch.collectors.nvml import DeviceReading, NvmlSource
+from inferwatch.agent.collectors.attribution import WorkerGpuInputs, attribute
+from inferwatch.agent.collectors.nvml import DeviceReading, NvmlSource
 from inferwatch.sim.fakegpu import FakeNvml
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tests.support.kubeapi import make_pod
 
-from inferwatch.collectors import cgroups
-from inferwatch.collectors.podworkers import pod_workers
+from inferwatch.agent.collectors import cgroups
+from inferwatch.agent.collectors.podworkers import pod_workers
 
 
 def build(root: Path, pods: int, processes: int) -> list[dict]:

@@ -15,7 +15,7 @@ the agent's CPU time (user + system, psutil) and RSS are read every second for
 at the start and end of the run, and its maximum. USS (memory not shared with
 other processes) every 15 s.
 
-``passes``: the agent's sources (``inferwatch.agent.Agent``, N fake GPUs, N stub
+``passes``: the agent's sources (``inferwatch.agent.wiring.Agent``, N fake GPUs, N stub
 workers serving the simulator's vLLM exposition with rising counters) refreshed
 back to back in the agent's own proportions (per 10 rounds: 10 NVML, 5 engine, 2
 process passes), each refresh followed by the rebuild the agent does. One
@@ -154,7 +154,7 @@ class Rounds:
 
     def __init__(self, urls: list[str], gpus: int, stats_window: float) -> None:
         from bench_growth import agent_config
-        from inferwatch.agent import Agent
+        from inferwatch.agent.wiring import Agent
 
         self.agent = Agent(agent_config(urls, gpus, stats_window=stats_window))
         self.by_name: dict[str, Any] = {s.name: s for s in self.agent.sources}
@@ -181,7 +181,7 @@ class Rounds:
             due.append(self.by_name["process"])
         for source in due:
             await source.refresh()
-            # the exposition the agent rebuilds (inferwatch.exposition; older code: the agent)
+            # the exposition the agent rebuilds (inferwatch.agent.exposition; older code: the agent)
             output = getattr(self.agent, "output", self.agent)
             rebuild = getattr(output, "rebuild_async", None)
             if rebuild is not None:

@@ -49,9 +49,9 @@ from typing import Any
 
 import pynvml
 
-from inferwatch.agent import load_backend
-from inferwatch.collectors.nvml import NvmlSource, build_families
-from inferwatch.config import GpuConfig
+from inferwatch.agent.collectors.nvml import NvmlSource, build_families
+from inferwatch.agent.config import GpuConfig
+from inferwatch.agent.wiring import load_backend
 
 #: nvidia-smi fields for the quantities the agent exports (older names as fallbacks).
 SAME_FIELDS = [

@@ -5,7 +5,7 @@
     python3 bench/bench_growth.py --plot docs/perf-growth.png --from out/growth.json
 
 For each size N the agent's own sources run in this process, as ``inferwatch
-run`` builds them (``inferwatch.agent.Agent``), against N fake GPUs and N stub
+run`` builds them (``inferwatch.agent.wiring.Agent``), against N fake GPUs and N stub
 workers (bench/stub_workers.py: the simulator's vLLM 0.33 exposition, about
 46 KB, counters rising between scrapes, served gzip-compressed as vLLM does).
 The stubs run in other processes, so this process's CPU time is the agent's.
@@ -51,7 +51,7 @@ DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 def agent_config(urls: list[str], gpus: int, **overrides: Any) -> Any:
     """The configuration ``inferwatch run --gpu-backend fake --fake-gpus N --worker ...`` makes."""
-    from inferwatch.config import AgentConfig, GpuConfig, WorkerSpec
+    from inferwatch.agent.config import AgentConfig, GpuConfig, WorkerSpec
 
     return AgentConfig(
         listen_host="127.0.0.1",
@@ -86,11 +86,11 @@ async def timed(fn: Callable[[], Awaitable[Any] | Any], passes: int) -> dict[str
 async def measure(urls: list[str], gpus: int, passes: int) -> dict[str, Any]:
     from prometheus_client import generate_latest
 
-    from inferwatch.agent import Agent
+    from inferwatch.agent.wiring import Agent
 
     agent = Agent(agent_config(urls, gpus))
     src = sources_of(agent)
-    # the exposition the agent rebuilds (inferwatch.exposition; older code: the agent)
+    # the exposition the agent rebuilds (inferwatch.agent.exposition; older code: the agent)
     output = getattr(agent, "output", agent)
     rebuild_async = getattr(output, "rebuild_async", None)
 

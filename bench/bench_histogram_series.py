@@ -27,8 +27,8 @@ from tests.support.stubworker import StubWorker
 
 from bench_engine_parse import exposition
 from benchlib import write_json
-from inferwatch.collectors.engine import EngineSource
-from inferwatch.config import AgentConfig, WorkerSpec
+from inferwatch.agent.collectors.engine import EngineSource
+from inferwatch.agent.config import AgentConfig, WorkerSpec
 
 
 def engine_series(text: str) -> dict[str, int]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from inferwatch.collectors.nvml import NvmlSource
+from inferwatch.agent.collectors.nvml import NvmlSource
 
 logging.getLogger("asyncio").setLevel(logging.WARNING)
 

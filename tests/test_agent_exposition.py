@@ -13,8 +13,8 @@ from prometheus_client import generate_latest
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
 
-from inferwatch.agent import Agent
-from inferwatch.config import load_config
+from inferwatch.agent.config import load_config
+from inferwatch.agent.wiring import Agent
 
 # values that change between two reads: the agent's own process and pass timings
 VOLATILE = (

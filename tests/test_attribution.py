@@ -21,8 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import free_port, http_get, wait_until
 
-from inferwatch.agent import Agent
-from inferwatch.collectors.attribution import (
+from inferwatch.agent.collectors.attribution import (
     HOW_TO_ENABLE,
     Answer,
     AttributionLog,
@@ -31,10 +30,11 @@ from inferwatch.collectors.attribution import (
     cuda_order,
     gpu_env,
 )
-from inferwatch.collectors.nvml import DeviceReading, NvmlSource, ProcessReading
-from inferwatch.config import load_config
+from inferwatch.agent.collectors.nvml import DeviceReading, NvmlSource, ProcessReading
+from inferwatch.agent.config import load_config
+from inferwatch.agent.exporter import Exporter
+from inferwatch.agent.wiring import Agent
 from inferwatch.errors import ConfigError
-from inferwatch.exporter import Exporter
 from inferwatch.sim.fakegpu import FakeNvml
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState
 

@@ -361,7 +361,7 @@ def test_a_scaler_adds_workers_on_overload_and_removes_one_when_idle(stack: Stac
 
 
 def test_demo_scaler_rows_say_what_a_scaler_would_do() -> None:
-    from inferwatch.demo import scaler_rows
+    from inferwatch.demo.demo_cmd import scaler_rows
 
     rows = scaler_rows(
         {

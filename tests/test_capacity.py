@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.support.proc import inferwatch_cmd
 
-from inferwatch.capacity import (
+from inferwatch.advise.capacity import (
     GIB,
     CapacityInput,
     kv_bytes_per_token,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.support.proc import inferwatch_cmd
 
-from inferwatch.config import DEFAULT_PORT, load_config
+from inferwatch.agent.config import DEFAULT_PORT, load_config
 from inferwatch.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 The captures under ``tests/data/dcgm/`` are written in dcgm-exporter's text
 format (its render template, internal/pkg/rendermetrics/render_metrics.go) from
-the field definitions cited in ``inferwatch.collectors.dcgm_fields``; see
+the field definitions cited in ``inferwatch.agent.collectors.dcgm_fields``; see
 ``tests/data/dcgm/README.md``. The stand-in is a loopback HTTP server that
 serves them as dcgm-exporter does.
 """
@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.stubworker import StubWorker
 
-from inferwatch.collectors.attribution import WorkerGpuInputs
-from inferwatch.collectors.dcgm import (
+from inferwatch.agent.collectors.attribution import WorkerGpuInputs
+from inferwatch.agent.collectors.dcgm import (
     DcgmDevice,
     DcgmScrapeError,
     DcgmSource,
@@ -29,7 +29,7 @@ from inferwatch.collectors.dcgm import (
     worker_devices,
     worker_pods,
 )
-from inferwatch.config import load_config
+from inferwatch.agent.config import load_config
 from inferwatch.errors import ConfigError
 
 DATA = REPO / "tests" / "data" / "dcgm"
@@ -199,7 +199,7 @@ def test_workers_without_a_pod_label_are_attributed_like_on_nvml() -> None:
 
 
 def _render(families: list) -> list[str]:  # type: ignore[type-arg]
-    from inferwatch.exposition import family_text
+    from inferwatch.agent.exposition import family_text
 
     return [family_text(f) for f in families]
 

@@ -12,8 +12,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
 
-from inferwatch.demo import parse_agent_metrics
-from inferwatch.demo_conditions import (
+from inferwatch.demo.conditions import (
     FIRING,
     PENDING,
     AlertStates,
@@ -23,7 +22,8 @@ from inferwatch.demo_conditions import (
     alert_for,
     conditions,
 )
-from inferwatch.demo_layouts import SCENARIOS, layout_for
+from inferwatch.demo.demo_cmd import parse_agent_metrics
+from inferwatch.demo.layouts import SCENARIOS, layout_for
 from inferwatch.pack import names as an
 from inferwatch.pack.thresholds import load_thresholds
 

@@ -22,7 +22,7 @@ import yaml
 from tests.support.proc import AMTOOL, REPO, require_binary
 from tests.support.stack import check_inferwatch_args, load_prometheus_config, scrape_job
 
-from inferwatch.config import load_config
+from inferwatch.agent.config import load_config
 
 COMPOSE = REPO / "deploy" / "compose"
 STACKS = ("docker-compose.yml", "docker-compose.sim.yml")

@@ -22,7 +22,7 @@ import pytest
 from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.stack import docker_build_context, find_tool
 
-from inferwatch.config import DEFAULT_PORT
+from inferwatch.agent.config import DEFAULT_PORT
 
 DOCKERFILE = REPO / "Dockerfile"
 

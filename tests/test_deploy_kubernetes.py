@@ -32,7 +32,7 @@ from tests.support.proc import PROMTOOL, REPO
 from tests.support.stack import check_inferwatch_args, load_prometheus_config, scrape_job
 
 from inferwatch import __version__
-from inferwatch.config import DEFAULT_PORT, load_config
+from inferwatch.agent.config import DEFAULT_PORT, load_config
 
 K8S = REPO / "deploy" / "kubernetes"
 OVERLAYS = ("sidecar", "daemonset", "servicemonitor")

@@ -22,7 +22,7 @@ import pytest
 from tests.support.proc import REPO
 from tests.support.stack import check_inferwatch_args, copy_build_context, find_tool
 
-from inferwatch.config import DEFAULT_PORT, load_config
+from inferwatch.agent.config import DEFAULT_PORT, load_config
 
 SYSTEMD = REPO / "deploy" / "systemd"
 UNITS = ("inferwatch.service", "inferwatch-report.service", "inferwatch-report.timer")

@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import free_port
 from tests.support.vllm_text import EngineValues, render
 
-from inferwatch.collectors.engine import EngineSource
-from inferwatch.config import ScrapeConfig, load_config
+from inferwatch.agent.collectors.engine import EngineSource
+from inferwatch.agent.config import ScrapeConfig, load_config
 
 
 @dataclass

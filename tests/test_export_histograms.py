@@ -14,8 +14,8 @@ import pytest
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
 
-from inferwatch.collectors.engine import EngineSource
-from inferwatch.config import AgentConfig, WorkerSpec, load_config
+from inferwatch.agent.collectors.engine import EngineSource
+from inferwatch.agent.config import AgentConfig, WorkerSpec, load_config
 from inferwatch.errors import ConfigError
 
 

@@ -21,8 +21,10 @@ from tests.support.proc import free_port
 from tests.support.vllm_text import EngineValues, render
 from tests.test_engines_mapping import sglang_text
 
-from inferwatch.collectors.engine import EngineSource
-from inferwatch.config import ScrapeConfig, load_config
+from inferwatch.agent.collectors.engine import EngineSource
+from inferwatch.agent.config import ScrapeConfig, load_config
+from inferwatch.agent.exporter import accepts_gzip
+from inferwatch.agent.logthrottle import Throttle
 from inferwatch.engines.mapping import (
     ParseError,
     cap_series,
@@ -30,8 +32,6 @@ from inferwatch.engines.mapping import (
     prefilter_limited,
 )
 from inferwatch.engines.vllm import VLLM
-from inferwatch.exporter import accepts_gzip
-from inferwatch.logthrottle import Throttle
 
 
 def vllm(lines: str) -> str:

@@ -2,7 +2,7 @@
 
 Pods are v1.Pod JSON as the API returns it (tests/support/kubeapi.make_pod);
 cgroup paths have the shapes the kubelet's two cgroup drivers create (docs in
-inferwatch.collectors.cgroups); device IDs are those NVIDIA's device plugin
+inferwatch.agent.collectors.cgroups); device IDs are those NVIDIA's device plugin
 reports (UUIDs, indices, ``::<replica>`` for time-slicing).
 """
 
@@ -15,11 +15,11 @@ import pytest
 from tests.support.kubeapi import make_pod
 from tests.test_attribution import gpu, host, mig, uuid_of
 
-from inferwatch.collectors import cgroups
-from inferwatch.collectors.attribution import WorkerGpuInputs, attribute
-from inferwatch.collectors.kubernetes import api_settings
-from inferwatch.collectors.podworkers import label_name, pod_workers
-from inferwatch.config import KubernetesConfig, load_config
+from inferwatch.agent.collectors import cgroups
+from inferwatch.agent.collectors.attribution import WorkerGpuInputs, attribute
+from inferwatch.agent.collectors.kubernetes import api_settings
+from inferwatch.agent.collectors.podworkers import label_name, pod_workers
+from inferwatch.agent.config import KubernetesConfig, load_config
 from inferwatch.errors import ConfigError
 
 UID = "3f2a9c1e-7b4d-4e8a-9c0f-1a2b3c4d5e6f"
@@ -351,7 +351,7 @@ def test_in_cluster_settings_from_the_environment(tmp_path: Path) -> None:
 
 
 def test_skipped_pods_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    from inferwatch.collectors.kubernetes import ApiSettings, KubernetesSource
+    from inferwatch.agent.collectors.kubernetes import ApiSettings, KubernetesSource
 
     source = KubernetesSource(
         KubernetesConfig(pod_resources_socket=None, proc_root=None),
@@ -376,8 +376,8 @@ def test_skipped_pods_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
 async def test_process_series_of_a_discovered_worker_carry_its_pod_labels() -> None:
     import os
 
-    from inferwatch.collectors.process import ProcessSource
-    from inferwatch.config import WorkerSpec
+    from inferwatch.agent.collectors.process import ProcessSource
+    from inferwatch.agent.config import WorkerSpec
 
     pod_labels = (("namespace", "inference"), ("pod", "chat-0"), ("container", "vllm"))
     spec = WorkerSpec(

@@ -16,7 +16,7 @@ import pytest
 from tests.support.kubeapi import KubeApi, make_pod
 from tests.support.tls import self_signed_cert
 
-from inferwatch.collectors.kubernetes import ApiSettings, PodWatcher
+from inferwatch.agent.collectors.kubernetes import ApiSettings, PodWatcher
 
 NODE = "gpu-node-1"
 VLLM = {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "ports": [{"containerPort": 8000}]}
@@ -176,8 +176,8 @@ async def test_tls_with_the_cluster_ca(tmp_path: Path) -> None:
 async def test_static_workers_keep_working_beside_discovery(tmp_path: Path, api: KubeApi) -> None:
     """The real agent (in process): a configured worker and the discovered ones are all
     watched; a configured name wins over a discovered worker of the same name."""
-    from inferwatch.agent import Agent
-    from inferwatch.config import load_config
+    from inferwatch.agent.config import load_config
+    from inferwatch.agent.wiring import Agent
 
     api.add(pod("a"))
     api.add(pod("b"))

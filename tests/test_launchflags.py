@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferwatch import launchflags
-from inferwatch.launchflags import ENGINE_FLAGS, LaunchInfo, parse_human_int, parse_launch
+from inferwatch.engines.launchflags import ENGINE_FLAGS, LaunchInfo, parse_human_int, parse_launch
 
 
 def parse(*argv: str, environ: dict[str, str] | None = None) -> LaunchInfo:

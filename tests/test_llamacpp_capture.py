@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferwatch.collectors import selfdesc
+from inferwatch.agent.collectors import selfdesc
 from inferwatch.engines import ENGINES
 from inferwatch.engines.mapping import map_exposition
 from inferwatch.sim.config import SimConfig

@@ -42,7 +42,7 @@ from tests.support.proc import (
 )
 from tests.support.stack import render_prometheus_config
 
-from inferwatch.launchflags import parse_launch
+from inferwatch.engines.launchflags import parse_launch
 from inferwatch.pack.thresholds import load_thresholds
 
 pytestmark = pytest.mark.slow

@@ -27,7 +27,7 @@ from tests.support import scenarios as S
 from tests.support.proc import PROMTOOL, require_binary
 
 from inferwatch.advise import advise
-from inferwatch.demo_conditions import alert_for, conditions, loops_of
+from inferwatch.demo.conditions import alert_for, conditions, loops_of
 from inferwatch.pack import loops as L
 from inferwatch.pack import rules
 from inferwatch.pack.rules import alert_names

@@ -16,9 +16,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from inferwatch.agent import load_backend
-from inferwatch.collectors.nvml import NvmlSource, mig_profile
-from inferwatch.config import GpuConfig
+from inferwatch.agent.collectors.nvml import NvmlSource, mig_profile
+from inferwatch.agent.config import GpuConfig
+from inferwatch.agent.wiring import load_backend
 from inferwatch.sim.fakegpu import FakeNvml, default_uuid
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState, write_state
 
@@ -513,7 +513,7 @@ def test_the_nvml_source_imports_no_simulator() -> None:
     """The wiring picks the backend: collectors/nvml.py stays free of sim/ (issue 15)."""
     import ast
 
-    import inferwatch.collectors.nvml as nvml_module
+    import inferwatch.agent.collectors.nvml as nvml_module
 
     tree = ast.parse(Path(nvml_module.__file__).read_text())
     imported = {

@@ -14,12 +14,12 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
-from inferwatch.collectors.nvml import MAX_XID_CODES, NvmlSource
+from inferwatch.agent.collectors.nvml import MAX_XID_CODES, NvmlSource
 from inferwatch.sim.fakegpu import FakeNvml
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
-LOGGER = "inferwatch.collectors.base"
+LOGGER = "inferwatch.agent.collectors.base"
 
 
 def series(src: NvmlSource) -> Series:

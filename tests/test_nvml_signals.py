@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from inferwatch.collectors.nvml import NvmlSource
+from inferwatch.agent.collectors.nvml import NvmlSource
 from inferwatch.sim.fakegpu import FakeNvml
 from inferwatch.sim.gpustate import SimGpuState
 

@@ -1,7 +1,7 @@
 """The kubelet pod-resources client against a server of the real v1 proto on a Unix socket.
 
 The server (tests/support/podresources_server.py) is built from the modules
-generated from agent/inferwatch/kubelet/api.proto, and the first test holds those
+generated from agent/inferwatch/agent/kubelet/api.proto, and the first test holds those
 committed modules to the .proto: grpc_tools compiles it again and the file
 descriptors must be the same.
 """
@@ -17,13 +17,13 @@ import pytest
 from google.protobuf import descriptor_pb2
 from tests.support.podresources_server import PodResourcesServer
 
-from inferwatch.collectors.podresources import (
+from inferwatch.agent.collectors.podresources import (
     ContainerKey,
     PodResourcesClient,
     PodResourcesError,
     is_gpu_resource,
 )
-from inferwatch.kubelet import api_pb2
+from inferwatch.agent.kubelet import api_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU0 = "GPU-8a1b2c3d-0000-4000-8000-000000000000"
@@ -34,7 +34,7 @@ def test_committed_modules_are_the_proto_compiled(tmp_path: Path) -> None:
     out = tmp_path / "set.pb"
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'agent'}", f"--descriptor_set_out={out}",
-         str(ROOT / "agent/inferwatch/kubelet/api.proto")],
+         str(ROOT / "agent/inferwatch/agent/kubelet/api.proto")],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]

@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from tests.support.proc import Process, free_port, wait_until
 
-from inferwatch.collectors.process import ProcessSource
-from inferwatch.config import WorkerSpec
+from inferwatch.agent.collectors.process import ProcessSource
+from inferwatch.agent.config import WorkerSpec
 
 FAKE_ENGINE = r'''
 import os, signal, socket, subprocess, sys, threading, time
@@ -355,7 +355,7 @@ async def test_missing_workers_export_nothing_and_log_once(
         WorkerSpec(name="badpid", url="http://127.0.0.1:1", pid=2**22 + 12345),
     ]
     source = ProcessSource(workers)
-    with caplog.at_level(logging.DEBUG, logger="inferwatch.collectors.process"):
+    with caplog.at_level(logging.DEBUG, logger="inferwatch.agent.collectors.process"):
         for _ in range(3):
             await source.refresh()
 

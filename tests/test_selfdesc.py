@@ -2,7 +2,7 @@
 
 The llama.cpp document is the real server's (``tests/data/llamacpp/props.json``,
 captured by ``tests/engines/llamacpp/capture.py``). The others are shaped as
-the engines' sources write them (cited in ``inferwatch.collectors.selfdesc``):
+the engines' sources write them (cited in ``inferwatch.agent.collectors.selfdesc``):
 only the fields the agent reads, with the types those sources give them.
 """
 
@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 from tests.support.proc import free_port
 
-from inferwatch.collectors import selfdesc
-from inferwatch.collectors.engine import EngineSource
-from inferwatch.collectors.selfdesc import SelfDescription, describe
-from inferwatch.config import ScrapeConfig, load_config
+from inferwatch.agent.collectors import selfdesc
+from inferwatch.agent.collectors.engine import EngineSource
+from inferwatch.agent.collectors.selfdesc import SelfDescription, describe
+from inferwatch.agent.config import ScrapeConfig, load_config
 from inferwatch.engines import ENGINES
 from inferwatch.engines.mapping import map_exposition
 from inferwatch.sim.config import SimConfig

@@ -58,7 +58,7 @@ class Stack:
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     sim_args: list[str] = request.param
     try:
-        import inferwatch.agent  # noqa: F401
+        import inferwatch.agent.wiring  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the agent ships with the package
         pytest.skip(f"the agent is not importable: {exc}")
     state = tmp_path / "gpus"

@@ -99,12 +99,14 @@ def test_no_import_cycle_in_the_package() -> None:
 def test_agent_exposition_and_server_are_separate() -> None:
     graph = import_graph()
     # the server serves whatever has an exposition; the wiring does not know HTTP
-    assert "inferwatch.agent" not in graph["inferwatch.exporter"]
-    assert "inferwatch.exporter" not in graph["inferwatch.agent"]
-    assert "inferwatch.exposition" in graph["inferwatch.agent"]
-    assert {"inferwatch.agent", "inferwatch.exporter"} <= graph["inferwatch.run_cmd"]
+    assert "inferwatch.agent.wiring" not in graph["inferwatch.agent.exporter"]
+    assert "inferwatch.agent.exporter" not in graph["inferwatch.agent.wiring"]
+    assert "inferwatch.agent.exposition" in graph["inferwatch.agent.wiring"]
+    assert {"inferwatch.agent.wiring", "inferwatch.agent.exporter"} <= graph[
+        "inferwatch.agent.run_cmd"
+    ]
     # the text writer knows neither timers nor HTTP
-    assert graph["inferwatch.exposition"] <= {"inferwatch.collectors.base"}
+    assert graph["inferwatch.agent.exposition"] <= {"inferwatch.agent.collectors.base"}
 
 
 def test_report_figures_and_findings_are_separate() -> None:
@@ -113,6 +115,64 @@ def test_report_figures_and_findings_are_separate() -> None:
     assert {"inferwatch.report.summary", "inferwatch.report.insights"} <= graph[
         "inferwatch.report.build"
     ]
+
+
+# The layers: (importer prefix, imported prefix) pairs that must never meet. The agent
+# is what runs next to every worker, so it carries nothing of the generators, the
+# report, the advisor or the demo; the pack is policy and writers over it, so it reads
+# neither the agent's code nor the simulator's (engine facts come from engines/); the
+# simulator stands in for engines and GPUs, so it never needs the agent.
+LAYERS = (
+    ("inferwatch.agent", "inferwatch.pack"),
+    ("inferwatch.agent", "inferwatch.report"),
+    ("inferwatch.agent", "inferwatch.advise"),
+    ("inferwatch.agent", "inferwatch.demo"),
+    ("inferwatch.pack", "inferwatch.agent"),
+    ("inferwatch.pack", "inferwatch.sim"),
+    ("inferwatch.sim", "inferwatch.agent"),
+)
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_breaks(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that crosses a forbidden layer, as "importer -> imported"."""
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, imports in graph.items()
+        for imported in imports
+        for low, high in LAYERS
+        if _under(importer, low) and _under(imported, high)
+    )
+
+
+def test_the_layer_check_finds_a_break() -> None:
+    graph = {
+        "inferwatch.agent.wiring": {"inferwatch.pack.thresholds", "inferwatch.engines.vllm"},
+        "inferwatch.pack.slo_spec": {"inferwatch.sim.expo.vllm"},
+        "inferwatch.sim.worker": {"inferwatch.agent.config"},
+        "inferwatch.demo.demo_cmd": {"inferwatch.agent.wiring"},
+    }
+    assert layer_breaks(graph) == [
+        "inferwatch.agent.wiring -> inferwatch.pack.thresholds",
+        "inferwatch.pack.slo_spec -> inferwatch.sim.expo.vllm",
+        "inferwatch.sim.worker -> inferwatch.agent.config",
+    ]
+
+
+def test_no_layer_is_crossed() -> None:
+    graph = import_graph()
+    assert any(_under(m, "inferwatch.agent") for m in graph)  # the agent package was read
+    assert layer_breaks(graph) == []
+
+
+def test_few_loose_modules_at_the_package_top() -> None:
+    # the top holds the shared kernel only (cli, errors, validate, stats); everything
+    # else lives in the room of the product it belongs to
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= 6, loose
 
 
 def layout_paths() -> set[str]:

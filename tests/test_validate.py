@@ -9,7 +9,7 @@ import pytest
 from tests.support.proc import inferwatch_cmd
 
 from inferwatch import validate
-from inferwatch.config import load_config
+from inferwatch.agent.config import load_config
 from inferwatch.errors import ConfigError
 from inferwatch.pack.thresholds import load_thresholds
 

@@ -22,8 +22,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
-from inferwatch.collectors.warmup import RestartWatch, WarmupRequest, parse_warmup, plan_requests
-from inferwatch.config import load_config
+from inferwatch.agent.collectors.warmup import (
+    RestartWatch,
+    WarmupRequest,
+    parse_warmup,
+    plan_requests,
+)
+from inferwatch.agent.config import load_config
 from inferwatch.errors import ConfigError
 
 TIME_SCALE = 0.1

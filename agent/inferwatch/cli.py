@@ -30,8 +30,14 @@ COMMAND_EXTRA = {"demo": "demo", "report": "report", "generate": "generate", "ad
 
 # name -> (module, one-line help). Order is the order of ``inferwatch --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("inferwatch.run_cmd", "run the sidecar agent (NVML + engine /metrics -> Prometheus)"),
-    "demo": ("inferwatch.demo", "run simulated workers, GPUs, the agent and load: the whole loop"),
+    "run": (
+        "inferwatch.agent.run_cmd",
+        "run the sidecar agent (NVML + engine /metrics -> Prometheus)",
+    ),
+    "demo": (
+        "inferwatch.demo.demo_cmd",
+        "run simulated workers, GPUs, the agent and load: the whole loop",
+    ),
     "simulate": ("inferwatch.sim.simulate_cmd", "run a simulated vLLM worker with a fake GPU"),
     "loadgen": ("inferwatch.sim.loadgen_cmd", "send open-loop load to workers on loopback"),
     "report": ("inferwatch.report.cli", "the weekly report from Prometheus: HTML, CSV, mail"),

@@ -3,7 +3,7 @@
 Every parser takes ``(value, source, key)``, in that order, and returns the
 parsed value or raises :class:`~inferwatch.errors.ConfigError` naming the
 source (a file, a flag, an environment variable), the dotted key and what was
-expected. The agent's configuration (:mod:`inferwatch.config`), the pack's
+expected. The agent's configuration (:mod:`inferwatch.agent.config`), the pack's
 thresholds (:mod:`inferwatch.pack.thresholds`), the warm-up gate and the
 commands' flags all use these, so ``2s`` means the same everywhere and a wrong
 value reads the same wherever it is set.

@@ -344,8 +344,8 @@ def check_environment(loads: list[Load], record: dict[str, Any]) -> None:
     """The environment source alone over a real NVML pass (no process list, no pids)."""
     import pynvml
 
-    from inferwatch.collectors.attribution import WorkerGpuInputs, attribute, gpu_env
-    from inferwatch.collectors.nvml import NvmlSource
+    from inferwatch.agent.collectors.attribution import WorkerGpuInputs, attribute, gpu_env
+    from inferwatch.agent.collectors.nvml import NvmlSource
 
     src = NvmlSource(pynvml, interval=1.0, slow_interval=5.0, activity_interval=5.0)
     try:

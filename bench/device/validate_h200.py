@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "agent"))
 
 import pynvml  # noqa: E402
 
-from inferwatch.collectors.nvml import NvmlSource  # noqa: E402
+from inferwatch.agent.collectors.nvml import NvmlSource  # noqa: E402
 
 MIB = 1024**2
 
@@ -496,7 +496,7 @@ def agent_end_to_end(out: Path) -> str:
     import urllib.request
 
     if not (REPO / "agent" / "inferwatch" / "agent.py").exists():
-        return "skipped: agent/inferwatch/agent.py is not in this checkout yet"
+        return "skipped: agent/inferwatch/agent/wiring.py is not in this checkout yet"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE.parents[1] / "agent"))
 import pynvml  # noqa: E402
 from validate_h200 import agent_end_to_end, agent_series, parse_csv, pick, run  # noqa: E402
 
-from inferwatch.collectors.nvml import NvmlSource  # noqa: E402
+from inferwatch.agent.collectors.nvml import NvmlSource  # noqa: E402
 
 MIB = 1024**2
 GIB = 1024**3

@@ -20,7 +20,7 @@ import psutil
 import yaml
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
-from inferwatch.config import ServerConfig
+from inferwatch.agent.config import ServerConfig
 
 #: the agent's memory limit in every deployment (systemd MemoryMax, Compose, Kubernetes)
 RSS_LIMIT_MB = 256

@@ -1,7 +1,7 @@
 """A kubelet pod-resources server for tests: the real v1 proto, on a Unix socket.
 
 Serves ``v1.PodResourcesLister`` from the modules generated from
-agent/inferwatch/kubelet/api.proto, with the answer the test sets.
+agent/inferwatch/agent/kubelet/api.proto, with the answer the test sets.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import grpc
 
-from inferwatch.kubelet import api_pb2, api_pb2_grpc
+from inferwatch.agent.kubelet import api_pb2, api_pb2_grpc
 
 #: (namespace, pod) -> container -> [(resource name, device IDs)]
 Layout = Mapping[tuple[str, str], Mapping[str, Sequence[tuple[str, Sequence[str]]]]]

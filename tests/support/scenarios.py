@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from inferwatch.advise.model import WorkerPicture
-from inferwatch.demo_conditions import Reading
+from inferwatch.demo.conditions import Reading
 from inferwatch.pack.loops import loops_of_alerts
 from inferwatch.pack.thresholds import Thresholds
 from inferwatch.report.model import Hourly, Period, RawData, RawGpu, RawWorker

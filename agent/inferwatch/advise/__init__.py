@@ -13,7 +13,7 @@ a worker whose KV cache is FP8 already).
 Modules: ``model`` (pictures, recommendations), ``agent`` and ``prometheus``
 (where pictures come from), ``rules`` (the loops applied), ``render`` (text,
 rich, JSON), ``cli`` (the command line). ``inferwatch advise capacity`` is the
-guide's max-num-seqs arithmetic (:mod:`inferwatch.capacity`).
+guide's max-num-seqs arithmetic (:mod:`inferwatch.advise.capacity`).
 """
 
 from __future__ import annotations

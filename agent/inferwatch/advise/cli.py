@@ -122,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def capacity_input(args: argparse.Namespace) -> Any:
-    from inferwatch.capacity import (
+    from inferwatch.advise.capacity import (
         CapacityInput,
         ModelShape,
         dtype_bytes,
@@ -213,7 +213,7 @@ def capacity_input(args: argparse.Namespace) -> Any:
 
 
 def main_capacity(args: argparse.Namespace) -> int:
-    from inferwatch.capacity import plan_capacity
+    from inferwatch.advise.capacity import plan_capacity
 
     plan = plan_capacity(capacity_input(args))
     if args.json:

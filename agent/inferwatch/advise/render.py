@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from inferwatch.advise.model import Recommendation, WorkerPicture, fmt
 
 if TYPE_CHECKING:
-    from inferwatch.capacity import CapacityPlan
+    from inferwatch.advise.capacity import CapacityPlan
 
 
 def age(seconds: float) -> str:

@@ -30,7 +30,7 @@ generation time per token, not a percentile. ``llamacpp:n_tokens_max`` and
 nor are the speculative-decoding counters (no contract family).
 
 The model and the slot count are not in the exposition: the agent reads them
-from ``/props`` (:mod:`inferwatch.collectors.selfdesc`).
+from ``/props`` (:mod:`inferwatch.agent.collectors.selfdesc`).
 
 Not available: TTFT, end-to-end latency, KV-cache usage (the kv_cache_* gauges
 were removed in PR #13660), preemptions, finished/rejected request counts, and every histogram: no length

@@ -81,3 +81,7 @@ TGI = EngineMap(
         ),
     ),
 )
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))

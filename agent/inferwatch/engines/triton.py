@@ -156,3 +156,8 @@ TRITON = EngineMap(
         ),
     ),
 )
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+FIRST_RESPONSE_MS_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
+TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)

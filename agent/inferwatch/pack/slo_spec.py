@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferwatch.errors import ConfigError
-from inferwatch.sim.expo import lmdeploy, nim, sglang, tgi, triton, trtllm, vllm
+from inferwatch.engines import lmdeploy, nim, sglang, tgi, triton, trtllm, vllm
 
 #: the three objectives, in the order of every generated list
 KINDS = ("ttft", "tpot", "availability")
@@ -46,8 +46,8 @@ LATENCY_KINDS = ("ttft", "tpot")
 AVAILABILITY_ENGINES = ("vllm", "sglang", "tgi", "triton", "trtllm", "nim", "lmdeploy")
 
 # Bucket boundaries (seconds, as the agent re-exports them) of the histograms the
-# agent maps to inferwatch_ttft_seconds / inferwatch_tpot_seconds, per engine. The
-# tuples are the simulator's, which reproduce each engine's own: vLLM's from
+# agent maps to inferwatch_ttft_seconds / inferwatch_tpot_seconds, per engine, read
+# from the engine modules (the simulator writes the same tuples): vLLM's from
 # vllm/v1/metrics/loggers.py (v0.33.0, see shared/reference/vllm-metrics.md),
 # SGLang's from python/sglang/srt/metrics/collector.py, TGI's 0.0001 x 1.5^k from
 # router/src/server.rs, Triton's first-response histogram (ms, converted by the

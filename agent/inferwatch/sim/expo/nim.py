@@ -26,21 +26,18 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from inferwatch.engines.nim import (  # the engine's own bounds, defined once
+    E2E_BUCKETS,
+    TOKEN_BUCKETS,
+    TPOT_BUCKETS,
+    TTFT_BUCKETS,
+)
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
 from inferwatch.sim.expo.common import WithoutCreated
 from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 
 FORMATS = ("v1",)
-
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-)  # fmt: skip
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
-TOKEN_BUCKETS = (
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
-)  # fmt: skip
 
 
 class NimWriter:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inferwatch.engines.tgi import (  # the engine's own bounds, defined once
+    DURATION_BUCKETS,
+)
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
 from inferwatch.sim.expo.triton import TextHistogram, family, number
@@ -23,7 +26,6 @@ from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 FORMATS = ("v3",)
 
 CONTENT_TYPE = "text/plain; charset=utf-8"
-DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))
 #: the router's description of each family (describe_* calls in server.rs), our wording
 DURATIONS = {
     "tgi_request_duration": "Request duration",

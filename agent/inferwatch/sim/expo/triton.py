@@ -27,6 +27,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.engines.triton import (  # the engine's own bounds, defined once
+    FIRST_RESPONSE_MS_BUCKETS,
+    TOKEN_LEN_BUCKETS,
+)
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
 from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
@@ -34,8 +38,6 @@ from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 FORMATS = ("histograms", "default")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-FIRST_RESPONSE_MS_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
-TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
 #: Triton's failure reasons (FailureReason in src/infer_stats.h)
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferwatch.config import parse_listen
-from inferwatch.demo_conditions import (
+from inferwatch.agent.config import parse_listen
+from inferwatch.demo.conditions import (
     FIRING,
     AlertState,
     AlertStates,
@@ -45,7 +45,7 @@ from inferwatch.demo_conditions import (
     alert_for,
     conditions,
 )
-from inferwatch.demo_layouts import SCENARIOS, Layout, layout_for
+from inferwatch.demo.layouts import SCENARIOS, Layout, layout_for
 from inferwatch.errors import UsageError
 from inferwatch.sim.gpustate import has_state
 

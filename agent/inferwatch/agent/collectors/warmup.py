@@ -47,13 +47,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from inferwatch import validate
-from inferwatch.collectors.base import Source
-from inferwatch.config import AgentConfig, WorkerSpec
+from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.config import AgentConfig, WorkerSpec
 from inferwatch.errors import ConfigError
 
 if TYPE_CHECKING:
-    from inferwatch.collectors.engine import EngineSource
-    from inferwatch.collectors.process import ProcessSource
+    from inferwatch.agent.collectors.engine import EngineSource
+    from inferwatch.agent.collectors.process import ProcessSource
 
 log = logging.getLogger(__name__)
 

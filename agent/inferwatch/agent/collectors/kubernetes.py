@@ -24,9 +24,9 @@ kubelet rotates it) and the cluster CA, the server at
 Authorization header only and never logged.
 
 Every ``kubernetes.interval`` the source turns the pods into workers
-(:mod:`inferwatch.collectors.podworkers`), asks the kubelet for the GPU
-allocations (:mod:`inferwatch.collectors.podresources`) and maps host PIDs to
-pods through their cgroups (:mod:`inferwatch.collectors.cgroups`), then hands
+(:mod:`inferwatch.agent.collectors.podworkers`), asks the kubelet for the GPU
+allocations (:mod:`inferwatch.agent.collectors.podresources`) and maps host PIDs to
+pods through their cgroups (:mod:`inferwatch.agent.collectors.cgroups`), then hands
 the workers to the agent.
 """
 
@@ -49,11 +49,11 @@ from urllib.parse import quote
 import aiohttp
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from inferwatch.collectors import cgroups
-from inferwatch.collectors.base import Source
-from inferwatch.collectors.podresources import ContainerKey
-from inferwatch.collectors.podworkers import PodWorker, Skipped, pod_workers
-from inferwatch.config import KubernetesConfig
+from inferwatch.agent.collectors import cgroups
+from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.podresources import ContainerKey
+from inferwatch.agent.collectors.podworkers import PodWorker, Skipped, pod_workers
+from inferwatch.agent.config import KubernetesConfig
 from inferwatch.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -366,7 +366,7 @@ class KubernetesSource(Source):
 
     async def start(self) -> None:
         if self._pod_resources is None and self.cfg.pod_resources_socket:
-            from inferwatch.collectors.podresources import PodResourcesClient
+            from inferwatch.agent.collectors.podresources import PodResourcesClient
 
             self._pod_resources = PodResourcesClient(self.cfg.pod_resources_socket)
         self._task = asyncio.create_task(self.watcher.run(), name="kubernetes-watch")

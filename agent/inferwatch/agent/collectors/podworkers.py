@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferwatch.collectors.cgroups import container_id
-from inferwatch.config import ENGINES, WorkerSpec
+from inferwatch.agent.collectors.cgroups import container_id
+from inferwatch.agent.config import ENGINES, WorkerSpec
 
 ANNOTATION = "inferwatch.io/"
 SCRAPE = ANNOTATION + "scrape"

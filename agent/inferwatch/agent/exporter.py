@@ -28,20 +28,20 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from inferwatch import __version__
-from inferwatch.config import AgentConfig
-from inferwatch.connguard import ConnectionGuard, GuardedProtocol
+from inferwatch.agent.config import AgentConfig
+from inferwatch.agent.connguard import ConnectionGuard, GuardedProtocol
+from inferwatch.agent.fdbudget import descriptor_limit, inbound_budget
+from inferwatch.agent.redact import redact_url
+from inferwatch.agent.webconfig import BasicAuth, WebConfig, load_web_config
 from inferwatch.errors import UsageError
-from inferwatch.fdbudget import descriptor_limit, inbound_budget
-from inferwatch.redact import redact_url
-from inferwatch.webconfig import BasicAuth, WebConfig, load_web_config
 
 if TYPE_CHECKING:
-    from inferwatch.collectors.engine import EngineSource
-    from inferwatch.exposition import Exposition
+    from inferwatch.agent.collectors.engine import EngineSource
+    from inferwatch.agent.exposition import Exposition
 
 
 class Served(Protocol):
-    """What the server needs of the agent (:class:`inferwatch.agent.Agent` is one)."""
+    """What the server needs of the agent (:class:`inferwatch.agent.wiring.Agent` is one)."""
 
     @property
     def output(self) -> Exposition: ...

@@ -5,7 +5,7 @@ read every GPU twice. With ``gpu.backend: dcgm-exporter`` the agent scrapes
 dcgm-exporter's ``/metrics`` instead (``gpu.dcgm_exporter_url``) and maps it onto
 the same ``inferwatch_gpu_*`` families as the NVML source, so rules, dashboards
 and the report do not know which backend fed them. The name table is
-:mod:`inferwatch.collectors.dcgm_fields` (both the pre- and post-DCGM-4.7 names).
+:mod:`inferwatch.agent.collectors.dcgm_fields` (both the pre- and post-DCGM-4.7 names).
 
 Identity. A GPU is (``gpu``, ``UUID``) as dcgm-exporter labels it. A MIG GPU
 instance carries ``GPU_I_ID`` and ``GPU_I_PROFILE`` and the *parent's* UUID
@@ -43,9 +43,9 @@ import aiohttp
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from inferwatch.collectors.attribution import Answer, DeviceLike, WorkerGpuInputs, attribute
-from inferwatch.collectors.base import Source
-from inferwatch.collectors.dcgm_fields import (
+from inferwatch.agent.collectors.attribution import Answer, DeviceLike, WorkerGpuInputs, attribute
+from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.dcgm_fields import (
     CLOCK_EVENT_FIELDS,
     DRIVER_LABELS,
     FIELDS,
@@ -57,8 +57,8 @@ from inferwatch.collectors.dcgm_fields import (
     UUID_LABELS,
     wanted_names,
 )
-from inferwatch.collectors.nvml import CLOCK_EVENT_REASONS
-from inferwatch.config import redact_url
+from inferwatch.agent.collectors.nvml import CLOCK_EVENT_REASONS
+from inferwatch.agent.config import redact_url
 from inferwatch.engines.mapping import ParseError, parse
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,7 @@ def worker_devices(
     own_env: Mapping[str, str] | None = None,
 ) -> dict[str, Answer]:
     """Which devices each worker runs on: dcgm-exporter's pod labels first, then the
-    sources of :func:`inferwatch.collectors.attribution.attribute` that need no process
+    sources of :func:`inferwatch.agent.collectors.attribution.attribute` that need no process
     list (the kubelet's allocation, the worker's NVIDIA_/CUDA_VISIBLE_DEVICES, the
     one-worker sidecar's own devices, ``workers[].gpus``), over the same devices."""
     answers = attribute(inputs, devices, pid_workers={}, own_env=own_env or {}) if inputs else {}

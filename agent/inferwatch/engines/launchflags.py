@@ -1,7 +1,7 @@
 """Which inference engine a command line starts, and the launch flags that matter.
 
 Pure functions over an argument vector (what ``psutil.Process.cmdline()``
-returns). Nothing here touches a process: :mod:`inferwatch.collectors.process`
+returns). Nothing here touches a process: :mod:`inferwatch.agent.collectors.process`
 reads the command line and hands it over.
 
 A value is recorded only when the command line (or, for engines that read

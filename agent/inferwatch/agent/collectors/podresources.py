@@ -9,7 +9,7 @@ with a MIG strategy, ``nvidia.com/mig-<profile>``; its IDs are GPU or MIG UUIDs
 (the default ``deviceIDStrategy: uuid``), or NVML indices (``index``), and a
 time-sliced GPU's replicas carry a ``::<n>`` suffix (NVIDIA k8s-device-plugin
 README, "Shared Access to GPUs"). Turning those IDs into devices is pure and
-lives in :mod:`inferwatch.collectors.attribution`.
+lives in :mod:`inferwatch.agent.collectors.attribution`.
 
 grpcio and protobuf come with ``pip install 'inferwatch[kubernetes]'`` and are
 imported only when this client is built (``kubernetes:`` in the configuration).
@@ -67,7 +67,7 @@ class PodResourcesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout: float = 5.0) -> None:
         import grpc
 
-        from inferwatch.kubelet import api_pb2, api_pb2_grpc
+        from inferwatch.agent.kubelet import api_pb2, api_pb2_grpc
 
         self.socket_path = socket_path
         self.timeout = timeout

@@ -1,7 +1,7 @@
 """``inferwatch run``: the sidecar agent's command: flags, validation, the agent and its server.
 
-Wires :class:`inferwatch.agent.Agent` (the sources on their timers) to
-:class:`inferwatch.exporter.Exporter` (the HTTP server) and to the process's
+Wires :class:`inferwatch.agent.wiring.Agent` (the sources on their timers) to
+:class:`inferwatch.agent.exporter.Exporter` (the HTTP server) and to the process's
 signals: SIGTERM and SIGINT stop, SIGHUP reloads the configuration. Neither of
 the two imports the other; this module is the only place both meet.
 """
@@ -17,10 +17,10 @@ import signal
 from collections.abc import Callable
 
 from inferwatch import __version__
-from inferwatch.agent import Agent
-from inferwatch.config import DEFAULT_PORT, LOG_FORMATS, AgentConfig, load_config
-from inferwatch.exporter import Exporter
-from inferwatch.logformat import setup_logging
+from inferwatch.agent.config import DEFAULT_PORT, LOG_FORMATS, AgentConfig, load_config
+from inferwatch.agent.exporter import Exporter
+from inferwatch.agent.logformat import setup_logging
+from inferwatch.agent.wiring import Agent
 
 log = logging.getLogger("inferwatch")
 
@@ -32,7 +32,7 @@ async def serve(
     reload_config: Callable[[], AgentConfig] | None = None,
 ) -> None:
     """Run the agent and its HTTP server until SIGTERM or SIGINT; SIGHUP reloads."""
-    from inferwatch import logthrottle
+    from inferwatch.agent import logthrottle
     from inferwatch.errors import UsageError
 
     loop = asyncio.get_running_loop()
@@ -172,15 +172,15 @@ def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> Agent
     if not logging_ready:  # warnings of the checks below go out in the chosen format
         setup_logging(config.log_level, config.log_format)
     if config.web_config_file:
-        from inferwatch.webconfig import load_web_config
+        from inferwatch.agent.webconfig import load_web_config
 
         load_web_config(config.web_config_file)  # validate before anything starts
     if config.warmup:
-        from inferwatch.collectors.warmup import parse_warmup
+        from inferwatch.agent.collectors.warmup import parse_warmup
 
         parse_warmup(config)  # validate before anything starts
     if config.kubernetes is not None:
-        from inferwatch.collectors.kubernetes import api_settings
+        from inferwatch.agent.collectors.kubernetes import api_settings
 
         api_settings(config.kubernetes, os.environ, config.source)  # validate it too
     return config

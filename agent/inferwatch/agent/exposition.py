@@ -4,9 +4,9 @@ The bytes are the text ``generate_latest()`` would write for the same families,
 rendered in parts: a source whose ``families()`` returns the very list it
 returned last time (NVML between its passes, the engine between its scrapes)
 keeps its text, so a GPU pass does not re-render every worker's histograms
-(docs/performance.md). The HTTP server (:mod:`inferwatch.exporter`) serves
+(docs/performance.md). The HTTP server (:mod:`inferwatch.agent.exporter`) serves
 :attr:`Exposition.body` and :meth:`Exposition.gzipped`; the agent's wiring
-(:mod:`inferwatch.agent`) calls :meth:`Exposition.rebuild_async` after every
+(:mod:`inferwatch.agent.wiring`) calls :meth:`Exposition.rebuild_async` after every
 refresh. Nothing here knows about timers, workers or HTTP.
 """
 
@@ -26,7 +26,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
 
-from inferwatch.collectors.base import Source
+from inferwatch.agent.collectors.base import Source
 
 log = logging.getLogger("inferwatch")
 

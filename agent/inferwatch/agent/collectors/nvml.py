@@ -37,7 +37,7 @@ XID errors arrive as NVML events, read by a daemon thread blocked in
 (GPU, XID), so an XID storm costs counts, never memory.
 
 Which GPUs each worker runs on (``inferwatch_worker_gpu_info``) is decided by
-:mod:`inferwatch.collectors.attribution` over the device list of the last pass,
+:mod:`inferwatch.agent.collectors.attribution` over the device list of the last pass,
 with what the callbacks given to the source say of the workers.
 
 The backend (``pynvml`` itself or a stand-in with its function names) is chosen
@@ -62,14 +62,14 @@ import pynvml
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from inferwatch.collectors.attribution import (
+from inferwatch.agent.collectors.attribution import (
     Answer,
     AttributionLog,
     DeviceLike,
     WorkerGpuInputs,
     attribute,
 )
-from inferwatch.collectors.base import Source
+from inferwatch.agent.collectors.base import Source
 
 log = logging.getLogger(__name__)
 

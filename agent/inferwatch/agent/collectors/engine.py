@@ -27,9 +27,11 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from inferwatch.collectors import selfdesc
-from inferwatch.collectors.base import Source
-from inferwatch.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
+from inferwatch.agent.collectors import selfdesc
+from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
+from inferwatch.agent.fdbudget import descriptor_limit, outbound_budget
+from inferwatch.agent.redact import redact_url
 from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
     LORA_ACTIVE,
@@ -44,8 +46,6 @@ from inferwatch.engines.mapping import (
     prefilter_limited,
     sample_names,
 )
-from inferwatch.fdbudget import descriptor_limit, outbound_budget
-from inferwatch.redact import redact_url
 from inferwatch.stats import CumulativeWindow, GaugeWindow, window_quantiles
 
 log = logging.getLogger(__name__)

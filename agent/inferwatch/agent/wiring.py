@@ -1,9 +1,9 @@
 """The agent's wiring: which sources run (NVML or DCGM, engines, processes, discovery,
 warm-up), each on its own timer, and a rebuild of the exposition after every refresh.
 
-The exposition itself (text, caching, gzip) is :mod:`inferwatch.exposition`; the
-HTTP server is :mod:`inferwatch.exporter`; the ``inferwatch run`` command that
-joins them is :mod:`inferwatch.run_cmd`. A scrape of ``/metrics`` returns the
+The exposition itself (text, caching, gzip) is :mod:`inferwatch.agent.exposition`; the
+HTTP server is :mod:`inferwatch.agent.exporter`; the ``inferwatch run`` command that
+joins them is :mod:`inferwatch.agent.run_cmd`. A scrape of ``/metrics`` returns the
 last built bytes, so its cost does not depend on how many GPUs or workers there
 are, and a slow worker or NVML call never delays a scrape.
 """
@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from inferwatch import __version__
-from inferwatch.collectors.attribution import WorkerGpuInputs, gpu_env
-from inferwatch.collectors.base import Source
-from inferwatch.collectors.engine import EngineSource
-from inferwatch.collectors.process import ProcessSource
-from inferwatch.config import AgentConfig, GpuConfig, WorkerSpec
-from inferwatch.exposition import Exposition
+from inferwatch.agent.collectors.attribution import WorkerGpuInputs, gpu_env
+from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.engine import EngineSource
+from inferwatch.agent.collectors.process import ProcessSource
+from inferwatch.agent.config import AgentConfig, GpuConfig, WorkerSpec
+from inferwatch.agent.exposition import Exposition
 
 if TYPE_CHECKING:
-    from inferwatch.collectors.kubernetes import KubernetesSource
-    from inferwatch.collectors.podworkers import PodWorker
+    from inferwatch.agent.collectors.kubernetes import KubernetesSource
+    from inferwatch.agent.collectors.podworkers import PodWorker
 
 #: the source revision the agent was built from (the image sets it at build time)
 REVISION = os.environ.get("INFERWATCH_REVISION", "unknown")[:64]
@@ -100,7 +100,7 @@ class Agent:
         )
         self.process = process
         if config.kubernetes is not None:
-            from inferwatch.collectors.kubernetes import KubernetesSource, api_settings
+            from inferwatch.agent.collectors.kubernetes import KubernetesSource, api_settings
 
             settings = api_settings(config.kubernetes, self._environ, config.source)
             self.node = settings.node
@@ -129,7 +129,7 @@ class Agent:
         elif backend is None and config.gpu.backend != "none":
             backend = load_backend(config.gpu)
         if backend is not None:
-            from inferwatch.collectors.nvml import NvmlSource
+            from inferwatch.agent.collectors.nvml import NvmlSource
 
             def pod_pid_workers() -> Mapping[int, str]:
                 return (kube.discovered.pid_workers if kube is not None else None) or {}
@@ -149,7 +149,7 @@ class Agent:
                 )
             )
         if config.warmup:
-            from inferwatch.collectors.warmup import WarmupGate
+            from inferwatch.agent.collectors.warmup import WarmupGate
 
             gate = WarmupGate.from_config(config, process=process, engine=engine)
             if gate is not None:
@@ -158,7 +158,7 @@ class Agent:
 
     def _dcgm_source(self, worker_gpu_inputs: Callable[[], Iterable[WorkerGpuInputs]]) -> Source:
         """dcgm-exporter instead of NVML: no second poller where the cluster runs one."""
-        from inferwatch.collectors.dcgm import DcgmSource, worker_pods
+        from inferwatch.agent.collectors.dcgm import DcgmSource, worker_pods
 
         gpu = self.config.gpu
         return DcgmSource(
@@ -289,7 +289,7 @@ class Agent:
         await process.refresh()
         gate: Source | None = None
         if config.warmup:
-            from inferwatch.collectors.warmup import WarmupGate
+            from inferwatch.agent.collectors.warmup import WarmupGate
 
             new_gate = WarmupGate.from_config(config, process=process, engine=engine)
             if new_gate is not None:

@@ -48,9 +48,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from inferwatch.collectors.attribution import gpu_env
-from inferwatch.collectors.base import Source
-from inferwatch.launchflags import LaunchInfo, parse_launch
+from inferwatch.agent.collectors.attribution import gpu_env
+from inferwatch.agent.collectors.base import Source
+from inferwatch.engines.launchflags import LaunchInfo, parse_launch
 
 log = logging.getLogger(__name__)
 

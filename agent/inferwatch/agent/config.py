@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from inferwatch.agent.redact import redact_url
 from inferwatch.errors import ConfigError, Kind
-from inferwatch.redact import redact_url
 from inferwatch.validate import (
     Parser,
     boolean,

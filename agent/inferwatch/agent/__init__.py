@@ -1,0 +1,1 @@
+"""The sidecar agent: its sources (`collectors/`), the exposition, the server and `inferwatch run`."""

@@ -1,0 +1,1 @@
+"""`inferwatch demo`: simulated workers and GPUs, the agent, Prometheus and load on one machine."""
