@@ -6,7 +6,12 @@ this file), stored with the ``gguf`` package that the llama-cpp-python sdist
 vendors (``setup.sh`` puts it on ``PYTHONPATH``). The model talks nonsense; the
 tests only need a server that tokenizes, prefills, decodes and counts.
 
-Usage: PYTHONPATH=<gguf-py> python make_tiny_model.py OUT.gguf
+Usage: PYTHONPATH=<gguf-py> python make_tiny_model.py OUT.gguf [--shape gpu]
+
+``--shape gpu`` writes the ~0.7 B parameter model of the GPU runs instead
+(bench/device/llamacpp_trace.py; shapes in shared/notes/gpu-llamacpp.md): the
+same vocabulary, n_embd 2048, 16 layers, 16 heads, 4 KV heads, n_ff 5632,
+context 16384, about 1.4 GB in F16. Only shapes matter for speed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ N_HEAD_KV = 2
 N_LAYER = 2
 N_FF = 128
 N_CTX = 4096
+#: the GPU runs' shape (--shape gpu)
+GPU_SHAPE = {
+    "N_EMBD": 2048,
+    "N_HEAD": 16,
+    "N_HEAD_KV": 4,
+    "N_LAYER": 16,
+    "N_FF": 5632,
+    "N_CTX": 16384,
+}
 BOS, EOS = "<s>", "</s>"
 
 _SENTENCES = (
@@ -135,8 +149,10 @@ def write_model(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: make_tiny_model.py OUT.gguf", file=sys.stderr)
+    if len(argv) == 4 and argv[2:] == ["--shape", "gpu"]:
+        globals().update(GPU_SHAPE)
+    elif len(argv) != 2:
+        print("usage: make_tiny_model.py OUT.gguf [--shape gpu]", file=sys.stderr)
         return 2
     write_model(Path(argv[1]))
     return 0

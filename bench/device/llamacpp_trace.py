@@ -1,0 +1,472 @@
+"""A real llama.cpp server under load, watched by the agent, recorded as a trace.
+
+    PYTHONPATH=agent python3 bench/device/llamacpp_trace.py trace --server BIN --model GGUF \
+        --out DIR [--prometheus BIN] [--slots 8]
+    PYTHONPATH=agent python3 bench/device/llamacpp_trace.py sweep --server BIN --model GGUF \
+        --out DIR --slots 4,8,16,32,64 [--rate R]
+
+``trace`` (issue 29): one ``llama-server`` with ``--slots`` slots, the agent
+(NVML backend, or ``--fake-gpu`` off a GPU) and, with ``--prometheus``, a real
+Prometheus loading the committed rule files; a streaming client runs the
+phases idle, steady (fewer streams than slots), overload (many times the slots)
+and idle. ``sweep`` (issue 31): the same open-loop Poisson load (``--rate``
+requests a second, or 1.5 times what a calibration run says 4 slots carry) at
+each slot count in turn, one server start per count.
+
+Each run writes ``DIR/<name>.jsonl.gz`` in the trace format of
+docs/alerts.md ("Backtest"): a header line, then ``agent`` snapshots (the
+agent's /metrics text), ``engine`` snapshots (llama-server's /metrics), ``gpu``
+readings (nvidia-smi, for the validation table) and one ``client`` line per
+finished request. Prometheus' firing alerts at the end of ``trace`` go to
+``DIR/alerts.json``. Nothing is asserted here: the figures are computed from the
+traces afterwards (bench/device/llamacpp_report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+#: the recorder's period (the deployment scrapes every 15 s; the backtest downsamples)
+RECORD_EVERY = 5.0
+#: tokens each answer generates (ignore_eos keeps the length fixed)
+GEN_TOKENS = 128
+#: words of the prompt (the tiny BPE vocabulary makes about one token per short word)
+PROMPT_WORDS = 160
+_WORDS = [
+    "the",
+    "agent",
+    "reads",
+    "the",
+    "queue",
+    "of",
+    "each",
+    "slot",
+    "and",
+    "counts",
+    "every",
+    "token",
+    "it",
+    "sends",
+    "back",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Trace:
+    """An open trace file: one JSON object a line, gzip'd."""
+
+    path: Path
+    header: dict[str, Any]
+    _fh: Any = None
+
+    def __post_init__(self) -> None:
+        self._fh = gzip.open(self.path, "wt", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self.write(self.header)
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+    def close(self, phases: list[dict[str, Any]]) -> None:
+        # the phases' times are known only at the end: the header is written again
+        self._fh.close()
+        finish_header(self.path, phases)
+
+
+def finish_header(path: Path, phases: list[dict[str, Any]]) -> None:
+    """Put ``phases`` into the trace's header line (the file is rewritten)."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    header = {**json.loads(lines[0]), "phases": phases}
+    body = [line for line in lines[1:] if not (line.startswith('{"t"') and '"phases"' in line[:60])]
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join([json.dumps(header, separators=(",", ":")), *body]) + "\n")
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    p: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        fh = self.log.open("ab")
+        self.p = subprocess.Popen(
+            self.argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+            start_new_session=True,
+        )  # fmt: skip
+        return self
+
+    def stop(self) -> None:
+        if self.p is None or self.p.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.p.pid, signal.SIGTERM)
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait(5)
+
+
+async def wait_http(session: aiohttp.ClientSession, url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                if r.status == 200:
+                    return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout:.0f} s")
+
+
+def start_server(args: argparse.Namespace, slots: int, out: Path, tag: str) -> tuple[Proc, str]:
+    port = free_port()
+    ngl = [] if args.cpu else ["-ngl", "99"]
+    ctx = slots * args.ctx_per_slot
+    argv = [
+        args.server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
+        "--parallel", str(slots), "-c", str(ctx), "--metrics", "--slots", "--no-ui", *ngl,
+        *(["-t", "1"] if args.cpu else []),
+    ]  # fmt: skip
+    return Proc(f"llama-{tag}", argv, out / f"llama-{tag}.log").start(), f"http://127.0.0.1:{port}"
+
+
+def start_agent(args: argparse.Namespace, server_url: str, out: Path, tag: str) -> tuple[Proc, str]:
+    port = free_port()
+    cfg = out / f"agent-{tag}.yaml"
+    gpu = {"backend": "fake", "fake_gpus": 1} if args.fake_gpu else {"backend": "nvml"}
+    cfg.write_text(
+        json.dumps(
+            {
+                "listen": f"127.0.0.1:{port}",
+                "collect_interval": "2s",
+                "stats_window": "60s",
+                "gpu": gpu,
+                "workers": [{"name": "llama", "url": server_url, "engine": "llamacpp"}],
+            }
+        )
+    )
+    env = {"PYTHONPATH": str(REPO / "agent") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    argv = [sys.executable, "-m", "inferwatch.cli", "run", "--config", str(cfg)]
+    return Proc(f"agent-{tag}", argv, out / f"agent-{tag}.log", env).start(), (
+        f"http://127.0.0.1:{port}"
+    )
+
+
+def start_prometheus(binary: str, agent_url: str, out: Path) -> tuple[Proc, str]:
+    port = free_port()
+    data = out / "prom-data"
+    data.mkdir(exist_ok=True)
+    rules = sorted(str(p) for p in (REPO / "alerts").glob("*.yaml"))
+    config = {
+        "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+        "rule_files": rules,
+        "scrape_configs": [
+            {
+                "job_name": "inferwatch",
+                "static_configs": [{"targets": [agent_url.split("//", 1)[1]]}],
+            }
+        ],
+    }
+    cfg = out / "prometheus.yml"
+    cfg.write_text(json.dumps(config))
+    argv = [
+        binary, f"--config.file={cfg}", f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]  # fmt: skip
+    return Proc("prometheus", argv, out / "prometheus.log").start(), f"http://127.0.0.1:{port}"
+
+
+def gpu_reading() -> dict[str, Any] | None:
+    """nvidia-smi's view of GPU 0 at this moment (absent off a GPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    fields = "utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,clocks.sm"
+    r = subprocess.run(
+        ["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=10,
+    )  # fmt: skip
+    if r.returncode != 0:
+        return {"error": r.stderr.strip()[:200]}
+    vals = [v.strip() for v in r.stdout.strip().split(",")]
+    return dict(zip(fields.split(","), vals, strict=False))
+
+
+async def recorder(
+    session: aiohttp.ClientSession,
+    trace: Trace,
+    agent_url: str,
+    server_url: str,
+    stop: asyncio.Event,
+) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = time.time()
+        for kind, url in (("agent", agent_url + "/metrics"), ("engine", server_url + "/metrics")):
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=4)) as r:
+                    trace.write({"t": t, kind: await r.text()})
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                trace.write({"t": t, "error": f"{kind}: {type(exc).__name__}"})
+        reading = await loop.run_in_executor(None, gpu_reading)
+        if reading is not None:
+            trace.write({"t": t, "gpu": reading})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), RECORD_EVERY - (time.time() - t) % RECORD_EVERY)
+
+
+def prompt(rng: random.Random) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(PROMPT_WORDS))
+
+
+async def one_request(
+    url: str, trace: Trace | None, rng: random.Random, gen: int = GEN_TOKENS
+) -> dict[str, Any]:
+    """One streamed completion on a fresh connection; its client-side figures."""
+    body = {
+        "prompt": prompt(rng), "max_tokens": gen, "stream": True, "ignore_eos": True,
+        "temperature": 0, "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    sent = time.monotonic()
+    events: list[float] = []
+    usage: dict[str, Any] = {}
+    ok = False
+    conn = aiohttp.TCPConnector(force_close=True)
+    try:
+        async with (
+            aiohttp.ClientSession(connector=conn) as s,
+            s.post(
+                url + "/v1/completions", json=body, timeout=aiohttp.ClientTimeout(total=600)
+            ) as r,
+        ):
+            async for raw in r.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                choices = chunk.get("choices") or []
+                if choices and choices[0].get("text"):
+                    events.append(time.monotonic())
+            ok = r.status == 200 and bool(events)
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError):
+        ok = False
+    done = time.monotonic()
+    rec = {
+        "worker": "llama",
+        "ttft_s": (events[0] - sent) if events else None,
+        "tpot_s": ((events[-1] - events[0]) / (len(events) - 1)) if len(events) > 1 else None,
+        "e2e_s": done - sent,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "gen_tokens": usage.get("completion_tokens", len(events)),
+        "ok": ok,
+    }
+    if trace is not None:
+        trace.write({"t": time.time(), "client": rec})
+    return rec
+
+
+async def closed_loop(url: str, trace: Trace, streams: int, seconds: float, seed: int) -> None:
+    """``streams`` clients, each sending its next request when the last one ends."""
+    end = time.monotonic() + seconds
+    rng = random.Random(seed)
+
+    async def client() -> None:
+        while time.monotonic() < end:
+            await one_request(url, trace, rng)
+
+    await asyncio.gather(*(client() for _ in range(streams)))
+
+
+async def open_loop(
+    url: str, trace: Trace, rate: float, seconds: float, drain: float, seed: int
+) -> int:
+    """Poisson arrivals at ``rate`` a second for ``seconds``; what is still open after
+    ``drain`` more seconds is cancelled (the client gives up, counted not ok)."""
+    rng = random.Random(seed)
+    tasks: list[asyncio.Task[dict[str, Any]]] = []
+    start = time.monotonic()
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= seconds:
+            break
+        await asyncio.sleep(max(0.0, start + t - time.monotonic()))
+        tasks.append(asyncio.create_task(one_request(url, trace, rng)))
+    _, pending = await asyncio.wait(tasks, timeout=drain) if tasks else (set(), set())
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for _ in pending:
+        trace.write(
+            {"t": time.time(), "client": {"worker": "llama", "cancelled": True, "ok": False}}
+        )
+    return len(tasks)
+
+
+async def run_trace(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    slots = int(args.slots)
+    server, server_url = start_server(args, slots, out, "trace")
+    agent, agent_url = start_agent(args, server_url, out, "trace")
+    prom = None
+    prom_url = ""
+    procs = [server, agent]
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_http(session, server_url + "/health", 180)
+            await wait_http(session, agent_url + "/metrics", 60)
+            if args.prometheus:
+                prom, prom_url = start_prometheus(args.prometheus, agent_url, out)
+                procs.append(prom)
+                await wait_http(session, prom_url + "/-/ready", 60)
+            header = {
+                "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY,
+                "source": f"{args.source}; llama-server --parallel {slots}",
+                "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
+            }  # fmt: skip
+            trace = Trace(out / "trace.jsonl.gz", header)
+            stop = asyncio.Event()
+            rec = asyncio.create_task(recorder(session, trace, agent_url, server_url, stop))
+            phases: list[dict[str, Any]] = []
+            plan = [
+                ("idle", 0, args.idle),
+                ("steady", max(1, slots // 2), args.steady),
+                ("overload", slots * args.overload_factor, args.overload),
+                ("idle", 0, args.idle),
+            ]
+            for name, streams, seconds in plan:
+                t0 = time.time()
+                print(f"phase {name}: {streams} streams for {seconds:.0f} s", flush=True)
+                if streams:
+                    await closed_loop(server_url, trace, streams, seconds, seed=len(phases))
+                else:
+                    await asyncio.sleep(seconds)
+                phases.append({"name": name, "start": t0, "end": time.time(), "streams": streams})
+            stop.set()
+            await rec
+            trace.close(phases)
+            if prom_url:
+                async with session.get(prom_url + "/api/v1/alerts") as r:
+                    (out / "alerts.json").write_text(await r.text())
+                async with session.get(
+                    prom_url + "/api/v1/query_range",
+                    params={"query": "ALERTS", "start": phases[0]["start"],
+                            "end": time.time(), "step": "15"},
+                ) as r:  # fmt: skip
+                    (out / "alerts_range.json").write_text(await r.text())
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+async def run_sweep(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    counts = [int(s) for s in str(args.slots).split(",")]
+    rate = args.rate
+    summary: list[dict[str, Any]] = []
+    for slots in counts:
+        server, server_url = start_server(args, slots, out, f"s{slots}")
+        agent, agent_url = start_agent(args, server_url, out, f"s{slots}")
+        try:
+            async with aiohttp.ClientSession() as session:
+                await wait_http(session, server_url + "/health", 180)
+                await wait_http(session, agent_url + "/metrics", 60)
+                if rate is None:
+                    # calibration: what the first slot count carries, closed loop
+                    t0 = time.monotonic()
+                    recs = await asyncio.gather(
+                        *(one_request(server_url, None, random.Random(i)) for i in range(slots * 2))
+                    )
+                    took = time.monotonic() - t0
+                    per_s = sum(1 for r in recs if r["ok"]) / took
+                    rate = round(args.rate_factor * per_s, 2)
+                    print(f"calibration at {slots} slots: {per_s:.2f} req/s -> rate {rate}")
+                header = {
+                    "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY,
+                    "source": f"{args.source}; llama-server --parallel {slots}; open loop "
+                              f"{rate} req/s, {GEN_TOKENS} tokens each",
+                    "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
+                    "load": {"rate_per_s": rate, "gen_tokens": GEN_TOKENS,
+                             "prompt_words": PROMPT_WORDS, "seconds": args.load},
+                }  # fmt: skip
+                trace = Trace(out / f"sweep-s{slots}.jsonl.gz", header)
+                stop = asyncio.Event()
+                rec = asyncio.create_task(recorder(session, trace, agent_url, server_url, stop))
+                await asyncio.sleep(RECORD_EVERY)
+                t0 = time.time()
+                sent = await open_loop(server_url, trace, rate, args.load, args.drain, seed=7)
+                t1 = time.time()
+                await asyncio.sleep(RECORD_EVERY)
+                stop.set()
+                await rec
+                trace.close([{"name": "load", "start": t0, "end": t1, "rate": rate}])
+                summary.append({"slots": slots, "rate": rate, "sent": sent, "seconds": t1 - t0})
+                print(f"slots {slots}: {sent} requests in {t1 - t0:.0f} s", flush=True)
+        finally:
+            agent.stop()
+            server.stop()
+    (out / "sweep.json").write_text(json.dumps(summary, indent=1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("mode", choices=("trace", "sweep"))
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--slots", default="8")
+    ap.add_argument("--ctx-per-slot", type=int, default=1024)
+    ap.add_argument("--prometheus", default="")
+    ap.add_argument("--fake-gpu", action="store_true", help="the agent's fake GPU (off a GPU)")
+    ap.add_argument("--cpu", action="store_true", help="no -ngl; one thread (off a GPU)")
+    ap.add_argument("--source", default="llama.cpp on an NVIDIA H200")
+    ap.add_argument("--idle", type=float, default=45)
+    ap.add_argument("--steady", type=float, default=90)
+    ap.add_argument("--overload", type=float, default=150)
+    ap.add_argument("--overload-factor", type=int, default=6)
+    ap.add_argument("--rate", type=float, default=None)
+    ap.add_argument("--rate-factor", type=float, default=1.5)
+    ap.add_argument("--load", type=float, default=30)
+    ap.add_argument("--drain", type=float, default=25)
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    asyncio.run(run_trace(args) if args.mode == "trace" else run_sweep(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
