@@ -1,7 +1,7 @@
 """The weekly report against a real Prometheus holding two generated weeks.
 
 The TSDB is built once per module with ``promtool tsdb create-blocks-from
-openmetrics`` from ``test_report_fixture`` (which also computes the truth), a
+openmetrics`` from ``tests/support/report_fixture.py`` (which also computes the truth), a
 real Prometheus opens it, and ``inferwatch report`` runs through the real CLI
 entry point. Mail goes to aiosmtpd on loopback; the HTML is opened in headless
 Chromium.
@@ -50,7 +50,7 @@ from tests.support.proc import (
 )
 from tests.support.tls import self_signed_cert
 
-import test_report_fixture as fx
+from tests.support import report_fixture as fx
 from inferwatch.cli import main as cli_main
 from inferwatch.report.query import count_steps
 

@@ -1,7 +1,7 @@
 """Issue 21: the weekly report against an authenticated store (vmauth in front of VictoriaMetrics).
 
 The store is Debian's VictoriaMetrics 1.79 holding the report fixture's two
-weeks (``test_report_fixture``, imported through ``/api/v1/import/prometheus``);
+weeks (``tests/support/report_fixture.py``, imported through ``/api/v1/import/prometheus``);
 in front of it, Debian's vmauth admits a bearer-token user and a basic-auth
 user and answers 401 to anything else. The report runs through the real CLI.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from tests.support.vm import VictoriaMetrics, VMAuth
 
-import test_report_fixture as fx
+from tests.support import report_fixture as fx
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError
 from inferwatch.report.promapi import (

@@ -197,13 +197,6 @@ class FakeNvml:
         with self._lock:
             self._gpus[index].faults[function] = (code, times)
 
-    def clear_fault(self, index: int, function: str | None = None) -> None:
-        with self._lock:
-            if function is None:
-                self._gpus[index].faults.clear()
-            else:
-                self._gpus[index].faults.pop(function, None)
-
     def lose(self, index: int) -> None:
         """GPU ``index`` falls off the bus: every call about it raises GPU_IS_LOST."""
         with self._lock:
@@ -264,10 +257,6 @@ class FakeNvml:
             if not state.uuid:
                 state = dataclasses.replace(state, uuid=default_mig_uuid(index, gpu_instance))
             gpu.migs.append(_Mig(gpu_instance, profile, state))
-
-    def clear_mig(self, index: int) -> None:
-        with self._lock:
-            self._gpus[index].migs.clear()
 
     def push_xid(self, index: int, xid: int, count: int = 1) -> None:
         """Deliver ``count`` XID events for GPU ``index`` to every event set registered for it."""
