@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import report_fixture as fx
 from tests.support.proc import (
     PROMTOOL,
     REPO,
@@ -50,7 +51,6 @@ from tests.support.proc import (
 )
 from tests.support.tls import self_signed_cert
 
-from tests.support import report_fixture as fx
 from inferwatch.cli import main as cli_main
 from inferwatch.report.query import count_steps
 

@@ -27,9 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from tests.support import report_fixture as fx
 from tests.support.vm import VictoriaMetrics, VMAuth
 
-from tests.support import report_fixture as fx
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError
 from inferwatch.report.promapi import (

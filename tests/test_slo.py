@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support import report_fixture as fx
 from tests.support.proc import PROMTOOL, REPO, http_get, inferwatch_cmd, require_binary, wait_until
 
-from tests.support import report_fixture as fx
 from inferwatch.errors import ConfigError
 from inferwatch.pack import generate, rules, slo
 from inferwatch.pack.slo_spec import ENGINE_BUCKETS
