@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferwatch import launchflags
+from inferwatch.engines import launchflags
 from inferwatch.engines.launchflags import ENGINE_FLAGS, LaunchInfo, parse_human_int, parse_launch
 
 
