@@ -308,7 +308,12 @@ def components(args: argparse.Namespace) -> dict[str, Any]:
     logs = args.logs or Path(tempfile.mkdtemp(prefix="iw-components-"))
     result: dict[str, Any] = {"machine": benchlib.machine(), "mode": "components",
                               "args": _args(args), "imports": []}  # fmt: skip
-    for label, code in IMPORT_STEPS:
+    steps = list(IMPORT_STEPS)
+    if args.nvml:  # on a GPU machine: what NVML itself holds once initialised
+        steps.append(("+ NVML initialised, every GPU's handle", "import inferwatch.agent.run_cmd, "
+                      "pynvml\npynvml.nvmlInit()\n[pynvml.nvmlDeviceGetHandleByIndex(i) for i in "
+                      "range(pynvml.nvmlDeviceGetCount())]"))  # fmt: skip
+    for label, code in steps:
         out = subprocess.run(
             [sys.executable, "-c", code + _MEASURE], capture_output=True, text=True,
             env=benchlib.child_env(), check=True, timeout=120,
@@ -318,6 +323,8 @@ def components(args: argparse.Namespace) -> dict[str, Any]:
                                   "modules": mods})  # fmt: skip
     shapes = [("1 GPU, 1 worker", 1, 1), (f"{args.gpus} GPUs, 1 worker", args.gpus, 1),
               (f"1 GPU, {args.workers} workers", 1, args.workers)]  # fmt: skip
+    if args.nvml:
+        shapes.append(("NVML (every GPU), 1 worker", 0, 1))
     result["agents"] = []
     with benchlib.processes() as started:
         urls = benchlib.start_stub_workers(
@@ -325,7 +332,8 @@ def components(args: argparse.Namespace) -> dict[str, Any]:
         )
         for label, gpus, workers in shapes:
             with benchlib.processes() as mine:
-                proc, url = benchlib.start_agent(urls[:workers], gpus, logs, mine,
+                nvml = ("--gpu-backend", "nvml") if gpus == 0 else ()
+                proc, url = benchlib.start_agent(urls[:workers], gpus, logs, mine, extra=nvml,
                                                  cpus=benchlib.parse_cpus(args.agent_cpus))  # fmt: skip
                 end = time.monotonic() + args.settle
                 while time.monotonic() < end:  # scraped as Prometheus would, gzip
@@ -335,7 +343,7 @@ def components(args: argparse.Namespace) -> dict[str, Any]:
                 threads = psutil.Process(proc.pid).num_threads()
             result["agents"].append({"shape": label, "gpus": gpus, "workers": workers,
                                      "rss_mb": rss, "uss_mb": uss, "threads": threads})  # fmt: skip
-    base, many_gpus, many_workers = result["agents"]
+    base, many_gpus, many_workers = result["agents"][:3]
     result["per_gpu_mb"] = (many_gpus["rss_mb"] - base["rss_mb"]) / max(1, args.gpus - 1)
     result["per_worker_mb"] = (many_workers["rss_mb"] - base["rss_mb"]) / max(1, args.workers - 1)
     result["per_gpu_uss_mb"] = (many_gpus["uss_mb"] - base["uss_mb"]) / max(1, args.gpus - 1)
@@ -423,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     ps.add_argument("--warmup-passes", type=int, default=2000)
     cp = sub.choices["components"]
     cp.add_argument("--settle", type=float, default=25.0, help="seconds before reading")
+    cp.add_argument("--nvml", action="store_true", help="also NVML itself and the agent on it")
     args = parser.parse_args(argv)
     result = args.fn(args)
     benchlib.write_json(args.json, result)
