@@ -250,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                 else ["--gpu-backend", "nvml"]  # fmt: skip
             agent = [*shlex.split(args.agent_cmd), "run", "--listen", f"127.0.0.1:{port}",
                      "--log-level", "warning", *backend, *shlex.split(args.agent_args)]  # fmt: skip
-            results["inferwatch"] = run_one("inferwatch", agent, port, tmp, args)
+            try:
+                results["inferwatch"] = run_one("inferwatch", agent, port, tmp, args)
+            except Exception as exc:  # say why, still measure the peer
+                results["inferwatch"] = {"error": str(exc)[-500:]}
             if args.fake:
                 results["nvitop-exporter"] = {"error": "--fake: no GPU for the peer"}
             else:
