@@ -273,6 +273,38 @@ def hanging_worker(tmp: Path, seconds: float) -> dict[str, object]:
         return {"seconds": seconds, "interval_s": 2, "healthy_scrapes": healthy.hits - start}
 
 
+def never_answers(tmp: Path, seconds: float) -> dict[str, object]:
+    """Issue 32's case: a worker that never answers, its time-out 10 s, beside a healthy
+    one and a (fake) GPU, at the default 2 s interval: how often each is collected."""
+    healthy = Worker(vllm_text)
+    hostile = Worker(lambda: "", hang=("/metrics",))
+    config = tmp / "never.yaml"
+    config.write_text(
+        "workers:\n"
+        f"  - {{name: good, url: '{healthy.url}', engine: vllm}}\n"
+        f"  - {{name: bad, url: '{hostile.url}', engine: vllm, timeout: 10s}}\n"
+    )
+    args = ("--config", str(config), "--gpu-backend", "fake", "--fake-gpus", "1")
+    with agent(tmp, *args) as (port, _, _):
+        time.sleep(3)  # the first passes: both workers started
+        start = healthy.hits
+        gpu: set[str] = set()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+            for line in text.decode().splitlines():
+                if line.startswith('inferwatch_last_collect_timestamp_seconds{collector="nvml"}'):
+                    gpu.add(line.split()[-1])
+            time.sleep(0.25)
+        return {
+            "seconds": seconds,
+            "interval_s": 2,
+            "expected": int(seconds / 2),
+            "healthy_scrapes": healthy.hits - start,
+            "gpu_passes_seen": len(gpu),
+        }
+
+
 def malformed(tmp: Path, count: int) -> dict[str, object]:
     with agent(tmp, "--gpu-backend", "none") as (port, log, _):
         size0 = log.stat().st_size
@@ -297,6 +329,7 @@ def main() -> None:
         "bcrypt_32": lambda t: bcrypt_guessing(t, args.seconds, 32),
         "slowloris_1024": lambda t: slowloris(t, args.seconds, 1024, 1500),
         "hanging_worker": lambda t: hanging_worker(t, 24.0),
+        "never_answers_10s": lambda t: never_answers(t, 24.0),
         "malformed": lambda t: malformed(t, 300),
     }
     results: dict[str, object] = {"agent_src": str(AGENT_SRC)}

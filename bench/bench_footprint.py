@@ -4,6 +4,8 @@
     PYTHONPATH=agent python3 bench/bench_footprint.py live --duration 600 [--gpus 8 --workers 8]
     # RSS across 100,000 collection passes, driven back to back in this process
     PYTHONPATH=agent python3 bench/bench_footprint.py passes --passes 100000
+    # where the memory goes: imports step by step, growth per GPU and per worker
+    PYTHONPATH=agent python3 bench/bench_footprint.py components --gpus 8 --workers 8
 
 ``live``: N ``inferwatch simulate`` workers under ``inferwatch loadgen
 --scenario steady`` (their counters and histograms move as on a served
@@ -274,6 +276,83 @@ def passes(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# --------------------------------------------------------------------------- components
+#: cumulative import steps, each measured in a fresh interpreter (RSS, USS, modules)
+IMPORT_STEPS = (
+    ("interpreter", "pass"),
+    ("+ asyncio", "import asyncio"),
+    ("+ aiohttp (client and server)", "import asyncio, aiohttp.web"),
+    ("+ prometheus_client", "import asyncio, aiohttp.web, prometheus_client"),
+    ("+ yaml, psutil", "import asyncio, aiohttp.web, prometheus_client, yaml, psutil"),
+    ("+ the agent's modules (inferwatch run)", "import inferwatch.agent.run_cmd"),
+)
+_MEASURE = (
+    "\nimport gc, json, sys, psutil\ngc.collect()\nm = psutil.Process().memory_full_info()\n"
+    "print(json.dumps([m.rss, m.uss, len(sys.modules)]))"
+)
+
+
+def _memory(pid: int) -> tuple[float, float]:
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / MB, info.uss / MB
+
+
+def components(args: argparse.Namespace) -> dict[str, Any]:
+    """Where the agent's memory goes: imports step by step, then the running agent with
+    1 GPU and 1 worker, with ``--gpus`` GPUs, with ``--workers`` workers: the growth per
+    GPU and per worker. Each agent is read after ``--settle`` seconds (its first heap
+    trim is at 20 s)."""
+    import json
+    import subprocess
+
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="iw-components-"))
+    result: dict[str, Any] = {"machine": benchlib.machine(), "mode": "components",
+                              "args": _args(args), "imports": []}  # fmt: skip
+    steps = list(IMPORT_STEPS)
+    if args.nvml:  # on a GPU machine: what NVML itself holds once initialised
+        steps.append(("+ NVML initialised, every GPU's handle", "import inferwatch.agent.run_cmd, "
+                      "pynvml\npynvml.nvmlInit()\n[pynvml.nvmlDeviceGetHandleByIndex(i) for i in "
+                      "range(pynvml.nvmlDeviceGetCount())]"))  # fmt: skip
+    for label, code in steps:
+        out = subprocess.run(
+            [sys.executable, "-c", code + _MEASURE], capture_output=True, text=True,
+            env=benchlib.child_env(), check=True, timeout=120,
+        )  # fmt: skip
+        rss, uss, mods = json.loads(out.stdout.splitlines()[-1])
+        result["imports"].append({"step": label, "rss_mb": rss / MB, "uss_mb": uss / MB,
+                                  "modules": mods})  # fmt: skip
+    shapes = [("1 GPU, 1 worker", 1, 1), (f"{args.gpus} GPUs, 1 worker", args.gpus, 1),
+              (f"1 GPU, {args.workers} workers", 1, args.workers)]  # fmt: skip
+    if args.nvml:
+        shapes.append(("NVML (every GPU), 1 worker", 0, 1))
+    result["agents"] = []
+    with benchlib.processes() as started:
+        urls = benchlib.start_stub_workers(
+            args.workers, logs, started, cpus=benchlib.parse_cpus(args.worker_cpus), procs=1
+        )
+        for label, gpus, workers in shapes:
+            with benchlib.processes() as mine:
+                nvml = ("--gpu-backend", "nvml") if gpus == 0 else ()
+                proc, url = benchlib.start_agent(urls[:workers], gpus, logs, mine, extra=nvml,
+                                                 cpus=benchlib.parse_cpus(args.agent_cpus))  # fmt: skip
+                end = time.monotonic() + args.settle
+                while time.monotonic() < end:  # scraped as Prometheus would, gzip
+                    benchlib.http_get(url + "/metrics", headers={"Accept-Encoding": "gzip"})
+                    time.sleep(1.0)
+                rss, uss = _memory(proc.pid)
+                threads = psutil.Process(proc.pid).num_threads()
+            result["agents"].append({"shape": label, "gpus": gpus, "workers": workers,
+                                     "rss_mb": rss, "uss_mb": uss, "threads": threads})  # fmt: skip
+    base, many_gpus, many_workers = result["agents"][:3]
+    result["per_gpu_mb"] = (many_gpus["rss_mb"] - base["rss_mb"]) / max(1, args.gpus - 1)
+    result["per_worker_mb"] = (many_workers["rss_mb"] - base["rss_mb"]) / max(1, args.workers - 1)
+    result["per_gpu_uss_mb"] = (many_gpus["uss_mb"] - base["uss_mb"]) / max(1, args.gpus - 1)
+    result["per_worker_uss_mb"] = (many_workers["uss_mb"] - base["uss_mb"]) / max(
+        1, args.workers - 1
+    )
+    return result
+
+
 # --------------------------------------------------------------------------- output
 def _args(args: argparse.Namespace) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "fn"}
@@ -300,6 +379,19 @@ def report(r: dict[str, Any]) -> str:
             f"targets up at the end: {r['targets_up']}; {r['scrapes']} scrapes; "
             f"collect errors: {r['collect_errors'] or 'none'}",
         ]
+    elif r["mode"] == "components":
+        lines.append("imports, each step in a fresh interpreter: RSS / USS MB, modules")
+        for step in r["imports"]:
+            lines.append(f"  {step['step']:<42} {step['rss_mb']:6.1f} / {step['uss_mb']:5.1f}"
+                         f"  {step['modules']}")  # fmt: skip
+        lines.append(f"the agent running, after {a['settle']:g} s: RSS / USS MB, threads")
+        for ag in r["agents"]:
+            lines.append(f"  {ag['shape']:<42} {ag['rss_mb']:6.1f} / {ag['uss_mb']:5.1f}"
+                         f"  {ag['threads']}")  # fmt: skip
+        lines.append(
+            f"growth per extra GPU: {r['per_gpu_mb']:+.2f} MB RSS ({r['per_gpu_uss_mb']:+.2f} USS); "
+            f"per extra worker: {r['per_worker_mb']:+.2f} MB RSS ({r['per_worker_uss_mb']:+.2f} USS)"
+        )
     else:
         lines += [
             f"passes: {a['gpus']} fake GPUs, {a['workers']} stub workers; {r['passes']} "
@@ -318,7 +410,7 @@ def report(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
-    for name, fn in (("live", live), ("passes", passes)):
+    for name, fn in (("live", live), ("passes", passes), ("components", components)):
         p = sub.add_parser(name)
         p.set_defaults(fn=fn)
         p.add_argument("--gpus", type=int, default=8)
@@ -337,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     ps.add_argument("--max-seconds", type=float, default=3600.0)
     ps.add_argument("--sample-every", type=int, default=1000)
     ps.add_argument("--warmup-passes", type=int, default=2000)
+    cp = sub.choices["components"]
+    cp.add_argument("--settle", type=float, default=25.0, help="seconds before reading")
+    cp.add_argument("--nvml", action="store_true", help="also NVML itself and the agent on it")
     args = parser.parse_args(argv)
     result = args.fn(args)
     benchlib.write_json(args.json, result)

@@ -35,6 +35,8 @@ from inferwatch.errors import ConfigError
 DATA = REPO / "tests" / "data" / "dcgm"
 OLD = (DATA / "dcgm-exporter-4.8-h200x2.prom").read_text()
 NEW = (DATA / "dcgm-exporter-4.9-h200x2.prom").read_text()
+#: 4.10's PCIe names, and NVLink as the optional TX/RX profiling fields (no total field)
+NEWEST = (DATA / "dcgm-exporter-4.10-h200x2.prom").read_text()
 MIG = (DATA / "dcgm-exporter-4.8-mig.prom").read_text()
 MIB = 1024 * 1024
 U0 = "GPU-6f1d3a52-0c4e-4b1a-9d2e-1f7a8b9c0d11"
@@ -56,8 +58,9 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 # ---------------------------------------------------------------------- mapping
 
 
-def test_pre_and_post_dcgm_4_9_names_give_the_same_contract_values() -> None:
-    old, new = read_exposition(OLD), read_exposition(NEW)
+@pytest.mark.parametrize("text", [NEW, NEWEST], ids=["4.9-names", "4.10-names"])
+def test_pre_and_post_dcgm_4_9_names_give_the_same_contract_values(text: str) -> None:
+    old, new = read_exposition(OLD), read_exposition(text)
     assert [d.uuid for d in old] == [d.uuid for d in new] == [U0, U1]
     for a, b in zip(old, new, strict=True):
         assert a.values.keys() == b.values.keys()
@@ -72,7 +75,7 @@ def test_pre_and_post_dcgm_4_9_names_give_the_same_contract_values() -> None:
         )
 
 
-@pytest.mark.parametrize("text", [OLD, NEW], ids=["4.8-names", "4.9-names"])
+@pytest.mark.parametrize("text", [OLD, NEW, NEWEST], ids=["4.8-names", "4.9-names", "4.10-names"])
 def test_values_are_in_the_contracts_base_units(text: str) -> None:
     gpu0, gpu1 = read_exposition(text)
     assert (gpu0.gpu, gpu0.name, gpu0.pci_bus_id) == ("0", "NVIDIA H200", "00000000:19:00.0")
@@ -105,6 +108,30 @@ def test_values_are_in_the_contracts_base_units(text: str) -> None:
     assert {r for r, v in gpu1.clock_events.items() if v} == {"sw_thermal", "hw_thermal"}
     assert not any(gpu0.clock_events.values()) and len(gpu0.clock_events) == 8
     assert gpu0.pods == frozenset({("llm", "vllm-0-7d9f8")}) and gpu1.pods == frozenset()
+
+
+def test_dcgm_4_10_pcie_and_nvlink_names_and_their_older_spellings() -> None:
+    """4.10 renamed the PCIe and NVLink profiling fields (units unchanged, B/s): the new
+    names, the old ones a custom counters CSV keeps, and the NVLink total winning over
+    the TX + RX sum where a GPU reports both."""
+    gpu0 = read_exposition(NEWEST)[0]
+    assert value(gpu0, "inferwatch_gpu_pcie_throughput_bytes_per_second", direction="tx") == 1.25e9
+    assert value(gpu0, "inferwatch_gpu_nvlink_throughput_bytes_per_second") == 2.5e9 + 1.7e9
+    # the pre-4.10 spellings of the NVLink profiling fields (a custom CSV)
+    older = NEWEST.replace("_NVLINK_TX_BYTES_PER_SECOND", "_NVLINK_TX_BYTES").replace(
+        "_NVLINK_RX_BYTES_PER_SECOND", "_NVLINK_RX_BYTES"
+    )
+    assert "NVLINK_TX_BYTES_PER_SECOND" not in older
+    gpu0_older = read_exposition(older)[0]
+    assert value(gpu0_older, "inferwatch_gpu_nvlink_throughput_bytes_per_second") == 4.2e9
+    # one direction alone is no total
+    tx_only = "\n".join(line for line in NEWEST.splitlines() if "NVLINK_RX" not in line)
+    gpu0_tx = read_exposition(tx_only)[0]
+    assert ("inferwatch_gpu_nvlink_throughput_bytes_per_second", ()) not in gpu0_tx.values
+    # a total field, where present, wins over the sum
+    total = f'DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND{{gpu="0",UUID="{U0}"}} 9e9\n'
+    gpu0_both = read_exposition(NEWEST + total)[0]
+    assert value(gpu0_both, "inferwatch_gpu_nvlink_throughput_bytes_per_second") == 9e9
 
 
 def test_mig_instances_get_their_own_identity_and_the_nvml_sources_labels() -> None:

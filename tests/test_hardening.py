@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 from tests.support.proc import free_port
+from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
 from tests.test_engines_mapping import sglang_text
 
@@ -25,6 +28,7 @@ from inferwatch.agent.collectors.engine import EngineSource
 from inferwatch.agent.config import ScrapeConfig, load_config
 from inferwatch.agent.exporter import accepts_gzip
 from inferwatch.agent.logthrottle import Throttle
+from inferwatch.agent.wiring import Agent
 from inferwatch.engines.mapping import (
     ParseError,
     cap_series,
@@ -32,6 +36,7 @@ from inferwatch.engines.mapping import (
     prefilter_limited,
 )
 from inferwatch.engines.vllm import VLLM
+from inferwatch.sim.fakegpu import FakeNvml
 
 
 def vllm(lines: str) -> str:
@@ -236,6 +241,58 @@ async def test_a_hanging_worker_never_holds_back_another(ports: list[Port]) -> N
         assert hostile.paths.count("/metrics") < 3
     finally:
         await src.stop()
+
+
+async def test_each_worker_on_its_own_clock_beside_a_hanging_one(tmp_path: Path) -> None:
+    """Issue 32: a worker that never answers (time-out 3 s) next to a healthy one and a
+    GPU, in the whole agent: the healthy worker and the GPU are still collected at
+    their 0.5 s interval, and the hanging one gets its time-out as its scrape error."""
+    release = threading.Event()
+    healthy = StubWorker(lambda: render("v1", [EngineValues(running=1)]))
+
+    def never() -> str:
+        release.wait(30)
+        return ""
+
+    hanging = StubWorker(never)
+    config_file = tmp_path / "agent.yaml"
+    config_file.write_text(
+        "collect_interval: 0.5s\nprocess_interval: 5s\nstats_window: 10s\n"
+        "gpu: {interval: 0.5s, slow_interval: 5s, activity_interval: 5s}\n"
+        "workers:\n"
+        f"  - {{name: good, url: '{healthy.url}', engine: vllm}}\n"
+        f"  - {{name: bad, url: '{hanging.url}', engine: vllm, timeout: 3s}}\n"
+    )
+    config = load_config(str(config_file), env={})
+    agent = Agent(config, gpu_backend=FakeNvml(count=1), environ={})
+    window = 6.0
+    try:
+        await agent.start()
+        nvml = next(s for s in agent.sources if s.name == "nvml")
+        start_hits = healthy.hits
+        gpu_passes: set[float | None] = set()
+        end = time.monotonic() + window
+        while time.monotonic() < end:
+            gpu_passes.add(nvml.health.last_success)
+            await asyncio.sleep(0.05)
+        scrapes = healthy.hits - start_hits
+        expected = window / 0.5  # 12; before issue 32: about 2 (one per 3.25 s pass)
+        assert scrapes >= expected * 0.6, (scrapes, expected)
+        assert len(gpu_passes) >= expected * 0.6, (len(gpu_passes), expected)
+        engine = agent.engine
+        assert engine is not None
+        assert engine.workers["good"].up
+        bad = engine.workers["bad"]
+        assert not bad.up and bad.errors["timeout"] >= 1  # its own error, after its time-out
+        body = agent.output.body.decode()
+        assert 'inferwatch_target_up{worker="good"} 1.0' in body
+        assert 'inferwatch_target_up{worker="bad"} 0.0' in body
+        assert 'inferwatch_target_scrape_errors_total{reason="timeout",worker="bad"}' in body
+    finally:
+        release.set()
+        await agent.stop()
+        healthy.stop()
+        hanging.stop()
 
 
 async def test_a_port_that_changes_engine_is_detected_again(ports: list[Port]) -> None:

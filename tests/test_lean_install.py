@@ -53,3 +53,22 @@ def test_kubernetes_discovery_without_its_extra_is_a_config_error(tmp_path: Path
         "kubernetes.pod_resources_socket" in out.stderr and "inferwatch[kubernetes]" in out.stderr
     )
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_inferwatch_run_imports_no_other_commands_modules() -> None:
+    """Issue 32: ``inferwatch run`` loads its own command's modules, not the generator's,
+    the report's, the simulator's or the advisor's (memory the agent never uses)."""
+    out = run(
+        "from inferwatch.cli import main\n"
+        "try:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('inferwatch.')), file=sys.stderr)\n"
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = out.stderr.strip().splitlines()[-1]
+    assert "inferwatch.agent.run_cmd" in loaded
+    for other in ("inferwatch.pack", "inferwatch.report", "inferwatch.advise", "inferwatch.demo",
+                  "inferwatch.sim.loadgen", "inferwatch.sim.simulate_cmd"):  # fmt: skip
+        assert f"'{other}" not in loaded, (other, loaded)
+    # the full command list is still offered
+    listed = run("from inferwatch.cli import main\nsys.exit(main(['--help']))")
+    assert listed.returncode == 0 and "generate" in listed.stdout and "report" in listed.stdout

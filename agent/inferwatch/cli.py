@@ -46,7 +46,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every sub-command; with ``only``, that command's arguments alone.
+
+    Each command's module is imported to add its arguments. ``only`` (the command a
+    command line names) leaves the others' modules unimported, listed by name and
+    help: ``inferwatch run`` then does not load the generator, the report, the
+    simulator or the advisor, which it never uses (issue 32, its memory).
+    """
     parser = argparse.ArgumentParser(
         prog="inferwatch",
         description="Observability for LLM inference on GPUs.",
@@ -54,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"inferwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            cmd = sub.add_parser(name, help=help_text, description=help_text)
+            cmd.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            cmd.set_defaults(_module=None)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -89,8 +101,17 @@ def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
     return 2
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command a command line names (its first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     missing = getattr(args, "_missing", None)
     if missing is not None:

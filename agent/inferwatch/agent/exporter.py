@@ -82,6 +82,21 @@ def accepts_gzip(header: str) -> bool:
     return best is not None and best > 0
 
 
+_PLAIN_HEADERS = {"Content-Type": CONTENT_TYPE_LATEST, "Vary": "Accept-Encoding"}
+_GZIP_HEADERS = {**_PLAIN_HEADERS, "Content-Encoding": "gzip"}
+#: Accept-Encoding values seen -> accepts_gzip(value): scrapers send the same few
+_GZIP_WANTED: dict[str, bool] = {}
+
+
+def _gzip_wanted(header: str) -> bool:
+    wanted = _GZIP_WANTED.get(header)
+    if wanted is None:
+        wanted = accepts_gzip(header)
+        if len(_GZIP_WANTED) < 64 and len(header) <= 256:
+            _GZIP_WANTED[header] = wanted
+    return wanted
+
+
 class Exporter:
     def __init__(self, agent: Served, config: AgentConfig) -> None:
         self.agent = agent
@@ -165,11 +180,15 @@ class Exporter:
         return None if ok else denied
 
     async def metrics(self, request: web.Request) -> web.Response:
-        headers = {"Content-Type": CONTENT_TYPE_LATEST, "Vary": "Accept-Encoding"}
-        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
-            headers["Content-Encoding"] = "gzip"
-            return web.Response(body=await self.agent.output.gzipped(), headers=headers)
-        return web.Response(body=self.agent.output.body, headers=headers)
+        # One rendered exposition per build for every scraper (issue 32): the bytes and
+        # their gzip form are made once; a scrape only picks them and the fixed headers.
+        output = self.agent.output
+        if _gzip_wanted(request.headers.get("Accept-Encoding", "")):
+            body = output.gzipped_ready()
+            if body is None:  # the first gzip scrape of this build compresses it
+                body = await output.gzipped()
+            return web.Response(body=body, headers=_GZIP_HEADERS)
+        return web.Response(body=output.body, headers=_PLAIN_HEADERS)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

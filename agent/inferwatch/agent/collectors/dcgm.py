@@ -52,6 +52,7 @@ from inferwatch.agent.collectors.dcgm_fields import (
     FREE_FIELDS,
     MODEL_LABELS,
     NAMESPACE_LABELS,
+    NVLINK_DIRECTION_FIELDS,
     OTHER_ENTITY_LABELS,
     POD_LABELS,
     UUID_LABELS,
@@ -259,6 +260,11 @@ def _device(r: _Raw, mig_parents: set[tuple[str, str]]) -> DcgmDevice:
         if fm.target in _CLAMPED:
             value = min(max(value, 0.0), 1.0)
         values[(fm.target, fm.labels)] = value
+    nvlink = ("inferwatch_gpu_nvlink_throughput_bytes_per_second", ())
+    if nvlink not in values:  # no total field: TX + RX of the profiling fields, if both
+        directions = [_value(r.metrics, names) for names in NVLINK_DIRECTION_FIELDS]
+        if all(d is not None for d in directions):
+            values[nvlink] = sum(d for d in directions if d is not None)
     used = values.get(("inferwatch_gpu_memory_used_bytes", ()))
     reserved = values.get(("inferwatch_gpu_memory_reserved_bytes", ()))
     total = values.get(("inferwatch_gpu_memory_total_bytes", ()))

@@ -26,6 +26,16 @@ Facts, from these sources:
   ``..._SM_OCCUPANCY_RATIO`` 1003, ``..._DRAM_UTIL_RATIO``).
 * The rename itself (23 fields, 11 of them with new units: MHz -> Hz, mJ -> J,
   % -> ratio, MiB -> bytes, NVLink MB/s -> bytes/s): the dcgm-exporter 4.9.0 release notes.
+* dcgm-exporter 4.10.0 (release notes of tag 4.10.0, commit 517dd34, shipping DCGM 4.8.0)
+  renames four profiling fields in its shipped counters, units unchanged (bytes per
+  second): ``DCGM_FI_PROF_PCIE_TX_BYTES`` -> ``DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND``,
+  ``..._PCIE_RX_BYTES`` -> ``..._PCIE_RX_BYTES_PER_SECOND`` (collected by default),
+  ``DCGM_FI_PROF_NVLINK_TX_BYTES`` -> ``..._NVLINK_TX_BYTES_PER_SECOND`` and
+  ``..._NVLINK_RX_BYTES`` -> ``..._NVLINK_RX_BYTES_PER_SECOND`` (optional); custom
+  counters CSVs may keep the old names, so both are read. Where a GPU reports no NVLink
+  total field, its NVLink TX + RX profiling fields make the total. That the old NVLink
+  profiling fields are rates in bytes per second: dcgm-exporter 3.3's CSV rows as quoted
+  in NVIDIA/DCGM issue 149 ("The rate of data ... transmitted over NVLink (in B/s)").
 """
 
 from __future__ import annotations
@@ -131,12 +141,12 @@ FIELDS: tuple[FieldMap, ...] = (
     # The signals of issue 23 item 3 (the GPU dashboard's PCIe/NVLink, P-state, fan).
     FieldMap(
         "inferwatch_gpu_pcie_throughput_bytes_per_second",
-        (("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0),),
+        (("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0)),
         labels=(("direction", "tx"),),
     ),
     FieldMap(
         "inferwatch_gpu_pcie_throughput_bytes_per_second",
-        (("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0),),
+        (("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0)),
         labels=(("direction", "rx"),),
     ),
     FieldMap(
@@ -158,6 +168,12 @@ FIELDS: tuple[FieldMap, ...] = (
 CLOCK_EVENT_FIELDS: tuple[str, ...] = (
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+)
+#: NVLink traffic by direction (profiling fields, optional in the counters CSV), newest
+#: name first: summed into the NVLink total where a device reports no total field.
+NVLINK_DIRECTION_FIELDS: tuple[tuple[tuple[str, float], ...], ...] = (
+    (("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_NVLINK_TX_BYTES", 1.0)),
+    (("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_NVLINK_RX_BYTES", 1.0)),
 )
 #: Free framebuffer, for the total where no capacity field is collected (total = used +
 #: reserved + free, as NVML's v2 memory info adds up).
@@ -185,4 +201,5 @@ def wanted_names() -> set[str]:
     names = {name for f in FIELDS for name, _ in f.names}
     names.update(CLOCK_EVENT_FIELDS)
     names.update(name for name, _ in FREE_FIELDS)
+    names.update(name for pair in NVLINK_DIRECTION_FIELDS for name, _ in pair)
     return names

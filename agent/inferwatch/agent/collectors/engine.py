@@ -354,17 +354,16 @@ class EngineSource(Source):
         started = time.perf_counter()
         if self._session is None:
             await self.start()
-        tasks = []
+        fresh: list[asyncio.Task[None]] = []
+        carried: list[asyncio.Task[None]] = []
         for name, state in self.workers.items():
             task = self._inflight.get(name)
             if task is None or task.done():
                 task = self._inflight[name] = asyncio.create_task(self._scrape(state))
-            tasks.append(task)
-        # A pass publishes after one interval (or one scrape time-out) at most: a worker
-        # whose scrape takes longer (a hang on each of several locations tried in turn,
-        # a slow parse) lands in a later pass and never holds back the others' fresh
-        # data. Its scrape is not started again while it runs.
-        await asyncio.wait(tasks, timeout=self._pass_deadline())
+                fresh.append(task)
+            else:
+                carried.append(task)
+        await self._await_pass(fresh or carried)
         # The new pass's families are built here, a few workers at a time, so that the
         # agent's rebuild finds them ready; until then families() serves the last pass.
         self._families_cache = (
@@ -373,6 +372,32 @@ class EngineSource(Source):
         )
         self.passes += 1
         self.health.finished_pass(started)
+
+    async def _await_pass(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Wait for this pass's scrapes, each worker on its own clock (issue 32).
+
+        The pass publishes as soon as every scrape started in it has finished. A
+        worker still in flight from an earlier pass (a hang, a time-out longer than
+        the interval) is not waited for: its scrape goes on in the background and
+        lands in the pass after it ends, with its data or its scrape error. Once
+        some scrape has finished, the pass waits at most one interval for the rest,
+        so one slow worker never stretches the others' interval to its time-out;
+        while none has finished, there is nothing new to publish and it waits up to
+        the longest time-out.
+        """
+        started = time.monotonic()
+        short = started + self.interval
+        long = started + self._pass_deadline()
+        pending = set(tasks)
+        finished = False
+        while pending:
+            remaining = (short if finished else long) - time.monotonic()
+            if remaining <= 0:
+                break
+            done, pending = await asyncio.wait(
+                pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            finished = finished or bool(done)
 
     def _pass_deadline(self) -> float:
         longest = max(
