@@ -929,7 +929,7 @@ def _cost_html(c: CostSection) -> str:
             items.append(
                 f'<li style="font-size:13px;margin:4px 0"><b>{escape(w.model)}</b>: '
                 f"{escape(amount)} held idle; {escape(w.reason)}. "
-                f"Loop {w.loop} ({escape(w.loop_name)}): {escape(w.action)}.</li>"
+                f"{escape(w.loop_text[:1].upper() + w.loop_text[1:])}: {escape(w.action)}.</li>"
             )
         parts.append('<ol style="margin:6px 0;padding-left:20px">' + "".join(items) + "</ol>")
     return '<div id="cost">' + "".join(parts) + "</div>"
@@ -968,7 +968,7 @@ def _cost_text(c: CostSection) -> list[str]:
             else f"{_gpu_hours(w.idle_hours)} GPU-hours"
         )
         out.append(f"  {i}. {w.model}: {amount} held idle; {w.reason}.")
-        out.append(f"     -> loop {w.loop} ({w.loop_name}): {w.action}")
+        out.append(f"     -> {w.loop_text}: {w.action}")
     if c.wasters:
         out.append("")
     return out

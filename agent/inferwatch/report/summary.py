@@ -148,6 +148,8 @@ class Finding:
     id: str = ""
     #: the workers it is about, where a loop that suppresses it per worker needs them
     workers: tuple[str, ...] = ()
+    #: the models it is about (the cost section names the loop of each model from these)
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
