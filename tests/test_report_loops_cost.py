@@ -3,19 +3,34 @@ that failed before its fix.
 
 - the cost section named a waster's loop from its own TTFT P95 > 2 s figure, so an
   overloaded model was told to warm up: it reads the loops of ``pack.loops`` the
-  report's findings hold (the definition the alerts, advise and the insights share).
+  report's findings hold (the definition the alerts, advise and the insights share);
+- impossible latency figures: a TTFT P99 of 631 s for a load 377 s old, above the
+  end-to-end P99 (interpolation in a wide bucket, or PromQL's answer for a rank in the
+  +Inf bucket): a quantile past the largest finite bucket reads "over X", and a TTFT
+  quantile is never shown above the end-to-end one.
 """
 
 from __future__ import annotations
 
+import math
+
 from tests.support import scenarios as S
 
 from inferwatch.pack.thresholds import load_thresholds
-from inferwatch.report import render
+from inferwatch.report import fmt, render
 from inferwatch.report.build import build_report
 from inferwatch.report.cost import RawCost, cost_section
 from inferwatch.report.insights import loops_by_model
-from inferwatch.report.model import Period, bands_from_thresholds
+from inferwatch.report.model import (
+    Buckets,
+    Hourly,
+    Over,
+    Period,
+    RawData,
+    RawWorker,
+    bands_from_thresholds,
+    quantile,
+)
 
 T = load_thresholds()
 
@@ -52,3 +67,60 @@ def test_a_cold_start_is_the_warm_up_loop_and_idle_hours_alone_consolidate() -> 
     assert alone is not None and alone.wasters[0].loop_id == "consolidate"
     assert alone.wasters[0].loop is None
     assert "-> consolidation: serve the model on fewer GPUs" in "\n".join(render._cost_text(alone))
+
+
+# --------------------------------------------------------------------------- figures
+
+#: vLLM's TTFT buckets past 100 s (the wide ones the 631 s came from)
+TTFT_BOUNDS = (1.0, 10.0, 80.0, 160.0, 320.0, 640.0, 2560.0, math.inf)
+
+
+def _report(latency: dict[str, Buckets]) -> tuple[str, dict[str, object]]:
+    period = Period(S.REPORT_END, 1)
+    n = 2 * period.days
+    worker = RawWorker(
+        model="m",
+        worker="w0",
+        engine="vllm",
+        instances=("h:1",),
+        requests=(None, 10.0),
+        prompt_tokens=(None,) * n,
+        generation_tokens=(None,) * n,
+        latency={name: (None, b) for name, b in latency.items()},
+        queue_peak=None,
+        over_capacity_seconds=None,
+        capacity=None,
+    )
+    raw = RawData(period, (worker,), (), (), Hourly((), (), "", (), ()), ())
+    report = build_report(raw, bands_from_thresholds(T))
+    (w,) = report.models[0].workers
+    return render.text(report), dict(w.latency)
+
+
+def test_a_quantile_past_the_largest_finite_bucket_reads_over_the_bound() -> None:
+    buckets = ((0.5, 10.0), (60.0, 90.0), (math.inf, 100.0))
+    p99 = quantile(0.99, buckets)
+    assert isinstance(p99, Over) and p99 == 60.0
+    assert fmt.seconds(p99) == "over 60.0 s"
+    # within the finite buckets: the interpolated number
+    assert not isinstance(quantile(0.5, buckets), Over)
+    text, lat = _report({"ttft": buckets})
+    assert "over 60.0 s" in text, text
+    assert isinstance(lat["ttft"].week[0.99].current, Over)  # type: ignore[attr-defined]
+
+
+def test_ttft_is_never_shown_above_end_to_end() -> None:
+    """The issue's figures: ten requests of a load 377 s old, every first token in the
+    (320, 640] s bucket, every last token in (300, 400]: interpolation made a TTFT P99
+    of 637 s against an end-to-end P99 of 399 s."""
+    ttft = tuple((le, 0.0 if le <= 320.0 else 10.0) for le in TTFT_BOUNDS)
+    e2e = ((100.0, 0.0), (300.0, 0.0), (400.0, 10.0), (math.inf, 10.0))
+    assert (quantile(0.99, ttft) or 0) > 600  # what PromQL's interpolation says
+    text, lat = _report({"ttft": ttft, "e2e": e2e})
+    for q in (0.5, 0.95, 0.99):
+        t_q = lat["ttft"].week[q].current  # type: ignore[attr-defined]
+        e_q = lat["e2e"].week[q].current  # type: ignore[attr-defined]
+        assert t_q is not None and e_q is not None and t_q <= e_q, (q, t_q, e_q)
+        days = zip(lat["ttft"].daily[q], lat["e2e"].daily[q], strict=True)  # type: ignore[attr-defined]
+        assert all(a is None or a <= b for a, b in days)
+    assert "637" not in text and "631" not in text

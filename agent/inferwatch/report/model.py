@@ -248,13 +248,41 @@ def observations(buckets: Buckets | None) -> float:
     return buckets[-1][1]
 
 
+class Over(float):
+    """A quantile past a histogram's largest finite bucket: only "over" that bound is known.
+
+    Its value is the bound (a floor: comparisons and sums read it as one), and the
+    report prints it as "over 60 s", never as a number: PromQL's ``histogram_quantile``
+    returns the bound itself there, which reads as a measured figure.
+    """
+
+    def __repr__(self) -> str:
+        return f"Over({float(self)!r})"
+
+
 def quantile(q: float, buckets: Buckets | None) -> float | None:
-    """PromQL's ``histogram_quantile``; None (not zero) when there were no observations."""
-    if observations(buckets) <= 0:
+    """PromQL's ``histogram_quantile``; None (not zero) when there were no observations,
+    :class:`Over` the largest finite bound when the rank lands in the +Inf bucket."""
+    total = observations(buckets)
+    if total <= 0:
         return None
     assert buckets is not None
+    finite = [(le, count) for le, count in buckets if not math.isinf(le)]
+    if finite and q * total > finite[-1][1]:
+        return Over(finite[-1][0])
     value = histogram_quantile(q, list(buckets))
     return None if math.isnan(value) else value
+
+
+def at_most(value: float | None, bound: float | None) -> float | None:
+    """``value`` no larger than ``bound``, where both are known figures: a TTFT quantile
+    is never above the end-to-end one of the same requests (every request's first token
+    comes before its last), whatever the interpolation in a wide bucket made of it. An
+    :class:`Over` value stays as it is (only its floor is known), and an :class:`Over`
+    bound bounds nothing."""
+    if value is None or bound is None or isinstance(value, Over) or isinstance(bound, Over):
+        return value
+    return min(value, bound)
 
 
 def share_within(threshold: float, buckets: Buckets | None) -> float | None:

@@ -6,7 +6,7 @@ Pure functions over :mod:`inferwatch.report.model`; no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from inferwatch.pack import loops as L
 from inferwatch.report.model import (
@@ -22,6 +22,7 @@ from inferwatch.report.model import (
     RawGpu,
     RawWorker,
     add_daily,
+    at_most,
     max_daily,
     mean,
     merge_buckets,
@@ -189,6 +190,24 @@ def latency_figures(
     return LatencyFigures(name, daily, week, slo, attainment_daily, attainment)
 
 
+def bounded_by(ttft: LatencyFigures, e2e: LatencyFigures | None) -> LatencyFigures:
+    """``ttft`` with each quantile (each day's, each period's) no larger than the same
+    quantile of ``e2e`` (``model.at_most``); ``e2e`` None: as it is."""
+    if e2e is None:
+        return ttft
+    daily = {
+        q: tuple(at_most(v, b) for v, b in zip(values, e2e.daily[q], strict=True))
+        for q, values in ttft.daily.items()
+    }
+    week = {
+        q: Change(
+            at_most(c.current, e2e.week[q].current), at_most(c.previous, e2e.week[q].previous)
+        )
+        for q, c in ttft.week.items()
+    }
+    return replace(ttft, daily=daily, week=week)
+
+
 def scope_figures(
     kind: str,
     model: str,
@@ -219,6 +238,14 @@ def scope_figures(
         warm_days = tuple(subtract_buckets(d, c) for d, c in zip(days, cold_days, strict=True))
         warm[name] = latency_figures(name, warm_days, period, bands)
         cold[name] = latency_figures(name, cold_days, period, bands)
+    # every request's first token comes before its last: a TTFT quantile interpolated in a
+    # wide bucket is never shown above the end-to-end one of the same requests (the warm
+    # ones' end-to-end where it has its own figures, else all of them: warm requests are
+    # the faster part)
+    for figures in (latency, warm, cold):
+        bound = figures.get("e2e") or (latency.get("e2e") if figures is warm else None)
+        if "ttft" in figures:
+            figures["ttft"] = bounded_by(figures["ttft"], bound)
     queue = max_daily([w.queue_peak for w in workers])
     over = add_daily([w.over_capacity_seconds for w in workers])
     capacities = [w.capacity for w in workers if w.capacity is not None]
