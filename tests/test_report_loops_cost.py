@@ -7,7 +7,9 @@ that failed before its fix.
 - impossible latency figures: a TTFT P99 of 631 s for a load 377 s old, above the
   end-to-end P99 (interpolation in a wide bucket, or PromQL's answer for a rank in the
   +Inf bucket): a quantile past the largest finite bucket reads "over X", and a TTFT
-  quantile is never shown above the end-to-end one.
+  quantile is never shown above the end-to-end one;
+- the weekly memory peak of a vLLM GPU was NVML's flat 97 % reservation: it is the
+  KV-cache usage where the engine exports it (the memory pressure), named so.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from inferwatch.report.model import (
     Over,
     Period,
     RawData,
+    RawGpu,
     RawWorker,
     bands_from_thresholds,
     quantile,
@@ -124,3 +127,51 @@ def test_ttft_is_never_shown_above_end_to_end() -> None:
         days = zip(lat["ttft"].daily[q], lat["e2e"].daily[q], strict=True)  # type: ignore[attr-defined]
         assert all(a is None or a <= b for a, b in days)
     assert "637" not in text and "631" not in text
+
+
+# --------------------------------------------------------------------------- memory peak
+
+
+def test_the_memory_peak_of_a_pre_allocating_engine_is_its_kv_cache() -> None:
+    period = Period(S.REPORT_END, 7)
+    n = 2 * period.days
+    kv = (None,) * 7 + (0.30, 0.40, 0.50, 0.55, 0.60, 0.70, 0.80)
+    gpu = RawGpu(
+        uuid="GPU-0",
+        instance="h:10127",
+        gpu="0",
+        name="NVIDIA H200",
+        util_daily={"mean": (0.5,) * n},
+        band_daily={"waste": (0.0,) * n, "healthy": (1.0,) * n, "scale_review": (0.0,) * n},
+        util_week={"mean": (0.5, 0.5)},
+        sm_active_week=None,
+        # vLLM reserved 0.95 of the card at start: NVML reads 97 % all week
+        vram_peak_ratio=(0.97,) * n,
+        vram_peak_bytes=None,
+        workers=("vllm-0",),
+        pressure_peak=kv,
+        pressure_from="kv_cache",
+    )
+    raw = RawData(period, (), (gpu,), (), Hourly((), (), "", (), ()), ())
+    report = build_report(raw, bands_from_thresholds(T))
+    (g,) = report.gpus
+    assert g.memory_source == "KV cache" and g.memory_daily[7:] == kv[7:]
+    text = render.text(report)
+    assert "80% KV cache" in text and "97%" not in text, text
+    page = render.html(report, [], lambda c: c.name)
+    assert "h GPU 0 (KV cache)" in page and "Memory peak" in page
+    assert "97%" not in page
+    # the CSV keeps NVML's figure under its own name, and adds the KV cache's
+    rows = render.csv_text(report, None)
+    assert "vram_peak_ratio,0.97" in rows and "kv_cache_usage_peak_ratio,0.8" in rows
+    # a GPU whose engine exports no KV gauge: NVML's level, named VRAM
+    plain = RawData(
+        period,
+        (),
+        (RawGpu(**{**gpu.__dict__, "pressure_peak": None, "pressure_from": "gpu_memory"}),),
+        (),
+        Hourly((), (), "", (), ()),
+        (),
+    )
+    (g,) = build_report(plain, bands_from_thresholds(T)).gpus
+    assert g.memory_source == "VRAM" and g.memory_daily == (0.97,) * n

@@ -603,7 +603,21 @@ class Collector:
         if all(v is None for v in latency):
             name = ""
         util = one("avg(avg_over_time(inferwatch_gpu_utilization_ratio[1h]))")
-        vram = one("max(max_over_time(inferwatch_gpu_memory_used_ratio[1h]))")
+        # the memory peak: the KV-cache usage of the workers on each GPU where their engine
+        # exports one (an engine that pre-allocates holds NVML's level flat at its
+        # reservation), NVML's level for the other GPUs; the fleet's highest
+        vram = one(
+            "max(\n"
+            "  max by (uuid) (\n"
+            f"    max by ({AGENT_WORKER}) (max_over_time(inferwatch_kv_cache_usage_ratio[1h]))\n"
+            f"    * on ({AGENT_WORKER}) group_right ()\n"
+            f"    group by ({AGENT_WORKER}, gpu, uuid) "
+            "(max_over_time(inferwatch_worker_gpu_info[1h]))\n"
+            "  )\n"
+            "  or\n"
+            "  max by (uuid) (max_over_time(inferwatch_gpu_memory_used_ratio[1h]))\n"
+            ")"
+        )
         return Hourly(times, latency, name, util, vram)
 
 

@@ -121,6 +121,20 @@ class GpuFigures:
     pressure_trend: float | None = None
     #: share of the period InferenceGPUUnderutilized's condition held
     waste_alert_daily: Daily | None = None
+    #: the day's memory pressure peak, as ``pressure_peak`` (both periods; empty: none)
+    pressure_daily: Daily = ()
+
+    @property
+    def memory_source(self) -> str:
+        """What the memory figures of this GPU are: ``KV cache`` where an engine on it
+        exports its usage (an engine that pre-allocates, vLLM or SGLang, holds NVML's
+        level flat at its reservation), else ``VRAM`` (NVML)."""
+        return "KV cache" if self.pressure_from == "kv_cache" else "VRAM"
+
+    @property
+    def memory_daily(self) -> Daily:
+        """The daily memory peak the report draws: the pressure, else NVML's VRAM peak."""
+        return self.pressure_daily or self.vram_peak_daily
 
     @property
     def label(self) -> str:
@@ -337,6 +351,7 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
         pressure_from=raw.pressure_from if raw.pressure_peak else "gpu_memory",
         pressure_trend=pressure_trend,
         waste_alert_daily=raw.waste_alert_daily,
+        pressure_daily=pressure,
     )
 
 
