@@ -129,6 +129,16 @@ def test_ttft_is_never_shown_above_end_to_end() -> None:
     assert "637" not in text and "631" not in text
 
 
+def test_the_end_to_end_bound_never_goes_below_the_buckets_own_floor() -> None:
+    """Requests still streaming have a first token and no end-to-end figure yet: where the
+    end-to-end P99 is below the TTFT bucket's lower bound, the TTFT shown is that bound,
+    which the observations are known to pass, never the smaller end-to-end figure."""
+    ttft = tuple((le, 0.0 if le <= 320.0 else 10.0) for le in TTFT_BOUNDS)
+    assert quantile(0.99, ttft, at_most=100.0) == 320.0
+    assert quantile(0.99, ttft, at_most=400.0) == 400.0
+    assert quantile(0.99, ttft, at_most=Over(60.0)) == quantile(0.99, ttft)
+
+
 # --------------------------------------------------------------------------- memory peak
 
 

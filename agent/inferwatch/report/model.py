@@ -260,29 +260,33 @@ class Over(float):
         return f"Over({float(self)!r})"
 
 
-def quantile(q: float, buckets: Buckets | None) -> float | None:
+def quantile(q: float, buckets: Buckets | None, at_most: float | None = None) -> float | None:
     """PromQL's ``histogram_quantile``; None (not zero) when there were no observations,
-    :class:`Over` the largest finite bound when the rank lands in the +Inf bucket."""
+    :class:`Over` the largest finite bound when the rank lands in the +Inf bucket.
+
+    ``at_most``: a figure the quantile cannot truly exceed (a TTFT quantile: the
+    end-to-end one of the same requests, since every first token comes before its
+    last). Linear interpolation inside a wide bucket invents the position within it;
+    where it lands above ``at_most`` the quantile is ``at_most``, never less than the
+    bucket's lower bound (the observations are known to be above it: a request still
+    streaming has a first token and no end-to-end figure yet). An :class:`Over`
+    ``at_most`` bounds nothing.
+    """
     total = observations(buckets)
     if total <= 0:
         return None
     assert buckets is not None
     finite = [(le, count) for le, count in buckets if not math.isinf(le)]
-    if finite and q * total > finite[-1][1]:
+    rank = q * total
+    if finite and rank > finite[-1][1]:
         return Over(finite[-1][0])
     value = histogram_quantile(q, list(buckets))
-    return None if math.isnan(value) else value
-
-
-def at_most(value: float | None, bound: float | None) -> float | None:
-    """``value`` no larger than ``bound``, where both are known figures: a TTFT quantile
-    is never above the end-to-end one of the same requests (every request's first token
-    comes before its last), whatever the interpolation in a wide bucket made of it. An
-    :class:`Over` value stays as it is (only its floor is known), and an :class:`Over`
-    bound bounds nothing."""
-    if value is None or bound is None or isinstance(value, Over) or isinstance(bound, Over):
-        return value
-    return min(value, bound)
+    if math.isnan(value):
+        return None
+    if at_most is not None and not isinstance(at_most, Over) and value > at_most:
+        floor = max((le for le, count in finite if count < rank), default=0.0)
+        value = max(floor, at_most)
+    return value
 
 
 def share_within(threshold: float, buckets: Buckets | None) -> float | None:

@@ -6,7 +6,7 @@ Pure functions over :mod:`inferwatch.report.model`; no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from inferwatch.pack import loops as L
 from inferwatch.report.model import (
@@ -22,7 +22,6 @@ from inferwatch.report.model import (
     RawGpu,
     RawWorker,
     add_daily,
-    at_most,
     max_daily,
     mean,
     merge_buckets,
@@ -189,12 +188,28 @@ def _change(period: Period, daily: Daily | None, how: str = "sum") -> Change:
 
 
 def latency_figures(
-    name: str, days: tuple[Buckets | None, ...], period: Period, bands: Bands
+    name: str,
+    days: tuple[Buckets | None, ...],
+    period: Period,
+    bands: Bands,
+    bound: LatencyFigures | None = None,
 ) -> LatencyFigures:
-    daily = {q: tuple(quantile(q, b) for b in days) for q in QUANTILES}
+    """``bound``: figures no quantile of these may exceed where interpolation alone put
+    it above (``model.quantile``'s ``at_most``): for TTFT, the end-to-end ones."""
+
+    def limit(q: float, i: int) -> float | None:
+        return bound.daily[q][i] if bound is not None else None
+
+    daily = {q: tuple(quantile(q, b, limit(q, i)) for i, b in enumerate(days)) for q in QUANTILES}
     cur = merge_buckets(period.current(days))  # type: ignore[arg-type]
     prev = merge_buckets(period.previous(days))  # type: ignore[arg-type]
-    week = {q: Change(quantile(q, cur), quantile(q, prev)) for q in QUANTILES}
+    week = {
+        q: Change(
+            quantile(q, cur, bound.week[q].current if bound else None),
+            quantile(q, prev, bound.week[q].previous if bound else None),
+        )
+        for q in QUANTILES
+    }
     slo = bands.slo(name)
     attainment_daily = None
     attainment = None
@@ -202,24 +217,6 @@ def latency_figures(
         attainment_daily = tuple(share_within(slo, b) for b in days)
         attainment = Change(share_within(slo, cur), share_within(slo, prev))
     return LatencyFigures(name, daily, week, slo, attainment_daily, attainment)
-
-
-def bounded_by(ttft: LatencyFigures, e2e: LatencyFigures | None) -> LatencyFigures:
-    """``ttft`` with each quantile (each day's, each period's) no larger than the same
-    quantile of ``e2e`` (``model.at_most``); ``e2e`` None: as it is."""
-    if e2e is None:
-        return ttft
-    daily = {
-        q: tuple(at_most(v, b) for v, b in zip(values, e2e.daily[q], strict=True))
-        for q, values in ttft.daily.items()
-    }
-    week = {
-        q: Change(
-            at_most(c.current, e2e.week[q].current), at_most(c.previous, e2e.week[q].previous)
-        )
-        for q, c in ttft.week.items()
-    }
-    return replace(ttft, daily=daily, week=week)
 
 
 def scope_figures(
@@ -238,28 +235,32 @@ def scope_figures(
     latency = {}
     warm = {}
     cold = {}
-    for name in LATENCIES:
+    # end-to-end first: every request's first token comes before its last, so a TTFT
+    # quantile that interpolation in a wide bucket put above the end-to-end one is held
+    # to it (model.quantile's at_most; the warm requests' end-to-end where they have
+    # their own, else all of them: the warm ones are the faster part)
+    for name in sorted(LATENCIES, key=lambda n: n != "e2e"):
         parts = [w.latency[name] for w in workers if name in w.latency]
         if not parts:
             continue
+        ttft = name == "ttft"
         days = tuple(merge_buckets(day) for day in zip(*parts, strict=True))
-        latency[name] = latency_figures(name, days, period, bands)
+        latency[name] = latency_figures(
+            name, days, period, bands, latency.get("e2e") if ttft else None
+        )
         cold_parts = [w.cold_latency[name] for w in workers if name in w.cold_latency]
         if not cold_parts:
             warm[name] = latency[name]
             continue
         cold_days = tuple(merge_buckets(day) for day in zip(*cold_parts, strict=True))
         warm_days = tuple(subtract_buckets(d, c) for d, c in zip(days, cold_days, strict=True))
-        warm[name] = latency_figures(name, warm_days, period, bands)
-        cold[name] = latency_figures(name, cold_days, period, bands)
-    # every request's first token comes before its last: a TTFT quantile interpolated in a
-    # wide bucket is never shown above the end-to-end one of the same requests (the warm
-    # ones' end-to-end where it has its own figures, else all of them: warm requests are
-    # the faster part)
-    for figures in (latency, warm, cold):
-        bound = figures.get("e2e") or (latency.get("e2e") if figures is warm else None)
-        if "ttft" in figures:
-            figures["ttft"] = bounded_by(figures["ttft"], bound)
+        warm_bound = (warm.get("e2e") or latency.get("e2e")) if ttft else None
+        warm[name] = latency_figures(name, warm_days, period, bands, warm_bound)
+        cold[name] = latency_figures(
+            name, cold_days, period, bands, cold.get("e2e") if ttft else None
+        )
+    latency = {name: latency[name] for name in LATENCIES if name in latency}
+    warm = {name: warm[name] for name in LATENCIES if name in warm}
     queue = max_daily([w.queue_peak for w in workers])
     over = add_daily([w.over_capacity_seconds for w in workers])
     capacities = [w.capacity for w in workers if w.capacity is not None]
