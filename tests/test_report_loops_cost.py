@@ -78,7 +78,9 @@ def test_a_cold_start_is_the_warm_up_loop_and_idle_hours_alone_consolidate() -> 
 TTFT_BOUNDS = (1.0, 10.0, 80.0, 160.0, 320.0, 640.0, 2560.0, math.inf)
 
 
-def _report(latency: dict[str, Buckets]) -> tuple[str, dict[str, object]]:
+def _report(
+    latency: dict[str, Buckets], started: tuple[float | None, ...] | None = None
+) -> tuple[str, dict[str, object]]:
     period = Period(S.REPORT_END, 1)
     n = 2 * period.days
     worker = RawWorker(
@@ -93,6 +95,7 @@ def _report(latency: dict[str, Buckets]) -> tuple[str, dict[str, object]]:
         queue_peak=None,
         over_capacity_seconds=None,
         capacity=None,
+        started=started,
     )
     raw = RawData(period, (worker,), (), (), Hourly((), (), "", (), ()), ())
     report = build_report(raw, bands_from_thresholds(T))
@@ -185,3 +188,20 @@ def test_the_memory_peak_of_a_pre_allocating_engine_is_its_kv_cache() -> None:
     )
     (g,) = build_report(plain, bands_from_thresholds(T)).gpus
     assert g.memory_source == "VRAM" and g.memory_daily == (0.97,) * n
+
+
+def test_no_latency_above_the_datas_age() -> None:
+    """The issue's report: TTFT P99 631 s when the load was 377 s old. Every first and last
+    token of the ten requests fell in the (320, 640] s buckets; the worker's process
+    started 377 s before the report's end, so no request took longer."""
+    wide = tuple((le, 0.0 if le <= 320.0 else 10.0) for le in TTFT_BOUNDS)
+    assert (quantile(0.99, wide) or 0) > 630  # PromQL's interpolation
+    text, lat = _report({"ttft": wide, "e2e": wide}, started=(None, S.REPORT_END - 377.0))
+    for name in ("ttft", "e2e"):
+        figures = lat[name]
+        assert figures.week[0.99].current == 377.0, name  # type: ignore[attr-defined]
+        assert figures.daily[0.99][-1] == 377.0, name  # type: ignore[attr-defined]
+    assert "377 s" in text and "637" not in text
+    # the start not known: nothing bounds it (the interpolated figure, as PromQL's)
+    _, lat = _report({"ttft": wide})
+    assert (lat["ttft"].week[0.99].current or 0) > 630  # type: ignore[attr-defined]

@@ -166,6 +166,10 @@ class RawWorker:
     rejected: Daily | None = None
     #: per-day buckets of inferwatch_prompt_length_tokens; None: the engine has none
     prompt_lengths: tuple[Buckets | None, ...] | None = None
+    #: per day, the earliest start time (unix seconds) of the worker's processes seen that
+    #: day (inferwatch_worker_start_time_seconds); None: not known. No request observed by
+    #: the day's end took longer than the data's age: the day's end minus this
+    started: Daily | None = None
 
 
 @dataclass(frozen=True)

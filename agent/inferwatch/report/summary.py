@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from inferwatch.pack import loops as L
 from inferwatch.report.model import (
+    DAY,
     LATENCIES,
     QUANTILES,
     Bands,
@@ -17,6 +18,7 @@ from inferwatch.report.model import (
     Change,
     Daily,
     Hourly,
+    Over,
     Period,
     RawData,
     RawGpu,
@@ -187,26 +189,62 @@ def _change(period: Period, daily: Daily | None, how: str = "sum") -> Change:
     return Change(fn(period.current(daily)), fn(period.previous(daily)))
 
 
+def _smallest(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None and not isinstance(v, Over)]
+    return min(known) if known else None
+
+
+def data_age(workers: Sequence[RawWorker], period: Period) -> tuple[Daily, Change] | None:
+    """How old the latency data of these workers can be, per day and per period: each day's
+    (or period's) end minus the earliest start of their processes in it; None where a
+    worker's start is not known (then nothing bounds it)."""
+    if not workers or any(w.started is None for w in workers):
+        return None
+    starts = [w.started for w in workers if w.started is not None]
+
+    def age(end: float, values: Sequence[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return end - min(known) if known else None
+
+    daily = tuple(
+        age(end, [s[i] for s in starts]) if all(s[i] is not None for s in starts) else None
+        for i, end in enumerate(period.day_ends())
+    )
+    cur = [v for s in starts for v in period.current(s)]
+    prev = [v for s in starts for v in period.previous(s)]
+    return daily, Change(age(period.end, cur), age(period.end - period.days * DAY, prev))
+
+
 def latency_figures(
     name: str,
     days: tuple[Buckets | None, ...],
     period: Period,
     bands: Bands,
     bound: LatencyFigures | None = None,
+    age: tuple[Daily, Change] | None = None,
 ) -> LatencyFigures:
-    """``bound``: figures no quantile of these may exceed where interpolation alone put
-    it above (``model.quantile``'s ``at_most``): for TTFT, the end-to-end ones."""
+    """Quantiles never above what the data allows where interpolation alone put them there
+    (``model.quantile``'s ``at_most``): ``bound``, the same quantiles of the same requests'
+    end-to-end latency (for TTFT); ``age``, the data's age (``data_age``)."""
 
     def limit(q: float, i: int) -> float | None:
-        return bound.daily[q][i] if bound is not None else None
+        return _smallest(
+            bound.daily[q][i] if bound is not None else None, age[0][i] if age else None
+        )
+
+    def week_limit(q: float, which: str) -> float | None:
+        return _smallest(
+            getattr(bound.week[q], which) if bound is not None else None,
+            getattr(age[1], which) if age else None,
+        )
 
     daily = {q: tuple(quantile(q, b, limit(q, i)) for i, b in enumerate(days)) for q in QUANTILES}
     cur = merge_buckets(period.current(days))  # type: ignore[arg-type]
     prev = merge_buckets(period.previous(days))  # type: ignore[arg-type]
     week = {
         q: Change(
-            quantile(q, cur, bound.week[q].current if bound else None),
-            quantile(q, prev, bound.week[q].previous if bound else None),
+            quantile(q, cur, week_limit(q, "current")),
+            quantile(q, prev, week_limit(q, "previous")),
         )
         for q in QUANTILES
     }
@@ -232,13 +270,15 @@ def scope_figures(
     requests = add_daily([w.requests for w in workers]) or empty
     prompt = add_daily([w.prompt_tokens for w in workers]) or empty
     generation = add_daily([w.generation_tokens for w in workers]) or empty
-    latency = {}
-    warm = {}
-    cold = {}
+    latency: dict[str, LatencyFigures] = {}
+    warm: dict[str, LatencyFigures] = {}
+    cold: dict[str, LatencyFigures] = {}
     # end-to-end first: every request's first token comes before its last, so a TTFT
     # quantile that interpolation in a wide bucket put above the end-to-end one is held
     # to it (model.quantile's at_most; the warm requests' end-to-end where they have
     # their own, else all of them: the warm ones are the faster part)
+    # and none above the data's age (a load 377 s old has no 631 s request)
+    age = data_age(workers, period)
     for name in sorted(LATENCIES, key=lambda n: n != "e2e"):
         parts = [w.latency[name] for w in workers if name in w.latency]
         if not parts:
@@ -246,7 +286,7 @@ def scope_figures(
         ttft = name == "ttft"
         days = tuple(merge_buckets(day) for day in zip(*parts, strict=True))
         latency[name] = latency_figures(
-            name, days, period, bands, latency.get("e2e") if ttft else None
+            name, days, period, bands, latency.get("e2e") if ttft else None, age
         )
         cold_parts = [w.cold_latency[name] for w in workers if name in w.cold_latency]
         if not cold_parts:
@@ -255,9 +295,9 @@ def scope_figures(
         cold_days = tuple(merge_buckets(day) for day in zip(*cold_parts, strict=True))
         warm_days = tuple(subtract_buckets(d, c) for d, c in zip(days, cold_days, strict=True))
         warm_bound = (warm.get("e2e") or latency.get("e2e")) if ttft else None
-        warm[name] = latency_figures(name, warm_days, period, bands, warm_bound)
+        warm[name] = latency_figures(name, warm_days, period, bands, warm_bound, age)
         cold[name] = latency_figures(
-            name, cold_days, period, bands, cold.get("e2e") if ttft else None
+            name, cold_days, period, bands, cold.get("e2e") if ttft else None, age
         )
     latency = {name: latency[name] for name in LATENCIES if name in latency}
     warm = {name: warm[name] for name in LATENCIES if name in warm}
