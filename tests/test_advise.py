@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -130,6 +131,50 @@ def test_preemptions_ask_for_a_larger_kv_pool_never_a_smaller_one() -> None:
     assert "Lower --max-num-seqs (from 20 to 16)" in actions
     assert "--kv-cache-dtype fp8" in actions and "Scale out" in actions
     assert "to 0.85" not in actions and "Lower --gpu-memory-utilization" not in actions
+
+
+def test_the_guides_oom_case_gets_its_own_advice_to_lower_the_flag() -> None:
+    """Issue 29 item 4, the guide's case ([2.3], [6.2]): --gpu-memory-utilization 0.95
+    with prefix caching on, 97 % of the card in use. advise proposed raising the flag
+    (preemptions) and nothing warned before the OOM kill."""
+    p = picture(
+        preemption_rate=0.5, kv_usage=0.9, vram_used_ratio=0.97, running_max=20,
+        flags={"gpu_memory_utilization": "0.95", "prefix_caching": "true", "max_num_seqs": "20"},
+    )  # fmt: skip
+    recs = advise([p], T)
+    assert [r.id for r in recs][:1] == ["oom_risk"] and "preemptions" in ids(recs)
+    (oom,) = [r for r in recs if r.id == "oom_risk"]
+    assert oom.loop == 3 and oom.guide == "2.3, 6.2 loop 3"
+    assert "lower --gpu-memory-utilization from 0.95 to 0.85" in actions_of(recs, "oom_risk")
+    assert "VRAM used (peak, NVML) with prefix caching on 97% >= 90%" in oom.evidence[0].text()
+    # nowhere raise the flag on this card
+    everything = "\n".join(a for r in recs for a in r.actions)
+    assert not re.search(r"(?<!not )raise --gpu-memory-utilization", everything), everything
+    assert "Do not raise --gpu-memory-utilization from 0.95: NVML shows 97%" in everything
+    # the same card without the risk: prefix caching off (the pack.loops definition) still
+    # gets no raise, the card has no room
+    off = dataclasses.replace(p, flags={**p.flags, "prefix_caching": "false"})
+    recs = advise([off], T)
+    assert "oom_risk" not in ids(recs)
+    assert not re.search(r"(?<!not )raise --gpu", actions_of(recs, "preemptions"))
+    # with room on the card, the pool may grow
+    roomy = dataclasses.replace(
+        p, vram_used_ratio=0.7, flags={**p.flags, "gpu_memory_utilization": "0.7"}
+    )
+    recs = advise([roomy], T)
+    assert "oom_risk" not in ids(recs)
+    assert "raise --gpu-memory-utilization from 0.7" in actions_of(recs, "preemptions")
+
+
+def test_an_oom_risk_with_the_flag_already_low_names_the_other_process() -> None:
+    p = picture(
+        vram_used_ratio=0.96,
+        flags={"gpu_memory_utilization": "0.8", "prefix_caching": "true"},
+    )
+    (rec,) = advise([p], T)
+    assert rec.id == "oom_risk"
+    assert "is 0.8 already" in rec.actions[0] and "nvidia-smi" in rec.actions[0]
+    assert "raise" not in rec.actions[0]
 
 
 def test_no_fp8_advice_to_a_worker_whose_kv_cache_is_fp8() -> None:
@@ -526,6 +571,10 @@ WORKERS: dict[str, tuple[str, list[str]]] = {
 #: what each scenario's workers must get (the loops the rules' alerts raise on it, as
 #: tests/support/scenarios.py states them), and nothing else
 EXPECTED = {name: set(expected_loops(scenario)) for name, (scenario, _) in WORKERS.items()}
+#: loop 3's out-of-memory risk (no alert stands for it yet): every simulator runs the
+#: guide's own case, --gpu-memory-utilization 0.95 (the simulator's default, 95 % of its
+#: fake card) with prefix caching on, except cold-start (prefix caching off)
+OOM_AT_RISK = {name: {"oom_risk"} for name in WORKERS if name != "cold-start"}
 #: loops left unchecked for a worker. idle serves a handful of requests in the window, so
 #: its TTFT P99 is its slowest request: one first token delayed by a busy host makes a P99
 #: five times the P50, which the rules (InferenceLatencyLongTail has no minimum count)
@@ -715,7 +764,7 @@ def explain(doc: dict[str, Any], worker: str) -> str:
 def test_each_loop_fires_for_its_scenario_only_from_the_agent(advice: Advice, worker: str) -> None:
     doc = advice.agent[WORKERS[worker][0]]
     got = loops_for(doc, worker) - UNCHECKED.get(worker, set())
-    assert got == EXPECTED[worker], explain(doc, worker)
+    assert got == EXPECTED[worker] | OOM_AT_RISK.get(worker, set()), explain(doc, worker)
 
 
 @pytest.mark.slow
@@ -723,7 +772,7 @@ def test_each_loop_fires_for_its_scenario_only_from_the_agent(advice: Advice, wo
 def test_each_loop_fires_for_its_scenario_only_from_prometheus(advice: Advice, worker: str) -> None:
     doc = advice.prometheus[WORKERS[worker][0]]
     got = loops_for(doc, worker) - UNCHECKED_FROM_PROMETHEUS.get(worker, set())
-    assert got == EXPECTED[worker], explain(doc, worker)
+    assert got == EXPECTED[worker] | OOM_AT_RISK.get(worker, set()), explain(doc, worker)
 
 
 @pytest.mark.slow
@@ -738,6 +787,12 @@ def test_live_advice_is_concrete(advice: Advice) -> None:
     assert any(a.startswith("Prefix caching is off") for a in cold["actions"])
     memory = recs[("memory", ("overload",))]
     assert any("from 20 to 16" in a for a in memory["actions"])
+    # issue 29 item 4: 0.95 with prefix caching on and 95 % of the card in use is the
+    # guide's OOM case: lower the flag to 0.85, and never raise it for the preemptions
+    oom = recs[("oom_risk", ("overload",))]
+    assert any("lower --gpu-memory-utilization from 0.95 to 0.85" in a for a in oom["actions"])
+    preempt = recs[("preemptions", ("overload",))]
+    assert not any(re.search(r"(?<!not )raise --gpu", a) for a in preempt["actions"])
     # the KV pool is what is full: no lower --gpu-memory-utilization
     assert not any("--gpu-memory-utilization" in a for a in memory["actions"])
     # the text form (stdout is not a terminal): ranked, with its evidence; --worker keeps

@@ -182,10 +182,10 @@ def test_report_section_without_attribution_says_why() -> None:
     t = load_thresholds()
     period = Period(end=1_795_392_000.0, days=7)
     day = (24.0,) * 14
-    raw = RawCost(None, {("", "unallocated"): day}, {}, {}, {}, {}, {}, {})
+    raw = RawCost(None, {("", "unallocated"): day}, {}, {}, {}, {})
     section = cost_section(raw, period, t)
     assert section is not None and not section.wasters and section.models[0].model == ""
     assert "inferwatch_worker_gpu_info" in section.note
     assert section.total.hours["unallocated"].current == 168.0
-    empty = RawCost(None, {}, {}, {}, {}, {}, {}, {})
+    empty = RawCost(None, {}, {}, {}, {}, {})
     assert cost_section(empty, period, t) is None

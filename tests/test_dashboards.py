@@ -850,3 +850,108 @@ def test_bottleneck_and_band_queries_in_promtool(
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_weekly_memory_peak_is_the_kv_cache_of_an_engine_that_pre_allocates(
+    tmp_path: Path, boards: dict[str, dict[str, Any]]
+) -> None:
+    """Issue 29 item 6: vLLM reserves --gpu-memory-utilization of the card at start, so
+    NVML's VRAM peak was a flat 97 % line all week. The weekly memory curves read the
+    memory pressure of the rules: the KV-cache usage where the engine exports it (named
+    kv_cache), NVML's level else (gpu_memory)."""
+    promtool = require_binary(PROMTOOL, "promtool")
+    weekly = boards["inference-weekly-trends"]
+    values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
+    values |= {"cluster": ".*", "node": ".*", "namespace": ".*", "pod": ".*"}
+    values |= {"__interval": "5m", "__range": "10m"}
+    targets = {
+        (str(panel["title"]), str(target.get("legendFormat", ""))): target["expr"]
+        for panel in weekly["panels"]
+        for target in panel.get("targets") or []
+    }
+    per_gpu = targets[("Memory peak per GPU", "{{instance}} GPU {{gpu}} {{pressure_from}}")]
+    one = targets[
+        (
+            "P99 latency, GPU utilization and memory peak",
+            "memory peak (KV cache where exported, else VRAM)",
+        )
+    ]
+    assert "inferwatch_gpu_memory_used_ratio{" not in one + per_gpu
+    per_gpu, one = (dash.expand_variables(e, values) for e in (per_gpu, one))
+    rules = {
+        "groups": [
+            {
+                "name": "dashboards",
+                "rules": [
+                    {"record": "test:memory_peak_per_gpu:ratio", "expr": per_gpu},
+                    {"record": "test:memory_peak:ratio", "expr": one},
+                ],
+            }
+        ]
+    }
+    series = []
+    # h1: vLLM, its card 97 % reserved by NVML, its KV cache 40 % used; h2: an engine
+    # without a KV gauge, NVML 60 %
+    for h, vram in ((1, 0.97), (2, 0.6)):
+        gpu = f'job="inferwatch", instance="h{h}:10127", gpu="0", uuid="GPU-{h}"'
+        series += [
+            {"series": f"inferwatch_gpu_memory_used_ratio{{{gpu}}}", "values": f"{vram}x20"},
+            {"series": f"inferwatch_gpu_utilization_ratio{{{gpu}}}", "values": "0.5x20"},
+            {
+                "series": f'inferwatch_worker_gpu_info{{job="inferwatch", instance="h{h}:10127", '
+                f'worker="w{h}", gpu="0", uuid="GPU-{h}"}}',
+                "values": "1x20",
+            },
+        ]
+    series.append(
+        {
+            "series": 'inferwatch_kv_cache_usage_ratio{job="inferwatch", instance="h1:10127", '
+            'worker="w1", model="m", engine="vllm"}',
+            "values": "0.4x20",
+        }
+    )
+    tests = {
+        "rule_files": [str(REPO / "alerts" / "inferwatch-rules.yaml"), "rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": "test:memory_peak_per_gpu:ratio",
+                        "eval_time": "15m",
+                        "exp_samples": [
+                            {
+                                "labels": 'test:memory_peak_per_gpu:ratio{instance="h1:10127", '
+                                'gpu="0", pressure_from="kv_cache"}',
+                                "value": 0.4,
+                            },
+                            {
+                                "labels": 'test:memory_peak_per_gpu:ratio{instance="h2:10127", '
+                                'gpu="0", pressure_from="gpu_memory"}',
+                                "value": 0.6,
+                            },
+                        ],
+                    },
+                    # the fleet's peak: h2's 60 %, never h1's flat 97 % reservation
+                    {
+                        "expr": "test:memory_peak:ratio",
+                        "eval_time": "15m",
+                        "exp_samples": [{"labels": "test:memory_peak:ratio", "value": 0.6}],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [promtool, "test", "rules", "tests.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -27,6 +27,7 @@ from tests.support import scenarios as S
 from tests.support.proc import PROMTOOL, require_binary
 
 from inferwatch.advise import advise
+from inferwatch.advise.rules import OOM_RISK, prefix_caching
 from inferwatch.demo.conditions import alert_for, conditions, loops_of
 from inferwatch.pack import loops as L
 from inferwatch.pack import rules
@@ -69,9 +70,16 @@ def test_every_loop_is_raised_by_some_scenario() -> None:
 def test_advise_names_the_loops_the_alerts_raise(scenario: str, seed: int) -> None:
     pictures = S.pictures(S.run(scenario, seed))
     recs = advise(pictures, T)
-    assert {r.id for r in recs} == S.expected_loops(scenario), [p.as_dict() for p in pictures]
+    found = {r.id for r in recs}
+    # loop 3's out-of-memory risk has no alert yet: advise names it exactly where
+    # pack.loops.oom_risk holds (the simulator's default 0.95 with prefix caching on is
+    # the guide's own case, [2.3])
+    at_risk = {p.label for p in pictures if L.oom_risk(p.vram_used_ratio, prefix_caching(p))}
+    assert {w for r in recs if r.id == OOM_RISK for w in r.workers} == at_risk
+    assert found - {OOM_RISK} == S.expected_loops(scenario), [p.as_dict() for p in pictures]
     for r in recs:
-        assert set(r.alerts) == set(L.BY_ID[r.id].alerts)
+        if r.id != OOM_RISK:
+            assert set(r.alerts) == set(L.BY_ID[r.id].alerts)
 
 
 @pytest.mark.parametrize(("scenario", "seed"), CASES)

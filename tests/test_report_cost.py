@@ -18,8 +18,11 @@ node-2 0  H100 on a       0.20   mistral-1 (mistral)         10 (80/h for  120 W
 ========  ==============  =====  ==========================  ============  =======
 
 Tokens: llama-0 100/s, qwen-1 and mistral-0 50/s each. llama's KV cache peaks
-at 95 % (loop 3); qwen's TTFT sits in the 2.5-5 s bucket (loop 2). The truth
-below is written from this table, not computed by the code under test.
+at 95 % with no queue (not loop 3: that needs a rising queue, issue 29); qwen's
+TTFT sits in the 2.5-5 s bucket while qwen-1's GPUs average under 40 % busy (loop 2,
+as the report's findings say: pack.loops). mistral and llama hold no loop: their
+GPUs were more than the traffic needed. The truth below is written from this
+table, not computed by the code under test.
 
 Samples every two minutes; the new series (qwen-0 and its attribution) start one
 minute into day 7, so no 1-minute step of day 6 sees them and every step of day 7 does.
@@ -268,8 +271,12 @@ def test_text_has_week_totals_wasters_and_loops(priced: Path) -> None:
     assert "(GPU-hours and EUR" in section
     # mistral: 168 GPU-hours and 1680 EUR held idle this week, the biggest waster
     assert re.search(r"1\. mistral: 1,680\.00 EUR \(168\.0 GPU-hours\) held idle", section)
-    wasters = re.findall(r"\d\. (\w+): .* held idle; .*\n\s+-> loop (\d)", section)
-    assert wasters == [("mistral", "1"), ("llama", "3"), ("qwen", "2")], section
+    wasters = re.findall(r"\d\. (\w+): .* held idle; .*\n\s+-> (loop \d|consolidation)", section)
+    assert wasters == [
+        ("mistral", "consolidation"),
+        ("llama", "consolidation"),
+        ("qwen", "loop 2"),
+    ], section
     llama = next(line for line in section.splitlines() if line.strip().startswith("llama"))
     # 168 h serving / 420 EUR; held idle likewise; 840 EUR over 60.48 M tokens = 13.89 EUR/M
     assert "168.0 h · 420.00 EUR" in llama and "13.89 EUR" in llama and "5 J" in llama

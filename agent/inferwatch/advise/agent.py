@@ -87,8 +87,27 @@ def maximum(values: Iterable[float | None]) -> float | None:
     return max(known) if known else None
 
 
+TTFT_BUCKETS = "inferwatch_ttft_seconds_bucket"
+
+
+def since_start(scrape: Scrape, worker: str, q: float = 0.95) -> tuple[float | None, float | None]:
+    """(the q-quantile of TTFT, the first tokens counted) over the worker's life: the
+    engine's cumulative buckets as the agent passes them through (None, None without)."""
+    from inferwatch.stats import histogram_quantile
+
+    by_bound = buckets_by_bound(scrape, TTFT_BUCKETS, worker=worker)
+    count = by_bound.get(math.inf)
+    if not count:
+        return None, None
+    value = histogram_quantile(q, sorted(by_bound.items()))
+    return (None if math.isnan(value) else value), count
+
+
 def pictures_from_scrapes(
-    scrapes: Sequence[tuple[float, Scrape]], instance: str, min_rate_span: float
+    scrapes: Sequence[tuple[float, Scrape]],
+    instance: str,
+    min_rate_span: float,
+    cold_within: float | None = None,
 ) -> list[WorkerPicture]:
     """Each worker's picture from one agent's expositions read at the given unix times.
 
@@ -98,6 +117,12 @@ def pictures_from_scrapes(
     come from counter deltas between the first and the last sample, and only when
     those are at least ``min_rate_span`` seconds apart: a counter's total over the
     worker's uptime says nothing about now, so a shorter span gives no rate at all.
+
+    The one lifetime figure: for a worker started less than ``cold_within`` seconds
+    ago (``cold_start.within``), its TTFT P95 since the start, from the engine's
+    cumulative buckets. That life is the cold-start window itself, and it holds the
+    slow first tokens InferenceWorkerColdStart fired on after they left the agent's
+    stats window.
     """
     if not scrapes:
         return []
@@ -163,6 +188,10 @@ def pictures_from_scrapes(
         queue = [_sum(s, "inferwatch_queue_depth", worker=worker) for _, s in scrapes]
         running = [_sum(s, "inferwatch_requests_running", worker=worker) for _, s in scrapes]
         start = _max(last, "inferwatch_worker_start_time_seconds", worker=worker)
+        uptime = last_t - start if start is not None else None
+        young_p95 = young_count = None
+        if cold_within is not None and uptime is not None and uptime < cold_within:
+            young_p95, young_count = since_start(last, worker)
         warmup = None
         ready = _max(last, "inferwatch_worker_ready", worker=worker)
         if ready is not None:
@@ -213,7 +242,9 @@ def pictures_from_scrapes(
                 preemption_rate=rate("inferwatch_preemptions_total"),
                 request_rate=rate("inferwatch_requests_finished_total"),
                 long_prompt_share=long_prompts(),
-                uptime_seconds=last_t - start if start is not None else None,
+                uptime_seconds=uptime,
+                ttft_p95_since_start=young_p95,
+                ttft_count_since_start=young_count,
                 flags=flags,
                 warmup=warmup,
             )
@@ -230,9 +261,15 @@ def sample_times(samples: int, every: float, min_span: float) -> list[float]:
 
 
 def read_agent(
-    url: str, samples: int, every: float, min_span: float, timeout: float = 10.0
+    url: str,
+    samples: int,
+    every: float,
+    min_span: float,
+    timeout: float = 10.0,
+    cold_within: float | None = None,
 ) -> list[WorkerPicture]:
-    """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times`)."""
+    """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times`);
+    ``cold_within``: see :func:`pictures_from_scrapes`."""
     from urllib.parse import urlsplit
 
     base = url.rstrip("/")
@@ -255,4 +292,4 @@ def read_agent(
         except ValueError as exc:
             raise Unreachable(f"{target} is not a Prometheus exposition: {exc}") from None
     parts = urlsplit(base)
-    return pictures_from_scrapes(scrapes, parts.netloc or base, min_span)
+    return pictures_from_scrapes(scrapes, parts.netloc or base, min_span, cold_within)

@@ -241,7 +241,11 @@ def main(args: argparse.Namespace) -> int:
             if args.start or args.end:
                 raise UsageError("--start and --end need --prometheus-url")
             pictures = read_agent(
-                args.agent_url, args.samples, every, thresholds.advice.min_rate_span
+                args.agent_url,
+                args.samples,
+                every,
+                thresholds.advice.min_rate_span,
+                cold_within=thresholds.cold_start.within,
             )
             source = {"kind": "agent", "url": args.agent_url, "samples": args.samples}
             where = f"{args.agent_url} ({args.samples} sample(s))"

@@ -71,6 +71,13 @@ class WorkerPicture:
     #: engine exports inferwatch_prompt_length_tokens
     long_prompt_share: float | None = None
     uptime_seconds: float | None = None
+    #: TTFT P95 over the worker's whole life, from the engine's cumulative buckets, for a
+    #: worker started within cold_start.within (agent mode): a cold start's slow first
+    #: tokens leave the agent's stats window minutes before InferenceWorkerColdStart
+    #: (its `for` and its rate window) stops seeing them
+    ttft_p95_since_start: float | None = None
+    #: first tokens counted since the worker's start (with ``ttft_p95_since_start``)
+    ttft_count_since_start: float | None = None
     #: TTFT P99 of the worker's model over all its workers, where the source has it
     model_ttft_p99: float | None = None
     #: launch flags from inferwatch_worker_info that the worker stated

@@ -15,11 +15,19 @@ from inferwatch.advise.model import Evidence, Recommendation, WorkerPicture, fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import Thresholds
 
+#: the id of loop 3's out-of-memory advice ([2.3], [6.2]): its condition and remedy are
+#: pack.loops' (``oom_risk``, ``oom_headroom``); no alert of pack.rules stands for it yet
+OOM_RISK = "oom_risk"
+OOM_RISK_TITLE = (
+    "The card is nearly full with prefix caching on: the engine is close to an out-of-memory crash"
+)
+
 #: most urgent first
 PRIORITY = {
     loop_id: i
     for i, loop_id in enumerate(
         (
+            OOM_RISK,
             "over_capacity",
             "memory",
             "preemptions",
@@ -183,6 +191,72 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     return _rec("memory", [p], value, ev, actions)
 
 
+def prefix_caching(p: WorkerPicture) -> bool | None:
+    """The worker's prefix caching flag: True, False, or None where its flags do not say."""
+    return {"true": True, "false": False}.get(p.flags.get("prefix_caching", ""))
+
+
+def rule_oom_risk(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
+    """[2.3], [6.2] loop 3: the card's used ratio at ``OOM_RISK_USED_RATIO`` or above with
+    prefix caching on (the guide's case: 0.95, real use passes 0.9, OOM-killed), or a
+    restart that died of out-of-memory. The remedy lowers --gpu-memory-utilization to
+    the head-room value; nothing here ever raises it."""
+    if not L.oom_risk(p.vram_used_ratio, prefix_caching(p)):
+        return None
+    used = p.vram_used_ratio or 0.0
+    gmu = p.flag_number("gpu_memory_utilization")
+    ev = [
+        Evidence(
+            "VRAM used (peak, NVML) with prefix caching on", used, "ratio", ">=",
+            L.OOM_RISK_USED_RATIO, "pack.loops.OOM_RISK_USED_RATIO",
+        ),
+    ]  # fmt: skip
+    if gmu is not None:
+        ev.append(Evidence("--gpu-memory-utilization", gmu, ""))
+    if gmu is None or gmu > L.GPU_MEMORY_UTILIZATION_HEADROOM:
+        actions = [L.oom_headroom(gmu, p.vram_used_ratio)]
+    else:
+        actions = [
+            f"--gpu-memory-utilization is {gmu:g} already, yet NVML shows {used:.0%} of the "
+            "card in use: another process holds memory on it (nvidia-smi lists them); give "
+            "this worker a card, or a share, of its own."
+        ]
+    actions.append(
+        "If the smaller pool then preempts or queues, add capacity (scale out) or store the "
+        "KV cache in FP8; do not raise the flag back on this card."
+    )
+    return Recommendation(
+        id=OOM_RISK,
+        loop=3,
+        title=OOM_RISK_TITLE,
+        workers=(p.label,),
+        model=p.model,
+        priority=PRIORITY[OOM_RISK],
+        score=used / L.OOM_RISK_USED_RATIO,
+        evidence=tuple(ev),
+        actions=tuple(actions),
+        guide="2.3, 6.2 loop 3",
+    )
+
+
+def _kv_pool_action(p: WorkerPicture) -> str:
+    """Raise --gpu-memory-utilization only on a card with room (pack.loops.card_has_room)."""
+    gmu = p.flag_number("gpu_memory_utilization")
+    if L.card_has_room(p.vram_used_ratio):
+        return L.raise_kv_pool(gmu, p.vram_used_ratio)
+    seen = (
+        f"NVML shows {p.vram_used_ratio:.0%} of the card in use"
+        if p.vram_used_ratio is not None
+        else "NVML does not say how full the card is"
+    )
+    return (
+        f"Do not raise --gpu-memory-utilization{f' from {gmu:g}' if gmu is not None else ''}: "
+        f"{seen} (room means below {L.OOM_RISK_USED_RATIO:.0%}), and a larger pool on a full "
+        "card ends in an out-of-memory crash. Make the pool go further instead (below), or "
+        "scale out; never lower the flag for preemptions either, that shrinks the pool."
+    )
+
+
 def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     """InferenceKVCachePreemptions [4.2]: the KV pool is too small for the batch."""
     if not L.preempting(p.preemption_rate, t):
@@ -200,7 +274,9 @@ def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     ]
     if p.kv_usage is not None:
         ev.append(Evidence("KV cache usage (peak)", p.kv_usage, "ratio"))
-    actions = [L.raise_kv_pool(p.flag_number("gpu_memory_utilization"), p.vram_used_ratio)]
+    if p.vram_used_ratio is not None:
+        ev.append(Evidence("VRAM used (peak, NVML)", p.vram_used_ratio, "ratio"))
+    actions = [_kv_pool_action(p)]
     fewer = _fewer_seqs(p, t)
     if fewer:
         actions.append(fewer)
@@ -219,18 +295,34 @@ def _uptime_evidence(p: WorkerPicture, t: Thresholds, relation: str) -> Evidence
     )
 
 
+def cold_ttft_p95(p: WorkerPicture, t: Thresholds) -> tuple[float | None, bool]:
+    """(the TTFT P95 the cold-start condition reads, whether it is the since-start one).
+
+    Within cold_start.within of the start, the larger of the window's figure and the
+    figure since the start: the alert fires minutes after the slow first tokens, when
+    the agent's stats window no longer holds them but the worker's life still does."""
+    life = p.ttft_p95_since_start if L.young(p.uptime_seconds, t) else None
+    if life is not None and (p.ttft_p95 is None or life > p.ttft_p95):
+        return life, True
+    return p.ttft_p95, False
+
+
 def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     """InferenceWorkerColdStart (and InferenceWarmupDeadlineExceeded) [5.2]: a young worker
     serves slow first tokens."""
     gate = p.warmup
     deadline = gate is not None and gate.deadline_exceeded
     gate_deadline = None if gate is None else gate.deadline_exceeded
-    if not (L.cold_start(p.ttft_p95, p.uptime_seconds, _over(p, t), t, gate_deadline) or deadline):
+    p95, whole_life = cold_ttft_p95(p, t)
+    if not (L.cold_start(p95, p.uptime_seconds, _over(p, t), t, gate_deadline) or deadline):
         return None
     line = t.ttft.warmup_p95_seconds
     ev = []
-    if p.ttft_p95 is not None:
-        ev.append(Evidence("TTFT P95", p.ttft_p95, "s", ">", line, "ttft.warmup_p95_seconds"))
+    if p95 is not None:
+        name = "TTFT P95"
+        if whole_life:
+            name += f" since the start ({p.ttft_count_since_start or 0:.0f} first tokens)"
+        ev.append(Evidence(name, p95, "s", ">", line, "ttft.warmup_p95_seconds"))
     up = _uptime_evidence(p, t, "<")
     if up:
         ev.append(up)
@@ -244,7 +336,7 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         )
     prefix = _prefix_action(p, L.CACHED_SYSTEM_PROMPT)
     actions.append(prefix or f"Prefix caching is on. {L.CACHED_SYSTEM_PROMPT}")
-    return _rec("cold_start", [p], (p.ttft_p95 or line) / line, ev, actions)
+    return _rec("cold_start", [p], (p95 or line) / line, ev, actions)
 
 
 def rule_warmup(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
@@ -418,14 +510,26 @@ def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     util = p.gpu_utilization or 0.0
     line = t.gpu_utilization.waste_below
     ev = [Evidence("GPU utilization", util, "ratio", "<", line, "gpu_utilization.waste_below")]
-    actions = [
-        L.SHARE_GPU,
-        "Or scale in, keeping the warm-up gate on the replicas that start later.",
-    ]
+    actions = [L.SHARE_GPU]
+    if L.young(p.uptime_seconds, t):
+        # a worker within its cold-start window has not met its traffic yet: scaling it in
+        # now is what the InferenceWorkerColdStart runbook warns against
+        up = _uptime_evidence(p, t, "<")
+        if up:
+            ev.append(up)
+        actions.append(
+            "Do not scale in yet: the worker started "
+            f"{fmt(p.uptime_seconds or 0.0, 's')} ago, within its cold-start window "
+            f"(cold_start.within {fmt(t.cold_start.within, 's')}). Look at its utilization "
+            "again once it has served its traffic warm."
+        )
+    else:
+        actions.append("Or scale in, keeping the warm-up gate on the replicas that start later.")
     return _rec("consolidate", [p], (line - util) / line, ev, actions)
 
 
 WORKER_RULES = (
+    rule_oom_risk,
     rule_over_capacity,
     rule_memory,
     rule_preemptions,
@@ -462,6 +566,8 @@ def advise(pictures: Sequence[WorkerPicture], t: Thresholds) -> list[Recommendat
                     recs.append(rec)
     # what another loop suppresses (pack.loops: Loop.suppressed_by, in its scope)
     holding = [(r.id, r.model, r.workers) for r in recs]
-    recs = [r for r in recs if not L.silenced(r.id, r.model, r.workers, holding)]
+    recs = [
+        r for r in recs if r.id not in L.BY_ID or not L.silenced(r.id, r.model, r.workers, holding)
+    ]
     recs.sort(key=lambda r: (r.priority, -r.score, r.workers))
     return recs

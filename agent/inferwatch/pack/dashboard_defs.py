@@ -1635,12 +1635,15 @@ def weekly(t: Thresholds) -> dict[str, Any]:
         [
             Cell(
                 p.timeseries(
-                    "P99 latency, GPU utilization and VRAM peak",
+                    "P99 latency, GPU utilization and memory peak",
                     "The weekly review of field guide 6.2, three curves on one scale: the worst "
                     f"worker's TTFT P99 as a share of its SLO ({_secs(ttft_slo)}; above 100% "
-                    "breaks the SLO), the mean GPU utilization, and the peak VRAM level. "
-                    "Latency rising while utilization stays flat and VRAM climbs points at the "
-                    "KV cache; latency rising with utilization points at compute.",
+                    "breaks the SLO), the mean GPU utilization, and the peak memory pressure: "
+                    "the KV-cache usage where the engine exports it (an engine that "
+                    "pre-allocates, such as vLLM or SGLang, holds NVML's VRAM flat at its "
+                    "reservation), else NVML's VRAM level. Latency rising while utilization "
+                    "stays flat and memory climbs points at the KV cache; latency rising with "
+                    "utilization points at compute.",
                     [
                         Query(
                             f"max(max_over_time({ttft_p99}{worker_sel()}[$__interval])) / {ttft_slo:g}",
@@ -1648,9 +1651,8 @@ def weekly(t: Thresholds) -> dict[str, Any]:
                         ),
                         Query(f"avg(avg_over_time({util}[$__interval]))", "GPU utilization (mean)"),
                         Query(
-                            f"max(max_over_time(inferwatch_gpu_memory_used_ratio{gpu_sel()}"
-                            "[$__interval]))",
-                            "VRAM peak",
+                            f"max(max_over_time({names(t).gpu_pressure}{gpu_sel()}[$__interval]))",
+                            "memory peak (KV cache where exported, else VRAM)",
                         ),
                     ],
                     unit="percentunit",
@@ -1739,13 +1741,21 @@ def weekly(t: Thresholds) -> dict[str, Any]:
             ),
             Cell(
                 p.timeseries(
-                    "VRAM peak per GPU",
-                    "Highest VRAM level of each GPU per interval over the week. " + _vram_text(t),
+                    "Memory peak per GPU",
+                    "Highest memory pressure of each GPU per interval over the week, named by "
+                    "its source: KV cache (the usage of the workers on it, where their engine "
+                    "exports one) or VRAM (NVML's level, else). " + _PRESSURE_TEXT + _vram_text(t),
                     [
                         Query(
-                            f"max by (instance, gpu) (max_over_time(inferwatch_gpu_memory_used_ratio"
-                            f"{gpu_sel()}[$__interval]))",
-                            _gpu_label(),
+                            f"max by (instance, gpu, pressure_from) (max_over_time("
+                            f"{names(t).worker_gpu_pressure}{gpu_sel()}[$__interval]))\n"
+                            "or on (instance, gpu)\n"
+                            "label_replace(\n"
+                            f"  max by (instance, gpu) (max_over_time({names(t).gpu_vram}"
+                            f"{gpu_sel()}[$__interval])),\n"
+                            '  "pressure_from", "gpu_memory", "", ""\n'
+                            ")",
+                            _gpu_label("{{pressure_from}}"),
                         )
                     ],
                     unit="percentunit",
@@ -1764,7 +1774,7 @@ def weekly(t: Thresholds) -> dict[str, Any]:
         t,
         "trends",
         "Inference weekly trends",
-        "Seven days of P99 latency, GPU utilization distribution and VRAM peak: the weekly "
+        "Seven days of P99 latency, GPU utilization distribution and memory peak: the weekly "
         "review table of field guide 6.2 as dashboards, the three curves together and "
         "each alone.",
         [three, alone],

@@ -101,7 +101,8 @@ def _day_axis(ax: Any, report: Report, back: Any) -> None:
 
 
 def three_curves(report: Report) -> Chart | None:
-    """The guide's weekly panel: P99 latency, GPU utilization and VRAM peak, hour by hour."""
+    """The guide's weekly panel: P99 latency, GPU utilization and memory peak (KV-cache usage
+    where the engine exports it, else NVML's VRAM level), hour by hour."""
     h = report.hourly
     has_lat = any(v is not None for v in h.latency_p99)
     has_util = any(v is not None for v in h.util_mean)
@@ -129,7 +130,10 @@ def three_curves(report: Report) -> Chart | None:
         handles.append(line)
     if has_vram:
         (line,) = right.plot(
-            *_values(h.times, h.vram_peak), color=VRAM, linewidth=1.6, label="VRAM peak (max)"
+            *_values(h.times, h.vram_peak),
+            color=VRAM,
+            linewidth=1.6,
+            label="memory peak (KV cache where exported, else VRAM)",
         )
         handles.append(line)
         right.axhline(b.vram_scale_above, color=VRAM, linewidth=0.8, linestyle=":")
@@ -160,7 +164,7 @@ def three_curves(report: Report) -> Chart | None:
         ax.set_ylabel(f"{h.latency_name} P99 (s)", color=LATENCY, fontsize=8)
     else:
         ax.set_yticks([])
-    right.set_ylabel("utilization / VRAM", color=MUTED, fontsize=8)
+    right.set_ylabel("utilization / memory", color=MUTED, fontsize=8)
     ax.legend(
         handles=handles,
         loc="upper left",
@@ -170,8 +174,8 @@ def three_curves(report: Report) -> Chart | None:
         fontsize=8,
     )
     fig.tight_layout()
-    alt = "P99 latency, GPU utilization and VRAM peak over the period, hour by hour"
-    return Chart("three-curves", "P99 latency, GPU utilization and VRAM peak", alt, _png(fig))
+    alt = "P99 latency, GPU utilization and memory peak over the period, hour by hour"
+    return Chart("three-curves", "P99 latency, GPU utilization and memory peak", alt, _png(fig))
 
 
 def _percent_formatter() -> Any:
@@ -305,8 +309,10 @@ def bands(report: Report) -> Chart | None:
 
 
 def vram(report: Report) -> Chart | None:
-    """Daily VRAM peak per GPU, this week solid and last week dotted."""
-    gpus = [g for g in report.gpus if any(v is not None for v in g.vram_peak_daily)]
+    """Daily memory peak per GPU, this week solid and last week dotted: the KV-cache usage
+    where an engine on the GPU exports it (an engine that pre-allocates holds NVML's level
+    flat at its reservation), else NVML's VRAM level; each line names its source."""
+    gpus = [g for g in report.gpus if any(v is not None for v in g.memory_daily)]
     if not gpus:
         return None
     days = report.period.days
@@ -318,10 +324,15 @@ def vram(report: Report) -> Chart | None:
     low = 1.0
     for i, g in enumerate(gpus):
         color = palette[i % len(palette)]
-        cur = g.vram_peak_daily[days:]
-        prev = g.vram_peak_daily[:days]
+        cur = g.memory_daily[days:]
+        prev = g.memory_daily[:days]
         ax.plot(
-            *_values(xs, cur), color=color, marker="o", markersize=3, linewidth=1.6, label=g.label
+            *_values(xs, cur),
+            color=color,
+            marker="o",
+            markersize=3,
+            linewidth=1.6,
+            label=f"{g.label} ({g.memory_source})",
         )
         ax.plot(*_values(xs, prev), color=color, linewidth=0.9, linestyle=":")
         low = min([low, *[v for v in (*cur, *prev) if v is not None]])
@@ -345,8 +356,9 @@ def vram(report: Report) -> Chart | None:
     fig.tight_layout()
     return Chart(
         "vram-peaks",
-        "Daily VRAM peak per GPU",
-        f"Daily VRAM peak of each GPU this {fmt.period_noun(report.period.days)}, "
+        "Daily memory peak per GPU (KV cache where the engine exports it, else VRAM)",
+        f"Daily memory peak of each GPU this {fmt.period_noun(report.period.days)}: the "
+        f"KV-cache usage where the engine exports it, else NVML's VRAM level; "
         f"{_before(report)} dotted",
         _png(fig),
     )

@@ -217,6 +217,7 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.report import fmt, render
     from inferwatch.report.build import build_report
     from inferwatch.report.cost import collect_cost, cost_section
+    from inferwatch.report.insights import loops_by_model
     from inferwatch.report.mail import build_message, content_id, send
     from inferwatch.report.model import Period, bands_from_thresholds
     from inferwatch.report.promapi import PrometheusClient, ReportError
@@ -278,9 +279,11 @@ def main(args: argparse.Namespace) -> int:
                 progress=progress.step,
                 thresholds=bands.t,
             )
-            cost = cost_section(collect_cost(client, period, thresholds), period, thresholds)
+            raw_cost = collect_cost(client, period, thresholds)
             progress.phase("drawing charts")
             report = build_report(raw, bands)
+            # the wasters' loops are the findings' (pack.loops), never a rule of its own
+            cost = cost_section(raw_cost, period, thresholds, loops_by_model(report.findings))
             budgets = budget_mod.budgets(raw, bands)
             charts = _unique_names(charts_mod.all_charts(report))
         finally:

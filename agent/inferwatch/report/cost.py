@@ -8,17 +8,20 @@ millisecond short of a day so that each minute belongs to one day on
 Prometheus 2 (closed ranges) and 3 (left-open ranges) alike.
 
 The three biggest wasters are the models with the most held-idle money (or
-GPU-hours without prices); each gets the closed loop of the field guide [6.2]
-that fits its week: loop 2 (warm-up) when its TTFT P95 was above
-``ttft.warmup_p95_seconds``, loop 3 (KV cache / VRAM) when its KV-cache usage
-peaked above ``vram.squeeze_above``, else loop 1 (uneven routing, or fewer GPUs).
+GPU-hours without prices); each gets the loop of :mod:`inferwatch.pack.loops`
+that the report's findings hold for that model this week (the same conditions
+as the alerts, ``advise`` and the "what to look at" list, never a figure of its
+own): loop 1 (uneven routing) first, since it explains idle GPUs directly, then
+loop 4 (over capacity at the peaks: scale with the load), loop 2 (warm-up, cold
+start), loop 3 (KV cache and VRAM), else consolidation (fewer or shared GPUs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.pack import loops as L
 from inferwatch.pack.cost import (
     JOULES_PER_KWH,
     SECONDS_PER_HOUR,
@@ -34,13 +37,29 @@ from inferwatch.report.promapi import PrometheusClient
 from inferwatch.report.query import Collector
 
 STEP = 60
-#: field guide [6.2] loop ids and names (pack/loops.py owns the wording once merged)
-LOOPS = {1: "uneven routing", 2: "warm-up", 3: "KV cache and VRAM"}
-LOOP_ACTIONS = {
-    1: "route by least connections, or serve the model on fewer GPUs",
-    2: "warm the worker up before it takes traffic",
-    3: "enable prefix caching or an FP8 KV cache and pack more on each GPU",
-}
+#: the pack.loops ids that can name a waster's loop, first match wins: (id, short name,
+#: what to do about the idle GPU-hours)
+WASTER_LOOPS: tuple[tuple[str, str, str], ...] = (
+    ("imbalance", "uneven routing", "route by least connections; do not scale in before"),
+    (
+        "over_capacity",
+        "over capacity",
+        "scale with the load: out on the queue at the peaks, in when it is quiet",
+    ),
+    ("cold_start", "warm-up", "warm the worker up before it takes traffic"),
+    ("warmup", "warm-up", "enable prefix caching and cache the system prompts"),
+    (
+        "memory",
+        "KV cache and VRAM",
+        "enable prefix caching or an FP8 KV cache and pack more on each GPU",
+    ),
+    (
+        "preemptions",
+        "KV cache and VRAM",
+        "give the KV pool room (FP8 KV cache, fewer sequences), then pack more on each GPU",
+    ),
+)
+CONSOLIDATE = ("consolidate", "consolidation", "serve the model on fewer GPUs, or share them")
 UNALLOCATED = ""  # the model key of GPUs with no worker
 
 
@@ -54,8 +73,6 @@ class RawCost:
     tokens: dict[str, Daily]
     kwh: dict[str, Daily]  # model -> daily kWh; "" = every GPU
     gpu_kwh: dict[str, Daily]  # GPU uuid -> daily kWh
-    ttft_p95: dict[str, float]
-    kv_peak: dict[str, float]
 
 
 def _range() -> str:
@@ -137,30 +154,8 @@ def collect_cost(client: PrometheusClient, period: Period, t: Thresholds) -> Raw
     kwh = {k[0]: v for k, v in energy.items() if not k[1]}
     gpu_kwh = {k[1]: v for k, v in energy.items() if k[1]}
     tokens = {k[0]: v for k, v in c.daily_by(q["tokens"], ("model",)).items()}
-    week = format_duration(period.days * DAY)
-    ttft = {
-        s.labels.get("model", ""): s.value
-        for s in client.instant(
-            "histogram_quantile(0.95, sum by (model, le) "
-            f"(increase(inferwatch_ttft_seconds_bucket[{week}])))",
-            period.end,
-        )
-    }
-    kv = {
-        s.labels.get("model", ""): s.value
-        for s in client.instant(
-            f"max by (model) (max_over_time(inferwatch_kv_cache_usage_ratio[{week}]))", period.end
-        )
-    }
     return RawCost(
-        t.pricing.currency if t.pricing.enabled else None,
-        hours,
-        money,
-        tokens,
-        kwh,
-        gpu_kwh,
-        ttft,
-        kv,
+        t.pricing.currency if t.pricing.enabled else None, hours, money, tokens, kwh, gpu_kwh
     )
 
 
@@ -209,16 +204,22 @@ class Waster:
     model: str
     idle_hours: float
     idle_money: float | None
-    loop: int
+    #: the pack.loops id
+    loop_id: str
     reason: str
+    loop_name: str
+    action: str
 
     @property
-    def loop_name(self) -> str:
-        return LOOPS[self.loop]
+    def loop(self) -> int | None:
+        """The loop number advise prints (None: consolidation, outside the loops)."""
+        return L.BY_ID[self.loop_id].loop
 
     @property
-    def action(self) -> str:
-        return LOOP_ACTIONS[self.loop]
+    def loop_text(self) -> str:
+        """``loop 2 (warm-up)``, or ``consolidation`` outside the loops."""
+        number = self.loop
+        return self.loop_name if number is None else f"loop {number} ({self.loop_name})"
 
 
 @dataclass(frozen=True)
@@ -249,18 +250,34 @@ def _change(period: Period, daily: Daily | None) -> Change:
     return Change(_sum(period.current(daily)), _sum(period.previous(daily)))
 
 
-def _loop(model: str, raw: RawCost, t: Thresholds) -> tuple[int, str]:
-    p95 = raw.ttft_p95.get(model)
-    if p95 is not None and p95 == p95 and p95 > t.ttft.warmup_p95_seconds:
-        return 2, f"TTFT P95 {p95:.2g} s over the week with GPUs held idle"
-    kv = raw.kv_peak.get(model)
-    if kv is not None and kv > t.vram.squeeze_above:
-        return 3, f"KV cache peaked at {kv * 100:.0f}% while the GPUs were idle"
-    return 1, "GPUs held below the waste threshold with latency fine"
+def _loop(held: Collection[str]) -> tuple[str, str, str, str]:
+    """(loop id, reason, short name, action) of a waster whose model holds ``held``."""
+    for loop_id, name, action in WASTER_LOOPS:
+        if loop_id in held:
+            title = L.BY_ID[loop_id].title
+            reason = title if title[:2].isupper() else title[:1].lower() + title[1:]
+            return loop_id, reason, name, action
+    loop_id, name, action = CONSOLIDATE
+    others = sorted(set(held) - {loop_id})
+    reason = (
+        f"no loop that explains idle GPUs held this week ({', '.join(others)} did)"
+        if others
+        else "no loop held this week: the GPUs were simply more than the traffic needed"
+    )
+    return loop_id, reason, name, action
 
 
-def cost_section(raw: RawCost, period: Period, t: Thresholds) -> CostSection | None:
-    """The section's figures; None when no GPU has a utilization series at all."""
+def cost_section(
+    raw: RawCost,
+    period: Period,
+    t: Thresholds,
+    loops: Mapping[str, Collection[str]] | None = None,
+) -> CostSection | None:
+    """The section's figures; None when no GPU has a utilization series at all.
+
+    ``loops``: model -> the pack.loops ids the report's findings hold for it this week
+    (``insights.loops_by_model``); a model without an entry holds none."""
+    loops = loops or {}
     if not raw.hours:
         return None
     models = sorted({m for m, _ in raw.hours} | {m for m, _ in raw.money})
@@ -309,8 +326,10 @@ def cost_section(raw: RawCost, period: Period, t: Thresholds) -> CostSection | N
         money, hrs = idle(r)
         if hrs <= 0:
             continue
-        loop, reason = _loop(r.model, raw, t)
-        wasters.append(Waster(r.model, hrs, money if raw.currency else None, loop, reason))
+        loop_id, reason, name, action = _loop(loops.get(r.model, ()))
+        wasters.append(
+            Waster(r.model, hrs, money if raw.currency else None, loop_id, reason, name, action)
+        )
         if len(wasters) == 3:
             break
     ordered = tuple(served) + tuple(r for r in rows if r.model == UNALLOCATED)

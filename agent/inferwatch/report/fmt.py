@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 
-from inferwatch.report.model import Change, Period
+from inferwatch.report.model import Change, Over, Period
 
 DASH = "–"
 ARROWS = {"up": "▲", "down": "▼", "flat": "▶", "": ""}
 
 
 def seconds(value: float | None) -> str:
-    """A latency: ``850 ms``, ``1.75 s``, ``12 s``."""
+    """A latency: ``850 ms``, ``1.75 s``, ``12 s``; ``over 60.0 s`` for a quantile past the
+    histogram's largest finite bucket (``model.Over``)."""
     if value is None:
         return DASH
+    if isinstance(value, Over):
+        return f"over {seconds(float(value))}"
     if value < 0.001:
         return f"{value * 1e6:.0f} µs"
     if value < 1:

@@ -25,7 +25,8 @@ the alerts that fired most. Tuning numbers come from ``thresholds.yaml``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 from inferwatch.pack import loops as L
 from inferwatch.report import fmt
@@ -62,10 +63,12 @@ def findings(report: Report) -> list[Finding]:
         model = m.total.model
         holding = [(f.id, model, f.workers) for f in model_findings if f.id]
         out.extend(
-            f for f in model_findings if not f.id or not L.silenced(f.id, model, f.workers, holding)
+            replace(f, models=(model,))
+            for f in model_findings
+            if not f.id or not L.silenced(f.id, model, f.workers, holding)
         )
     for g in report.gpus:
-        out.extend(_memory(report, g))
+        out.extend(replace(f, models=tuple(g.models)) for f in _memory(report, g))
         out.extend(_scale_review(report, g))
     out.extend(_waste_days(report, imbalanced))
     out.extend(_alerts(report))
@@ -81,6 +84,17 @@ def findings(report: Report) -> list[Finding]:
         )
     order = {"act": 0, "watch": 1, "ok": 2}
     return sorted(out, key=lambda f: order.get(f.level, 3))
+
+
+def loops_by_model(found: Sequence[Finding]) -> Mapping[str, frozenset[str]]:
+    """The ``pack.loops`` ids the findings hold for each model (suppression applied): what
+    the cost section names its wasters' loops from, so it never has a definition of its own."""
+    out: dict[str, set[str]] = {}
+    for f in found:
+        if f.id:
+            for model in f.models:
+                out.setdefault(model, set()).add(f.id)
+    return {model: frozenset(ids) for model, ids in out.items()}
 
 
 def _days(report: Report, indices: Sequence[int]) -> str:
@@ -528,6 +542,7 @@ def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
         "models on these GPUs (MIG, several workers per GPU); first make sure the traffic is "
         "spread evenly.",
         id="consolidate",
+        models=tuple(sorted({m for gs in per_day.values() for g in gs for m in g.models})),
     )
 
 

@@ -166,6 +166,10 @@ class RawWorker:
     rejected: Daily | None = None
     #: per-day buckets of inferwatch_prompt_length_tokens; None: the engine has none
     prompt_lengths: tuple[Buckets | None, ...] | None = None
+    #: per day, the earliest start time (unix seconds) of the worker's processes seen that
+    #: day (inferwatch_worker_start_time_seconds); None: not known. No request observed by
+    #: the day's end took longer than the data's age: the day's end minus this
+    started: Daily | None = None
 
 
 @dataclass(frozen=True)
@@ -248,13 +252,45 @@ def observations(buckets: Buckets | None) -> float:
     return buckets[-1][1]
 
 
-def quantile(q: float, buckets: Buckets | None) -> float | None:
-    """PromQL's ``histogram_quantile``; None (not zero) when there were no observations."""
-    if observations(buckets) <= 0:
+class Over(float):
+    """A quantile past a histogram's largest finite bucket: only "over" that bound is known.
+
+    Its value is the bound (a floor: comparisons and sums read it as one), and the
+    report prints it as "over 60 s", never as a number: PromQL's ``histogram_quantile``
+    returns the bound itself there, which reads as a measured figure.
+    """
+
+    def __repr__(self) -> str:
+        return f"Over({float(self)!r})"
+
+
+def quantile(q: float, buckets: Buckets | None, at_most: float | None = None) -> float | None:
+    """PromQL's ``histogram_quantile``; None (not zero) when there were no observations,
+    :class:`Over` the largest finite bound when the rank lands in the +Inf bucket.
+
+    ``at_most``: a figure the quantile cannot truly exceed (a TTFT quantile: the
+    end-to-end one of the same requests, since every first token comes before its
+    last). Linear interpolation inside a wide bucket invents the position within it;
+    where it lands above ``at_most`` the quantile is ``at_most``, never less than the
+    bucket's lower bound (the observations are known to be above it: a request still
+    streaming has a first token and no end-to-end figure yet). An :class:`Over`
+    ``at_most`` bounds nothing.
+    """
+    total = observations(buckets)
+    if total <= 0:
         return None
     assert buckets is not None
+    finite = [(le, count) for le, count in buckets if not math.isinf(le)]
+    rank = q * total
+    if finite and rank > finite[-1][1]:
+        return Over(finite[-1][0])
     value = histogram_quantile(q, list(buckets))
-    return None if math.isnan(value) else value
+    if math.isnan(value):
+        return None
+    if at_most is not None and not isinstance(at_most, Over) and value > at_most:
+        floor = max((le for le, count in finite if count < rank), default=0.0)
+        value = max(floor, at_most)
+    return value
 
 
 def share_within(threshold: float, buckets: Buckets | None) -> float | None:

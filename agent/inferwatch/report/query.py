@@ -93,6 +93,7 @@ _STEPS = (
     "queue slope",
     "preemptions",
     "cold-start TTFT buckets",
+    "worker start times",
     "errors and rejections",
     "GPUs",
     "GPU utilization",
@@ -264,6 +265,14 @@ class Collector:
             f"sum by ({by}, le) (sum_over_time((increase(inferwatch_ttft_seconds_bucket"
             f"[{SUBQUERY_STEP}s]) and on ({AGENT_WORKER}) {young})[1d:{SUBQUERY_STEP}s]))"
         )
+        # the data's age: no latency observed by a day's end is longer than the time since
+        # the earliest start of the worker's processes that day (the start-time gauge has no
+        # model label: by worker name, the earliest of its instances)
+        self.step("worker start times")
+        started = self.daily_by(
+            "min by (worker) (min_over_time(inferwatch_worker_start_time_seconds[1d]))",
+            ("worker",),
+        )
         # the availability SLO's bad requests (the error-budget section)
         self.step("errors and rejections")
         failed = self.daily_by(
@@ -318,6 +327,7 @@ class Collector:
                     failed=failed.get(key),
                     rejected=rejected.get(key),
                     prompt_lengths=prompt_lengths.get(key),
+                    started=started.get((worker,)),
                 )
             )
         return tuple(out)
@@ -603,7 +613,21 @@ class Collector:
         if all(v is None for v in latency):
             name = ""
         util = one("avg(avg_over_time(inferwatch_gpu_utilization_ratio[1h]))")
-        vram = one("max(max_over_time(inferwatch_gpu_memory_used_ratio[1h]))")
+        # the memory peak: the KV-cache usage of the workers on each GPU where their engine
+        # exports one (an engine that pre-allocates holds NVML's level flat at its
+        # reservation), NVML's level for the other GPUs; the fleet's highest
+        vram = one(
+            "max(\n"
+            "  max by (uuid) (\n"
+            f"    max by ({AGENT_WORKER}) (max_over_time(inferwatch_kv_cache_usage_ratio[1h]))\n"
+            f"    * on ({AGENT_WORKER}) group_right ()\n"
+            f"    group by ({AGENT_WORKER}, gpu, uuid) "
+            "(max_over_time(inferwatch_worker_gpu_info[1h]))\n"
+            "  )\n"
+            "  or\n"
+            "  max by (uuid) (max_over_time(inferwatch_gpu_memory_used_ratio[1h]))\n"
+            ")"
+        )
         return Hourly(times, latency, name, util, vram)
 
 

@@ -195,12 +195,14 @@ def _fleet_kpis(report: Report) -> str:
         prev = [c.previous for c in utils if c.previous is not None]
         avg = Change(sum(cur) / len(cur) if cur else None, sum(prev) / len(prev) if prev else None)
         cells.append(_kpi("GPU busy", fmt.percent(avg.current), avg, "pts", None))
-    peaks = [g.vram_peak for g in report.gpus]
+    # the memory peak: KV cache where the engine exports it (NVML sits at a pre-allocating
+    # engine's reservation), NVML's VRAM level else
+    peaks = [g.pressure_peak for g in report.gpus]
     if peaks:
         cur = [c.current for c in peaks if c.current is not None]
         prev = [c.previous for c in peaks if c.previous is not None]
         top = Change(max(cur) if cur else None, max(prev) if prev else None)
-        cells.append(_kpi("VRAM peak", fmt.percent(top.current), top, "pts", "lower"))
+        cells.append(_kpi("Memory peak", fmt.percent(top.current), top, "pts", "lower"))
     firings = Change(
         sum(a.firings.current or 0 for a in report.alerts),
         sum(a.firings.previous or 0 for a in report.alerts),
@@ -390,7 +392,11 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         return ""
     b = report.bands
     parts = [
-        _h2("GPUs", "utilization distribution, time in the bands of thresholds.yaml, VRAM peaks")
+        _h2(
+            "GPUs",
+            "utilization distribution, time in the bands of thresholds.yaml, memory peaks "
+            "(KV cache where the engine exports it)",
+        )
     ]
     head = [
         "GPU",
@@ -404,7 +410,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         f"Low {b.waste_below * 100:.0f}-{b.healthy_low * 100:.0f}%",
         f"Healthy {b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
         f"Scale review >{b.scale_review_above * 100:.0f}%",
-        "VRAM peak",
+        "Memory peak",
         "Peak change",
     ]
     rows = []
@@ -426,8 +432,15 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         )
         for band in BANDS:
             cells.append(_band_cell(g, band))
-        cells.append(_cell(fmt.percent(g.vram_peak.current), g.vram_peak, "pts", "lower"))
-        trend = "" if g.vram_trend is None else f"{g.vram_trend * 100:+.0f} pts"
+        cells.append(
+            _cell(
+                f"{fmt.percent(g.pressure_peak.current)} {g.memory_source}",
+                g.pressure_peak,
+                "pts",
+                "lower",
+            )
+        )
+        trend = "" if g.pressure_trend is None else f"{g.pressure_trend * 100:+.0f} pts"
         cells.append(_cell(trend or fmt.DASH))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     p = report.period
@@ -435,8 +448,11 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
     parts.append(
         _p(
             f"Busy: GPU utilization, percentiles over the {fmt.period_noun(p.days)}'s samples. "
-            "Low: between the waste band and the healthy band. Peak change: "
-            "last day's VRAM peak minus the first day's. n/a: no GPM on that GPU.",
+            "Low: between the waste band and the healthy band. Memory peak: the KV-cache "
+            "usage of the workers on the GPU where their engine exports one (an engine that "
+            "pre-allocates, such as vLLM, holds NVML's VRAM level flat at its reservation), "
+            "else NVML's VRAM level. Peak change: last day's memory peak minus the first "
+            "day's. n/a: no GPM on that GPU.",
             muted=True,
         )
     )
@@ -444,12 +460,12 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         if name in charts:
             parts.append(_h3(charts[name].title))
             parts.append(_img(charts[name], src))
-    head = ["VRAM peak", *[fmt.day_label(p, i) for i in range(p.days, 2 * p.days)]]
+    head = ["Memory peak", *[fmt.day_label(p, i) for i in range(p.days, 2 * p.days)]]
     rows = []
     for g in report.gpus:
-        cells = [_cell(g.label, align="left")]
+        cells = [_cell(f"{g.label} ({g.memory_source})", align="left")]
         for i in range(p.days, 2 * p.days):
-            v = g.vram_peak_daily[i]
+            v = g.memory_daily[i]
             cell = _cell(fmt.percent(v))
             if v is not None and v >= b.vram_scale_above:
                 cell = cell.replace("font-weight:400", f"font-weight:600;color:{BAD}")
@@ -566,7 +582,7 @@ def html(
         body.append(_cost_html(cost))
     hero = by_name.get("three-curves")
     if hero:
-        body.append(_h3("P99 latency, GPU utilization and VRAM peak, hour by hour"))
+        body.append(_h3("P99 latency, GPU utilization and memory peak, hour by hour"))
         body.append(_img(hero, image_src))
     body.append(
         _h2(
@@ -705,7 +721,11 @@ def text(
                     _with_delta(fmt.percent(mean.current) if mean else fmt.DASH, mean, "pts"),
                     fmt.percent(g.util["p90"].current) if "p90" in g.util else fmt.DASH,
                     *[fmt.percent(g.bands[b].current) if b in g.bands else fmt.DASH for b in BANDS],
-                    _with_delta(fmt.percent(g.vram_peak.current), g.vram_peak, "pts"),
+                    _with_delta(
+                        f"{fmt.percent(g.pressure_peak.current)} {g.memory_source}",
+                        g.pressure_peak,
+                        "pts",
+                    ),
                 ]
             )
         out.append(
@@ -716,7 +736,7 @@ def text(
                     "busy avg",
                     "P90",
                     *[BAND_NAMES[b] for b in BANDS],
-                    "VRAM peak",
+                    "memory peak",
                 ],
                 rows,
             )
@@ -824,6 +844,8 @@ def csv_text(report: Report, cost: CostSection | None = None) -> str:
         for band in ("waste", "low", "healthy", "scale_review"):
             rows += _rows_for(*args, f"gpu_time_{band}_ratio", g.band_daily.get(band))
         rows += _rows_for(*args, "vram_peak_ratio", g.vram_peak_daily)
+        if g.pressure_from == "kv_cache":
+            rows += _rows_for(*args, "kv_cache_usage_peak_ratio", g.pressure_daily)
         rows += _rows_for(*args, "vram_peak_bytes", g.vram_bytes_daily)
     rows.sort(key=lambda r: (r[0], r[2], r[3], r[4], r[5], r[7]))
     buf = io.StringIO()
@@ -929,7 +951,7 @@ def _cost_html(c: CostSection) -> str:
             items.append(
                 f'<li style="font-size:13px;margin:4px 0"><b>{escape(w.model)}</b>: '
                 f"{escape(amount)} held idle; {escape(w.reason)}. "
-                f"Loop {w.loop} ({escape(w.loop_name)}): {escape(w.action)}.</li>"
+                f"{escape(w.loop_text[:1].upper() + w.loop_text[1:])}: {escape(w.action)}.</li>"
             )
         parts.append('<ol style="margin:6px 0;padding-left:20px">' + "".join(items) + "</ol>")
     return '<div id="cost">' + "".join(parts) + "</div>"
@@ -968,7 +990,7 @@ def _cost_text(c: CostSection) -> list[str]:
             else f"{_gpu_hours(w.idle_hours)} GPU-hours"
         )
         out.append(f"  {i}. {w.model}: {amount} held idle; {w.reason}.")
-        out.append(f"     -> loop {w.loop} ({w.loop_name}): {w.action}")
+        out.append(f"     -> {w.loop_text}: {w.action}")
     if c.wasters:
         out.append("")
     return out

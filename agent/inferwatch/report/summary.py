@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from inferwatch.pack import loops as L
 from inferwatch.report.model import (
+    DAY,
     LATENCIES,
     QUANTILES,
     Bands,
@@ -17,6 +18,7 @@ from inferwatch.report.model import (
     Change,
     Daily,
     Hourly,
+    Over,
     Period,
     RawData,
     RawGpu,
@@ -120,6 +122,20 @@ class GpuFigures:
     pressure_trend: float | None = None
     #: share of the period InferenceGPUUnderutilized's condition held
     waste_alert_daily: Daily | None = None
+    #: the day's memory pressure peak, as ``pressure_peak`` (both periods; empty: none)
+    pressure_daily: Daily = ()
+
+    @property
+    def memory_source(self) -> str:
+        """What the memory figures of this GPU are: ``KV cache`` where an engine on it
+        exports its usage (an engine that pre-allocates, vLLM or SGLang, holds NVML's
+        level flat at its reservation), else ``VRAM`` (NVML)."""
+        return "KV cache" if self.pressure_from == "kv_cache" else "VRAM"
+
+    @property
+    def memory_daily(self) -> Daily:
+        """The daily memory peak the report draws: the pressure, else NVML's VRAM peak."""
+        return self.pressure_daily or self.vram_peak_daily
 
     @property
     def label(self) -> str:
@@ -148,6 +164,8 @@ class Finding:
     id: str = ""
     #: the workers it is about, where a loop that suppresses it per worker needs them
     workers: tuple[str, ...] = ()
+    #: the models it is about (the cost section names the loop of each model from these)
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,13 +189,65 @@ def _change(period: Period, daily: Daily | None, how: str = "sum") -> Change:
     return Change(fn(period.current(daily)), fn(period.previous(daily)))
 
 
+def _smallest(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None and not isinstance(v, Over)]
+    return min(known) if known else None
+
+
+def data_age(workers: Sequence[RawWorker], period: Period) -> tuple[Daily, Change] | None:
+    """How old the latency data of these workers can be, per day and per period: each day's
+    (or period's) end minus the earliest start of their processes in it; None where a
+    worker's start is not known (then nothing bounds it)."""
+    if not workers or any(w.started is None for w in workers):
+        return None
+    starts = [w.started for w in workers if w.started is not None]
+
+    def age(end: float, values: Sequence[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return end - min(known) if known else None
+
+    daily = tuple(
+        age(end, [s[i] for s in starts]) if all(s[i] is not None for s in starts) else None
+        for i, end in enumerate(period.day_ends())
+    )
+    cur = [v for s in starts for v in period.current(s)]
+    prev = [v for s in starts for v in period.previous(s)]
+    return daily, Change(age(period.end, cur), age(period.end - period.days * DAY, prev))
+
+
 def latency_figures(
-    name: str, days: tuple[Buckets | None, ...], period: Period, bands: Bands
+    name: str,
+    days: tuple[Buckets | None, ...],
+    period: Period,
+    bands: Bands,
+    bound: LatencyFigures | None = None,
+    age: tuple[Daily, Change] | None = None,
 ) -> LatencyFigures:
-    daily = {q: tuple(quantile(q, b) for b in days) for q in QUANTILES}
+    """Quantiles never above what the data allows where interpolation alone put them there
+    (``model.quantile``'s ``at_most``): ``bound``, the same quantiles of the same requests'
+    end-to-end latency (for TTFT); ``age``, the data's age (``data_age``)."""
+
+    def limit(q: float, i: int) -> float | None:
+        return _smallest(
+            bound.daily[q][i] if bound is not None else None, age[0][i] if age else None
+        )
+
+    def week_limit(q: float, which: str) -> float | None:
+        return _smallest(
+            getattr(bound.week[q], which) if bound is not None else None,
+            getattr(age[1], which) if age else None,
+        )
+
+    daily = {q: tuple(quantile(q, b, limit(q, i)) for i, b in enumerate(days)) for q in QUANTILES}
     cur = merge_buckets(period.current(days))  # type: ignore[arg-type]
     prev = merge_buckets(period.previous(days))  # type: ignore[arg-type]
-    week = {q: Change(quantile(q, cur), quantile(q, prev)) for q in QUANTILES}
+    week = {
+        q: Change(
+            quantile(q, cur, week_limit(q, "current")),
+            quantile(q, prev, week_limit(q, "previous")),
+        )
+        for q in QUANTILES
+    }
     slo = bands.slo(name)
     attainment_daily = None
     attainment = None
@@ -200,23 +270,37 @@ def scope_figures(
     requests = add_daily([w.requests for w in workers]) or empty
     prompt = add_daily([w.prompt_tokens for w in workers]) or empty
     generation = add_daily([w.generation_tokens for w in workers]) or empty
-    latency = {}
-    warm = {}
-    cold = {}
-    for name in LATENCIES:
+    latency: dict[str, LatencyFigures] = {}
+    warm: dict[str, LatencyFigures] = {}
+    cold: dict[str, LatencyFigures] = {}
+    # end-to-end first: every request's first token comes before its last, so a TTFT
+    # quantile that interpolation in a wide bucket put above the end-to-end one is held
+    # to it (model.quantile's at_most; the warm requests' end-to-end where they have
+    # their own, else all of them: the warm ones are the faster part)
+    # and none above the data's age (a load 377 s old has no 631 s request)
+    age = data_age(workers, period)
+    for name in sorted(LATENCIES, key=lambda n: n != "e2e"):
         parts = [w.latency[name] for w in workers if name in w.latency]
         if not parts:
             continue
+        ttft = name == "ttft"
         days = tuple(merge_buckets(day) for day in zip(*parts, strict=True))
-        latency[name] = latency_figures(name, days, period, bands)
+        latency[name] = latency_figures(
+            name, days, period, bands, latency.get("e2e") if ttft else None, age
+        )
         cold_parts = [w.cold_latency[name] for w in workers if name in w.cold_latency]
         if not cold_parts:
             warm[name] = latency[name]
             continue
         cold_days = tuple(merge_buckets(day) for day in zip(*cold_parts, strict=True))
         warm_days = tuple(subtract_buckets(d, c) for d, c in zip(days, cold_days, strict=True))
-        warm[name] = latency_figures(name, warm_days, period, bands)
-        cold[name] = latency_figures(name, cold_days, period, bands)
+        warm_bound = (warm.get("e2e") or latency.get("e2e")) if ttft else None
+        warm[name] = latency_figures(name, warm_days, period, bands, warm_bound, age)
+        cold[name] = latency_figures(
+            name, cold_days, period, bands, cold.get("e2e") if ttft else None, age
+        )
+    latency = {name: latency[name] for name in LATENCIES if name in latency}
+    warm = {name: warm[name] for name in LATENCIES if name in warm}
     queue = max_daily([w.queue_peak for w in workers])
     over = add_daily([w.over_capacity_seconds for w in workers])
     capacities = [w.capacity for w in workers if w.capacity is not None]
@@ -308,6 +392,7 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
         pressure_from=raw.pressure_from if raw.pressure_peak else "gpu_memory",
         pressure_trend=pressure_trend,
         waste_alert_daily=raw.waste_alert_daily,
+        pressure_daily=pressure,
     )
 
 
