@@ -145,7 +145,8 @@ HELP = {
     ),
     "inferwatch_proxy_rejected": "Requests the proxy refused itself, by reason (too_large: 413).",
     "inferwatch_proxy_samples_dropped": (
-        "Measurements dropped (never the requests): a model beyond the per-worker cap."
+        "Measured requests whose figures were dropped (never the requests themselves): "
+        "a model beyond the per-worker cap."
     ),
     "inferwatch_proxy_connections": "Client connections open on the proxy.",
     "inferwatch_proxy_requests_in_flight": "Requests the proxy is forwarding now.",
@@ -248,6 +249,7 @@ class Measure:
     __slots__ = (
         "_broken",
         "_json",
+        "_looked",
         "_pending",
         "_series",
         "events",
@@ -275,6 +277,7 @@ class Measure:
         self._broken = False
         self._json: bytearray | None = None
         self._series: ModelStats | None = None
+        self._looked = False
 
     def answer(self, content_type: str, content_encoding: str) -> None:
         """The answer's head: a server-sent event stream is parsed as it passes, a JSON
@@ -351,8 +354,10 @@ class Measure:
                 self.usage_generation = generated
 
     def _series_now(self) -> ModelStats | None:
-        if self._series is None:
+        """The request's series, looked up once (a dropped request counts once)."""
+        if not self._looked:
             self._series = self.stats.series(self.model or "")
+            self._looked = True
         return self._series
 
     def finish(self, status: int, now: float, *, aborted: bool) -> None:
