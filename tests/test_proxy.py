@@ -215,10 +215,12 @@ async def test_an_unreachable_worker_is_a_502(tmp_path: Path) -> None:
     server = ProxyServer(worker, spec, ProxyStats())
     await server.start()
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(server.url + CHAT, json={"stream": True}) as resp:
-                assert resp.status == 502
-                assert await resp.text() == "worker unreachable\n"
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(server.url + CHAT, json={"stream": True}) as resp,
+        ):
+            assert resp.status == 502
+            assert await resp.text() == "worker unreachable\n"
         assert server.stats.upstream_errors["connect"] == 1
         assert server.stats.models[""].requests == {"5xx": 1}
     finally:
