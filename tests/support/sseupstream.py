@@ -75,7 +75,8 @@ class Upstream:
                 elif headers.get("transfer-encoding", "").lower() == "chunked":
                     body = await _read_chunked(reader)
                 keep = await self._answer(method, path, headers, body, writer)
-                if not keep:
+                if not keep or headers.get("connection", "").lower() == "close":
+                    await writer.drain()
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass

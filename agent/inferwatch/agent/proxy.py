@@ -55,27 +55,13 @@ from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import ProxySpec, WorkerSpec
 from inferwatch.agent.connguard import ConnectionGuard, GuardedProtocol
 from inferwatch.engines.mapping import Histogram
+from inferwatch.engines.proxy import E2E_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from inferwatch.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 #: the measured endpoints (POST); any other request passes through unmeasured
 MEASURED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
-
-# Buckets: each SLO threshold of the pack (thresholds.yaml: TTFT P99 2 s, the SLO
-# spec's 2.5 s, warm-up 2 s; TPOT 100 ms) is a bound, so a rule compares exactly.
-TTFT_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
-    1.5, 2.0, 2.5, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
-)  # fmt: skip
-TPOT_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
-    0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
-)  # fmt: skip
-E2E_BUCKETS = (
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0,
-    45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
-)  # fmt: skip
 
 #: contract histogram -> the proxy's family of the same measurement
 PROXY_HISTOGRAMS = {
@@ -88,6 +74,8 @@ PROXY_COUNTERS = {
     "inferwatch_prompt_tokens": "inferwatch_proxy_prompt_tokens",
     "inferwatch_generation_tokens": "inferwatch_proxy_generation_tokens",
 }
+#: a finish reason outside these is counted as "other" (a label value from the answer)
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
 #: distinct model labels per worker; samples of further ones are dropped and counted
 MAX_MODELS = 16
@@ -194,6 +182,9 @@ class ModelStats:
     #: status class ("2xx", ...) -> requests
     requests: dict[str, int] = field(default_factory=dict)
     aborts: int = 0
+    #: finish reason (stop, length, abort, error, ...) -> requests; the contract's
+    #: requests_finished for engines without one (llama.cpp)
+    finished: dict[str, int] = field(default_factory=dict)
 
     def histogram(self, target: str) -> Buckets:
         if target == "inferwatch_ttft_seconds":
@@ -243,6 +234,13 @@ def _has_text(choice: object) -> bool:
     return False
 
 
+def _plain_token(payload: bytes) -> bool:
+    """An OpenAI chunk still generating: its finish reason null, and no usage in it."""
+    return (
+        b'"finish_reason":null' in payload or b'"finish_reason": null' in payload
+    ) and b'"usage"' not in payload
+
+
 class Measure:
     """One measured request: fed the answer's chunks as they pass."""
 
@@ -253,6 +251,7 @@ class Measure:
         "_pending",
         "_series",
         "events",
+        "finish_reason",
         "first",
         "last",
         "model",
@@ -273,6 +272,7 @@ class Measure:
         self.events = 0
         self.usage_prompt: int | None = None
         self.usage_generation: int | None = None
+        self.finish_reason: str | None = None
         self._pending = b""
         self._broken = False
         self._json: bytearray | None = None
@@ -322,6 +322,15 @@ class Measure:
     def _event(self, payload: bytes, now: float) -> None:
         if not payload or payload == b"[DONE]":
             return
+        if self.first is not None and _plain_token(payload):
+            # after the first token, a chunk still generating (no finish reason, no usage)
+            # is a token event: no JSON parse for the bulk of a stream
+            self.events += 1
+            series = self._series_now()
+            if series is not None and self.last is not None:
+                series.tpot.observe(now - self.last)
+            self.last = now
+            return
         try:
             obj = json.loads(payload)
         except ValueError:
@@ -344,6 +353,13 @@ class Measure:
     def _facts(self, obj: dict[str, object]) -> None:
         if self.model is None and isinstance(obj.get("model"), str):
             self.model = str(obj["model"])
+        choices = obj.get("choices")
+        if self.finish_reason is None and isinstance(choices, list):
+            for choice in choices:
+                reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+                if isinstance(reason, str) and reason:
+                    self.finish_reason = reason if reason in FINISH_REASONS else "other"
+                    break
         usage = obj.get("usage")
         if isinstance(usage, dict):
             prompt = usage.get("prompt_tokens")
@@ -379,6 +395,17 @@ class Measure:
             series.aborts += 1
         else:
             series.e2e.observe(now - self.started)
+        # finished as the engines count them: a 4xx was refused before it started
+        if aborted:
+            reason: str | None = "abort"
+        elif status >= 500:
+            reason = "error"
+        elif status < 400:
+            reason = self.finish_reason or "stop"
+        else:
+            reason = None
+        if reason is not None:
+            series.finished[reason] = series.finished.get(reason, 0) + 1
         if self.usage_prompt is not None:
             series.prompt_tokens += self.usage_prompt
         generated = self.usage_generation if self.usage_generation is not None else self.events
@@ -622,13 +649,16 @@ def merged(stats: ProxyStats, engine_models: set[str]) -> dict[str, ModelStats]:
         total.aborts += series.aborts
         for k, v in series.requests.items():
             total.requests[k] = total.requests.get(k, 0) + v
+        for k, v in series.finished.items():
+            total.finished[k] = total.finished.get(k, 0) + v
     return out
 
 
 def _copy(series: ModelStats) -> ModelStats:
     out = ModelStats(prompt_tokens=series.prompt_tokens,
                      generation_tokens=series.generation_tokens,
-                     requests=dict(series.requests), aborts=series.aborts)  # fmt: skip
+                     requests=dict(series.requests), aborts=series.aborts,
+                     finished=dict(series.finished))  # fmt: skip
     for target in PROXY_HISTOGRAMS:
         out.histogram(target).add(series.histogram(target))
     return out
@@ -705,6 +735,10 @@ class ProxySource(Source):
             for target in PROXY_COUNTERS:
                 if target not in has:
                     counters.setdefault(target, {})[key] = float(series.counter(target))
+            if "inferwatch_requests_finished" not in has:
+                for reason, n in series.finished.items():
+                    finished = counters.setdefault("inferwatch_requests_finished", {})
+                    finished[(("model", model), ("reason", reason))] = float(n)
         return hists, counters
 
     def families(self) -> Iterable[Metric]:
