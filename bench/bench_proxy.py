@@ -293,7 +293,9 @@ def report(results: dict[str, Any], names: list[str], shapes: dict[int, Any]) ->
             continue
         per_k = r.cpu / r.tokens * 1000 * 100
         per_core = r.tokens / r.cpu
-        summary.setdefault(key, {}).update({"cpu_pct_per_1k_tok_s": per_k, "tok_per_cpu_s": per_core})
+        summary.setdefault(key, {}).update(
+            {"cpu_pct_per_1k_tok_s": per_k, "tok_per_cpu_s": per_core}
+        )
         print(f"{key:<22}{r.tokens:>9}{r.tokens / r.seconds:>9.0f}{r.cpu:>8.2f}"
               f"{per_k:>21.2f}{per_core:>15.0f}")  # fmt: skip
     results["summary"] = summary

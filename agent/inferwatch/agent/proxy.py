@@ -234,11 +234,17 @@ def _has_text(choice: object) -> bool:
     return False
 
 
+_EMPTY = (b'"text":""', b'"text": ""', b'"content":""', b'"content": ""')
+
+
 def _plain_token(payload: bytes) -> bool:
-    """An OpenAI chunk still generating: its finish reason null, and no usage in it."""
+    """An OpenAI chunk still generating: its finish reason null, no usage and no empty
+    text in it (a token whose text is not yet whole UTF-8 comes empty: parsed instead)."""
     return (
-        b'"finish_reason":null' in payload or b'"finish_reason": null' in payload
-    ) and b'"usage"' not in payload
+        (b'"finish_reason":null' in payload or b'"finish_reason": null' in payload)
+        and b'"usage"' not in payload
+        and not any(e in payload for e in _EMPTY)
+    )
 
 
 class Measure:

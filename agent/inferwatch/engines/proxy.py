@@ -22,6 +22,14 @@ E2E_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 #: the contract's latency histograms the proxy measures
-HISTOGRAMS = ("inferwatch_ttft_seconds", "inferwatch_tpot_seconds", "inferwatch_e2e_latency_seconds")
+HISTOGRAMS = (
+    "inferwatch_ttft_seconds",
+    "inferwatch_tpot_seconds",
+    "inferwatch_e2e_latency_seconds",
+)
 #: the contract's counters it measures (``requests_finished`` by ``reason``)
-COUNTERS = ("inferwatch_prompt_tokens", "inferwatch_generation_tokens", "inferwatch_requests_finished")
+COUNTERS = (
+    "inferwatch_prompt_tokens",
+    "inferwatch_generation_tokens",
+    "inferwatch_requests_finished",
+)
