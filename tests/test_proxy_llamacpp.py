@@ -10,6 +10,7 @@ client that goes away must free the server's slot.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import math
 import time
@@ -74,7 +75,7 @@ def stream(port: int, n: int) -> tuple[float, list[float]]:
     conn.close()
     # a token whose text is not yet whole UTF-8 comes with an empty text: not an event
     assert len(times) >= n // 2
-    return times[0] - started, [b - a for a, b in zip(times, times[1:], strict=False)]
+    return times[0] - started, [b - a for a, b in itertools.pairwise(times)]
 
 
 def agent_buckets(url: str, family: str) -> tuple[tuple[float, ...], list[float]]:
