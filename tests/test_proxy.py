@@ -137,6 +137,18 @@ async def test_headers_pass_and_hop_by_hop_ones_do_not(rig: Rig) -> None:
         await resp.read()
 
 
+async def test_expect_100_continue_is_answered_by_the_proxy(rig: Rig) -> None:
+    body = json.dumps({"model": "m", "max_tokens": 1, "prompt": "x" * 5000}).encode()
+    async with rig.session.post(
+        rig.url + COMPLETIONS, data=body, expect100=True,
+        headers={"Content-Type": "application/json"},
+    ) as resp:  # fmt: skip
+        assert resp.status == 200
+        assert (await resp.json())["usage"]["completion_tokens"] == 1
+    async with rig.session.get(rig.url + "/stats", headers={"Expect": "100-continue"}) as resp:
+        assert "expect" not in (await resp.json())["headers"]
+
+
 def test_forward_headers_drops_what_connection_names() -> None:
     from multidict import CIMultiDict, CIMultiDictProxy
 

@@ -430,7 +430,8 @@ def forward_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         low = name.lower()
-        if low in HOP_BY_HOP or low in named or low in ("host", "content-length"):
+        # Expect: the proxy's own server answered "100 Continue" already
+        if low in HOP_BY_HOP or low in named or low in ("host", "content-length", "expect"):
             continue
         out.add(name, value)
     return out
