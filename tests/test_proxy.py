@@ -454,6 +454,7 @@ def test_soak_1000_concurrent_streams_memory_held(tmp_path: Path) -> None:
                     rss.append(psutil.Process(agent.popen.pid).memory_info().rss / 2**20)
 
         asyncio.run(asyncio.wait_for(rounds(), 240))
+        print(f"agent RSS after each round of 1,000 streams: {[round(r, 1) for r in rss]} MiB")
         assert rss[-1] - rss[0] < 32, rss
         text = _metrics(port)
         assert (
