@@ -30,6 +30,7 @@ from tests.support.proc import PROMTOOL, REPO, SHARED, require_binary
 
 from inferwatch.pack import dashboards as dash
 from inferwatch.pack import dashlint
+from inferwatch.pack.dashboard_defs import PROXY_GAP_TITLE
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 SCHEMA_DIR = SHARED / "reference" / "grafana-schema"
@@ -514,7 +515,22 @@ def test_warmup_panels_are_declared_optional_on_a_stack_without_the_gate(
         entry = dash.HARDWARE_OPTIONAL[title]
         assert "warmup:" in entry.reason and not entry.ref_ids
     targets = dash.query_targets(boards["inference-worker"])
-    assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES) | set(ENGINE_OPTIONAL)
+    assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES) | set(ENGINE_OPTIONAL) | {
+        PROXY_GAP_TITLE
+    }
+
+
+def test_the_proxy_panel_draws_the_rules_ttft_and_the_clients(
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 30: the rules' TTFT P99 next to the measuring proxy's; only the proxy's line
+    may be empty (a worker without workers[].proxy)."""
+    targets = [
+        q for q in dash.query_targets(boards["inference-worker"]) if q.panel == PROXY_GAP_TITLE
+    ]
+    assert [(q.ref_id, q.optional is not None) for q in targets] == [("A", False), ("B", True)]
+    assert "worker:inferwatch_ttft_seconds:p99_5m" in targets[0].expr
+    assert "inferwatch_proxy_ttft_seconds_bucket" in targets[1].expr
 
 
 #: worker panels whose series only some engines export (issue 23), and the queries optional

@@ -273,6 +273,17 @@ def test_gpu_stack_gives_the_agent_the_worker_gpu() -> None:
     assert vllm["entrypoint"] == ["vllm", "serve"], "cmd_match 'vllm serve' relies on it"
 
 
+def test_gpu_stack_publishes_the_measuring_proxy() -> None:
+    """Issue 30: the agent's proxy in front of vllm is published on loopback at the port
+    its configuration listens on; vllm's own port stays published too."""
+    stack = project("docker-compose.yml")
+    (worker,) = load_config(str(COMPOSE / "inferwatch.yaml"), env={}).workers
+    assert worker.proxy is not None
+    port = worker.proxy.listen_port
+    assert f"127.0.0.1:{port}:{port}" in stack["services"]["inferwatch"]["ports"]
+    assert f"127.0.0.1:{worker.port}:{worker.port}" in stack["services"]["vllm"]["ports"]
+
+
 def test_sim_stack_shares_the_fake_gpu_between_simulator_and_agent() -> None:
     stack = project("docker-compose.sim.yml")
     sim, agent, loadgen = (stack["services"][s] for s in ("sim", "inferwatch", "loadgen"))

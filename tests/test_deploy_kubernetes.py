@@ -35,7 +35,7 @@ from inferwatch import __version__
 from inferwatch.agent.config import DEFAULT_PORT, load_config
 
 K8S = REPO / "deploy" / "kubernetes"
-OVERLAYS = ("sidecar", "daemonset", "servicemonitor")
+OVERLAYS = ("sidecar", "daemonset", "servicemonitor", "sidecar-proxy")
 IMAGE = "ghcr.io/inferwatch/inferwatch"
 AGENT_LABEL = ("inferwatch.io/agent", "true")
 PORT_NAME = "inferwatch"
@@ -496,6 +496,39 @@ def test_agent_configs_load(tmp_path: Path) -> None:
     sidecar_cfg = load_config(str(K8S / "overlays" / "sidecar" / "inferwatch.yaml"), env={})
     assert [w.engine for w in sidecar_cfg.workers] == ["vllm"]
     assert sidecar_cfg.workers[0].cmd_match
+
+
+@needs_kubectl
+def test_sidecar_proxy_puts_the_service_on_the_proxy_and_keeps_the_engine_port(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Issue 30: clients reach the worker through the agent's measuring proxy; the
+    engine's own port stays reachable through the same Service."""
+    docs = rendered["sidecar-proxy"]
+    pod = pod_spec(one(docs, "Deployment"))
+    agent = container(pod, "inferwatch")
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert ports == {PORT_NAME: DEFAULT_PORT, "proxy": 8001}
+    engine = container(pod, "vllm")
+    engine_port = {p["name"]: p["containerPort"] for p in engine["ports"]}["http"]
+    (service,) = [d for d in objects(docs, "Service") if d["metadata"]["name"] == "vllm"]
+    by_name = {p["name"]: p for p in service["spec"]["ports"]}
+    assert (by_name["http"]["port"], by_name["http"]["targetPort"]) == (8000, "proxy")
+    assert by_name["engine"]["targetPort"] == "http" and engine_port == 8000
+    # the agent's configuration listens where the container port says, in front of vLLM
+    (config_map,) = [
+        d for d in objects(docs, "ConfigMap") if "inferwatch-agent" in d["metadata"]["name"]
+    ]
+    path = tmp_path / "config.yaml"
+    path.write_text(config_map["data"]["config.yaml"])
+    (worker,) = load_config(str(path), env={}).workers
+    assert worker.proxy is not None and worker.proxy.listen_port == ports["proxy"]
+    assert worker.url == f"http://127.0.0.1:{engine_port}"
+    # the agent's own pieces are the sidecar's
+    assert (
+        one(docs, "PodMonitor")["metadata"]["name"]
+        == one(rendered["sidecar"], "PodMonitor")["metadata"]["name"]
+    )
 
 
 # --------------------------------------------------------------------------- scraping

@@ -324,3 +324,19 @@ def test_install_is_idempotent_and_installs_verifiable_units(tmp_path: Path) -> 
     if ANALYZE is not None:
         result = analyze("verify", *(str(unit_dir / n) for n in UNITS))
         assert result.returncode == 0 and not result.stderr, result.stderr
+
+
+def test_proxy_drop_in_and_example_turn_the_proxy_on(tmp_path: Path) -> None:
+    """Issue 30: the example's commented proxy block loads once uncommented, and the
+    drop-in only raises the agent's limits (descriptors, memory)."""
+    text = (SYSTEMD / "config.example.yaml").read_text()
+    on = text.replace("    # proxy:\n", "    proxy:\n").replace("    #   ", "      ")
+    path = tmp_path / "config.yaml"
+    path.write_text(on)
+    (worker,) = load_config(str(path), env={}).workers
+    assert worker.proxy is not None and worker.proxy.listen_port == 8001
+    assert worker.proxy.read_timeout == 600
+    drop_in = parse_unit(SYSTEMD / "proxy.conf")
+    assert set(drop_in) == {"Service"} and set(drop_in["Service"]) == {"LimitNOFILE", "MemoryMax"}
+    base = parse_unit(SYSTEMD / "inferwatch.service")
+    assert int(last(drop_in, "Service", "LimitNOFILE")) > int(last(base, "Service", "LimitNOFILE"))

@@ -12,6 +12,7 @@ import pytest
 from tests.support import report_fixture as fx
 from tests.support.proc import PROMTOOL, REPO, http_get, inferwatch_cmd, require_binary, wait_until
 
+from inferwatch.engines import proxy
 from inferwatch.errors import ConfigError
 from inferwatch.pack import generate, rules, slo
 from inferwatch.pack.slo_spec import ENGINE_BUCKETS
@@ -43,7 +44,9 @@ def test_vllm_ttft_buckets_are_upstreams() -> None:
         0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
         7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
     )  # fmt: skip
-    assert "ttft" not in ENGINE_BUCKETS["tgi"] and ENGINE_BUCKETS["llamacpp"] == {}
+    # TGI's TTFT and llama.cpp's latency come from the agent's measuring proxy (issue 30)
+    assert ENGINE_BUCKETS["tgi"]["ttft"] == proxy.TTFT_BUCKETS
+    assert ENGINE_BUCKETS["llamacpp"] == {"ttft": proxy.TTFT_BUCKETS, "tpot": proxy.TPOT_BUCKETS}
 
 
 @pytest.mark.parametrize(
@@ -60,13 +63,15 @@ def test_vllm_ttft_buckets_are_upstreams() -> None:
             "TTFT histogram; the nearest are 2 or 4, got 2.5",
         ),
         (
-            "slos:\n  models:\n    q:\n      engine: tgi\n      tpot: null\n",
-            "slos.models.q.ttft: expected no TTFT SLO for engine tgi (it exports no TTFT "
-            "histogram); set it to null",
+            "slos:\n  models:\n    q:\n      engine: tgi\n      tpot: null\n"
+            "      ttft: {threshold_seconds: 2.2, objective: 0.99}\n",
+            "slos.models.q.ttft.threshold_seconds: expected a bucket boundary of tgi's TTFT "
+            "histogram; the nearest are 2 or 2.5, got 2.2",
         ),
         (
-            "slos:\n  models:\n    l:\n      engine: llamacpp\n      ttft: null\n      tpot: null\n",
-            "slos.models.l.availability: expected no availability SLO for engine llamacpp",
+            "slos:\n  models:\n    t:\n      engine: triton\n      ttft: null\n",
+            "slos.models.t.tpot: expected no TPOT SLO for engine triton (it exports no TPOT "
+            "histogram); set it to null",
         ),
         (
             "slos:\n  default:\n    availability: {objective: 1}\n",
@@ -123,7 +128,7 @@ def test_model_entries_inherit_the_default_and_leave_it_the_other_models(
     ]
     assert by_model["qwen"].engines == ("sglang",) and by_model["qwen"].get("ttft").le == 2.0
     assert slo.entry_matchers(t.slos, by_model[None]) == (
-        'engine=~"vllm|trtllm|nim|lmdeploy"',
+        'engine=~"vllm|trtllm|nim|lmdeploy|llamacpp"',
         'model!~"meta\\\\-llama/Llama\\\\-3\\\\.1\\\\-8B|qwen"',
     )
     # the budget series carries each model's own objective

@@ -40,6 +40,32 @@ LOG_FORMATS = ("text", "logfmt", "json")
 
 
 @dataclass(frozen=True)
+class ProxySpec:
+    """``workers[].proxy``: the measuring proxy in front of the worker (docs/proxy.md)."""
+
+    listen_host: str
+    listen_port: int
+    #: connecting to the worker (waiting for a free upstream connection included)
+    connect_timeout: float = 5.0
+    #: the longest the worker may stay silent: before its answer's head (a long prefill
+    #: under load) and between two chunks of it; then the client gets 504 or a cut stream
+    read_timeout: float = 600.0
+    #: a request body larger than this is refused with 413 (counted as it streams)
+    max_body_bytes: int = 32 * 1024 * 1024
+    #: open client connections at once (each holds at most one upstream connection)
+    max_connections: int = 1024
+    #: a client must finish its request head this soon after its first byte
+    header_timeout: float = 10.0
+    #: an idle keep-alive client connection is closed after this long
+    idle_timeout: float = 75.0
+
+    @property
+    def listen(self) -> str:
+        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
+        return f"{host}:{self.listen_port}"
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     """One inference server the agent watches."""
 
@@ -68,6 +94,8 @@ class WorkerSpec:
     #: extra labels on the worker's series: ``namespace``, ``pod``, ``container`` (and
     #: allow-listed pod labels) of a worker found by Kubernetes discovery; () otherwise
     labels: tuple[tuple[str, str], ...] = ()
+    #: the measuring proxy in front of this worker; None: not proxied
+    proxy: ProxySpec | None = None
 
     @property
     def port(self) -> int | None:
@@ -297,6 +325,34 @@ def _optional_path(value: Any, source: str, key: str) -> str | None:
     return string(value, source, key)
 
 
+_PROXY_FIELDS: dict[str, Parser] = {
+    "listen": parse_listen,
+    "connect_timeout": duration,
+    "read_timeout": duration,
+    "max_body_bytes": count,
+    "max_connections": count,
+    "header_timeout": duration,
+    "idle_timeout": duration,
+}
+
+
+def _proxy(value: Any, source: str, key: str) -> ProxySpec | None:
+    """``workers[].proxy``: ``HOST:PORT``, or a mapping with ``listen`` and limits."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, str):
+        value = {"listen": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            source, key, "HOST:PORT or a mapping with listen, such as {listen: 0.0.0.0:8001}"
+        )
+    values = _section(value, _PROXY_FIELDS, source, key)
+    if "listen" not in values:
+        raise ConfigError(source, f"{key}.listen", "the proxy's HOST:PORT (required)")
+    host, port = values.pop("listen")
+    return ProxySpec(listen_host=host, listen_port=port, **values)
+
+
 # --------------------------------------------------------------------------- sections
 
 _GPU_FIELDS: dict[str, Parser] = {
@@ -335,6 +391,7 @@ _WORKER_FIELDS: dict[str, Parser] = {
     "password_env": optional(string),
     "export_histograms": boolean,
     "endpoint": optional(_endpoint),
+    "proxy": _proxy,
 }
 _KUBERNETES_FIELDS: dict[str, Parser] = {
     "node_name": optional(string),
@@ -570,6 +627,7 @@ def _check_consistency(config: AgentConfig) -> None:
     for key in ("slow_interval", "activity_interval"):
         if getattr(config.gpu, key) < config.gpu.interval:
             raise ConfigError(config.source, f"gpu.{key}", "at least gpu.interval")
+    _check_proxy_ports(config)
     names = {w.name for w in config.workers}
     for worker in config.gpu.dcgm_worker_pods:
         if worker not in names:
@@ -578,4 +636,34 @@ def _check_consistency(config: AgentConfig) -> None:
                 f"gpu.dcgm_worker_pods.{worker}",
                 "the name of a configured worker",
                 worker,
+            )
+
+
+def _check_proxy_ports(config: AgentConfig) -> None:
+    """Each proxy on a port of its own: not the agent's, not another proxy's."""
+    taken = {config.listen_port: "listen"}
+    for i, worker in enumerate(config.workers):
+        if worker.proxy is None:
+            continue
+        port = worker.proxy.listen_port
+        if port in taken:
+            raise ConfigError(
+                config.source,
+                f"workers[{i}].proxy.listen",
+                f"a port other than {taken[port]}'s",
+                worker.proxy.listen,
+            )
+        taken[port] = f"workers[{i}].proxy.listen"
+        host = urlsplit(worker.url).hostname or ""
+        if worker.port == port and host in (
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            worker.proxy.listen_host,
+        ):
+            raise ConfigError(
+                config.source,
+                f"workers[{i}].proxy.listen",
+                "a port other than the worker's own (the proxy forwards to it)",
+                worker.proxy.listen,
             )

@@ -33,6 +33,7 @@ from inferwatch.agent.exposition import Exposition
 if TYPE_CHECKING:
     from inferwatch.agent.collectors.kubernetes import KubernetesSource
     from inferwatch.agent.collectors.podworkers import PodWorker
+    from inferwatch.agent.proxy import ProxySource
 
 #: the source revision the agent was built from (the image sets it at build time)
 REVISION = os.environ.get("INFERWATCH_REVISION", "unknown")[:64]
@@ -80,6 +81,8 @@ class Agent:
         self.ready_checks: list[Callable[[], bool]] = []
         self.process: ProcessSource | None = None
         self.engine: EngineSource | None = None
+        #: the measuring proxies of the workers that have one (``workers[].proxy``)
+        self.proxy: ProxySource | None = None
         #: the workers watched now: the configured ones, then those discovery found
         self.workers: tuple[WorkerSpec, ...] = config.workers
         self.kubernetes: KubernetesSource | None = None
@@ -110,6 +113,12 @@ class Agent:
             self.sources.append(self.kubernetes)
         if config.workers or config.kubernetes is not None:
             self.sources += [engine, process]
+        if any(w.proxy is not None for w in config.workers):
+            from inferwatch.agent.proxy import ProxySource
+
+            self.proxy = ProxySource(config.workers, config.collect_interval, engine.proxy_view)
+            engine.proxy_fill = self.proxy.contract_fill
+            self.sources.append(self.proxy)
         kube = self.kubernetes
 
         def worker_gpu_inputs() -> list[WorkerGpuInputs]:
@@ -266,8 +275,16 @@ class Agent:
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
 
     async def start(self) -> None:
-        for source in self.sources:
-            await source.start()
+        started: list[Source] = []
+        try:
+            for source in self.sources:
+                await source.start()
+                started.append(source)
+        except BaseException:  # a proxy that cannot listen: undo what started
+            for source in started:
+                with contextlib.suppress(Exception):
+                    await source.stop()
+            raise
         self.output.rebuild()
         for s in self.sources:
             self._tasks[s] = asyncio.create_task(self._loop(s), name=f"source-{s.name}")
@@ -303,6 +320,7 @@ class Agent:
                 gate = new_gate
         # everything that can fail is built: from here on the reload is applied whole
         engine.reconfigure(config)
+        # the proxies stay as they are: their settings need a restart (docs/proxy.md)
         kept = [s for s in self.sources if s.name not in ("engine", "process", "warmup")]
         sources = ([engine, process] if config.workers else []) + kept
         if gate is not None:

@@ -228,6 +228,37 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
     )
 
 
+#: the worker dashboard's panel of the measuring proxy's TTFT next to the rules' one
+PROXY_GAP_TITLE = "TTFT P99: engine and clients"
+
+
+def proxy_gap_panel(t: Thresholds) -> Any:
+    """The TTFT P99 the rules read (the engine's histogram, else the measuring proxy's)
+    and the one the proxy's clients got: the gap is queueing and network in front of the
+    engine (docs/proxy.md)."""
+    proxied = worker_buckets(t, "inferwatch_proxy_ttft_seconds", "worker")
+    return p.timeseries(
+        PROXY_GAP_TITLE,
+        "TTFT P99 per worker as the rules read it (the engine's histogram; the measuring "
+        "proxy's for an engine without one) and as the clients of the agent's measuring "
+        "proxy got it (workers[].proxy, docs/proxy.md). The gap is the time in front of "
+        "the engine: its HTTP queue, the network, a load balancer. Empty for workers "
+        f"without the proxy. The dashed line is the P99 SLO, {_secs(t.ttft.p99_slo_seconds)}.",
+        [
+            Query(
+                f"max by (worker) ({names(t).quantile('worker', 'ttft', 'p99')}{worker_sel()})",
+                "{{worker}} rules",
+            ),
+            Query(f"histogram_quantile(0.99, {proxied})", "{{worker}} clients (proxy)"),
+        ],
+        unit="s",
+        min_value=0,
+        thresholds=slo_steps(t.ttft.p99_slo_seconds),
+        threshold_style="dashed",
+        fill=0,
+    )
+
+
 def gpu_state_panel(t: Thresholds) -> Any:
     return p.state_timeline(
         "GPU state",
@@ -750,6 +781,7 @@ def worker(t: Thresholds) -> dict[str, Any]:
                 12,
                 8,
             ),
+            Cell(proxy_gap_panel(t), 24, 8),
             *[
                 Cell(
                     bucket_heatmap(

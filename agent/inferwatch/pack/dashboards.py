@@ -160,6 +160,11 @@ HARDWARE_OPTIONAL: dict[str, HardwareOptional] = {
         "them (docs/engines.md: vLLM); the queue-time lines are required",
         frozenset({"A", "B", "C", "D"}),
     ),
+    "TTFT P99: engine and clients": HardwareOptional(
+        "the measuring proxy's series exist only for workers with workers[].proxy "
+        "(docs/proxy.md); the rules' TTFT line is required",
+        frozenset({"B"}),
+    ),
     "LoRA adapters": HardwareOptional(
         "LoRA series exist only for a vLLM worker started with --enable-lora"
     ),

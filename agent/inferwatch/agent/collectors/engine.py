@@ -15,7 +15,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -36,6 +36,7 @@ from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, st
 from inferwatch.engines.mapping import (
     LORA_ACTIVE,
     LORA_MAX,
+    Histogram,
     LabelKey,
     Mapped,
     ParseError,
@@ -166,6 +167,8 @@ class WorkerState:
     #: series cut by the per-worker cap, summed over scrapes; whether the last was cut
     series_dropped: int = 0
     capped: bool = False
+    #: contract targets filled from the measuring proxy (the engine has none of its own)
+    proxy_filled: frozenset[str] = frozenset()
 
     def forget(self) -> None:
         """Drop engine data and history: a worker that is gone leaves nothing stale."""
@@ -240,6 +243,14 @@ class _Families:
         fam.add_metric(values, buckets, hist.sum)  # type: ignore[attr-defined]
 
 
+#: (worker, the engine's model labels, the contract targets the engine has) -> the
+#: proxy's histograms and counters by target and label key
+ProxyFill = Callable[
+    [str, set[str], frozenset[str]],
+    tuple[Mapping[str, Mapping[LabelKey, Histogram]], Mapping[str, Mapping[LabelKey, float]]],
+]
+
+
 class EngineSource(Source):
     """All configured workers' engine metrics."""
 
@@ -269,6 +280,9 @@ class EngineSource(Source):
         self._parser_closed = False
         #: scrapes still running from an earlier pass (a hanging worker): not restarted
         self._inflight: dict[str, asyncio.Task[None]] = {}
+        #: the measuring proxy's histograms and counters for the contract targets an
+        #: engine lacks (``ProxySource.contract_fill``); None without proxies
+        self.proxy_fill: ProxyFill | None = None
 
     @staticmethod
     def _new_state(spec: WorkerSpec) -> WorkerState:
@@ -559,9 +573,39 @@ class EngineSource(Source):
             )
         if state.described is not None:
             mapped = selfdesc.with_model(mapped, state.described.model)
+        if self.proxy_fill is not None and state.spec.proxy is not None:
+            mapped = self._with_proxy(state, mapped)
         # Monotonic time: a step of the wall clock (NTP) must not freeze the windows.
         self._update_windows(state, mapped, time.monotonic())
         state.mapped = mapped
+
+    def _with_proxy(self, state: WorkerState, mapped: Mapped) -> Mapped:
+        """The proxy's measurements under the contract's names the engine has none for
+        (llama.cpp: TTFT, TPOT, end to end; TGI: TTFT): one definition per worker, the
+        engine's where it has one (docs/proxy.md)."""
+        assert self.proxy_fill is not None
+        table = ENGINES.get(mapped.engine)
+        has = frozenset(s.target for s in table.signals) if table else frozenset()
+        hists, counters = self.proxy_fill(state.spec.name, mapped.models() - {""}, has)
+        state.proxy_filled = frozenset(hists) | frozenset(counters)
+        if not state.proxy_filled:
+            return mapped
+        return replace(
+            mapped,
+            histograms={**mapped.histograms, **hists},
+            counters={**mapped.counters, **counters},
+        )
+
+    def proxy_view(self, worker: str) -> tuple[str, set[str], frozenset[str]]:
+        """The engine's name, its model labels and the contract targets it has (for the
+        proxy's own families, labelled like the engine's)."""
+        state = self.workers.get(worker)
+        if state is None:
+            return "", set(), frozenset()
+        engine = state.engine.name if state.engine else ""
+        if state.mapped is None:
+            return engine, set(), frozenset()
+        return state.mapped.engine, state.mapped.models() - {""}, state.proxy_filled
 
     def _maybe_redetect(self, state: WorkerState, reason: str) -> None:
         """With ``engine: auto``, a port that stops carrying its engine's data is looked
@@ -728,6 +772,7 @@ class EngineSource(Source):
         exported = {s.target for s in state.engine.signals if s.export} if state.engine else set()
         if state.engine is not None and state.engine.lora is not None:
             exported |= {LORA_ACTIVE, LORA_MAX}
+        exported |= state.proxy_filled
         for target, series in sorted(mapped.gauges.items()):
             if target not in exported or target == "inferwatch_max_num_seqs":
                 continue
@@ -741,9 +786,9 @@ class EngineSource(Source):
         # export_histograms: false keeps the buckets out of the agent's exposition when
         # Prometheus stores the engine's own (issue 23 item 2); the windows above still
         # read them, so the quantile gauges stay.
-        for target, hseries in (
-            sorted(mapped.histograms.items()) if state.spec.export_histograms else ()
-        ):
+        for target, hseries in sorted(mapped.histograms.items()):
+            if not state.spec.export_histograms and target not in state.proxy_filled:
+                continue
             for key, hist in sorted(hseries.items()):
                 out.histogram(target, *_labels(name, engine, key, extra), hist)
         for (target, key), qs in sorted(state.quantiles.items()):
