@@ -17,7 +17,7 @@ import pytest
 
 from inferwatch.advise.agent import Scrape, parse_exposition
 from inferwatch.advise.shadow import load_state, metrics_text, render, step
-from inferwatch.advise.twin import Interval, Load, NotEnough, Setting, StepFit, fit_steps, simulate
+from inferwatch.advise.twin import Load, NotEnough, Setting, StepFit, fit_steps, simulate
 from inferwatch.advise.whatif import observe, parse_what_if, predict, suggest
 from inferwatch.errors import ConfigError
 
@@ -70,7 +70,9 @@ def samples(
 ) -> list[tuple[float, Scrape]]:
     """One scrape per batch size: the tokens the known step law gives in ``dt`` seconds."""
     gen = prompt = finished = 0.0
-    out = [(0.0, parse_exposition(exposition("w", 0, 0, batches[0], queue, slots, gpu, kv, 0, flags)))]
+    out = [
+        (0.0, parse_exposition(exposition("w", 0, 0, batches[0], queue, slots, gpu, kv, 0, flags)))
+    ]
     t = 0.0
     for b in batches:
         # per step: b decode tokens, and prompt tokens in the ratio prompt/output
@@ -81,7 +83,12 @@ def samples(
         finished = gen / output_tokens
         t += dt
         out.append(
-            (t, parse_exposition(exposition("w", gen, prompt, b, queue, slots, gpu, kv, finished, flags)))
+            (
+                t,
+                parse_exposition(
+                    exposition("w", gen, prompt, b, queue, slots, gpu, kv, finished, flags)
+                ),
+            )
         )
     return out
 
@@ -208,7 +215,7 @@ def test_gpu_memory_utilization_grows_the_kv_pool() -> None:
     assert any("--weights" in n for n in pred.notes)
     llama = observe(samples(RAMP, queue=0, slots=8, flags={"max_num_seqs": "8"}))
     llama.engine = "llamacpp"
-    with pytest.raises(ConfigError, match="llama.cpp"):
+    with pytest.raises(ConfigError, match=r"llama\.cpp"):
         predict(llama, "gpu-memory-utilization", 0.9)
 
 
@@ -244,7 +251,10 @@ def test_shadow_records_prediction_and_outcome_of_a_flag_change(tmp_path: Path) 
     text = render(state)
     assert "max_num_seqs 8 -> 4" in text
     prom = metrics_text(state)
-    assert 'inferwatch_whatif_predicted{worker="w",flag="max_num_seqs",to="4",figure="throughput"}' in prom
+    assert (
+        'inferwatch_whatif_predicted{worker="w",flag="max_num_seqs",to="4",figure="throughput"}'
+        in prom
+    )
     parse_exposition(prom)  # valid exposition
 
 
@@ -281,8 +291,15 @@ def test_cli_reads_a_trace_and_answers_in_json(tmp_path: Path) -> None:
         prompt += steps * 2 * b
         text.append(exposition("w", gen, prompt, b, 0, 8, finished=gen / 100))
     with gzip.open(path, "wt") as out:
-        write_header(out, {"scrape_interval_s": 2, "source": "test", "phases": [
-            {"name": "load", "start": 0, "end": 2 * len(RAMP)}], "workers": {"w": {"engine": "vllm", "slots": 8}}})
+        write_header(
+            out,
+            {
+                "scrape_interval_s": 2,
+                "source": "test",
+                "phases": [{"name": "load", "start": 0, "end": 2 * len(RAMP)}],
+                "workers": {"w": {"engine": "vllm", "slots": 8}},
+            },
+        )
         for i, t in enumerate(text):
             write_record(out, 2.0 * i, "agent", t)
     done = _cli("--trace", str(path), "--what-if", "max-num-seqs=4", "--json")

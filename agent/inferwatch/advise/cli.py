@@ -276,7 +276,7 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "what_if", None) or getattr(args, "shadow", None):
         from inferwatch.advise.whatif_cli import main_shadow, main_what_if
 
-        return main_shadow(args) if args.shadow else main_what_if(args)
+        return main_shadow(args, parse_time) if args.shadow else main_what_if(args, parse_time)
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.validate import duration
 

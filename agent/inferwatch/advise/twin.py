@@ -270,7 +270,7 @@ def simulate(
         while waiting and len(active) < kv_slots:
             _, arrived = waiting.popleft()
             active.append([arrived, float(prompt), float(output), 0.0])
-        budget = setting.batch_tokens
+        budget = float(setting.batch_tokens)
         decoding = [s for s in active if s[1] <= 0]
         budget -= len(decoding)
         prefill = 0.0
@@ -303,8 +303,10 @@ def simulate(
             last_done = t
             active = [s for s in active if s[2] > 0]
     end = max(last_done, load.span) or 1.0
+    # replayed sends: from the first send to the last answer, as a client measures it
+    window = (last_done - times[0]) if arrivals is not None and times else end
     return Outcome(
-        throughput=generated * setting.replicas / end,
+        throughput=generated * setting.replicas / (window or 1.0),
         ttft_p50=quantile(ttfts, 0.5),
         ttft_p95=quantile(ttfts, 0.95),
         queue_mean=queue_area / end * setting.replicas,

@@ -8,6 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, parse_exposition
@@ -183,8 +184,9 @@ def _clean(doc: Any) -> Any:
 # --------------------------------------------------------------------------- main
 
 
-def read_samples(args: Any, thresholds: Any) -> tuple[list[tuple[float, Scrape]], str]:
-    from inferwatch.advise.cli import parse_time
+def read_samples(
+    args: Any, thresholds: Any, parse_time: Callable[[str, float, str], float]
+) -> tuple[list[tuple[float, Scrape]], str]:
     from inferwatch.validate import duration
 
     span = duration(args.span, SOURCE, "--span")
@@ -215,7 +217,7 @@ def read_samples(args: Any, thresholds: Any) -> tuple[list[tuple[float, Scrape]]
     )
 
 
-def main_what_if(args: Any) -> int:
+def main_what_if(args: Any, parse_time: Callable[[str, float, str], float]) -> int:
     from inferwatch.advise.capacity import parse_size
     from inferwatch.pack.thresholds import load_thresholds
 
@@ -225,7 +227,7 @@ def main_what_if(args: Any) -> int:
         raise ConfigError(SOURCE, "--output-tokens", "tokens greater than zero", args.output_tokens)
     weights = parse_size(args.weights, SOURCE, "--weights") if args.weights else None
     try:
-        samples, where = read_samples(args, thresholds)
+        samples, where = read_samples(args, thresholds, parse_time)
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3
@@ -255,7 +257,7 @@ def main_what_if(args: Any) -> int:
     return 0
 
 
-def main_shadow(args: Any) -> int:
+def main_shadow(args: Any, parse_time: Callable[[str, float, str], float]) -> int:
     """One shadow pass: observe every worker, keep its fit, judge any flag change."""
     from inferwatch.advise import shadow
     from inferwatch.advise.whatif import workers_in
@@ -266,7 +268,7 @@ def main_shadow(args: Any) -> int:
     thresholds = load_thresholds(args.thresholds)
     state = shadow.load_state(args.shadow)
     try:
-        samples, _where = read_samples(args, thresholds)
+        samples, _where = read_samples(args, thresholds, parse_time)
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3
