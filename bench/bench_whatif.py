@@ -22,78 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from inferwatch.advise.trace import Trace, measured, read_trace
-from inferwatch.advise.twin import NotEnough, fit_steps
-from inferwatch.advise.whatif import observe, predict
-
-#: the issue's targets: throughput and TTFT P50 within 15 %, P95 within 25 %
-TARGET = {"throughput": 0.15, "ttft_p50": 0.15, "ttft_p95": 0.25}
-
-
-def fit_trace(trace: Trace) -> tuple[Any, Any, list[float]]:
-    """The observation and fit of a trace's load phase, and its send times (from 0)."""
-    start, end = trace.phase("load")
-    clients = [(t, r) for t, r in trace.client if start - 1 <= t <= end]
-    ok = [r for _, r in clients if r.get("ok")]
-    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
-    # the agent's samples over the load and its drain, plus one before
-    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
-    obs = observe(scrapes, None, out_tokens)
-    fit = fit_steps(obs.intervals)
-    sends = sorted(t - scrapes[0][0] for t, _ in clients)
-    return obs, fit, sends
-
-
-def compare(paths: list[str]) -> list[dict[str, Any]]:
-    traces = sorted((read_trace(p) for p in paths), key=lambda t: t.slots())
-    rows = []
-    fits = {}
-    for tr in traces:
-        try:
-            fits[tr.slots()] = fit_trace(tr)
-        except NotEnough as exc:
-            print(f"{tr.path}: not fitted: {exc}", file=sys.stderr)
-    for tr in traces:
-        start, end = tr.phase("load")
-        meas = measured([(t, r) for t, r in tr.client if start - 1 <= t <= end])
-        for slots, (obs, fit, sends) in fits.items():
-            row: dict[str, Any] = {
-                "fit_slots": slots,
-                "slots": tr.slots(),
-                "measured": {
-                    "throughput": meas.throughput,
-                    "ttft_p50": meas.ttft_p50,
-                    "ttft_p95": meas.ttft_p95,
-                    "requests": meas.requests,
-                    "failed": meas.failed,
-                },
-            }
-            try:
-                pred = predict(obs, "max-num-seqs", tr.slots(), fit, arrivals=sends)
-            except NotEnough as exc:
-                row["refused"] = str(exc).split(": ", 1)[-1]
-                rows.append(row)
-                continue
-            row["predicted"] = {
-                "throughput": pred.new.throughput,
-                "ttft_p50": pred.new.ttft_p50,
-                "ttft_p95": pred.new.ttft_p95,
-            }
-            row["error"] = {
-                k: (row["predicted"][k] - row["measured"][k]) / row["measured"][k]
-                for k in TARGET
-                if row["measured"][k] and not math.isnan(row["measured"][k])
-            }
-            row["extrapolated"] = pred.band is not None
-            row["fit"] = {
-                "a_ms": fit.a * 1e3,
-                "k_ms": fit.k * 1e3,
-                "p_us": fit.p * 1e6,
-                "k_source": fit.k_source,
-                "batch": [fit.batch_min, fit.batch_max],
-            }
-            rows.append(row)
-    return rows
+from inferwatch.advise.trace import TARGET, compare
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
