@@ -146,7 +146,7 @@ def test_a_value_the_engine_would_refuse_is_one_line(text: str, needle: str) -> 
 
 
 def test_too_few_observations_name_what_is_missing() -> None:
-    with pytest.raises(NotEnough, match="busy interval"):
+    with pytest.raises(NotEnough, match="busy window"):
         fit_steps(observe(samples([4, 4], queue=0, slots=8)).intervals)
     no_requests = [
         (t, [s for s in scrape if s[0] != "inferwatch_requests_finished_total"])
@@ -241,7 +241,7 @@ def test_shadow_records_prediction_and_outcome_of_a_flag_change(tmp_path: Path) 
     state = load_state(str(tmp_path / "state.json"))
     before = observe(samples(RAMP, queue=0, slots=8, flags={"max_num_seqs": "8"}))
     assert step(state, before, fit_steps(before.intervals), [], now=1000.0) is None
-    after_samples = samples([4] * 10 + [3, 2], queue=2, slots=4, flags={"max_num_seqs": "4"})
+    after_samples = samples([4] * 16 + [3, 2], queue=2, slots=4, flags={"max_num_seqs": "4"})
     after = observe(after_samples)
     rec = step(state, after, fit_steps(after.intervals), after_samples[-1][1], now=2000.0)
     assert rec is not None and (rec["flag"], rec["from"], rec["to"]) == ("max_num_seqs", "8", "4")

@@ -138,6 +138,7 @@ def record(
 ) -> Path:
     """Run ``load`` against a fresh ``llama-server --parallel slots``; write the trace."""
     worker = "llama"
+    tmp.mkdir(parents=True, exist_ok=True)
     server = LlamaServer(tmp, ("--metrics", "--parallel", str(slots)), name=f"llama-p{slots}")
     server.start()
     agent = Agent(tmp, worker, server.url)

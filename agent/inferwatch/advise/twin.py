@@ -138,13 +138,53 @@ MIN_INTERVALS = 5
 SPREAD_FOR_SLOPE = 1.5
 
 
-def fit_steps(intervals: Sequence[Interval]) -> StepFit:
-    """Fit the step-time curve from busy intervals (see the module's docstring)."""
-    busy = [i for i in intervals if i.busy and i.running >= 0.5 and i.generated > 0]
+def windows(intervals: Sequence[Interval], seconds: float) -> list[Interval]:
+    """Consecutive busy intervals merged into windows of ``seconds`` at least.
+
+    Some engines count tokens when a request ends (llama.cpp adds a request's answer
+    at once), so one scrape interval sees 0 or a whole answer; a window of several
+    seconds averages that out. The running gauge is weighted by time.
+    """
+    out: list[Interval] = []
+    group: list[Interval] = []
+
+    def close() -> None:
+        if group:
+            dt = sum(i.dt for i in group)
+            out.append(
+                Interval(
+                    dt=dt,
+                    running=sum(i.running * i.dt for i in group) / dt,
+                    generated=sum(i.generated for i in group),
+                    prompt=sum(i.prompt for i in group),
+                    busy=True,
+                )
+            )
+            group.clear()
+
+    for i in intervals:
+        if not i.busy or i.running < 0.5:
+            close()  # a window never spans idle time
+            continue
+        group.append(i)
+        if sum(g.dt for g in group) >= seconds:
+            close()
+    if group and sum(g.dt for g in group) >= seconds / 2:
+        close()
+    return out
+
+
+#: seconds of samples merged into one row of the fit
+FIT_WINDOW = 5.0
+
+
+def fit_steps(intervals: Sequence[Interval], window: float = FIT_WINDOW) -> StepFit:
+    """Fit the step-time curve from busy windows (see the module's docstring)."""
+    busy = [i for i in windows(intervals, window) if i.generated > 0]
     if len(busy) < MIN_INTERVALS:
         raise NotEnough(
-            f"{len(busy)} busy interval(s) with tokens generated, {MIN_INTERVALS} needed: "
-            "observe the worker longer, while it serves"
+            f"{len(busy)} busy window(s) of {window:g} s with tokens generated, "
+            f"{MIN_INTERVALS} needed: observe the worker longer, while it serves"
         )
     ys = [i.dt for i in busy]
     b_min = min(i.running for i in busy)
