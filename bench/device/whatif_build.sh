@@ -16,6 +16,7 @@ cmake -S "$work/llama.cpp" -B "$work/build-$cuda" -G Ninja -DCMAKE_BUILD_TYPE=Re
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DGGML_CUDA=$cuda \
   -DCMAKE_CUDA_ARCHITECTURES=90 >"$work/configure-$cuda.log"
 cmake --build "$work/build-$cuda" --target llama-server -j"$(nproc)" >"$work/build-$cuda.log"
+[ -L "$repo/.llama-server" ] && rm -f "$repo/.llama-server"
 mkdir -p "$repo/.llama-server"
 ln -sfn "$work/build-$cuda/bin/llama-server" "$repo/.llama-server/llama-server"
 ln -sfn "$repo/.gl/tiny.gguf" "$repo/.llama-server/tiny.gguf"
