@@ -66,8 +66,9 @@ def main() -> int:
     rec.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
     rec.add_argument("--rate", type=float, default=1.0, help="requests per second")
     rec.add_argument("--seconds", type=float, default=40.0, help="seconds of sends")
-    rec.add_argument("--n-predict", type=int, default=24)
-    rec.add_argument("--prompt-words", type=int, default=24)
+    rec.add_argument("--n-predict", type=int, default=128)
+    rec.add_argument("--prompt-words", type=int, default=160)
+    rec.add_argument("--stream", action="store_true", help="time the first token at the client")
     rec.add_argument("--out", default="bench/data/whatif-cpu")
     tab = sub.add_parser("table", help="predicted vs measured from traces")
     tab.add_argument("traces", nargs="+")
@@ -76,7 +77,9 @@ def main() -> int:
     if args.cmd == "record":
         from tests.support.tracerun import OpenLoad, record
 
-        load = OpenLoad(args.rate, args.seconds, args.prompt_words, args.n_predict)
+        load = OpenLoad(
+            args.rate, args.seconds, args.prompt_words, args.n_predict, stream=args.stream
+        )
         for slots in args.slots:
             with tempfile.TemporaryDirectory() as tmp:
                 path = record(Path(args.out) / f"parallel-{slots}.jsonl.gz", Path(tmp), slots, load)

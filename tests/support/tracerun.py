@@ -33,9 +33,13 @@ class OpenLoad:
 
     rate: float
     seconds: float
-    prompt_words: int = 24
-    n_predict: int = 24
+    prompt_words: int = 160
+    n_predict: int = 128
     seed: int = 7
+    #: streamed answers time the first token at the client; unstreamed ones (cheaper
+    #: for a client on a busy 2-core machine) take TTFT as the end-to-end time less the
+    #: server's generation time (``timings.predicted_ms``)
+    stream: bool = False
 
     def send_times(self) -> list[float]:
         rng = random.Random(self.seed)
@@ -76,15 +80,17 @@ class Agent:
         self.process.stop()
 
 
-def stream_completion(port: int, prompt: str, n_predict: int, timeout: float) -> dict[str, Any]:
-    """One streamed ``/completion``: client-side TTFT (first token event), TPOT, e2e."""
+def stream_completion(
+    port: int, prompt: str, n_predict: int, timeout: float, stream: bool = True
+) -> dict[str, Any]:
+    """One ``/completion``: client-side TTFT, TPOT and end-to-end time (see OpenLoad.stream)."""
     body = json.dumps(
         {
             "prompt": prompt,
             "n_predict": n_predict,
             "ignore_eos": True,
             "cache_prompt": False,
-            "stream": True,
+            "stream": stream,
         }
     )
     sent = time.monotonic()
@@ -96,6 +102,20 @@ def stream_completion(port: int, prompt: str, n_predict: int, timeout: float) ->
         resp = conn.getresponse()
         if resp.status != 200:
             return {"ok": False, "status": resp.status}
+        if not stream:
+            last = json.loads(resp.read())
+            end = time.monotonic()
+            timings = last.get("timings") or {}
+            gen = int(timings.get("predicted_n") or 0)
+            gen_s = float(timings.get("predicted_ms") or 0.0) / 1000
+            return {
+                "ok": gen > 0,
+                "ttft_s": round(max(end - sent - gen_s, 0.0), 5),
+                "tpot_s": round(gen_s / max(gen - 1, 1), 6),
+                "e2e_s": round(end - sent, 5),
+                "prompt_tokens": int(timings.get("prompt_n") or 0),
+                "gen_tokens": gen,
+            }
         for raw in resp:
             line = raw.strip()
             if not line.startswith(b"data:"):
@@ -157,7 +177,9 @@ def record(
             stop.wait(max(0.0, scrape_interval - (time.time() - t)))
 
     def client(i: int, when: float) -> None:
-        answer = stream_completion(server.port, load.prompt(i), load.n_predict, timeout)
+        answer = stream_completion(
+            server.port, load.prompt(i), load.n_predict, timeout, load.stream
+        )
         answer["worker"] = worker
         with lock:
             records.append((when, "client", answer))
@@ -192,6 +214,7 @@ def record(
         "phases": [{"name": "load", "start": start, "end": end}],
         "workers": {worker: {"engine": "llamacpp", "slots": slots}},
         "load": {
+            "stream": load.stream,
             "rate": load.rate,
             "seconds": load.seconds,
             "n_predict": load.n_predict,
