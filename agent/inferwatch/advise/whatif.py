@@ -106,6 +106,10 @@ class Observed:
     running_mean: float = 0.0
     long_prompt_share: float | None = None
     vram_total_bytes: float | None = None
+    #: the engine's own TTFT quantiles at the end of the span (None where it has none)
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    busy: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -280,7 +284,17 @@ def observe(
         running_mean=mean(running) or 0.0,
         long_prompt_share=long_share,
         vram_total_bytes=vram,
+        ttft_p50=_ttft(last, worker, "0.5"),
+        ttft_p95=_ttft(last, worker, "0.95"),
+        busy=sum(i.dt for i in intervals if i.busy) / span if span > 0 else None,
     )
+
+
+def _ttft(scrape: Scrape, worker: str, q: str) -> float | None:
+    found = [
+        v for _, v in _values(scrape, "inferwatch_ttft_quantile_seconds", worker=worker, quantile=q)
+    ]
+    return max(found) if found else None
 
 
 def _num(text: str | None) -> float | None:
@@ -475,10 +489,14 @@ def predict(
             )
         range_note = (
             f"extrapolated: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} observed, "
-            f"{setting.slots} asked ({ratio:.1f}x); the band is the slope k halved and doubled"
+            f"{setting.slots} asked ({ratio:.1f}x); the band: the slope k halved, and doubled "
+            "plus a tenth of the fixed step cost per sequence (same step time at the largest "
+            "batch observed)"
         )
-        lo = replace(fit, k=fit.k / 2, a=fit.a + fit.k / 2 * fit.batch_max)
-        hi = replace(fit, k=fit.k * 2, a=max(0.0, fit.a - fit.k * fit.batch_max))
+        b = fit.batch_max
+        k_lo, k_hi = fit.k / 2, fit.k * 2 + fit.a / 10
+        lo = replace(fit, k=k_lo, a=fit.a + (fit.k - k_lo) * b)
+        hi = replace(fit, k=k_hi, a=max(0.0, fit.a - (k_hi - fit.k) * b))
         base_lo = run_twin(lo, obs, base, arrivals)
         base_hi = run_twin(hi, obs, base, arrivals)
         band = (

@@ -131,13 +131,16 @@ def render_prediction(pred: Prediction) -> str:
     ]
     header = f"  {'':18}{'observed':>12}{'twin now':>12}{'predicted':>12}"
     if pred.band:
-        header += f"{'band':>22}"
+        header += f"  {'band':>24}"
     lines.append(header)
     observed = {
         "throughput": obs.load.arrival_rate * obs.load.output_tokens,
         "queue": obs.queue_mean,
         "gpu_utilization": obs.gpu_utilization,
         "kv_usage": obs.kv_usage_peak,
+        "ttft_p50": obs.ttft_p50,
+        "ttft_p95": obs.ttft_p95,
+        "busy": obs.busy,
     }
     units = {"throughput": "tok/s"}
     for label, unit, key in ROWS:
@@ -145,7 +148,7 @@ def render_prediction(pred: Prediction) -> str:
         row += f"{_f(getattr(pred.current, key), unit):>12}{_f(getattr(pred.new, key), unit):>12}"
         if pred.band:
             lo, hi = (getattr(b, key) for b in pred.band)
-            row += f"{_f(lo, unit) + ' .. ' + _f(hi, unit):>22}"
+            row += f"  {_f(lo, unit) + ' .. ' + _f(hi, unit):>24}"
         lines.append(row)
     del units
     for note in pred.notes:
