@@ -309,3 +309,64 @@ def test_cli_reads_a_trace_and_answers_in_json(tmp_path: Path) -> None:
     assert doc["predicted"]["throughput"] > 0 and doc["range"].startswith("within")
     plain = _cli("--trace", str(path), "--what-if", "parallel=4")
     assert "What if max-num-seqs=4" in plain.stdout and "TTFT P95" in plain.stdout
+
+
+def test_prometheus_gives_the_answer_the_samples_give(tmp_path: Path) -> None:
+    """The same samples backfilled into a real Prometheus: --prometheus-url answers alike."""
+    from tests.support.proc import (
+        PROMETHEUS,
+        PROMTOOL,
+        Process,
+        free_port,
+        http_get,
+        require_binary,
+        wait_until,
+    )
+
+    promtool = require_binary(PROMTOOL, "promtool")
+    binary = require_binary(PROMETHEUS, "prometheus")
+    t0 = 1_795_000_000.0  # 2026-11-18
+    data = samples(RAMP * 2, queue=0, slots=8, dt=15.0)
+    families: dict[str, list[str]] = {}
+    for t, scrape in data:
+        for name, labels, value in scrape:
+            lab = {**labels, "job": "inferwatch", "instance": "gpu-a:10127"}
+            sel = ",".join(f'{k}="{v}"' for k, v in sorted(lab.items()))
+            families.setdefault(name, []).append(f"{name}{{{sel}}} {value} {t0 + t:.3f}")
+    om = tmp_path / "data.om"
+    om.write_text("\n".join(line for lines in families.values() for line in lines) + "\n# EOF\n")
+    blocks = tmp_path / "data"
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(blocks)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    port = free_port()
+    (tmp_path / "prometheus.yml").write_text("global: {}\n")
+    prom = Process(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={blocks}",
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        tmp_path / "prometheus.log",
+    )
+    try:
+        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/-/ready", timeout=2)[0] == 200, 90)
+        end = t0 + data[-1][0]
+        done = _cli(
+            "--prometheus-url", f"http://127.0.0.1:{port}", "--start", f"{t0:.0f}",
+            "--end", f"{end:.0f}", "--what-if", "max-num-seqs=4", "--json",
+        )  # fmt: skip
+    finally:
+        prom.stop()
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)["what_if"]
+    direct = predict(observe(data), "max-num-seqs", 4)
+    assert got["fit"]["batch_max"] == pytest.approx(direct.fit.batch_max)
+    assert got["fit"]["a"] == pytest.approx(direct.fit.a, rel=0.02)
+    assert got["predicted"]["throughput"] == pytest.approx(direct.new.throughput, rel=0.02)
+    assert got["predicted"]["ttft_p95"] == pytest.approx(direct.new.ttft_p95, rel=0.05)

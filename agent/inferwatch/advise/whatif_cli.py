@@ -213,7 +213,8 @@ def read_samples(
     if start >= end:
         raise ConfigError(SOURCE, "--start", f"a time before --end ({end:.0f})", args.start)
     selector = "{" + args.selector + "}" if args.selector else thresholds.pack.selector()
-    step = max(every, (end - start) / 2000)
+    # one pseudo-sample per Prometheus scrape: 15 s unless --every says otherwise
+    step = max(every if args.every != "1s" else 15.0, (end - start) / 2000)
     return (
         scrape_prometheus(args.prometheus_url, start, end, step, selector, args.instance),
         f"{args.prometheus_url} over {end - start:.0f} s",
