@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from inferwatch.advise.agent import Scrape, parse_exposition
-from inferwatch.advise.twin import NotEnough, fit_steps, quantile
+from inferwatch.advise.twin import NotEnough, quantile
 from inferwatch.advise.whatif import observe, predict
 from inferwatch.errors import ConfigError
 
@@ -163,7 +163,7 @@ def fit_trace(trace: Trace) -> tuple[Any, Any, list[float]]:
     # the agent's samples over the load and its drain, plus one before
     scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
     obs = observe(scrapes, None, out_tokens)
-    fit = fit_steps(obs.intervals)
+    fit = obs.fit()
     sends = sorted(t - scrapes[0][0] for t, _ in clients)
     return obs, fit, sends
 

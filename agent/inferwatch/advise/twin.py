@@ -178,8 +178,21 @@ def windows(intervals: Sequence[Interval], seconds: float) -> list[Interval]:
 FIT_WINDOW = 5.0
 
 
-def fit_steps(intervals: Sequence[Interval], window: float = FIT_WINDOW) -> StepFit:
-    """Fit the step-time curve from busy windows (see the module's docstring)."""
+def fit_steps(
+    intervals: Sequence[Interval],
+    window: float = FIT_WINDOW,
+    tpot: float | None = None,
+    compute_bound: bool = False,
+) -> StepFit:
+    """Fit the step-time curve from busy windows (see the module's docstring).
+
+    ``tpot``: the engine's own mean time per output token over the span (a decode step
+    as a running sequence sees it), which separates decode from prefill where the
+    windows cannot (a saturated worker's windows all have the same prompt/answer
+    ratio). ``compute_bound``: no GPU is seen (a CPU engine), so where the slope
+    cannot be fitted a step is taken to grow in proportion to the batch.
+    Whatever the split, the fit is scaled so it gives the busy time observed.
+    """
     busy = [i for i in windows(intervals, window) if i.generated > 0]
     if len(busy) < MIN_INTERVALS:
         raise NotEnough(
@@ -189,6 +202,9 @@ def fit_steps(intervals: Sequence[Interval], window: float = FIT_WINDOW) -> Step
     ys = [i.dt for i in busy]
     b_min = min(i.running for i in busy)
     b_max = max(i.running for i in busy)
+    busy_time = sum(ys)
+    steps = sum(i.generated / i.running for i in busy)
+    prompt = sum(i.prompt for i in busy)
     if b_max / b_min >= SPREAD_FOR_SLOPE:
         rows = [[i.generated / i.running, i.generated, i.prompt] for i in busy]
         a, k, p = nnls(rows, ys)
@@ -196,18 +212,31 @@ def fit_steps(intervals: Sequence[Interval], window: float = FIT_WINDOW) -> Step
         if a <= 0 and k <= 0:
             raise NotEnough("the step times do not fit a + k x batch: observe a steadier load")
     else:
-        rows = [[i.generated / i.running, i.prompt] for i in busy]
-        s0, p = nnls(rows, ys)
-        b0 = sum(i.running for i in busy) / len(busy)
+        b0 = sum(i.running * i.dt for i in busy) / busy_time
+        if tpot and tpot * steps < busy_time and prompt > 0:
+            s0 = tpot
+            p = (busy_time - steps * s0) / prompt
+        elif tpot:
+            s0, p = busy_time / steps, 0.0
+        else:
+            s0, p = nnls([[i.generated / i.running, i.prompt] for i in busy], ys)
         if s0 <= 0:
             raise NotEnough("no decode step time in the samples: observe the worker longer")
-        k = min(p, 0.9 * s0 / b0)
+        if compute_bound:
+            k = 0.9 * s0 / b0
+            source = "assumed: a step grows with the batch (no GPU seen; batch sizes span too little to fit it)"
+        else:
+            k = min(p, 0.9 * s0 / b0)
+            source = "assumed k = p (observed batch sizes span too little to fit it)"
         a = s0 - k * b0
-        source = "assumed k = p (observed batch sizes span too little to fit it)"
-    pred = [a * r[0] + k * i.generated + p * i.prompt for r, i in zip(rows, busy, strict=True)]
-    total = sum(ys) or 1.0
+    # the same busy time as observed, whatever the split
+    total = a * steps + k * sum(i.generated for i in busy) + p * prompt
+    if total > 0:
+        scale = busy_time / total
+        a, k, p = a * scale, k * scale, p * scale
+    pred = [a * i.generated / i.running + k * i.generated + p * i.prompt for i in busy]
     resid = math.sqrt(sum((y - q) ** 2 for y, q in zip(ys, pred, strict=True)) / len(ys))
-    return StepFit(a, k, p, source, b_min, b_max, len(busy), resid / (total / len(ys)))
+    return StepFit(a, k, p, source, b_min, b_max, len(busy), resid / (busy_time / len(ys)))
 
 
 # --------------------------------------------------------------------------- simulation

@@ -110,6 +110,13 @@ class Observed:
     ttft_p50: float | None = None
     ttft_p95: float | None = None
     busy: float | None = None
+    #: the engine's mean time per output token while it served (None: not exported)
+    tpot: float | None = None
+    #: no GPU seen for the worker (a CPU engine)
+    cpu: bool = False
+
+    def fit(self) -> StepFit:
+        return fit_steps(self.intervals, tpot=self.tpot, compute_bound=self.cpu)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -287,7 +294,24 @@ def observe(
         ttft_p50=_ttft(last, worker, "0.5"),
         ttft_p95=_ttft(last, worker, "0.95"),
         busy=sum(i.dt for i in intervals if i.busy) / span if span > 0 else None,
+        tpot=_tpot(scrapes, worker),
+        cpu=not gpus,
     )
+
+
+def _tpot(scrapes: Sequence[tuple[float, Scrape]], worker: str) -> float | None:
+    """The engine's time per output token, averaged over the samples taken while it served."""
+    values = []
+    for _, s in scrapes:
+        running = _worker_sum(s, "inferwatch_requests_running", worker)
+        if not running:
+            continue
+        mean_tpot = _values(s, "inferwatch_tpot_mean_seconds", worker=worker)
+        median = _values(s, "inferwatch_tpot_quantile_seconds", worker=worker, quantile="0.5")
+        found = mean_tpot or median
+        if found and found[0][1] > 0:
+            values.append(found[0][1])
+    return sum(values) / len(values) if values else None
 
 
 def _ttft(scrape: Scrape, worker: str, q: str) -> float | None:
@@ -473,7 +497,7 @@ def predict(
     weights_bytes: float | None = None,
 ) -> Prediction:
     """The twin's figures at the current setting and at ``flag=value``."""
-    fit = fit or fit_steps(obs.intervals)
+    fit = fit or obs.fit()
     setting, notes = new_setting(obs, flag, value, weights_bytes)
     base = current_setting(obs)
     # the largest batch the new setting can run, against the largest observed
@@ -489,12 +513,16 @@ def predict(
             )
         range_note = (
             f"extrapolated: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} observed, "
-            f"{setting.slots} asked ({ratio:.1f}x); the band: the slope k halved, and doubled "
-            "plus a tenth of the fixed step cost per sequence (same step time at the largest "
-            "batch observed)"
+            f"{setting.slots} asked ({ratio:.1f}x); the band: a fitted slope k halved, and "
+            "doubled plus a tenth of the fixed step cost per sequence; an assumed one from a "
+            "flat step to one in proportion to the batch (same step time at the largest batch "
+            "observed)"
         )
         b = fit.batch_max
-        k_lo, k_hi = fit.k / 2, fit.k * 2 + fit.a / 10
+        if fit.k_source == "fitted":
+            k_lo, k_hi = fit.k / 2, fit.k * 2 + fit.a / 10
+        else:  # an assumed slope: from a flat step to one in proportion to the batch
+            k_lo, k_hi = 0.0, 0.95 * (fit.a + fit.k * b) / b
         lo = replace(fit, k=k_lo, a=fit.a + (fit.k - k_lo) * b)
         hi = replace(fit, k=k_hi, a=max(0.0, fit.a - (k_hi - fit.k) * b))
         base_lo = run_twin(lo, obs, base, arrivals)
@@ -566,7 +594,7 @@ def suggest(
     long_prompt_share: float = 0.02,
 ) -> Suggestion:
     """The lever for this worker: which flag to change, to what, and what to expect."""
-    fit = fit or fit_steps(obs.intervals)
+    fit = fit or obs.fit()
     slots_busy = obs.running_mean >= 0.9 * obs.slots
     over = obs.queue_mean >= 1.0 and slots_busy
     busy_time = sum(i.dt for i in obs.intervals if i.busy) or 1.0

@@ -13,7 +13,7 @@ from typing import Any
 
 from inferwatch.advise.agent import Scrape, parse_exposition
 from inferwatch.advise.model import Unreachable, fmt
-from inferwatch.advise.twin import NotEnough, fit_steps
+from inferwatch.advise.twin import NotEnough
 from inferwatch.advise.whatif import (
     SOURCE,
     Prediction,
@@ -237,7 +237,7 @@ def main_what_if(args: Any, parse_time: Callable[[str, float, str], float]) -> i
         return 3
     try:
         obs = observe(samples, args.worker, args.output_tokens)
-        fit = fit_steps(obs.intervals)
+        fit = obs.fit()
         if flag_value is None:
             s = suggest(
                 obs,
@@ -281,7 +281,7 @@ def main_shadow(args: Any, parse_time: Callable[[str, float, str], float]) -> in
     for name in names:
         try:
             obs = observe(samples, name, args.output_tokens)
-            fit = fit_steps(obs.intervals)
+            fit = obs.fit()
         except NotEnough as exc:
             skipped.append(str(exc))
             continue
