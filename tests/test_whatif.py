@@ -108,10 +108,14 @@ def test_the_fit_recovers_the_step_law_from_a_ramp() -> None:
 
 
 def test_a_flat_batch_states_its_assumption() -> None:
-    obs = observe(samples([8] * 20, queue=12, slots=8))
-    fit = fit_steps(obs.intervals)
+    gpu = observe(samples([8] * 20, queue=12, slots=8, gpu=0.5))
+    fit = gpu.fit()
     assert fit.k_source.startswith("assumed k = p")
+    # whatever the split, a step at the batch observed takes what it took
     assert fit.step(8, 0) + fit.p * 16 == pytest.approx(A + K * 8 + P * 16, rel=0.05)
+    cpu = observe(samples([8] * 20, queue=12, slots=8))
+    assert cpu.cpu and cpu.fit().k_source.startswith("assumed: a step grows with the batch")
+    assert cpu.fit().k * 8 > 0.8 * cpu.fit().step(8, 0)
 
 
 @pytest.mark.parametrize(
