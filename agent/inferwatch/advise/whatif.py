@@ -659,9 +659,14 @@ def suggest(
     return Suggestion(
         "slots",
         f"queue {obs.queue_mean:.1f} with every slot busy ({obs.running_mean:.1f} of {obs.slots}), "
-        + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "GPU unknown")
+        + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen")
         + (f", KV {obs.kv_usage_peak:.0%}" if obs.kv_usage_peak is not None else "")
-        + ": the slots are the bound, not the GPU; raise them, do not add replicas",
+        + (
+            ": the slots are the bound, not the GPU; raise them, do not add replicas"
+            if obs.gpu_utilization is not None
+            else ": the slots are the bound; with no GPU seen the twin takes a step to grow "
+            "with the batch, so more slots gain little throughput (see the band)"
+        ),
         "max-num-seqs",
         best.value,
         best,

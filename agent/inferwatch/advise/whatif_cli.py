@@ -134,7 +134,7 @@ def render_prediction(pred: Prediction) -> str:
         header += f"  {'band':>24}"
     lines.append(header)
     observed = {
-        "throughput": obs.load.arrival_rate * obs.load.output_tokens,
+        "throughput": sum(i.generated for i in obs.intervals) / obs.span if obs.span else None,
         "queue": obs.queue_mean,
         "gpu_utilization": obs.gpu_utilization,
         "kv_usage": obs.kv_usage_peak,
