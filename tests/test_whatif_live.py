@@ -30,7 +30,7 @@ DATA = REPO / "tests" / "data" / "whatif"
 TOLERANCE = {"throughput": 0.30}
 #: a run replayed from its own fit
 SELF_TOLERANCE = {"throughput": 0.10, "ttft_p50": 0.60, "ttft_p95": 0.60}
-LIVE_TOLERANCE = {"throughput": 0.50}
+LIVE_TOLERANCE = {"throughput": 0.80}
 
 
 def judged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,5 +93,5 @@ def test_a_fresh_pair_of_runs_predicts_each_other(tmp_path: Path) -> None:
 
 
 #: the live pair's load (shorter than the committed sweep's)
-LIVE_RATE = 4.0
-LIVE_SECONDS = 20.0
+LIVE_RATE = 5.0
+LIVE_SECONDS = 25.0
