@@ -93,5 +93,5 @@ def test_a_fresh_pair_of_runs_predicts_each_other(tmp_path: Path) -> None:
 
 
 #: the live pair's load (shorter than the committed sweep's)
-LIVE_RATE = 8.0
-LIVE_SECONDS = 20.0
+LIVE_RATE = 10.0
+LIVE_SECONDS = 35.0
