@@ -192,6 +192,13 @@ def test_gpu_saturated_wants_replicas() -> None:
     assert s.prediction is not None and s.prediction.new.queue < s.prediction.current.queue
 
 
+def test_a_busy_engine_without_a_gpu_wants_replicas_not_slots() -> None:
+    obs = observe(samples([8] * 30, queue=24, slots=8))
+    assert obs.cpu and obs.busy is not None and obs.busy > 0.9
+    s = suggest(obs)
+    assert s.lever == "replicas" and "compute-bound" in s.reason
+
+
 def test_a_full_kv_cache_is_never_answered_with_more_slots() -> None:
     obs = observe(samples([8] * 30, queue=24, slots=8, gpu=0.4, kv=0.97))
     s = suggest(obs)

@@ -627,6 +627,17 @@ def suggest(
             need,
             predict(obs, "replicas", need, fit),
         )
+    if obs.cpu and (obs.busy or 0.0) >= 0.9:
+        need = _replicas_for(obs, fit)
+        return Suggestion(
+            "replicas",
+            f"no GPU seen and the engine busy {obs.busy:.0%} of the time: a CPU engine at its "
+            "slot limit is compute-bound (more slots made the measured llama.cpp slower, "
+            "docs/advise.md); add replicas",
+            "replicas",
+            need,
+            predict(obs, "replicas", need, fit),
+        )
     if gpu_sat:
         need = _replicas_for(obs, fit)
         return Suggestion(
