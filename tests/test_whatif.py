@@ -381,3 +381,20 @@ def test_prometheus_gives_the_answer_the_samples_give(tmp_path: Path) -> None:
     assert got["fit"]["a"] == pytest.approx(direct.fit.a, rel=0.02)
     assert got["predicted"]["throughput"] == pytest.approx(direct.new.throughput, rel=0.02)
     assert got["predicted"]["ttft_p95"] == pytest.approx(direct.new.ttft_p95, rel=0.05)
+
+
+def test_cli_shadow_over_two_recorded_runs(tmp_path: Path) -> None:
+    """The real llama-server at 1 then 2 slots: the second pass judges the first's fit."""
+    data = Path(__file__).parent / "data" / "whatif"
+    state, prom = tmp_path / "state.json", tmp_path / "whatif.prom"
+    common = ["--output-tokens", "128", "--shadow", str(state), "--shadow-metrics", str(prom)]
+    first = _cli("--trace", str(data / "parallel-1.jsonl.gz"), *common)
+    assert first.returncode == 0, first.stderr
+    assert "no flag change seen yet" in first.stdout
+    second = _cli("--trace", str(data / "parallel-2.jsonl.gz"), *common)
+    assert second.returncode == 0, second.stderr
+    assert "llama: max_num_seqs 1 -> 2" in second.stdout
+    change = json.loads(state.read_text())["changes"][0]
+    assert change["predicted"]["throughput"] > 0 and change["measured"]["throughput"] > 0
+    gauges = parse_exposition(prom.read_text())
+    assert any(n == "inferwatch_whatif_error_ratio" for n, _, _ in gauges)
