@@ -142,7 +142,6 @@ def render_prediction(pred: Prediction) -> str:
         "ttft_p95": obs.ttft_p95,
         "busy": obs.busy,
     }
-    units = {"throughput": "tok/s"}
     for label, unit, key in ROWS:
         row = f"  {label:18}{_f(observed.get(key), unit):>12}"
         row += f"{_f(getattr(pred.current, key), unit):>12}{_f(getattr(pred.new, key), unit):>12}"
@@ -150,7 +149,6 @@ def render_prediction(pred: Prediction) -> str:
             lo, hi = (getattr(b, key) for b in pred.band)
             row += f"  {_f(lo, unit) + ' .. ' + _f(hi, unit):>24}"
         lines.append(row)
-    del units
     for note in pred.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines) + "\n"
