@@ -88,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--thresholds", metavar="FILE", help="thresholds.yaml overrides (default: packaged)"
     )
+    add_what_if_arguments(parser)
     sub = parser.add_subparsers(dest="advise_mode", metavar="MODE")
     cap = sub.add_parser(
         "capacity",
@@ -119,6 +120,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--usable", type=float, default=0.8, help="share of VRAM for weights + KV (default 0.8)"
     )
     cap.add_argument("--json", action="store_true", help="JSON for tools")
+
+
+def add_what_if_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--what-if`` and ``--shadow`` (the capacity twin, docs/advise.md "What-if")."""
+    parser.add_argument(
+        "--what-if",
+        metavar="FLAG=VALUE",
+        help="predict throughput, TTFT, queue, GPU and KV at FLAG=VALUE (max-num-seqs or "
+        "parallel, max-num-batched-tokens, gpu-memory-utilization, replicas); `suggest` "
+        "picks the lever",
+    )
+    parser.add_argument(
+        "--shadow",
+        metavar="STATE",
+        help="shadow mode: record the twin's fit in STATE (JSON); when a worker's launch "
+        "flags change, compare its prediction with what followed",
+    )
+    parser.add_argument(
+        "--shadow-metrics",
+        metavar="FILE",
+        help="shadow mode: write inferwatch_whatif_* gauges to FILE (textfile collector format)",
+    )
+    parser.add_argument("--trace", metavar="FILE", help="what-if: read a recorded trace instead")
+    parser.add_argument(
+        "--phase", metavar="NAME", help="what-if: the trace's phase (default: first)"
+    )
+    parser.add_argument(
+        "--span",
+        metavar="DURATION",
+        default="60s",
+        help="what-if, agent mode: how long to observe (default 60s)",
+    )
+    parser.add_argument(
+        "--output-tokens",
+        type=float,
+        metavar="N",
+        help="what-if: mean answer length, for engines that count no requests (llama.cpp)",
+    )
+    parser.add_argument(
+        "--weights",
+        metavar="SIZE",
+        help="what-if gpu-memory-utilization: the model's weights (24GiB), for the exact KV pool",
+    )
+    parser.add_argument(
+        "--instance", metavar="HOST:PORT", help="what-if, Prometheus: the agent's instance"
+    )
 
 
 def capacity_input(args: argparse.Namespace) -> Any:
@@ -226,6 +273,10 @@ def main_capacity(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if getattr(args, "advise_mode", None) == "capacity":
         return main_capacity(args)
+    if getattr(args, "what_if", None) or getattr(args, "shadow", None):
+        from inferwatch.advise.whatif_cli import main_shadow, main_what_if
+
+        return main_shadow(args, parse_time) if args.shadow else main_what_if(args, parse_time)
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.validate import duration
 

@@ -1,0 +1,221 @@
+"""Traces of a serving run, for the what-if twin's validation (docs/advise.md).
+
+A trace is gzip JSON lines. Line 1 is the header::
+
+    {"kind": "inferwatch-trace", "version": 1, "scrape_interval_s": 1.0, "source": "...",
+     "phases": [{"name": "load", "start": unix, "end": unix}],
+     "workers": {"llama": {"engine": "llamacpp", "slots": 4}}}
+
+then, in time order, one record a line: ``{"t": unix, "agent": "<agent /metrics>"}``,
+``{"t": unix, "engine": "<engine /metrics>"}`` and ``{"t": unix, "client": {"worker",
+"ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "gen_tokens", "ok"}}`` (``t``: when the
+request was sent).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from inferwatch.advise.agent import Scrape, parse_exposition
+from inferwatch.advise.twin import NotEnough, quantile
+from inferwatch.advise.whatif import observe, predict
+from inferwatch.errors import ConfigError
+
+KIND = "inferwatch-trace"
+
+
+@dataclass
+class Trace:
+    path: str
+    header: dict[str, Any]
+    agent: list[tuple[float, str]] = field(default_factory=list)
+    engine: list[tuple[float, str]] = field(default_factory=list)
+    client: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+
+    def phase(self, name: str | None = None) -> tuple[float, float]:
+        """(start, end) of the named phase, or of the first one."""
+        phases = self.header.get("phases") or []
+        for p in phases:
+            if name is None or p.get("name") == name:
+                return float(p["start"]), float(p["end"])
+        raise ConfigError(self.path, "phases", f"a phase named {name!r}" if name else "a phase")
+
+    def slots(self, worker: str | None = None) -> int:
+        workers = self.header.get("workers") or {}
+        if worker is None and workers:
+            worker = next(iter(workers))
+        try:
+            return int(workers[worker]["slots"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(self.path, "workers", "a worker with its slots", worker) from None
+
+    def scrapes(
+        self, start: float | None = None, end: float | None = None
+    ) -> list[tuple[float, Scrape]]:
+        """The agent's expositions between ``start`` and ``end``, parsed."""
+        return [
+            (t, parse_exposition(text))
+            for t, text in self.agent
+            if (start is None or t >= start) and (end is None or t <= end)
+        ]
+
+
+def write_header(out: IO[str], header: Mapping[str, Any]) -> None:
+    out.write(json.dumps({"kind": KIND, "version": 1, **header}) + "\n")
+
+
+def write_record(out: IO[str], t: float, kind: str, value: Any) -> None:
+    out.write(json.dumps({"t": round(t, 4), kind: value}) + "\n")
+
+
+def read_trace(path: str | Path) -> Trace:
+    name = str(path)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            lines = iter(f)
+            try:
+                header = json.loads(next(lines))
+            except StopIteration:
+                raise ConfigError(name, "line 1", "the trace header") from None
+            if not isinstance(header, dict) or header.get("kind") != KIND:
+                raise ConfigError(name, "line 1", f'a header with "kind": "{KIND}"')
+            if header.get("version") != 1:
+                raise ConfigError(name, "version", "1", header.get("version"))
+            trace = Trace(name, header)
+            for n, line in enumerate(lines, start=2):
+                try:
+                    rec = json.loads(line)
+                    t = float(rec["t"])
+                except (ValueError, KeyError, TypeError):
+                    raise ConfigError(name, f"line {n}", 'a record with "t"') from None
+                if "agent" in rec:
+                    trace.agent.append((t, str(rec["agent"])))
+                elif "engine" in rec:
+                    trace.engine.append((t, str(rec["engine"])))
+                elif "client" in rec:
+                    trace.client.append((t, dict(rec["client"])))
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ConfigError(name, "file", f"a gzip JSON-lines trace ({exc})") from None
+    return trace
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the clients saw over a phase."""
+
+    requests: int
+    failed: int
+    throughput: float  # generated tokens / s, from the first send to the last answer
+    ttft_p50: float
+    ttft_p95: float
+    prompt_tokens: float
+    gen_tokens: float
+    duration: float
+
+
+def measured(records: Iterable[tuple[float, Mapping[str, Any]]]) -> Measured:
+    every = list(records)
+    ok = [(t, r) for t, r in every if r.get("ok")]
+    failed = len(every) - len(ok)
+    if not ok:
+        return Measured(0, failed, 0.0, float("nan"), float("nan"), 0.0, 0.0, 0.0)
+    first = min(t for t, _ in ok)
+    last = max(t + float(r["e2e_s"]) for t, r in ok)
+    gen = sum(float(r["gen_tokens"]) for _, r in ok)
+    ttfts = [float(r["ttft_s"]) for _, r in ok]
+    return Measured(
+        requests=len(ok),
+        failed=failed,
+        throughput=gen / max(last - first, 1e-9),
+        ttft_p50=quantile(ttfts, 0.5),
+        ttft_p95=quantile(ttfts, 0.95),
+        prompt_tokens=sum(float(r["prompt_tokens"]) for _, r in ok) / len(ok),
+        gen_tokens=gen / len(ok),
+        duration=last - first,
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+#: the issue's targets: throughput and TTFT P50 within 15 %, P95 within 25 %
+TARGET = {"throughput": 0.15, "ttft_p50": 0.15, "ttft_p95": 0.25}
+
+
+def load_phase(trace: Trace) -> tuple[float, float]:
+    """The phase named "load", else the trace's first phase."""
+    names = [p.get("name") for p in trace.header.get("phases") or []]
+    return trace.phase("load" if "load" in names else None)
+
+
+def fit_trace(trace: Trace) -> tuple[Any, Any, list[float]]:
+    """The observation and fit of a trace's load phase, and its send times (from 0)."""
+    start, end = load_phase(trace)
+    clients = [(t, r) for t, r in trace.client if start - 1 <= t <= end]
+    ok = [r for _, r in clients if r.get("ok")]
+    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
+    # the agent's samples over the load and its drain, plus one before
+    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
+    obs = observe(scrapes, None, out_tokens)
+    fit = obs.fit()
+    sends = sorted(t - scrapes[0][0] for t, _ in clients)
+    return obs, fit, sends
+
+
+def compare(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Fit on every trace, predict every trace's slot count: one row per pair."""
+    traces = sorted((read_trace(p) for p in paths), key=lambda t: t.slots())
+    rows = []
+    fits = {}
+    for tr in traces:
+        try:
+            fits[tr.slots()] = fit_trace(tr)
+        except NotEnough as exc:
+            print(f"{tr.path}: not fitted: {exc}", file=sys.stderr)
+    for tr in traces:
+        start, end = load_phase(tr)
+        meas = measured([(t, r) for t, r in tr.client if start - 1 <= t <= end])
+        for slots, (obs, fit, sends) in fits.items():
+            row: dict[str, Any] = {
+                "fit_slots": slots,
+                "slots": tr.slots(),
+                "measured": {
+                    "throughput": meas.throughput,
+                    "ttft_p50": meas.ttft_p50,
+                    "ttft_p95": meas.ttft_p95,
+                    "requests": meas.requests,
+                    "failed": meas.failed,
+                },
+            }
+            try:
+                pred = predict(obs, "max-num-seqs", tr.slots(), fit, arrivals=sends)
+            except NotEnough as exc:
+                row["refused"] = str(exc).split(": ", 1)[-1]
+                rows.append(row)
+                continue
+            row["predicted"] = {
+                "throughput": pred.new.throughput,
+                "ttft_p50": pred.new.ttft_p50,
+                "ttft_p95": pred.new.ttft_p95,
+            }
+            row["error"] = {
+                k: (row["predicted"][k] - row["measured"][k]) / row["measured"][k]
+                for k in TARGET
+                if row["measured"][k] and not math.isnan(row["measured"][k])
+            }
+            row["extrapolated"] = pred.band is not None
+            row["fit"] = {
+                "a_ms": fit.a * 1e3,
+                "k_ms": fit.k * 1e3,
+                "p_us": fit.p * 1e6,
+                "k_source": fit.k_source,
+                "batch": [fit.batch_min, fit.batch_max],
+            }
+            rows.append(row)
+    return rows

@@ -1,0 +1,704 @@
+"""``inferwatch advise --what-if FLAG=VALUE``: the twin's answer for one engine flag.
+
+From a worker's samples (an agent scraped over ``--span``, Prometheus over a range,
+or a recorded trace) it fits the step-time curve (:mod:`inferwatch.advise.twin`),
+replays the observed load at the current setting and at the asked one, and prints
+throughput, TTFT P50/P95, queue, busy share (GPU utilization) and KV head-room for
+both, with the range of batch sizes the fit rests on. ``suggest`` picks the lever
+for an overloaded worker: more slots when the slots are the bound and the GPU and
+the KV cache have room, replicas when the GPU is saturated, never more slots when
+the KV cache is full, a larger prompt batch when prefill dominates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from inferwatch.advise.agent import Scrape, _sum, _values, maximum, mean
+from inferwatch.advise.model import FLAG_LABELS
+from inferwatch.advise.twin import (
+    Interval,
+    Load,
+    NotEnough,
+    Outcome,
+    Setting,
+    StepFit,
+    fit_steps,
+    simulate,
+)
+from inferwatch.errors import ConfigError, UsageError
+
+SOURCE = "command line"
+
+#: the flags --what-if knows, with the names engines give them
+FLAGS = {
+    "max-num-seqs": "max-num-seqs",
+    "max_num_seqs": "max-num-seqs",
+    "parallel": "max-num-seqs",
+    "slots": "max-num-seqs",
+    "max-num-batched-tokens": "max-num-batched-tokens",
+    "max_num_batched_tokens": "max-num-batched-tokens",
+    "batch-size": "max-num-batched-tokens",
+    "gpu-memory-utilization": "gpu-memory-utilization",
+    "gpu_memory_utilization": "gpu-memory-utilization",
+    "replicas": "replicas",
+}
+#: how far past the largest batch observed a slot count may go (x), and where it is refused
+EXTRAPOLATE_BAND = 1.0
+EXTRAPOLATE_MAX = 2.0
+#: prompt tokens per step when the launch flags do not say (llama.cpp's --batch-size)
+DEFAULT_BATCH_TOKENS = 2048
+#: simulation seeds averaged for Poisson arrivals
+SEEDS = (1, 2, 3, 4, 5)
+
+
+def parse_what_if(text: str) -> tuple[str, float]:
+    """``FLAG=VALUE`` to (canonical flag, value); exit 2 on anything else."""
+    name, sep, raw = text.partition("=")
+    key = name.strip().lstrip("-").lower()
+    if not sep or key not in FLAGS:
+        known = (
+            "max-num-seqs (or parallel), max-num-batched-tokens, gpu-memory-utilization, replicas"
+        )
+        raise ConfigError(SOURCE, "--what-if", f"FLAG=VALUE with FLAG one of {known}", text)
+    flag = FLAGS[key]
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(SOURCE, "--what-if", f"a number for {flag}", raw) from None
+    if flag == "gpu-memory-utilization":
+        if not 0 < value <= 1:
+            raise ConfigError(
+                SOURCE,
+                "--what-if",
+                "gpu-memory-utilization in (0, 1] (the engine refuses more)",
+                raw,
+            )
+    elif value < 1 or value != int(value):
+        raise ConfigError(SOURCE, "--what-if", f"{flag} as a whole number of at least 1", raw)
+    return flag, value
+
+
+# --------------------------------------------------------------------------- observations
+
+
+@dataclass
+class Observed:
+    """One worker over the observed span, as the twin needs it."""
+
+    worker: str
+    engine: str
+    span: float
+    intervals: list[Interval]
+    load: Load
+    slots: int
+    batch_tokens: int
+    batch_tokens_stated: bool
+    flags: dict[str, str]
+    requests_from: str
+    gpu_utilization: float | None = None
+    kv_usage: float | None = None
+    kv_usage_peak: float | None = None
+    queue_mean: float = 0.0
+    running_mean: float = 0.0
+    long_prompt_share: float | None = None
+    vram_total_bytes: float | None = None
+    #: the engine's own TTFT quantiles at the end of the span (None where it has none)
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    busy: float | None = None
+    #: the engine's mean time per output token while it served (None: not exported)
+    tpot: float | None = None
+    #: no GPU seen for the worker (a CPU engine)
+    cpu: bool = False
+
+    def fit(self) -> StepFit:
+        return fit_steps(self.intervals, tpot=self.tpot, compute_bound=self.cpu)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("intervals")
+        return out
+
+
+def _worker_sum(scrape: Scrape, name: str, worker: str) -> float | None:
+    return _sum(scrape, name, worker=worker)
+
+
+def workers_in(scrapes: Sequence[tuple[float, Scrape]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for _, scrape in scrapes:
+        for name, labels, _ in scrape:
+            if (
+                name in ("inferwatch_worker_info", "inferwatch_requests_running")
+                and "worker" in labels
+            ):
+                seen.setdefault(labels["worker"], None)
+    return list(seen)
+
+
+def observe(
+    scrapes: Sequence[tuple[float, Scrape]],
+    worker: str | None = None,
+    output_tokens: float | None = None,
+) -> Observed:
+    """What the twin needs from a worker's samples (agent expositions in time order)."""
+    if len(scrapes) < 2:
+        raise NotEnough(f"{len(scrapes)} sample(s): at least two, over a minute or more, needed")
+    names = workers_in(scrapes)
+    if worker is None:
+        if len(names) != 1:
+            raise UsageError(
+                f"give --worker: the samples have {len(names)} workers ({', '.join(names) or 'none'})"
+            )
+        worker = names[0]
+    elif worker not in names:
+        raise ConfigError(
+            SOURCE, "--worker", f"a worker in the data ({', '.join(names) or 'none'})", worker
+        )
+
+    def series(name: str) -> list[float | None]:
+        return [_worker_sum(s, name, worker) for _, s in scrapes]
+
+    gen = series("inferwatch_generation_tokens_total")
+    prompt = series("inferwatch_prompt_tokens_total")
+    running = series("inferwatch_requests_running")
+    queue = series("inferwatch_queue_depth")
+    if gen[0] is None or gen[-1] is None or running[-1] is None:
+        raise NotEnough(
+            f"{worker}: no inferwatch_generation_tokens_total or inferwatch_requests_running "
+            "in the samples: the engine must export token counters and its batch"
+        )
+    intervals = []
+    for i in range(1, len(scrapes)):
+        g0, g1, p0, p1 = gen[i - 1], gen[i], prompt[i - 1], prompt[i]
+        r0, r1 = running[i - 1], running[i]
+        if None in (g0, g1, r0, r1):
+            continue
+        assert g0 is not None and g1 is not None and r0 is not None and r1 is not None
+        if g1 < g0:  # a restart in between
+            continue
+        dp = (p1 or 0.0) - (p0 or 0.0)
+        intervals.append(
+            Interval(
+                dt=scrapes[i][0] - scrapes[i - 1][0],
+                running=(r0 + r1) / 2,
+                generated=g1 - g0,
+                prompt=max(dp, 0.0),
+                busy=r0 > 0 and r1 > 0,
+            )
+        )
+    first_t, first = scrapes[0]
+    last_t, last = scrapes[-1]
+    span = last_t - first_t
+    generated = (gen[-1] or 0.0) - (gen[0] or 0.0)
+    prompted = (prompt[-1] or 0.0) - (prompt[0] or 0.0)
+    finished_a = _worker_sum(first, "inferwatch_requests_finished_total", worker)
+    finished_b = _worker_sum(last, "inferwatch_requests_finished_total", worker)
+    count_a = _worker_sum(first, "inferwatch_prompt_length_tokens_count", worker)
+    count_b = _worker_sum(last, "inferwatch_prompt_length_tokens_count", worker)
+    if finished_a is not None and finished_b is not None and finished_b > finished_a:
+        requests = finished_b - finished_a
+        requests_from = "inferwatch_requests_finished_total"
+    elif count_a is not None and count_b is not None and count_b > count_a:
+        requests = count_b - count_a
+        requests_from = "inferwatch_prompt_length_tokens_count"
+    elif output_tokens:
+        requests = generated / output_tokens
+        requests_from = f"generated tokens / --output-tokens {output_tokens:g}"
+    else:
+        raise NotEnough(
+            f"{worker}: the engine counts no requests (no inferwatch_requests_finished_total): "
+            "give --output-tokens N, the mean answer length"
+        )
+    if requests <= 0 or generated <= 0:
+        raise NotEnough(f"{worker}: no request finished in the {span:.0f} s observed")
+    out_mean = output_tokens or generated / requests
+    open_a = (queue[0] or 0.0) + (running[0] or 0.0)
+    open_b = (queue[-1] or 0.0) + (running[-1] or 0.0)
+    arrivals = max(requests + open_b - open_a, requests)
+    info = _values(last, "inferwatch_worker_info", worker=worker)
+    labels = info[0][0] if info else {}
+    flags = {k: labels[k] for k in FLAG_LABELS if labels.get(k) not in (None, "", "unknown")}
+    engine = labels.get("engine", "")
+    if not engine:
+        for lab, _ in _values(last, "inferwatch_requests_running", worker=worker):
+            engine = lab.get("engine", "") or engine
+    slots_metric = _values(last, "inferwatch_max_num_seqs", worker=worker)
+    slots_v = slots_metric[0][1] if slots_metric else _num(flags.get("max_num_seqs"))
+    if not slots_v:
+        raise NotEnough(
+            f"{worker}: the slot count is unknown (no inferwatch_max_num_seqs, no max_num_seqs flag)"
+        )
+    bt = _num(flags.get("max_num_batched_tokens"))
+    gpus = sorted(
+        {
+            lab["gpu"]
+            for _, s in scrapes
+            for lab, _ in _values(s, "inferwatch_gpu_process_memory_used_bytes", worker=worker)
+            if "gpu" in lab
+        }
+    ) or sorted({lab["gpu"] for lab, _ in _values(last, "inferwatch_gpu_up") if "gpu" in lab})
+    util = (
+        mean(
+            mean(_max_gpu(s, "inferwatch_gpu_utilization_ratio", g) for g in gpus)
+            for _, s in scrapes
+        )
+        if gpus
+        else None
+    )
+    vram = (
+        maximum(_max_gpu(last, "inferwatch_gpu_memory_total_bytes", g) for g in gpus)
+        if gpus
+        else None
+    )
+    kv = [_worker_sum(s, "inferwatch_kv_cache_usage_ratio", worker) for _, s in scrapes]
+    long_share = None
+    from inferwatch.advise.agent import PROMPT_BUCKETS, bucket_increase, buckets_by_bound
+    from inferwatch.pack import loops as L
+
+    added = bucket_increase(
+        buckets_by_bound(first, PROMPT_BUCKETS, worker=worker),
+        buckets_by_bound(last, PROMPT_BUCKETS, worker=worker),
+    )
+    if added:
+        long_share = L.long_prompt_share(added)
+    return Observed(
+        worker=worker,
+        engine=engine,
+        span=span,
+        intervals=intervals,
+        load=Load(
+            span=span,
+            arrival_rate=arrivals / span if span > 0 else 0.0,
+            prompt_tokens=prompted / requests,
+            output_tokens=out_mean,
+            queue_start=queue[0] or 0.0,
+            running_start=running[0] or 0.0,
+        ),
+        slots=int(slots_v),
+        batch_tokens=int(bt) if bt else DEFAULT_BATCH_TOKENS,
+        batch_tokens_stated=bool(bt),
+        flags=flags,
+        requests_from=requests_from,
+        gpu_utilization=util,
+        kv_usage=mean(kv),
+        kv_usage_peak=maximum(kv),
+        queue_mean=mean(queue) or 0.0,
+        running_mean=mean(running) or 0.0,
+        long_prompt_share=long_share,
+        vram_total_bytes=vram,
+        ttft_p50=_ttft(last, worker, "0.5"),
+        ttft_p95=_ttft(last, worker, "0.95"),
+        busy=sum(i.dt for i in intervals if i.busy) / span if span > 0 else None,
+        tpot=_tpot(scrapes, worker),
+        cpu=not gpus,
+    )
+
+
+def _tpot(scrapes: Sequence[tuple[float, Scrape]], worker: str) -> float | None:
+    """The engine's time per output token, averaged over the samples taken while it served."""
+    values = []
+    for _, s in scrapes:
+        running = _worker_sum(s, "inferwatch_requests_running", worker)
+        if not running:
+            continue
+        mean_tpot = _values(s, "inferwatch_tpot_mean_seconds", worker=worker)
+        median = _values(s, "inferwatch_tpot_quantile_seconds", worker=worker, quantile="0.5")
+        found = mean_tpot or median
+        if found and found[0][1] > 0:
+            values.append(found[0][1])
+    return sum(values) / len(values) if values else None
+
+
+def _ttft(scrape: Scrape, worker: str, q: str) -> float | None:
+    found = [
+        v for _, v in _values(scrape, "inferwatch_ttft_quantile_seconds", worker=worker, quantile=q)
+    ]
+    return max(found) if found else None
+
+
+def _num(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _max_gpu(scrape: Scrape, name: str, gpu: str) -> float | None:
+    found = _values(scrape, name, gpu=gpu)
+    return max(v for _, v in found) if found else None
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+@dataclass
+class Figures:
+    """One setting's predicted figures."""
+
+    setting: dict[str, Any]
+    throughput: float
+    ttft_p50: float
+    ttft_p95: float
+    queue: float
+    busy: float
+    gpu_utilization: float | None
+    kv_usage: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            for k, v in asdict(self).items()
+        }
+
+
+@dataclass
+class Prediction:
+    worker: str
+    flag: str
+    value: float
+    fit: StepFit
+    observed: Observed
+    current: Figures
+    new: Figures
+    #: the same with the slope halved and doubled, where the answer extrapolates
+    band: tuple[Figures, Figures] | None = None
+    range_note: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "flag": self.flag,
+            "value": self.value,
+            "fit": self.fit.as_dict(),
+            "observed": self.observed.as_dict(),
+            "current": self.current.as_dict(),
+            "predicted": self.new.as_dict(),
+            "band": [b.as_dict() for b in self.band] if self.band else None,
+            "range": self.range_note,
+            "notes": list(self.notes),
+        }
+
+
+def kv_pool_tokens(obs: Observed) -> float | None:
+    """The KV pool in tokens, from the observed usage and tokens held per running sequence."""
+    if not obs.kv_usage or obs.kv_usage <= 0 or obs.running_mean <= 0:
+        return None
+    # a running sequence holds its prompt and, on average, half its answer
+    held = obs.running_mean * (obs.load.prompt_tokens + obs.load.output_tokens / 2)
+    return held / obs.kv_usage
+
+
+def current_setting(obs: Observed) -> Setting:
+    return Setting(slots=obs.slots, batch_tokens=obs.batch_tokens, kv_tokens=kv_pool_tokens(obs))
+
+
+def run_twin(
+    fit: StepFit,
+    obs: Observed,
+    setting: Setting,
+    arrivals: Sequence[float] | None = None,
+) -> Outcome:
+    """The twin's outcome: one replay of given arrivals, or the mean over Poisson seeds."""
+    if arrivals is not None:
+        return simulate(fit, obs.load, setting, arrivals=arrivals)
+    runs = [simulate(fit, obs.load, setting, seed=s) for s in SEEDS]
+
+    def avg(name: str) -> float:
+        vals = [getattr(r, name) for r in runs if not math.isnan(getattr(r, name))]
+        return sum(vals) / len(vals) if vals else math.nan
+
+    peaks = [r.kv_peak for r in runs if r.kv_peak is not None]
+    return Outcome(
+        throughput=avg("throughput"),
+        ttft_p50=avg("ttft_p50"),
+        ttft_p95=avg("ttft_p95"),
+        queue_mean=avg("queue_mean"),
+        busy=avg("busy"),
+        kv_peak=max(peaks) if peaks else None,
+        requests=sum(r.requests for r in runs) // len(runs),
+        running_mean=avg("running_mean"),
+        notes=runs[0].notes,
+    )
+
+
+def figures(out: Outcome, setting: Setting, obs: Observed, base_busy: float | None) -> Figures:
+    util = None
+    if obs.gpu_utilization is not None and base_busy:
+        util = min(1.0, obs.gpu_utilization * out.busy / base_busy)
+    return Figures(
+        setting={
+            "slots": setting.slots,
+            "batch_tokens": setting.batch_tokens,
+            "replicas": setting.replicas,
+            "kv_pool_tokens": setting.kv_tokens,
+        },
+        throughput=out.throughput,
+        ttft_p50=out.ttft_p50,
+        ttft_p95=out.ttft_p95,
+        queue=out.queue_mean,
+        busy=out.busy,
+        gpu_utilization=util,
+        kv_usage=out.kv_peak,
+    )
+
+
+def new_setting(
+    obs: Observed, flag: str, value: float, weights_bytes: float | None = None
+) -> tuple[Setting, list[str]]:
+    base = current_setting(obs)
+    notes: list[str] = []
+    if flag == "max-num-seqs":
+        return replace(base, slots=int(value)), notes
+    if flag == "max-num-batched-tokens":
+        if value < obs.load.prompt_tokens and value < base.slots:
+            notes.append("fewer tokens per step than slots: decoding sequences are held back")
+        return replace(base, batch_tokens=int(value)), notes
+    if flag == "replicas":
+        return replace(base, replicas=int(value)), notes
+    # gpu-memory-utilization
+    if obs.engine == "llamacpp":
+        raise ConfigError(
+            SOURCE, "--what-if", "a flag llama.cpp has (it has no gpu-memory-utilization)", flag
+        )
+    old = _num(obs.flags.get("gpu_memory_utilization"))
+    if old is None:
+        raise NotEnough(f"{obs.worker}: the launch flags do not state gpu_memory_utilization")
+    if base.kv_tokens is None:
+        raise NotEnough(f"{obs.worker}: no inferwatch_kv_cache_usage_ratio: the KV pool is unknown")
+    if weights_bytes and obs.vram_total_bytes:
+        pool_old = old * obs.vram_total_bytes - weights_bytes
+        pool_new = value * obs.vram_total_bytes - weights_bytes
+        if pool_new <= 0:
+            raise ConfigError(
+                SOURCE, "--what-if", "a share that leaves room for the weights", value
+            )
+        scale = pool_new / pool_old
+    else:
+        scale = value / old
+        notes.append(
+            "the KV pool scaled by the share alone (give --weights for the exact pool; "
+            "this understates the change)"
+        )
+    return replace(base, kv_tokens=base.kv_tokens * scale), notes
+
+
+def predict(
+    obs: Observed,
+    flag: str,
+    value: float,
+    fit: StepFit | None = None,
+    arrivals: Sequence[float] | None = None,
+    weights_bytes: float | None = None,
+) -> Prediction:
+    """The twin's figures at the current setting and at ``flag=value``."""
+    fit = fit or obs.fit()
+    setting, notes = new_setting(obs, flag, value, weights_bytes)
+    base = current_setting(obs)
+    # the largest batch the new setting can run, against the largest observed
+    band = None
+    reach = setting.slots
+    if flag == "max-num-seqs" and reach > fit.batch_max * EXTRAPOLATE_BAND + 0.5:
+        ratio = reach / fit.batch_max
+        if ratio > EXTRAPOLATE_MAX:
+            raise NotEnough(
+                f"{obs.worker}: {flag}={value:g} is {ratio:.1f}x the largest batch observed "
+                f"({fit.batch_max:.1f}); the twin goes to {EXTRAPOLATE_MAX:g}x "
+                f"(max-num-seqs={math.floor(fit.batch_max * EXTRAPOLATE_MAX)}): change in steps"
+            )
+        range_note = (
+            f"extrapolated: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} observed, "
+            f"{setting.slots} asked ({ratio:.1f}x); the band: a fitted slope k halved, and "
+            "doubled plus a tenth of the fixed step cost per sequence; an assumed one from a "
+            "flat step to one in proportion to the batch (same step time at the largest batch "
+            "observed)"
+        )
+        b = fit.batch_max
+        if fit.k_source == "fitted":
+            k_lo, k_hi = fit.k / 2, fit.k * 2 + fit.a / 10
+        else:  # an assumed slope: from a flat step to one in proportion to the batch
+            k_lo, k_hi = 0.0, 0.95 * (fit.a + fit.k * b) / b
+        lo = replace(fit, k=k_lo, a=fit.a + (fit.k - k_lo) * b)
+        hi = replace(fit, k=k_hi, a=max(0.0, fit.a - (k_hi - fit.k) * b))
+        base_lo = run_twin(lo, obs, base, arrivals)
+        base_hi = run_twin(hi, obs, base, arrivals)
+        band = (
+            figures(run_twin(lo, obs, setting, arrivals), setting, obs, base_lo.busy),
+            figures(run_twin(hi, obs, setting, arrivals), setting, obs, base_hi.busy),
+        )
+    else:
+        range_note = (
+            f"within the observations: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
+            f"over {fit.intervals} busy intervals"
+        )
+    now = run_twin(fit, obs, base, arrivals)
+    new = run_twin(fit, obs, setting, arrivals)
+    notes = [*notes, *new.notes]
+    if fit.k_source != "fitted":
+        notes.append(f"step slope: {fit.k_source}")
+    if not obs.batch_tokens_stated:
+        notes.append(
+            f"prompt tokens per step: {DEFAULT_BATCH_TOKENS} (the launch flags do not say)"
+        )
+    return Prediction(
+        worker=obs.worker,
+        flag=flag,
+        value=value,
+        fit=fit,
+        observed=obs,
+        current=figures(now, base, obs, now.busy),
+        new=figures(new, setting, obs, now.busy),
+        band=band,
+        range_note=range_note,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- the lever
+
+
+@dataclass
+class Suggestion:
+    lever: str  # "slots", "replicas", "batch_tokens", "none", "kv"
+    reason: str
+    flag: str | None = None
+    value: float | None = None
+    prediction: Prediction | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lever": self.lever,
+            "reason": self.reason,
+            "flag": self.flag,
+            "value": self.value,
+            "prediction": self.prediction.as_dict() if self.prediction else None,
+        }
+
+
+#: GPU utilization from which more slots cannot help (the guide's "do not push past 80%")
+GPU_SATURATED = 0.85
+#: share of the busy time spent on prompt tokens from which prefill is the lever
+PREFILL_SHARE = 0.5
+
+
+def suggest(
+    obs: Observed,
+    fit: StepFit | None = None,
+    gpu_saturated: float = GPU_SATURATED,
+    kv_full: float = 0.92,
+    long_prompt_share: float = 0.02,
+) -> Suggestion:
+    """The lever for this worker: which flag to change, to what, and what to expect."""
+    fit = fit or obs.fit()
+    slots_busy = obs.running_mean >= 0.9 * obs.slots
+    over = obs.queue_mean >= 1.0 and slots_busy
+    busy_time = sum(i.dt for i in obs.intervals if i.busy) or 1.0
+    prefill_share = sum(fit.p * i.prompt for i in obs.intervals if i.busy) / busy_time
+    long_prompts = (
+        obs.long_prompt_share or 0.0
+    ) >= long_prompt_share or prefill_share >= PREFILL_SHARE
+    gpu_sat = obs.gpu_utilization is not None and obs.gpu_utilization >= gpu_saturated
+    kv_is_full = obs.kv_usage_peak is not None and obs.kv_usage_peak >= kv_full
+    if not over:
+        if long_prompts and obs.batch_tokens < 8192:
+            target = min(8192, max(4096, obs.batch_tokens * 2))
+            pred = predict(obs, "max-num-batched-tokens", target, fit)
+            return Suggestion(
+                "batch_tokens",
+                f"prompts take {prefill_share:.0%} of the busy time: a larger prompt batch "
+                "(chunked prefill) shortens TTFT",
+                "max-num-batched-tokens",
+                target,
+                pred,
+            )
+        return Suggestion("none", "the queue is within the slots: no flag change needed")
+    if kv_is_full:
+        need = _replicas_for(obs, fit)
+        return Suggestion(
+            "replicas",
+            f"the KV cache is full (peak {obs.kv_usage_peak:.0%}): more slots would preempt; "
+            "add replicas (or FP8 KV, a larger gpu-memory-utilization)",
+            "replicas",
+            need,
+            predict(obs, "replicas", need, fit),
+        )
+    if obs.cpu and (obs.busy or 0.0) >= 0.9:
+        need = _replicas_for(obs, fit)
+        return Suggestion(
+            "replicas",
+            f"no GPU seen and the engine busy {obs.busy:.0%} of the time: a CPU engine at its "
+            "slot limit is compute-bound (more slots made the measured llama.cpp slower, "
+            "docs/advise.md); add replicas",
+            "replicas",
+            need,
+            predict(obs, "replicas", need, fit),
+        )
+    if gpu_sat:
+        need = _replicas_for(obs, fit)
+        return Suggestion(
+            "replicas",
+            f"the GPU is saturated ({obs.gpu_utilization:.0%}): more slots only lengthen each step; "
+            "add replicas",
+            "replicas",
+            need,
+            predict(obs, "replicas", need, fit),
+        )
+    if long_prompts and obs.batch_tokens < 4096:
+        target = 4096
+        return Suggestion(
+            "batch_tokens",
+            f"prompts take {prefill_share:.0%} of the busy time: raise the prompt batch first",
+            "max-num-batched-tokens",
+            target,
+            predict(obs, "max-num-batched-tokens", target, fit),
+        )
+    # the slots are the bound: the fewest more slots (within the observed reach) that
+    # bring the queue under one request, else the furthest the twin goes
+    top = max(obs.slots + 1, math.floor(fit.batch_max * EXTRAPOLATE_MAX))
+    best: Prediction | None = None
+    for slots in _candidates(obs.slots, top):
+        pred = predict(obs, "max-num-seqs", slots, fit)
+        best = pred
+        if pred.new.queue < 1.0:
+            break
+    assert best is not None
+    return Suggestion(
+        "slots",
+        f"queue {obs.queue_mean:.1f} with every slot busy ({obs.running_mean:.1f} of {obs.slots}), "
+        + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen")
+        + (f", KV {obs.kv_usage_peak:.0%}" if obs.kv_usage_peak is not None else "")
+        + (
+            ": the slots are the bound, not the GPU; raise them, do not add replicas"
+            if obs.gpu_utilization is not None
+            else ": the slots are the bound; with no GPU seen the twin takes a step to grow "
+            "with the batch, so more slots gain little throughput (see the band)"
+        ),
+        "max-num-seqs",
+        best.value,
+        best,
+    )
+
+
+def _candidates(current: int, top: int) -> list[int]:
+    out: list[int] = []
+    step = max(1, current // 4)
+    v = current + step
+    while v < top:
+        out.append(v)
+        v += step
+    out.append(top)
+    return out
+
+
+def _replicas_for(obs: Observed, fit: StepFit) -> int:
+    """Replicas whose slots at the fitted step time serve the offered tokens."""
+    per_replica = obs.slots / fit.step(obs.slots) if fit.step(obs.slots) > 0 else 0.0
+    demand = obs.load.arrival_rate * obs.load.output_tokens
+    if per_replica <= 0:
+        return 2
+    return max(2, math.ceil(demand / (per_replica * 0.8)))

@@ -1,0 +1,298 @@
+"""The command line of ``advise --what-if`` and ``advise --shadow``: sources and output."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from inferwatch.advise.agent import Scrape, parse_exposition
+from inferwatch.advise.model import Unreachable, fmt
+from inferwatch.advise.twin import NotEnough
+from inferwatch.advise.whatif import (
+    SOURCE,
+    Prediction,
+    Suggestion,
+    observe,
+    parse_what_if,
+    predict,
+    suggest,
+)
+from inferwatch.errors import ConfigError, UsageError
+
+#: the agent series the twin reads (for Prometheus range queries)
+SERIES = (
+    "inferwatch_generation_tokens_total",
+    "inferwatch_prompt_tokens_total",
+    "inferwatch_requests_finished_total",
+    "inferwatch_prompt_length_tokens_count",
+    "inferwatch_prompt_length_tokens_bucket",
+    "inferwatch_requests_running",
+    "inferwatch_queue_depth",
+    "inferwatch_max_num_seqs",
+    "inferwatch_worker_info",
+    "inferwatch_kv_cache_usage_ratio",
+    "inferwatch_gpu_utilization_ratio",
+    "inferwatch_gpu_memory_total_bytes",
+    "inferwatch_gpu_process_memory_used_bytes",
+    "inferwatch_gpu_up",
+    "inferwatch_ttft_quantile_seconds",
+)
+
+
+def scrape_agent(
+    url: str, span: float, every: float, timeout: float = 10.0
+) -> list[tuple[float, Scrape]]:
+    """The agent's ``/metrics`` every ``every`` seconds for ``span`` seconds."""
+    base = url.rstrip("/")
+    target = base if base.endswith("/metrics") else base + "/metrics"
+    out: list[tuple[float, Scrape]] = []
+    start = time.time()
+    n = max(2, int(span / every) + 1)
+    for i in range(n):
+        delay = start + i * every - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            with urllib.request.urlopen(target, timeout=timeout) as resp:
+                text = resp.read().decode("utf-8", errors="replace")
+        except (urllib.error.URLError, OSError) as exc:
+            raise Unreachable(f"cannot read {target}: {getattr(exc, 'reason', exc)}") from None
+        try:
+            out.append((time.time(), parse_exposition(text)))
+        except ValueError as exc:
+            raise Unreachable(f"{target} is not a Prometheus exposition: {exc}") from None
+    return out
+
+
+def scrape_prometheus(
+    url: str, start: float, end: float, step: float, selector: str, instance: str | None = None
+) -> list[tuple[float, Scrape]]:
+    """The twin's series from Prometheus over ``[start, end]``, one pseudo-scrape a step."""
+    from inferwatch.report.promapi import PrometheusClient, PrometheusUnreachable, QueryError
+
+    client = PrometheusClient(url, timeout=60)
+    names = "|".join(SERIES)
+    inner = selector.strip()[1:-1] if selector.strip().startswith("{") else selector
+    matchers = f'__name__=~"{names}"' + (f",{inner}" if inner else "")
+    if instance:
+        matchers += f',instance="{instance}"'
+    try:
+        series = client.range("{" + matchers + "}", start, end, step)
+    except PrometheusUnreachable as exc:
+        raise Unreachable(str(exc)) from None
+    except QueryError as exc:
+        raise Unreachable(str(exc).splitlines()[0]) from None
+    by_t: dict[float, Scrape] = {}
+    for s in series:
+        labels = dict(s.labels)
+        name = labels.pop("__name__", "")
+        for t, v in s.points:
+            by_t.setdefault(t, []).append((name, labels, v))
+    return sorted(by_t.items())
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _f(value: float | None, unit: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt(value, unit)
+
+
+ROWS = (
+    ("throughput", "tok/s", "throughput"),
+    ("TTFT P50", "s", "ttft_p50"),
+    ("TTFT P95", "s", "ttft_p95"),
+    ("queue (mean)", "", "queue"),
+    ("busy share", "ratio", "busy"),
+    ("GPU utilization", "ratio", "gpu_utilization"),
+    ("KV cache (peak)", "ratio", "kv_usage"),
+)
+
+
+def render_prediction(pred: Prediction) -> str:
+    obs = pred.observed
+    fit = pred.fit
+    lines = [
+        f"What if {pred.flag}={pred.value:g} on {pred.worker} ({obs.engine or 'engine ?'}, "
+        f"{obs.slots} slots now), from {obs.span:.0f} s observed:",
+        f"  load: {obs.load.arrival_rate:.2f} req/s, {obs.load.prompt_tokens:.0f} prompt + "
+        f"{obs.load.output_tokens:.0f} output tokens each (requests from {obs.requests_from})",
+        f"  step time = {fit.a * 1000:.2f} ms + {fit.k * 1000:.3f} ms x sequences + "
+        f"{fit.p * 1e6:.1f} us x prompt tokens (residual {fit.residual:.0%})",
+        f"  range: {pred.range_note}",
+    ]
+    header = f"  {'':18}{'observed':>12}{'twin now':>12}{'predicted':>12}"
+    if pred.band:
+        header += f"  {'band':>24}"
+    lines.append(header)
+    observed = {
+        "throughput": sum(i.generated for i in obs.intervals) / obs.span if obs.span else None,
+        "queue": obs.queue_mean,
+        "gpu_utilization": obs.gpu_utilization,
+        "kv_usage": obs.kv_usage_peak,
+        "ttft_p50": obs.ttft_p50,
+        "ttft_p95": obs.ttft_p95,
+        "busy": obs.busy,
+    }
+    for label, unit, key in ROWS:
+        row = f"  {label:18}{_f(observed.get(key), unit):>12}"
+        row += f"{_f(getattr(pred.current, key), unit):>12}{_f(getattr(pred.new, key), unit):>12}"
+        if pred.band:
+            lo, hi = (getattr(b, key) for b in pred.band)
+            row += f"  {_f(lo, unit) + ' .. ' + _f(hi, unit):>24}"
+        lines.append(row)
+    for note in pred.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def render_suggestion(s: Suggestion) -> str:
+    lines = [
+        f"Lever for {s.prediction.worker if s.prediction else 'the worker'}: {s.lever}",
+        f"  {s.reason}",
+    ]
+    if s.flag and s.prediction:
+        p = s.prediction
+        lines.append(
+            f"  -> {s.flag}={s.value:g}: TTFT P95 {_f(p.current.ttft_p95, 's')} -> "
+            f"{_f(p.new.ttft_p95, 's')}, P50 {_f(p.current.ttft_p50, 's')} -> {_f(p.new.ttft_p50, 's')}, "
+            f"throughput {_f(p.current.throughput, 'tok/s')} -> {_f(p.new.throughput, 'tok/s')}, "
+            f"queue {p.current.queue:.1f} -> {p.new.queue:.1f}"
+        )
+        lines.append("")
+        lines.append(render_prediction(p).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def _clean(doc: Any) -> Any:
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return None
+    if isinstance(doc, dict):
+        return {k: _clean(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_clean(v) for v in doc]
+    return doc
+
+
+# --------------------------------------------------------------------------- main
+
+
+def read_samples(
+    args: Any, thresholds: Any, parse_time: Callable[[str, float, str], float]
+) -> tuple[list[tuple[float, Scrape]], str]:
+    from inferwatch.validate import duration
+
+    span = duration(args.span, SOURCE, "--span")
+    every = duration(args.every, SOURCE, "--every")
+    given = [x for x in (args.agent_url, args.prometheus_url, args.trace) if x]
+    if len(given) != 1:
+        raise UsageError(
+            "--what-if and --shadow read one of --agent-url, --prometheus-url or --trace FILE"
+        )
+    if args.trace:
+        from inferwatch.advise.trace import read_trace
+
+        trace = read_trace(args.trace)
+        start, end = trace.phase(args.phase)
+        return trace.scrapes(start, end), f"{args.trace} ({args.phase or 'first phase'})"
+    if args.agent_url:
+        return scrape_agent(args.agent_url, span, every), f"{args.agent_url} over {span:.0f} s"
+    now = time.time()
+    end = parse_time(args.end, now, "--end") if args.end else now
+    start = parse_time(args.start, now, "--start") if args.start else end - 3600
+    if start >= end:
+        raise ConfigError(SOURCE, "--start", f"a time before --end ({end:.0f})", args.start)
+    selector = "{" + args.selector + "}" if args.selector else thresholds.pack.selector()
+    # one pseudo-sample per Prometheus scrape: 15 s unless --every says otherwise
+    step = max(every if args.every != "1s" else 15.0, (end - start) / 2000)
+    return (
+        scrape_prometheus(args.prometheus_url, start, end, step, selector, args.instance),
+        f"{args.prometheus_url} over {end - start:.0f} s",
+    )
+
+
+def main_what_if(args: Any, parse_time: Callable[[str, float, str], float]) -> int:
+    from inferwatch.advise.capacity import parse_size
+    from inferwatch.pack.thresholds import load_thresholds
+
+    thresholds = load_thresholds(args.thresholds)
+    flag_value = parse_what_if(args.what_if) if args.what_if and args.what_if != "suggest" else None
+    if args.output_tokens is not None and args.output_tokens <= 0:
+        raise ConfigError(SOURCE, "--output-tokens", "tokens greater than zero", args.output_tokens)
+    weights = parse_size(args.weights, SOURCE, "--weights") if args.weights else None
+    try:
+        samples, where = read_samples(args, thresholds, parse_time)
+    except Unreachable as exc:
+        print(f"inferwatch advise: error: {exc}", file=sys.stderr)
+        return 3
+    try:
+        obs = observe(samples, args.worker, args.output_tokens)
+        fit = obs.fit()
+        if flag_value is None:
+            s = suggest(
+                obs,
+                fit,
+                gpu_saturated=thresholds.gpu_utilization.scale_review_above,
+                kv_full=thresholds.vram.scale_above,
+                long_prompt_share=thresholds.latency.long_prompt_share,
+            )
+            doc: dict[str, Any] = {"source": where, "suggestion": s.as_dict()}
+            text = render_suggestion(s)
+        else:
+            pred = predict(obs, flag_value[0], flag_value[1], fit, weights_bytes=weights)
+            doc = {"source": where, "what_if": pred.as_dict()}
+            text = render_prediction(pred)
+    except NotEnough as exc:
+        raise UsageError(f"--what-if: {exc}") from None
+    if args.json:
+        print(json.dumps(_clean(doc), indent=2, allow_nan=False))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main_shadow(args: Any, parse_time: Callable[[str, float, str], float]) -> int:
+    """One shadow pass: observe every worker, keep its fit, judge any flag change."""
+    from inferwatch.advise import shadow
+    from inferwatch.advise.whatif import workers_in
+    from inferwatch.pack.thresholds import load_thresholds
+
+    if args.what_if:
+        raise UsageError("give --what-if or --shadow, not both")
+    thresholds = load_thresholds(args.thresholds)
+    state = shadow.load_state(args.shadow)
+    try:
+        samples, _where = read_samples(args, thresholds, parse_time)
+    except Unreachable as exc:
+        print(f"inferwatch advise: error: {exc}", file=sys.stderr)
+        return 3
+    names = [args.worker] if args.worker else workers_in(samples)
+    skipped = []
+    for name in names:
+        try:
+            obs = observe(samples, name, args.output_tokens)
+            fit = obs.fit()
+        except NotEnough as exc:
+            skipped.append(str(exc))
+            continue
+        shadow.step(state, obs, fit, samples[-1][1])
+    shadow.save_state(args.shadow, state)
+    if args.shadow_metrics:
+        from pathlib import Path
+
+        Path(args.shadow_metrics).write_text(shadow.metrics_text(state))
+    if args.json:
+        print(json.dumps(_clean({"changes": state["changes"], "skipped": skipped}), indent=2))
+    else:
+        sys.stdout.write(shadow.render(state))
+        for line in skipped:
+            sys.stdout.write(f"  not fitted: {line}\n")
+    return 0

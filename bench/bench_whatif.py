@@ -1,0 +1,96 @@
+"""The what-if twin against a real engine: predicted vs measured across slot counts.
+
+``record``: runs the real ``llama-server`` (CPU build under ``.llama-server/``) at
+each ``--parallel`` value under the same open-loop Poisson load and writes one trace
+per slot count (docs/advise.md, "Traces"). ``table``: for every trace, fits the twin
+on its agent samples and predicts every other trace's slot count under the same
+load (the fit run's own send times), then prints predicted vs measured throughput
+and client-side TTFT P50 / P95 with the error in percent. The same code reads the
+H200 sweep's traces (CUDA llama-server, ``--parallel`` 4..64).
+
+    PYTHONPATH=agent:. python bench/bench_whatif.py record --slots 1 2 4 --out bench/data/whatif-cpu
+    PYTHONPATH=agent python bench/bench_whatif.py table bench/data/whatif-cpu/*.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from inferwatch.advise.trace import TARGET, compare
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'fit':>4} {'slots':>5} | {'thr pred':>9} {'meas':>8} {'err':>6} | "
+        f"{'P50 pred':>8} {'meas':>7} {'err':>6} | {'P95 pred':>8} {'meas':>7} {'err':>6}"
+    )
+    for r in rows:
+        m = r["measured"]
+        head = f"{r['fit_slots']:>4} {r['slots']:>5} | "
+        if "refused" in r:
+            print(head + f"refused: {r['refused']}")
+            continue
+        p, e = r["predicted"], r["error"]
+
+        def cell(k: str, unit: float, w: int, p: Any = p, m: Any = m, e: Any = e) -> str:
+            return f"{p[k] * unit:>{w}.2f} {m[k] * unit:>7.2f} {e.get(k, math.nan) * 100:>+5.0f}%"
+
+        mark = " (extrapolated)" if r.get("extrapolated") else ""
+        print(
+            head
+            + f"{cell('throughput', 1, 9)} | {cell('ttft_p50', 1, 8)} | {cell('ttft_p95', 1, 8)}{mark}"
+        )
+    judged = [r for r in rows if "error" in r and r["fit_slots"] != r["slots"]]
+    for k, limit in TARGET.items():
+        errs = [abs(r["error"][k]) for r in judged if k in r["error"]]
+        if errs:
+            inside = sum(1 for x in errs if x <= limit)
+            print(
+                f"{k}: |error| median {sorted(errs)[len(errs) // 2] * 100:.0f}%, "
+                f"max {max(errs) * 100:.0f}%, {inside}/{len(errs)} within {limit:.0%}"
+            )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record", help="record CPU llama-server traces")
+    rec.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
+    rec.add_argument("--rate", type=float, default=1.0, help="requests per second")
+    rec.add_argument("--seconds", type=float, default=40.0, help="seconds of sends")
+    rec.add_argument("--n-predict", type=int, default=128)
+    rec.add_argument("--prompt-words", type=int, default=160)
+    rec.add_argument("--stream", action="store_true", help="time the first token at the client")
+    rec.add_argument("--out", default="bench/data/whatif-cpu")
+    tab = sub.add_parser("table", help="predicted vs measured from traces")
+    tab.add_argument("traces", nargs="+")
+    tab.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    if args.cmd == "record":
+        from tests.support.tracerun import OpenLoad, record
+
+        load = OpenLoad(
+            args.rate, args.seconds, args.prompt_words, args.n_predict, stream=args.stream
+        )
+        for slots in args.slots:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = record(Path(args.out) / f"parallel-{slots}.jsonl.gz", Path(tmp), slots, load)
+            print(f"wrote {path}")
+        return 0
+    rows = compare(args.traces)
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
