@@ -160,10 +160,20 @@ def start_server(args: argparse.Namespace, slots: int, out: Path, tag: str) -> t
     return Proc(f"llama-{tag}", argv, out / f"llama-{tag}.log").start(), f"http://127.0.0.1:{port}"
 
 
-def start_agent(args: argparse.Namespace, server_url: str, out: Path, tag: str) -> tuple[Proc, str]:
+def start_agent(
+    args: argparse.Namespace, server_url: str, out: Path, tag: str
+) -> tuple[Proc, str, str]:
+    """The agent watching the server; its URL, and the URL clients send to (the agent's
+    measuring proxy with ``--proxy``, else the server itself)."""
     port = free_port()
     cfg = out / f"agent-{tag}.yaml"
-    gpu = {"backend": "fake", "fake_gpus": 1} if args.fake_gpu else {"backend": "nvml"}
+    gpu = {"backend": "fake", "fake_count": 1} if args.fake_gpu else {"backend": "nvml"}
+    worker: dict[str, Any] = {"name": "llama", "url": server_url, "engine": "llamacpp"}
+    client_url = server_url
+    if args.proxy:
+        proxy_port = free_port()
+        worker["proxy"] = {"listen": f"127.0.0.1:{proxy_port}"}
+        client_url = f"http://127.0.0.1:{proxy_port}"
     cfg.write_text(
         json.dumps(
             {
@@ -171,15 +181,14 @@ def start_agent(args: argparse.Namespace, server_url: str, out: Path, tag: str) 
                 "collect_interval": "2s",
                 "stats_window": "60s",
                 "gpu": gpu,
-                "workers": [{"name": "llama", "url": server_url, "engine": "llamacpp"}],
+                "workers": [worker],
             }
         )
     )
     env = {"PYTHONPATH": str(REPO / "agent") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     argv = [sys.executable, "-m", "inferwatch.cli", "run", "--config", str(cfg)]
-    return Proc(f"agent-{tag}", argv, out / f"agent-{tag}.log", env).start(), (
-        f"http://127.0.0.1:{port}"
-    )
+    agent = Proc(f"agent-{tag}", argv, out / f"agent-{tag}.log", env).start()
+    return agent, f"http://127.0.0.1:{port}", client_url
 
 
 def start_prometheus(binary: str, agent_url: str, out: Path) -> tuple[Proc, str]:
@@ -341,7 +350,7 @@ async def run_trace(args: argparse.Namespace) -> None:
     out = Path(args.out)
     slots = int(args.slots)
     server, server_url = start_server(args, slots, out, "trace")
-    agent, agent_url = start_agent(args, server_url, out, "trace")
+    agent, agent_url, client_url = start_agent(args, server_url, out, "trace")
     prom = None
     prom_url = ""
     procs = [server, agent]
@@ -355,7 +364,8 @@ async def run_trace(args: argparse.Namespace) -> None:
                 await wait_http(session, prom_url + "/-/ready", 60)
             header = {
                 "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY,
-                "source": f"{args.source}; llama-server --parallel {slots}",
+                "source": f"{args.source}; llama-server --parallel {slots}"
+                + ("; clients through the agent's measuring proxy" if args.proxy else ""),
                 "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
             }  # fmt: skip
             trace = Trace(out / "trace.jsonl.gz", header)
@@ -372,7 +382,7 @@ async def run_trace(args: argparse.Namespace) -> None:
                 t0 = time.time()
                 print(f"phase {name}: {streams} streams for {seconds:.0f} s", flush=True)
                 if streams:
-                    await closed_loop(server_url, trace, streams, seconds, seed=len(phases))
+                    await closed_loop(client_url, trace, streams, seconds, seed=len(phases))
                 else:
                     await asyncio.sleep(seconds)
                 phases.append({"name": name, "start": t0, "end": time.time(), "streams": streams})
@@ -400,7 +410,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
     summary: list[dict[str, Any]] = []
     for slots in counts:
         server, server_url = start_server(args, slots, out, f"s{slots}")
-        agent, agent_url = start_agent(args, server_url, out, f"s{slots}")
+        agent, agent_url, client_url = start_agent(args, server_url, out, f"s{slots}")
         try:
             async with aiohttp.ClientSession() as session:
                 await wait_http(session, server_url + "/health", 180)
@@ -409,7 +419,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     # calibration: what the first slot count carries, closed loop
                     t0 = time.monotonic()
                     recs = await asyncio.gather(
-                        *(one_request(server_url, None, random.Random(i)) for i in range(slots * 2))
+                        *(one_request(client_url, None, random.Random(i)) for i in range(slots * 2))
                     )
                     took = time.monotonic() - t0
                     per_s = sum(1 for r in recs if r["ok"]) / took
@@ -428,7 +438,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
                 rec = asyncio.create_task(recorder(session, trace, agent_url, server_url, stop))
                 await asyncio.sleep(RECORD_EVERY)
                 t0 = time.time()
-                sent = await open_loop(server_url, trace, rate, args.load, args.drain, seed=7)
+                sent = await open_loop(client_url, trace, rate, args.load, args.drain, seed=7)
                 t1 = time.time()
                 await asyncio.sleep(RECORD_EVERY)
                 stop.set()
@@ -452,6 +462,7 @@ def main() -> int:
     ap.add_argument("--ctx-per-slot", type=int, default=1024)
     ap.add_argument("--prometheus", default="")
     ap.add_argument("--fake-gpu", action="store_true", help="the agent's fake GPU (off a GPU)")
+    ap.add_argument("--proxy", action="store_true", help="clients go through the agent's proxy")
     ap.add_argument("--cpu", action="store_true", help="no -ngl; one thread (off a GPU)")
     ap.add_argument("--source", default="llama.cpp on an NVIDIA H200")
     ap.add_argument("--idle", type=float, default=45)
