@@ -228,6 +228,8 @@ def observe(
     if requests <= 0 or generated <= 0:
         raise NotEnough(f"{worker}: no request finished in the {span:.0f} s observed")
     out_mean = output_tokens or generated / requests
+    pieces = _arrival_pieces(scrapes, worker, gen, queue, running, requests_from, out_mean)
+    total = sum((t1 - t0) * r for t0, t1, r in pieces)
     open_a = (queue[0] or 0.0) + (running[0] or 0.0)
     open_b = (queue[-1] or 0.0) + (running[-1] or 0.0)
     arrivals = max(requests + open_b - open_a, requests)
@@ -289,6 +291,10 @@ def observe(
             output_tokens=out_mean,
             queue_start=queue[0] or 0.0,
             running_start=running[0] or 0.0,
+            # the pieces scaled to the arrivals counted over the whole span
+            pieces=tuple((t0, t1, r * arrivals / total) for t0, t1, r in pieces)
+            if total > 0
+            else (),
         ),
         slots=int(slots_v),
         batch_tokens=int(bt) if bt else DEFAULT_BATCH_TOKENS,
@@ -309,6 +315,34 @@ def observe(
         tpot=_tpot(scrapes, worker),
         cpu=not gpus,
     )
+
+
+def _arrival_pieces(
+    scrapes: Sequence[tuple[float, Scrape]],
+    worker: str,
+    gen: Sequence[float | None],
+    queue: Sequence[float | None],
+    running: Sequence[float | None],
+    requests_from: str,
+    out_mean: float,
+) -> list[tuple[float, float, float]]:
+    """Arrivals per sample interval: requests finished plus the growth of what is open."""
+    if requests_from.startswith("inferwatch_"):
+        done = [_worker_sum(s, requests_from, worker) for _, s in scrapes]
+    else:
+        done = [None if g is None else g / out_mean for g in gen]
+    t0 = scrapes[0][0]
+    out = []
+    for i in range(1, len(scrapes)):
+        d0, d1 = done[i - 1], done[i]
+        dt = scrapes[i][0] - scrapes[i - 1][0]
+        if d0 is None or d1 is None or d1 < d0 or dt <= 0:
+            return []  # a gap or a restart: fall back to the mean rate
+        grew = ((queue[i] or 0.0) + (running[i] or 0.0)) - (
+            (queue[i - 1] or 0.0) + (running[i - 1] or 0.0)
+        )
+        out.append((scrapes[i - 1][0] - t0, scrapes[i][0] - t0, max(0.0, d1 - d0 + grew) / dt))
+    return out
 
 
 def _tpot(scrapes: Sequence[tuple[float, Scrape]], worker: str) -> float | None:
