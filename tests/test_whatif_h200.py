@@ -146,3 +146,21 @@ def test_suggest_on_the_slot_limited_h200_run_raises_the_slots() -> None:
     assert pred["predicted"]["queue"] < 1.0
     assert pred["predicted"]["ttft_p50"] < pred["current"]["ttft_p50"] / 10
     assert pred["band"] is not None  # 2x past the batch observed: with its band
+
+
+def test_bench_predict_prints_the_table() -> None:
+    """``bench/bench_whatif.py predict``: the fit, one row per slot count, the errors."""
+    bench = REPO / "bench" / "bench_whatif.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "predict", "--fit", str(LONG), *map(str, SWEEP)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"fit on {LONG}") and "slope fitted" in lines[0]
+    rows = [ln.split("|") for ln in lines if ln.split("|")[0].split()[-1:] in (["4"], ["8"])]
+    assert len(rows) == 2 and all("%" in r[1] for r in rows)  # 4 and 8 slots answered
+    assert sum("refused" in ln for ln in lines) == 2  # 32 and 64
+    assert any(ln.startswith("throughput: |error| median") for ln in lines)
