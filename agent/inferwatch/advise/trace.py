@@ -259,7 +259,7 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
         clients = [(t, r) for t, r in tr.client if start - 1 <= t <= end]
         meas = measured(clients)
         row: dict[str, Any] = {
-            "fit": source.path,
+            "fit_trace": source.path,
             "fit_slots": source.slots(),
             "trace": tr.path,
             "slots": tr.slots(),
