@@ -10,6 +10,12 @@ H200 sweep's traces (CUDA llama-server, ``--parallel`` 4..64).
 
     PYTHONPATH=agent:. python bench/bench_whatif.py record --slots 1 2 4 --out bench/data/whatif-cpu
     PYTHONPATH=agent python bench/bench_whatif.py table bench/data/whatif-cpu/*.jsonl.gz
+    PYTHONPATH=agent python bench/bench_whatif.py predict --fit tests/data/traces/h200-llamacpp.jsonl.gz \
+        tests/data/traces/h200-sweep-s*.jsonl.gz
+
+``predict``: fits on one whole trace (every phase, e.g. the long H200 run with a steady
+and an overload phase) and predicts each other trace's slot count under that trace's
+own recorded load (its clients' send times, prompt and answer lengths).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from inferwatch.advise.trace import TARGET, compare
+from inferwatch.advise.trace import TARGET, compare, predict_runs
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -42,11 +48,23 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             return f"{p[k] * unit:>{w}.2f} {m[k] * unit:>7.2f} {e.get(k, math.nan) * 100:>+5.0f}%"
 
         mark = " (extrapolated)" if r.get("extrapolated") else ""
+        if r.get("band"):
+            lo, hi = r["band"]
+            mark += (
+                f" band: thr {lo['throughput']:.0f}..{hi['throughput']:.0f}, "
+                f"P50 {lo['ttft_p50']:.2f}..{hi['ttft_p50']:.2f} s"
+            )
         print(
             head
             + f"{cell('throughput', 1, 9)} | {cell('ttft_p50', 1, 8)} | {cell('ttft_p95', 1, 8)}{mark}"
         )
-    judged = [r for r in rows if "error" in r and r["fit_slots"] != r["slots"]]
+    # another run than the fit's (a run replayed from its own fit is not judged)
+    judged = [
+        r
+        for r in rows
+        if "error" in r
+        and (r["trace"] != r["fit_trace"] if "fit_trace" in r else r["fit_slots"] != r["slots"])
+    ]
     for k, limit in TARGET.items():
         errs = [abs(r["error"][k]) for r in judged if k in r["error"]]
         if errs:
@@ -73,6 +91,12 @@ def main() -> int:
     tab = sub.add_parser("table", help="predicted vs measured from traces")
     tab.add_argument("traces", nargs="+")
     tab.add_argument("--json", metavar="FILE")
+    pre = sub.add_parser(
+        "predict", help="fit on one whole trace, predict other traces under their own load"
+    )
+    pre.add_argument("--fit", required=True, help="the trace to fit on (every phase)")
+    pre.add_argument("traces", nargs="+", help="traces to predict (their load phase)")
+    pre.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     if args.cmd == "record":
         from tests.support.tracerun import OpenLoad, record
@@ -85,7 +109,17 @@ def main() -> int:
                 path = record(Path(args.out) / f"parallel-{slots}.jsonl.gz", Path(tmp), slots, load)
             print(f"wrote {path}")
         return 0
-    rows = compare(args.traces)
+    if args.cmd == "predict":
+        rows = predict_runs(args.fit, args.traces)
+        f = next((r["fit"] for r in rows if isinstance(r.get("fit"), dict)), None)
+        if f:
+            print(
+                f"fit on {args.fit}: step = {f['a_ms']:.2f} ms + {f['k_ms']:.3f} ms x sequences"
+                f" + {f['p_us']:.1f} us x prompt tokens; batch sizes {f['batch'][0]:.1f}-"
+                f"{f['batch'][1]:.1f}; slope {f['k_source']}; residual {f['residual']:.0%}"
+            )
+    else:
+        rows = compare(args.traces)
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -237,6 +237,23 @@ def test_replicas_split_the_load() -> None:
     assert two.new.queue < one.new.queue and two.new.ttft_p95 < one.new.ttft_p95
 
 
+def test_a_burst_is_replayed_as_it_came_not_averaged() -> None:
+    """The same requests sent in the first 20 s of 60 queue far more than spread over 60."""
+    fit = StepFit(0.02, 0.002, 0.0001, "fitted", 1, 8, 10, 0.0)
+    flat = Load(span=60, arrival_rate=2.0, prompt_tokens=100, output_tokens=50)
+    burst = Load(
+        span=60,
+        arrival_rate=2.0,
+        prompt_tokens=100,
+        output_tokens=50,
+        pieces=((0.0, 20.0, 6.0), (20.0, 60.0, 0.0)),
+    )
+    a = simulate(fit, flat, Setting(slots=4), seed=3)
+    b = simulate(fit, burst, Setting(slots=4), seed=3)
+    assert abs(a.requests - b.requests) < 0.3 * a.requests  # about the same requests
+    assert b.queue_mean > 3 * max(a.queue_mean, 0.1) and b.ttft_p50 > 3 * a.ttft_p50
+
+
 def test_the_simulation_obeys_littles_law() -> None:
     fit = StepFit(0.02, 0.002, 0.0001, "fitted", 1, 8, 10, 0.0)
     load = Load(span=600, arrival_rate=2.0, prompt_tokens=100, output_tokens=50)

@@ -363,7 +363,7 @@ async def run_trace(args: argparse.Namespace) -> None:
                 procs.append(prom)
                 await wait_http(session, prom_url + "/-/ready", 60)
             header = {
-                "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY,
+                "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
                 "source": f"{args.source}; llama-server --parallel {slots}"
                 + ("; clients through the agent's measuring proxy" if args.proxy else ""),
                 "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
@@ -426,7 +426,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     rate = round(args.rate_factor * per_s, 2)
                     print(f"calibration at {slots} slots: {per_s:.2f} req/s -> rate {rate}")
                 header = {
-                    "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY,
+                    "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
                     "source": f"{args.source}; llama-server --parallel {slots}; open loop "
                               f"{rate} req/s, {GEN_TOKENS} tokens each",
                     "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},

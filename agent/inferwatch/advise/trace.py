@@ -19,7 +19,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -89,6 +89,9 @@ def read_trace(path: str | Path) -> Trace:
             if header.get("version") != 1:
                 raise ConfigError(name, "version", "1", header.get("version"))
             trace = Trace(name, header)
+            # "client_time": "answered": client records were written when the answer
+            # ended (bench/device/llamacpp_trace.py); the send is that less e2e_s
+            answered = header.get("client_time", "sent") == "answered"
             for n, line in enumerate(lines, start=2):
                 try:
                     rec = json.loads(line)
@@ -100,7 +103,10 @@ def read_trace(path: str | Path) -> Trace:
                 elif "engine" in rec:
                     trace.engine.append((t, str(rec["engine"])))
                 elif "client" in rec:
-                    trace.client.append((t, dict(rec["client"])))
+                    client = dict(rec["client"])
+                    if answered and isinstance(client.get("e2e_s"), (int, float)):
+                        t -= float(client["e2e_s"])
+                    trace.client.append((t, client))
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ConfigError(name, "file", f"a gzip JSON-lines trace ({exc})") from None
     return trace
@@ -219,3 +225,101 @@ def compare(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             }
             rows.append(row)
     return rows
+
+
+# --------------------------------------------------------------------------- one fit, other runs
+
+
+def whole_span(trace: Trace) -> tuple[float, float]:
+    """From the first phase's start to the last phase's end."""
+    phases = trace.header.get("phases") or []
+    if not phases:
+        raise ConfigError(trace.path, "phases", "a phase")
+    return min(float(p["start"]) for p in phases), max(float(p["end"]) for p in phases)
+
+
+def fit_whole(trace: Trace) -> tuple[Any, Any]:
+    """The observation and fit of a whole trace (every phase: idle, steady, overload)."""
+    start, end = whole_span(trace)
+    ok = [r for t, r in trace.client if start - 1 <= t <= end and r.get("ok")]
+    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
+    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
+    obs = observe(scrapes, None, out_tokens)
+    return obs, obs.fit()
+
+
+def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Fit the twin on one whole trace; predict every other trace's slot count under
+    that trace's own recorded load (its clients' send times, prompt and answer lengths)."""
+    source = read_trace(fit_path)
+    obs, fit = fit_whole(source)
+    rows = []
+    for tr in sorted((read_trace(p) for p in paths), key=lambda t: t.slots()):
+        start, end = load_phase(tr)
+        clients = [(t, r) for t, r in tr.client if start - 1 <= t <= end]
+        meas = measured(clients)
+        row: dict[str, Any] = {
+            "fit_trace": source.path,
+            "fit_slots": source.slots(),
+            "trace": tr.path,
+            "slots": tr.slots(),
+            "measured": {
+                "throughput": meas.throughput,
+                "ttft_p50": meas.ttft_p50,
+                "ttft_p95": meas.ttft_p95,
+                "requests": meas.requests,
+                "failed": meas.failed,
+            },
+        }
+        sends = sorted(t for t, _ in clients)
+        if not sends or meas.requests == 0:
+            row["refused"] = "no client records in the load phase"
+            rows.append(row)
+            continue
+        arrivals = [t - sends[0] for t in sends]
+        there = replace(
+            obs,
+            load=replace(
+                obs.load,
+                prompt_tokens=meas.prompt_tokens,
+                output_tokens=meas.gen_tokens,
+                span=arrivals[-1] or obs.load.span,
+                arrival_rate=len(arrivals) / (arrivals[-1] or 1.0),
+            ),
+        )
+        try:
+            pred = predict(there, "max-num-seqs", tr.slots(), fit, arrivals=arrivals)
+        except NotEnough as exc:
+            row["refused"] = str(exc).split(": ", 1)[-1]
+            rows.append(row)
+            continue
+        _fill(row, pred, fit)
+        rows.append(row)
+    return rows
+
+
+def _fill(row: dict[str, Any], pred: Any, fit: Any) -> None:
+    row["predicted"] = {
+        "throughput": pred.new.throughput,
+        "ttft_p50": pred.new.ttft_p50,
+        "ttft_p95": pred.new.ttft_p95,
+    }
+    row["error"] = {
+        k: (row["predicted"][k] - row["measured"][k]) / row["measured"][k]
+        for k in TARGET
+        if row["measured"][k] and not math.isnan(row["measured"][k])
+    }
+    row["extrapolated"] = pred.band is not None
+    if pred.band is not None:
+        row["band"] = [
+            {"throughput": b.throughput, "ttft_p50": b.ttft_p50, "ttft_p95": b.ttft_p95}
+            for b in pred.band
+        ]
+    row["fit"] = {
+        "a_ms": fit.a * 1e3,
+        "k_ms": fit.k * 1e3,
+        "p_us": fit.p * 1e6,
+        "k_source": fit.k_source,
+        "batch": [fit.batch_min, fit.batch_max],
+        "residual": fit.residual,
+    }

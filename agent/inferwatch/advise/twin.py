@@ -15,7 +15,8 @@ The model (docs/advise.md, "What-if"):
   to separate ``a`` from ``k`` (a worker at its slot limit the whole time), ``k`` is
   taken equal to ``p`` (one more token in a step costs what a prompt token costs) and
   said so: an assumption, not a fit.
-- requests arrive as a Poisson stream at the observed rate (finished plus the growth
+- requests arrive as a Poisson stream at the observed rate (piece by piece where the
+  samples show the rate changing) (finished plus the growth
   of queue and batch over the span), each with the observed mean prompt and answer
   lengths; ``slots`` of them run at once (fewer where the KV pool runs out), the
   rest wait first-come first-served. TTFT is the wait plus the prefill step(s) that
@@ -59,6 +60,9 @@ class Load:
     #: open requests at the start of the span (waiting, running)
     queue_start: float = 0.0
     running_start: float = 0.0
+    #: the arrival rate piece by piece, (start, end, requests/s) from the span's start:
+    #: a load that rose and fell within the span is replayed as it came, not averaged
+    pieces: tuple[tuple[float, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -291,16 +295,16 @@ def simulate(
     seed: int = 1,
 ) -> Outcome:
     """Replay ``load`` (or the given arrival times) on one replica of ``setting``."""
-    rate = load.arrival_rate / setting.replicas
     rng = random.Random(seed)
     if arrivals is None:
         times: list[float] = []
-        t = 0.0
-        while rate > 0:
-            t += rng.expovariate(rate)
-            if t > load.span:
-                break
-            times.append(t)
+        for t0, t1, r in load.pieces or ((0.0, load.span, load.arrival_rate),):
+            t, r = t0, r / setting.replicas
+            while r > 0:
+                t += rng.expovariate(r)
+                if t > t1:
+                    break
+                times.append(t)
         start_open = round((load.queue_start + load.running_start) / setting.replicas)
         times = [0.0] * start_open + times
     else:

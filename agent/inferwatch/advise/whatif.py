@@ -104,6 +104,8 @@ class Observed:
     kv_usage_peak: float | None = None
     queue_mean: float = 0.0
     running_mean: float = 0.0
+    #: the batch over the samples where requests waited (None: none waited)
+    running_when_queued: float | None = None
     long_prompt_share: float | None = None
     vram_total_bytes: float | None = None
     #: the engine's own TTFT quantiles at the end of the span (None where it has none)
@@ -160,6 +162,20 @@ def observe(
             SOURCE, "--worker", f"a worker in the data ({', '.join(names) or 'none'})", worker
         )
 
+    # samples without the engine's data (an agent that had not scraped the engine yet, or
+    # lost it for a while) say nothing about the engine: skip them, do not refuse
+    scrapes = [
+        (t, s)
+        for t, s in scrapes
+        if _worker_sum(s, "inferwatch_generation_tokens_total", worker) is not None
+        and _worker_sum(s, "inferwatch_requests_running", worker) is not None
+    ]
+    if len(scrapes) < 2:
+        raise NotEnough(
+            f"{worker}: {len(scrapes)} sample(s) with inferwatch_generation_tokens_total and "
+            "inferwatch_requests_running: the engine must export token counters and its batch"
+        )
+
     def series(name: str) -> list[float | None]:
         return [_worker_sum(s, name, worker) for _, s in scrapes]
 
@@ -167,11 +183,6 @@ def observe(
     prompt = series("inferwatch_prompt_tokens_total")
     running = series("inferwatch_requests_running")
     queue = series("inferwatch_queue_depth")
-    if gen[0] is None or gen[-1] is None or running[-1] is None:
-        raise NotEnough(
-            f"{worker}: no inferwatch_generation_tokens_total or inferwatch_requests_running "
-            "in the samples: the engine must export token counters and its batch"
-        )
     intervals = []
     for i in range(1, len(scrapes)):
         g0, g1, p0, p1 = gen[i - 1], gen[i], prompt[i - 1], prompt[i]
@@ -217,6 +228,8 @@ def observe(
     if requests <= 0 or generated <= 0:
         raise NotEnough(f"{worker}: no request finished in the {span:.0f} s observed")
     out_mean = output_tokens or generated / requests
+    pieces = _arrival_pieces(scrapes, worker, gen, queue, running, requests_from, out_mean)
+    total = sum((t1 - t0) * r for t0, t1, r in pieces)
     open_a = (queue[0] or 0.0) + (running[0] or 0.0)
     open_b = (queue[-1] or 0.0) + (running[-1] or 0.0)
     arrivals = max(requests + open_b - open_a, requests)
@@ -278,6 +291,10 @@ def observe(
             output_tokens=out_mean,
             queue_start=queue[0] or 0.0,
             running_start=running[0] or 0.0,
+            # the pieces scaled to the arrivals counted over the whole span
+            pieces=tuple((t0, t1, r * arrivals / total) for t0, t1, r in pieces)
+            if total > 0
+            else (),
         ),
         slots=int(slots_v),
         batch_tokens=int(bt) if bt else DEFAULT_BATCH_TOKENS,
@@ -289,6 +306,7 @@ def observe(
         kv_usage_peak=maximum(kv),
         queue_mean=mean(queue) or 0.0,
         running_mean=mean(running) or 0.0,
+        running_when_queued=mean(r for r, q in zip(running, queue, strict=True) if q and q >= 1),
         long_prompt_share=long_share,
         vram_total_bytes=vram,
         ttft_p50=_ttft(last, worker, "0.5"),
@@ -297,6 +315,34 @@ def observe(
         tpot=_tpot(scrapes, worker),
         cpu=not gpus,
     )
+
+
+def _arrival_pieces(
+    scrapes: Sequence[tuple[float, Scrape]],
+    worker: str,
+    gen: Sequence[float | None],
+    queue: Sequence[float | None],
+    running: Sequence[float | None],
+    requests_from: str,
+    out_mean: float,
+) -> list[tuple[float, float, float]]:
+    """Arrivals per sample interval: requests finished plus the growth of what is open."""
+    if requests_from.startswith("inferwatch_"):
+        done = [_worker_sum(s, requests_from, worker) for _, s in scrapes]
+    else:
+        done = [None if g is None else g / out_mean for g in gen]
+    t0 = scrapes[0][0]
+    out = []
+    for i in range(1, len(scrapes)):
+        d0, d1 = done[i - 1], done[i]
+        dt = scrapes[i][0] - scrapes[i - 1][0]
+        if d0 is None or d1 is None or d1 < d0 or dt <= 0:
+            return []  # a gap or a restart: fall back to the mean rate
+        grew = ((queue[i] or 0.0) + (running[i] or 0.0)) - (
+            (queue[i - 1] or 0.0) + (running[i - 1] or 0.0)
+        )
+        out.append((scrapes[i - 1][0] - t0, scrapes[i][0] - t0, max(0.0, d1 - d0 + grew) / dt))
+    return out
 
 
 def _tpot(scrapes: Sequence[tuple[float, Scrape]], worker: str) -> float | None:
@@ -595,7 +641,10 @@ def suggest(
 ) -> Suggestion:
     """The lever for this worker: which flag to change, to what, and what to expect."""
     fit = fit or obs.fit()
-    slots_busy = obs.running_mean >= 0.9 * obs.slots
+    # every slot busy while requests waited (an idle sample at the edge of the span
+    # does not hide a deep queue)
+    batch = obs.running_when_queued if obs.running_when_queued is not None else obs.running_mean
+    slots_busy = batch >= 0.9 * obs.slots
     over = obs.queue_mean >= 1.0 and slots_busy
     busy_time = sum(i.dt for i in obs.intervals if i.busy) or 1.0
     prefill_share = sum(fit.p * i.prompt for i in obs.intervals if i.busy) / busy_time
@@ -669,7 +718,7 @@ def suggest(
     assert best is not None
     return Suggestion(
         "slots",
-        f"queue {obs.queue_mean:.1f} with every slot busy ({obs.running_mean:.1f} of {obs.slots}), "
+        f"queue {obs.queue_mean:.1f} with every slot busy ({batch:.1f} of {obs.slots}), "
         + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen")
         + (f", KV {obs.kv_usage_peak:.0%}" if obs.kv_usage_peak is not None else "")
         + (
