@@ -437,6 +437,9 @@ def forward_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
     return out
 
 
+_SKIP_AUTO = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+
+
 class _TooLarge(Exception):
     pass
 
@@ -468,6 +471,9 @@ class ProxyServer:
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
             connector=aiohttp.TCPConnector(limit=self.spec.max_connections, limit_per_host=0),
+            timeout=self._timeout,
+            # only what the client sent goes to the worker
+            skip_auto_headers=_SKIP_AUTO,
         )
         app = web.Application(client_max_size=self.spec.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self.handle)
@@ -563,8 +569,6 @@ class ProxyServer:
                 headers=headers,
                 data=body,
                 allow_redirects=False,
-                timeout=self._timeout,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             ) as upstream:
                 status = upstream.status
                 response = web.StreamResponse(status=status, reason=upstream.reason)
