@@ -465,3 +465,69 @@ def test_soak_1000_concurrent_streams_memory_held(tmp_path: Path) -> None:
     finally:
         agent.stop()
         up.stop()
+
+
+class _DropsKeptAlive:
+    """A worker that answers one request per connection and, like llama.cpp's server
+    past its keep-alive limits, drops the connection when a second request comes."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.dropped = 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                await reader.readexactly(length)
+                if served:
+                    self.dropped += 1
+                    return
+                body = b'{"choices":[{"text":"hi","finish_reason":"stop"}]}'
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+                served += 1
+                self.answered += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def test_a_worker_that_drops_kept_alive_connections_fails_no_request() -> None:
+    worker = _DropsKeptAlive()
+    port = await worker.start()
+    spec = ProxySpec("127.0.0.1", 0)
+    server = ProxyServer(
+        WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec), spec, ProxyStats()
+    )
+    await server.start()
+    statuses = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(20):
+                async with session.post(
+                    server.url + COMPLETIONS, json={"model": "m", "prompt": "x"}
+                ) as resp:
+                    await resp.read()
+                    statuses.append(resp.status)
+    finally:
+        await server.stop()
+        assert worker.server is not None
+        worker.server.close()
+    assert statuses == [200] * 20
+    assert worker.answered == 20 and worker.dropped == 0
