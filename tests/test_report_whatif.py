@@ -128,8 +128,15 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromOnBlocks]:
     data = tmp / "data"
     data.mkdir()
     subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(tmp / "whatif.om")]
-        + [str(data)],
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "-q",
+            str(tmp / "whatif.om"),
+            str(data),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -164,9 +171,9 @@ def test_the_weeks_changes_with_predicted_measured_and_error(
     assert section.index("max_num_seqs 4 -> 8") < section.index("max_num_batched_tokens 2048")
     assert "2026-11-20 00:00 UTC" in section and "2026-11-21 00:00 UTC" in section
 
-    b_throughput = [ln for ln in lines if "llama-0" in ln and "Throughput" in ln][0]
+    b_throughput = next(ln for ln in lines if "llama-0" in ln and "Throughput" in ln)
     assert b_throughput[-3:] == ["100.0", "80.0", "+25%"], b_throughput
-    assert [ln for ln in lines if ln[:2] == ["TTFT", "P50"]][0][-5:] == [
+    assert next(ln for ln in lines if ln[:2] == ["TTFT", "P50"])[-5:] == [
         "500",
         "ms",
         "400",
@@ -174,14 +181,14 @@ def test_the_weeks_changes_with_predicted_measured_and_error(
         "+25%",
     ]
     # NaN measured and a missing measured series: a dash, no error
-    p95 = [ln for ln in lines if ln[:2] == ["TTFT", "P95"]][0]
+    p95 = next(ln for ln in lines if ln[:2] == ["TTFT", "P95"])
     assert p95[-4:] == ["2.00", "s", "–", "–"], p95
-    b_queue = [ln for ln in lines if ln[:2] == ["Queue", "(requests)"]][0]
+    b_queue = next(ln for ln in lines if ln[:2] == ["Queue", "(requests)"])
     assert b_queue[-3:] == ["1.0", "–", "–"], b_queue
     # C: no error series, computed from predicted and measured
     c_rows = section.split("max_num_batched_tokens", 1)[1]
     assert "50.0" in c_rows and "+0%" in c_rows
-    c_queue = [ln for ln in c_rows.splitlines() if "Queue" in ln][0].split()
+    c_queue = next(ln for ln in c_rows.splitlines() if "Queue" in ln).split()
     assert c_queue[-3:] == ["2.0", "4.0", "-50%"], c_queue
     # the one-line summary: median |error| per figure over B and C
     assert (

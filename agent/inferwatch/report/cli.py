@@ -304,7 +304,12 @@ def main(args: argparse.Namespace) -> int:
     if args.output:
         directory = Path(args.output)
         page = render.html(
-            report, charts, lambda c: f"{c.name}.png", source=url, cost=cost, budgets=budgets,
+            report,
+            charts,
+            lambda c: f"{c.name}.png",
+            source=url,
+            cost=cost,
+            budgets=budgets,
             whatif=whatif,
         )
         try:

@@ -19,7 +19,6 @@ from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.charts import Chart
 from inferwatch.report.cost import CostSection, ModelCost
 from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, Daily
-from inferwatch.report.whatif import FIGURE_NAMES, WhatIfSection
 from inferwatch.report.summary import (
     BAND_NAMES,
     BANDS,
@@ -28,6 +27,7 @@ from inferwatch.report.summary import (
     Report,
     ScopeFigures,
 )
+from inferwatch.report.whatif import FIGURE_NAMES, WhatIfSection
 
 FONT = (
     "-apple-system,BlinkMacSystemFont,'Segoe UI',Roboto,'Helvetica Neue',Arial,"

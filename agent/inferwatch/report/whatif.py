@@ -132,9 +132,7 @@ def section(changes: Sequence[FlagChange]) -> WhatIfSection | None:
         for f in c.figures:
             if f.error is not None:
                 errors.setdefault(f.figure, []).append(abs(f.error))
-    median = {
-        f: (statistics.median(errors[f]), len(errors[f])) for f in FIGURES if f in errors
-    }
+    median = {f: (statistics.median(errors[f]), len(errors[f])) for f in FIGURES if f in errors}
     return WhatIfSection(tuple(changes), median)
 
 
