@@ -707,5 +707,6 @@ def test_progress_only_on_a_terminal(prom: PromOnBlocks, tmp_path: Path) -> None
     # TTFT, memory pressure, the waste condition), the cost section's 3 (hours, energy,
     # tokens; the wasters' loops are the findings', issue 29), the availability SLO's 2
     # (errors, rejections), the long-tail finding's prompt-length buckets and the
-    # workers' start times (the data's age bounds the latency quantiles, issue 29)
-    assert plain.stderr.startswith("inferwatch report: 40 queries to")
+    # workers' start times (the data's age bounds the latency quantiles, issue 29), and the
+    # what-if section's one (advise --shadow's gauges, issue 31)
+    assert plain.stderr.startswith("inferwatch report: 41 queries to")

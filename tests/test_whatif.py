@@ -280,8 +280,8 @@ def test_shadow_records_prediction_and_outcome_of_a_flag_change(tmp_path: Path) 
     assert "max_num_seqs 8 -> 4" in text
     prom = metrics_text(state)
     assert (
-        'inferwatch_whatif_predicted{worker="w",flag="max_num_seqs",to="4",figure="throughput"}'
-        in prom
+        'inferwatch_whatif_predicted{worker="w",flag="max_num_seqs",from="8",to="4",'
+        'figure="throughput"}' in prom
     )
     parse_exposition(prom)  # valid exposition
 

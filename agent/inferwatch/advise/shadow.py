@@ -189,7 +189,10 @@ def metrics_text(state: dict[str, Any]) -> str:
         "# TYPE inferwatch_whatif_change_timestamp_seconds gauge",
     ]
     for (worker, flag), c in sorted(latest.items()):
-        base = f'worker="{_esc(worker)}",flag="{flag}",to="{_esc(str(c["to"]))}"'
+        base = (
+            f'worker="{_esc(worker)}",flag="{flag}",from="{_esc(str(c["from"]))}",'
+            f'to="{_esc(str(c["to"]))}"'
+        )
         stamp.append(f"inferwatch_whatif_change_timestamp_seconds{{{base}}} {c['at']:.0f}")
         for k in FIGURES:
             if c["predicted"].get(k) is not None:

@@ -223,6 +223,7 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.report.promapi import PrometheusClient, ReportError
     from inferwatch.report.query import collect, count_steps
     from inferwatch.report.settings import load_settings, store_access
+    from inferwatch.report.whatif import collect_whatif
 
     settings = load_settings(args.config, os.environ)
     url = args.prometheus_url or settings.prometheus_url
@@ -280,6 +281,7 @@ def main(args: argparse.Namespace) -> int:
                 thresholds=bands.t,
             )
             raw_cost = collect_cost(client, period, thresholds)
+            whatif = collect_whatif(client, period)
             progress.phase("drawing charts")
             report = build_report(raw, bands)
             # the wasters' loops are the findings' (pack.loops), never a rule of its own
@@ -297,12 +299,18 @@ def main(args: argparse.Namespace) -> int:
         f"{fmt.timestamp(period.end)}"
     )
 
-    text = render.text(report, cost, budgets)
+    text = render.text(report, cost, budgets, whatif)
     csv_text = render.csv_text(report, cost)
     if args.output:
         directory = Path(args.output)
         page = render.html(
-            report, charts, lambda c: f"{c.name}.png", source=url, cost=cost, budgets=budgets
+            report,
+            charts,
+            lambda c: f"{c.name}.png",
+            source=url,
+            cost=cost,
+            budgets=budgets,
+            whatif=whatif,
         )
         try:
             _write_output(directory, page, text, csv_text, charts)
@@ -329,6 +337,7 @@ def main(args: argparse.Namespace) -> int:
                 source=url,
                 cost=cost,
                 budgets=budgets,
+                whatif=whatif,
             ),
             charts=charts,
             csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",

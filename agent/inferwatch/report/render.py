@@ -27,6 +27,7 @@ from inferwatch.report.summary import (
     Report,
     ScopeFigures,
 )
+from inferwatch.report.whatif import FIGURE_NAMES, WhatIfSection
 
 FONT = (
     "-apple-system,BlinkMacSystemFont,'Segoe UI',Roboto,'Helvetica Neue',Arial,"
@@ -561,6 +562,74 @@ def _budget_section(report: Report, budgets: Sequence[BudgetFigures]) -> str:
     )
 
 
+WHATIF_HEAD = ["Seen", "Worker", "Change", "Figure", "Predicted", "Measured", "Error"]
+
+
+def _whatif_value(figure: str, v: float | None) -> str:
+    if v is None:
+        return fmt.DASH
+    if figure.startswith("ttft"):
+        return fmt.seconds(v)
+    return f"{v:.1f}" if abs(v) < 1000 else fmt.count(v)
+
+
+def _whatif_rows(w: WhatIfSection) -> list[list[str]]:
+    """One row per change and figure; the change's cells on its first row only."""
+    rows = []
+    for c in w.changes:
+        change = f"{c.flag} {c.old} -> {c.new}" if c.old else f"{c.flag} -> {c.new}"
+        head = [fmt.timestamp(c.at), c.worker, change]
+        if not c.figures:
+            rows.append([*head, fmt.DASH, fmt.DASH, fmt.DASH, fmt.DASH])
+        for i, f in enumerate(c.figures):
+            rows.append(
+                [
+                    *(head if i == 0 else ["", "", ""]),
+                    FIGURE_NAMES[f.figure],
+                    _whatif_value(f.figure, f.predicted),
+                    _whatif_value(f.figure, f.measured),
+                    f"{f.error:+.0%}" if f.error is not None else fmt.DASH,
+                ]
+            )
+    return rows
+
+
+def _whatif_summary(w: WhatIfSection) -> str:
+    n = len(w.changes)
+    changes = f"{n} flag change{'s' if n != 1 else ''}"
+    if not w.median_abs_error:
+        return f"{changes} this period; no figure had both a prediction and an outcome."
+    parts = ", ".join(
+        f"{FIGURE_NAMES[f]} {err:.0%} ({k})" for f, (err, k) in w.median_abs_error.items()
+    )
+    return f"Median absolute error over {changes}: {parts}."
+
+
+def _whatif_section(report: Report, w: WhatIfSection | None) -> str:
+    if w is None:
+        return ""
+    rows = [
+        "<tr>"
+        + "".join(_cell(c, align="left" if i < 4 else "right") for i, c in enumerate(cells))
+        + "</tr>"
+        for cells in _whatif_rows(w)
+    ]
+    return (
+        _h2(
+            "What-if advice, checked",
+            "advise --shadow: the prediction made before each launch-flag change this "
+            f"{fmt.period_noun(report.period.days)} against what followed",
+        )
+        + _p(_whatif_summary(w))
+        + _table(WHATIF_HEAD, rows)
+        + _p(
+            "Error = (predicted - measured) / measured. The prediction comes from the fit "
+            "kept before the change, replaying the load seen after it.",
+            muted=True,
+        )
+    )
+
+
 def html(
     report: Report,
     charts: Sequence[Chart],
@@ -568,6 +637,7 @@ def html(
     source: str = "",
     cost: CostSection | None = None,
     budgets: Sequence[BudgetFigures] = (),
+    whatif: WhatIfSection | None = None,
 ) -> str:
     by_name = {c.name: c for c in charts}
     body = [
@@ -595,6 +665,7 @@ def html(
         body.append(_model_section(report, m, by_name, image_src))
     body.append(_gpu_section(report, by_name, image_src))
     body.append(_budget_section(report, budgets))
+    body.append(_whatif_section(report, whatif))
     body.append(_alerts_section(report))
     if report.notes:
         body.append(_h2("Left out"))
@@ -644,7 +715,10 @@ def _with_delta(value: str, change: Change | None, kind: str) -> str:
 
 
 def text(
-    report: Report, cost: CostSection | None = None, budgets: Sequence[BudgetFigures] = ()
+    report: Report,
+    cost: CostSection | None = None,
+    budgets: Sequence[BudgetFigures] = (),
+    whatif: WhatIfSection | None = None,
 ) -> str:
     out = [title(report), "=" * len(title(report)), ""]
     out.append(period_sentence(report))
@@ -747,6 +821,10 @@ def text(
         out.append(
             _text_table([h.lower() for h in BUDGET_HEAD], [_budget_cells(b) for b in budgets])
         )
+        out.append("")
+    if whatif is not None:
+        out += ["WHAT-IF ADVICE, CHECKED", "", "  " + _whatif_summary(whatif), ""]
+        out.append(_text_table([h.lower() for h in WHATIF_HEAD], _whatif_rows(whatif)))
         out.append("")
     out += ["ALERTS", ""]
     if report.alerts:
