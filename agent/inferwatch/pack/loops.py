@@ -369,7 +369,9 @@ def imbalanced(
     A worker is far above its peers when its GPUs' utilization (above ``idle_below``) or
     its open requests (at least ``min_open_requests``) exceed ``load_ratio`` x the mean of
     the model's other workers that report the same load, while the model's own GPUs
-    average below ``idle_below`` and its TTFT P99 is within the SLO.
+    average below ``idle_below`` (``model_gpu_utilization``: the average over
+    ``load_imbalance.imbalance_for``, as the rule reads it, not one 5m value that
+    wobbles across the line) and its TTFT P99 is within the SLO.
     """
     lb = t.load_imbalance
     idle = t.gpu_utilization.idle_below
@@ -395,6 +397,14 @@ def imbalanced(
 #: [6.2] loop 3 and [2.3]: headroom for PyTorch's temporary allocations and the CUDA
 #: context outside the engine's pre-allocated pool (vLLM's default is 0.9)
 GPU_MEMORY_UTILIZATION_HEADROOM = 0.85
+#: [2.3]: with prefix caching on, the real use "easily passes 0.9" and the process is
+#: OOM-killed: a card whose NVML used ratio is at or above this has no room left, so
+#: --gpu-memory-utilization must not be raised there (and with prefix caching on, or
+#: restarts that died of out-of-memory, it is an OOM risk: lower it to the headroom value)
+OOM_RISK_USED_RATIO = 0.90
+#: words of a restart's reason (a pod's last termination, a log line) that mean the
+#: process died of out-of-memory; matched case-insensitively
+OOM_REASON_WORDS = ("out of memory", "outofmemory", "oomkilled", "cuda oom", "oom")
 #: [6.2] loop 3: FP8 K/V "close to half" the KV memory, accuracy loss usually under 0.5 %
 FP8_KV_ACCURACY_LOSS = 0.005
 #: [6.2] loop 3: automatic prefix caching saves 30 % or more of the KV memory
@@ -477,6 +487,47 @@ def guide(loop_id: str) -> str:
     return ", ".join([head, *rest])
 
 
+def card_has_room(vram_used_ratio: float | None) -> bool:
+    """Whether NVML shows room on the card to raise --gpu-memory-utilization (below
+    ``OOM_RISK_USED_RATIO``); unknown is no room: never advise raising it blind."""
+    return vram_used_ratio is not None and vram_used_ratio < OOM_RISK_USED_RATIO
+
+
+def oom_reason(reason: str | None) -> bool:
+    """A restart's reason that says the process died of out-of-memory."""
+    text = (reason or "").lower()
+    return any(word in text for word in OOM_REASON_WORDS)
+
+
+def oom_risk(
+    vram_used_ratio: float | None,
+    prefix_caching: bool | None,
+    restart_reasons: Iterable[str] = (),
+) -> bool:
+    """[2.3], [6.2] loop 3: the out-of-memory risk. The card's used ratio is at or above
+    ``OOM_RISK_USED_RATIO`` with prefix caching on (its extra memory pushes the real use
+    past the pool), or a restart died of out-of-memory. The remedy is ``oom_headroom``."""
+    full = vram_used_ratio is not None and vram_used_ratio >= OOM_RISK_USED_RATIO
+    return (full and bool(prefix_caching)) or any(oom_reason(r) for r in restart_reasons)
+
+
+def oom_headroom(current: float | None = None, vram_used_ratio: float | None = None) -> str:
+    """The OOM-risk remedy: lower the flag to the headroom value, never raise it."""
+    was = f"from {current:g} " if current is not None else ""
+    used = (
+        f" (NVML shows {vram_used_ratio:.0%} of the card in use)"
+        if vram_used_ratio is not None
+        else ""
+    )
+    return (
+        f"Out-of-memory risk{used}: lower --gpu-memory-utilization {was}to "
+        f"{GPU_MEMORY_UTILIZATION_HEADROOM} and keep the head-room for PyTorch's temporary "
+        "allocations and the CUDA context; with prefix caching on, the real use passes the "
+        f"pool (past {OOM_RISK_USED_RATIO:.0%}) and the process is OOM-killed. Do not raise "
+        "the flag on a card that has no room."
+    )
+
+
 def raise_kv_pool(current: float | None = None, vram_used_ratio: float | None = None) -> str:
     """The preemption remedy: a larger KV pool; a smaller --gpu-memory-utilization would
     take blocks away and preempt more."""
@@ -487,8 +538,9 @@ def raise_kv_pool(current: float | None = None, vram_used_ratio: float | None = 
         else ""
     )
     return (
-        f"Give the KV pool more memory: raise --gpu-memory-utilization {now}where the card has "
-        f"room{room}; never lower it for preemptions, that shrinks the pool."
+        f"Give the KV pool more memory: raise --gpu-memory-utilization {now}only where the card "
+        f"has room (NVML below {OOM_RISK_USED_RATIO:.0%}){room}; never lower it for "
+        "preemptions, that shrinks the pool."
     )
 
 

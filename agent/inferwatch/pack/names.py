@@ -247,6 +247,12 @@ def slo_errors(window: str) -> str:
     return f"model:inferwatch_slo_errors:ratio_rate{window}"
 
 
+def slo_requests(window: str) -> str:
+    """Requests per second an SLI counted over ``window`` (its denominator): how much data a
+    burn window holds."""
+    return f"model:inferwatch_slo_requests:rate{window}"
+
+
 def slo_burn_rate(window: str) -> str:
     """``slo_errors(window)`` over the error budget: 1 spends the budget in exactly its period."""
     return f"model:inferwatch_slo_burn_rate:ratio_rate{window}"

@@ -851,8 +851,8 @@ def _young(t: Thresholds, seconds: float) -> str:
 
 def _imbalance_expr(t: Thresholds) -> str:
     """Loop 1 [6.2]: a worker far above its model's other workers, in GPU utilization or
-    in open requests, while the model's own GPUs average below idle_below and its
-    latency is fine.
+    in open requests, while the model's own GPUs average below idle_below over the
+    alert's ``for`` (persistently low, [6.2]) and its latency is fine.
 
     ``x * (count + r - 1) > r * sum`` is ``x > r * (mean of the others)`` without a
     division; with one worker it is ``x * r > r * x``, never true.
@@ -882,7 +882,12 @@ def _imbalance_expr(t: Thresholds) -> str:
         "(\n"
         + "\nor\n".join(branches)
         + "\n)\n"
-        + f"and on ({MODEL}) {n.model_util} < {num(t.gpu_utilization.idle_below)}\n"
+        # the model's average over the alert's `for`, not its 5m value: a 90/10 split
+        # whose average wobbles around idle_below (0.36 to 0.42) is persistently low,
+        # and a 5m gate crossing the line resets the `for` every few minutes
+        + f"and on ({MODEL})\n"
+        + f"avg_over_time({n.model_util}[{dur(lb.imbalance_for)}]) "
+        + f"< {num(t.gpu_utilization.idle_below)}\n"
         + f"and on ({MODEL}) {n.quantile('model', 'ttft', 'p99')} "
         + f"<= {num(t.ttft.p99_slo_seconds)}"
     )

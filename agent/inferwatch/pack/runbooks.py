@@ -844,8 +844,8 @@ def _load_imbalance(c: Ctx) -> Page:
             f"open requests (waiting plus running, at least {num(lb.min_open_requests)}), "
             f"averaged over {t.pack.window}, are more than {num(lb.load_ratio)} times the "
             "average of the other workers of the same model, while that model's own GPUs "
-            "average below "
-            f"{pct(t.gpu_utilization.idle_below)} and its TTFT P99 is within "
+            f"average below {pct(t.gpu_utilization.idle_below)} over the last "
+            f"{dur(lb.imbalance_for)} and its TTFT P99 is within "
             f"{secs(t.ttft.p99_slo_seconds)}, for {dur(a.for_seconds)}"
         ),
         meaning=(
