@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from inferwatch.errors import ConfigError
 from inferwatch.engines import lmdeploy, nim, sglang, tgi, triton, trtllm, vllm
+from inferwatch.errors import ConfigError
 
 #: the three objectives, in the order of every generated list
 KINDS = ("ttft", "tpot", "availability")
