@@ -38,3 +38,18 @@ def test_the_oom_remedy_lowers_the_flag_to_the_headroom_value() -> None:
     assert L.GPU_MEMORY_UTILIZATION_HEADROOM == 0.85
     # the preemption remedy names the room it needs
     assert f"NVML below {L.OOM_RISK_USED_RATIO:.0%}" in L.raise_kv_pool(0.8, 0.7)
+
+
+def test_the_kv_runbooks_carry_the_oom_step_and_never_raise_blind() -> None:
+    from inferwatch.pack import runbooks
+    from inferwatch.pack.thresholds import load_thresholds
+
+    pages = runbooks.generate(load_thresholds())
+    for name in ("InferenceKVCachePreemptions", "InferenceVRAMPressureQueueRising"):
+        text = pages[f"runbooks/{name}.md"]
+        assert "lower `--gpu-memory-utilization` to 0.85" in text, name
+        assert "OOMKilled" in text, name
+    for path, text in pages.items():
+        for line in text.splitlines():
+            if "raise `--gpu-memory-utilization`" in line:
+                assert "only where the card has room" in line, (path, line)

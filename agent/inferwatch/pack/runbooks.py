@@ -185,13 +185,26 @@ def _kv_remedies(c: Ctx, *, pool_first: bool) -> str:
     """
     t = c.t
     worker = c.only("instance", "worker")
+    oom = (
+        "- **Out-of-memory risk first.** Before you touch the flag, read the card's used "
+        "ratio and the worker's restarts:"
+        + promql(
+            "inferwatch_gpu_memory_used_ratio" + c.only("instance"),
+            f"changes(inferwatch_worker_start_time_seconds{worker}[1h])",
+            indent=2,
+        )
+        + f"  The card at or above {L.OOM_RISK_USED_RATIO:.0%} used with prefix caching "
+        "on (the **Launch flags** table), or a restart whose reason says out of memory "
+        "(`kubectl describe pod` shows `OOMKilled`, the log `CUDA out of memory`), is the "
+        f"guide's OOM case. {cite(md(L.oom_headroom()), '2.3', '6.2')}\n"
+    )
     pool = (
         f"- {cite(md(L.raise_kv_pool()), '4.2', '6.2')} `--gpu-memory-utilization` is the share of the card vLLM "
         "reserves at start, and the KV cache gets what is left after the weights, so a lower "
         "value means a smaller KV cache and more preemptions. `nvidia-smi` shows the room "
         "left on the card; lower the flag (to "
         f"{L.GPU_MEMORY_UTILIZATION_HEADROOM:g} [2.3, 6.2]) only when the process itself dies "
-        "of out-of-memory (InferenceWorkerDown)."
+        "of out-of-memory (InferenceWorkerDown) or the card is at the OOM risk above."
     )
     seqs = (
         f"- {cite(md(L.fewer_seqs()), '5.1')} Compare the running batch with the limit first:"
@@ -218,7 +231,7 @@ def _kv_remedies(c: Ctx, *, pool_first: bool) -> str:
         "KV cache a whole batch needed [4 FAQ]."
     )
     first, second = (pool, seqs) if pool_first else (seqs, pool)
-    return f"{first}\n{second}\n{rest}"
+    return f"{oom}{first}\n{second}\n{rest}"
 
 
 _BALANCING = (
