@@ -339,3 +339,28 @@ def test_the_long_tail_page_judges_ttft_and_tpot_with_at_least() -> None:
     fires = next(line for line in page.splitlines() if line.startswith("**Fires when:**"))
     assert "TTFT P99 or its TPOT P99" in fires and "at least" in fires
     assert "end-to-end latency is not judged" in fires
+
+
+def test_every_header_describes_the_query_under_it() -> None:
+    """A page's "Fires when" names what its alert's query reads (``runbooks.expr_terms``)
+    and the ratio thresholds it compares with, so a header cannot describe an old query."""
+    from inferwatch.pack.names import names
+
+    t = load_thresholds()
+    terms = runbooks.expr_terms(names(t))
+    pages = runbooks.generate(t)
+    checked = 0
+    for alert in rules.alerts(t):
+        text = pages[f"runbooks/{alert.name}.md"]
+        fires = next(line for line in text.splitlines() if line.startswith("**Fires when:**"))
+        for series, phrase in terms.items():
+            if re.search(re.escape(series) + r"(?![\w:])", alert.expr):
+                assert phrase in fires, (alert.name, series, phrase, fires)
+                checked += 1
+        # a ratio series compared with a share: the header says that share
+        for m in re.finditer(r"[\w:]*ratio[\w:]*(?:\{[^}]*\})?\s*[<>]=?\s*(0\.\d+)", alert.expr):
+            share = f"{float(m.group(1)):.0%}"
+            assert share in fires, (alert.name, m.group(0), fires)
+        for stale in ("GPUs of its agent", "watched by the same agent", "slope > 0"):
+            assert stale not in fires, (alert.name, stale)
+    assert checked >= 8

@@ -255,6 +255,20 @@ _SCALE_CHOICES = (
 )
 
 
+#: what a page's condition (its header, "Fires when") must say about a series its alert's
+#: query reads, so the header cannot drift from the query under it (tests/test_runbooks.py)
+def expr_terms(n: Names) -> dict[str, str]:
+    return {
+        n.worker_gpu_pressure: "memory pressure",
+        n.queue_deriv: "queue",
+        n.worker_util: "its own GPUs",
+        n.model_util: "model's own GPUs",
+        n.gpu_util: "GPU's utilization",
+        n.quantile("worker", "ttft", "p95"): "TTFT P95",
+        n.quantile("worker", "ttft", "p99"): "TTFT P99",
+    }
+
+
 # --------------------------------------------------------------------------- pages
 
 
@@ -361,11 +375,16 @@ def _vram_pressure(c: Ctx) -> Page:
     a = c.variants[0]
     return Page(
         condition=(
-            f"a GPU's memory is more than {pct(v.scale_above)} used and a worker watched by "
-            f"the same agent has a rising queue (slope > 0), for {dur(a.for_seconds)}"
+            f"a worker's memory pressure on one of its own GPUs (its KV-cache usage where "
+            "the engine exports it, else the GPU's memory used ratio, averaged over "
+            f"{c.t.pack.window}) is above {pct(v.scale_above)} while that worker's queue "
+            f"rises by more than {num(c.t.queue.rising_min_per_minute)} request a minute "
+            f"(its slope over {dur(c.t.queue.rising_window)}), for {dur(a.for_seconds)}"
         ),
         meaning=(
-            f"GPU memory is above {pct(v.scale_above)} and requests keep piling up. vLLM "
+            f"The worker's KV cache is above {pct(v.scale_above)} full (for an engine that "
+            "does not export its KV-cache usage: the memory of its GPU) and its requests "
+            "keep piling up. The label `pressure_from` says which was read. vLLM "
             "keeps each running request's attention state (the KV cache) in GPU memory; when "
             "it runs out, new requests wait and running ones get preempted. The guide's rule "
             f"[4.2]: memory above {pct(v.scale_above)} with a rising queue means scale out or "
@@ -648,8 +667,9 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
     return Page(
         condition=(
             f"a worker's TTFT P95 over {t.pack.window} is above "
-            f"{secs(t.ttft.warmup_p95_seconds)} while the GPUs of its agent average below "
-            f"{pct(t.gpu_utilization.idle_below)}, for {dur(a.for_seconds)} (not within "
+            f"{secs(t.ttft.warmup_p95_seconds)} while its own GPUs (those the agent "
+            f"attributes to it) average below {pct(t.gpu_utilization.idle_below)} "
+            f"utilization over {t.pack.window}, for {dur(a.for_seconds)} (not within "
             f"{dur(t.cold_start.within)} of a start: that is InferenceWorkerColdStart)"
         ),
         meaning=(
@@ -853,7 +873,8 @@ def _load_imbalance(c: Ctx) -> Page:
     a = c.variants[0]
     return Page(
         condition=(
-            f"a worker's GPU utilization (above {pct(t.gpu_utilization.idle_below)}), or its "
+            "a worker's utilization of its own GPUs (above "
+            f"{pct(t.gpu_utilization.idle_below)}), or its "
             f"open requests (waiting plus running, at least {num(lb.min_open_requests)}), "
             f"averaged over {t.pack.window}, are more than {num(lb.load_ratio)} times the "
             "average of the other workers of the same model, while that model's own GPUs "
