@@ -162,7 +162,7 @@ def test_runbook_numbers_follow_the_thresholds(tmp_path: Path) -> None:
     under = pages["runbooks/InferenceGPUUnderutilized.md"]
     assert "below 25% for 45m" in under and "30%" not in under.split("## Meaning")[0]
     vram = pages["runbooks/InferenceVRAMPressureQueueRising.md"]
-    assert "more than 90% used" in vram and "92%" not in vram
+    assert "is above 90% while" in vram and "92%" not in vram
     assert "above 80% on its own" in vram and "under 300ms" in vram
     queue = pages["runbooks/InferenceQueueOverCapacity.md"]
     assert "for 4 consecutive samples" in queue
@@ -183,7 +183,7 @@ def test_default_pages_quote_the_default_thresholds() -> None:
     text = {p.stem: p.read_text() for p in RUNBOOKS.glob("*.md")}
     assert "below 30% for 30m" in text["InferenceGPUUnderutilized"]
     assert "above 85% for 15m" in text["InferenceGPUScaleReview"]
-    assert "more than 92% used" in text["InferenceVRAMPressureQueueRising"]
+    assert "is above 92% while" in text["InferenceVRAMPressureQueueRising"]
     assert "above 85% on its own" in text["InferenceVRAMPressureQueueRising"]
     assert (
         f"{t.queue.over_capacity_samples} consecutive samples" in text["InferenceQueueOverCapacity"]
