@@ -174,6 +174,7 @@ KV_CACHE_PREEMPTIONS = "InferenceKVCachePreemptions"
 REQUEST_ERRORS = "InferenceRequestErrors"
 WORKER_DOWN = "InferenceWorkerDown"
 AGENT_DOWN = "InferenceAgentDown"
+WORKER_UNATTRIBUTED = "InferenceWorkerUnattributed"
 # -- cost: where the GPU-hours go (pack.cost, docs/cost.md) ---------------------------
 #: the three states of a GPU's time, in the order the report and dashboards list them
 COST_STATES = ("serving", "held_idle", "unallocated")

@@ -1259,6 +1259,61 @@ def _agent_down(c: Ctx) -> Page:
     )
 
 
+def _worker_unattributed(c: Ctx) -> Page:
+    a = c.variants[0]
+    return Page(
+        condition=(
+            "the agent reads a worker (`inferwatch_target_up == 1`) and its host's GPUs "
+            "(`inferwatch_gpu_up`) but has no `inferwatch_worker_gpu_info` for the worker, "
+            f"for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The agent does not know which GPUs the worker runs on: none of its attribution "
+            "sources answered (docs/attribution.md lists them in order: NVML's process list, "
+            "Kubernetes pod resources, the worker's environment, the agent's own devices, "
+            "`workers[].gpus`). It never guesses, so the worker has no "
+            "`inferwatch_worker_gpu_info` series, and every rule that joins a worker to its "
+            "GPUs leaves it out: memory pressure (InferenceVRAMPressureQueueRising), slow "
+            "first tokens on idle GPUs (InferenceTTFTHighGPUIdle), load imbalance "
+            "(InferenceLoadImbalance), the GPU state and the cost by state."
+        ),
+        impact=(
+            "Nothing fails for users, but the worker is half watched: its queue and latency "
+            "alerts work, its GPU-side alerts stay silent whatever happens, and the guide's "
+            "closed loops all read a worker's GPUs next to its queue and latency [6.2]. Fix it in "
+            "working hours."
+        ),
+        diagnosis=(
+            "1. Which workers, on which agent:"
+            + promql(
+                f"inferwatch_target_up{c.sel} == 1\n"
+                f"unless on (job, instance, worker) inferwatch_worker_gpu_info{c.sel}",
+            )
+            + "2. The agent's log names the sources it tried for the worker (one warning line "
+            "per worker: `no GPU attribution for worker ...`):"
+            + sh(
+                "kubectl logs <agent pod> | grep -i attribution",
+                "journalctl -u inferwatch | grep -i attribution",
+            )
+            + '3. Compare with the deployment table of docs/attribution.md ("What to '
+            'enable").'
+        ),
+        mitigation=(
+            "- Bare VM or systemd: the agent sees host PIDs already; check that it runs on the "
+            "same host as the worker and that NVML lists the worker's process "
+            "(`nvidia-smi --query-compute-apps=pid --format=csv`).\n"
+            "- Kubernetes DaemonSet: use `deploy/kubernetes/overlays/daemonset` (it sets "
+            "`hostPID: true`, mounts the kubelet's pod-resources socket and turns discovery "
+            "on).\n"
+            "- Kubernetes sidecar: give the agent `CAP_SYS_PTRACE` or the worker's user so it "
+            "reads the worker's `NVIDIA_VISIBLE_DEVICES`.\n"
+            '- Docker Compose: `pid: "service:<worker>"` with the same user, or `pid: host`.\n'
+            "- Anything else: list the GPUs in the agent's configuration, `workers[].gpus` "
+            "(indexes or UUIDs), and send SIGHUP or restart the agent."
+        ),
+    )
+
+
 PAGES: dict[str, Callable[[Ctx], Page]] = {
     an.GPU_UNDERUTILIZED: _gpu_underutilized,
     an.GPU_SCALE_REVIEW: _gpu_scale_review,
@@ -1279,6 +1334,7 @@ PAGES: dict[str, Callable[[Ctx], Page]] = {
     an.REQUEST_ERRORS: _request_errors,
     an.WORKER_DOWN: _worker_down,
     an.AGENT_DOWN: _agent_down,
+    an.WORKER_UNATTRIBUTED: _worker_unattributed,
 }
 
 
