@@ -510,3 +510,28 @@ def test_the_live_view_shows_an_overload_pending_then_firing_after_its_for() -> 
     assert alert_for(T)[alert] > 0
     assert pending_at is not None and firing_at is not None, out[-3000:]
     assert pending_at < firing_at, out[-3000:]
+
+
+def test_the_demo_alertmanager_keeps_the_shipped_inhibitions(tmp_path: Path) -> None:
+    """Issue 29 item 8: the demo's Alertmanager runs the shipped example's inhibit rules
+    (a queue page holds back the same worker's latency pages), and amtool accepts it."""
+    from tests.support.proc import AMTOOL, require_binary
+
+    from inferwatch.demo import demo_cmd
+
+    shipped_path = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+    assert shipped_path == demo_cmd.SHIPPED_ALERTMANAGER
+    shipped = yaml.safe_load(shipped_path.read_text())
+    text = demo_cmd.alertmanager_config(shipped_path.read_text())
+    cfg = yaml.safe_load(text)
+    assert cfg["inhibit_rules"] == shipped["inhibit_rules"]
+    assert cfg["route"]["group_by"] == shipped["route"]["group_by"]
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(text)
+    amtool = require_binary(AMTOOL, "amtool")
+    done = subprocess.run(
+        [amtool, "check-config", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the demo's runbook links resolve to this checkout's pages
+    assert (demo_cmd.RUNBOOKS_DIR / "InferenceQueueOverCapacity.md").is_file()

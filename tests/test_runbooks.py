@@ -162,7 +162,7 @@ def test_runbook_numbers_follow_the_thresholds(tmp_path: Path) -> None:
     under = pages["runbooks/InferenceGPUUnderutilized.md"]
     assert "below 25% for 45m" in under and "30%" not in under.split("## Meaning")[0]
     vram = pages["runbooks/InferenceVRAMPressureQueueRising.md"]
-    assert "more than 90% used" in vram and "92%" not in vram
+    assert "is above 90% while" in vram and "92%" not in vram
     assert "above 80% on its own" in vram and "under 300ms" in vram
     queue = pages["runbooks/InferenceQueueOverCapacity.md"]
     assert "for 4 consecutive samples" in queue
@@ -183,7 +183,7 @@ def test_default_pages_quote_the_default_thresholds() -> None:
     text = {p.stem: p.read_text() for p in RUNBOOKS.glob("*.md")}
     assert "below 30% for 30m" in text["InferenceGPUUnderutilized"]
     assert "above 85% for 15m" in text["InferenceGPUScaleReview"]
-    assert "more than 92% used" in text["InferenceVRAMPressureQueueRising"]
+    assert "is above 92% while" in text["InferenceVRAMPressureQueueRising"]
     assert "above 85% on its own" in text["InferenceVRAMPressureQueueRising"]
     assert (
         f"{t.queue.over_capacity_samples} consecutive samples" in text["InferenceQueueOverCapacity"]
@@ -339,3 +339,28 @@ def test_the_long_tail_page_judges_ttft_and_tpot_with_at_least() -> None:
     fires = next(line for line in page.splitlines() if line.startswith("**Fires when:**"))
     assert "TTFT P99 or its TPOT P99" in fires and "at least" in fires
     assert "end-to-end latency is not judged" in fires
+
+
+def test_every_header_describes_the_query_under_it() -> None:
+    """A page's "Fires when" names what its alert's query reads (``runbooks.expr_terms``)
+    and the ratio thresholds it compares with, so a header cannot describe an old query."""
+    from inferwatch.pack.names import names
+
+    t = load_thresholds()
+    terms = runbooks.expr_terms(names(t))
+    pages = runbooks.generate(t)
+    checked = 0
+    for alert in rules.alerts(t):
+        text = pages[f"runbooks/{alert.name}.md"]
+        fires = next(line for line in text.splitlines() if line.startswith("**Fires when:**"))
+        for series, phrase in terms.items():
+            if re.search(re.escape(series) + r"(?![\w:])", alert.expr):
+                assert phrase in fires, (alert.name, series, phrase, fires)
+                checked += 1
+        # a ratio series compared with a share: the header says that share
+        for m in re.finditer(r"[\w:]*ratio[\w:]*(?:\{[^}]*\})?\s*[<>]=?\s*(0\.\d+)", alert.expr):
+            share = f"{float(m.group(1)):.0%}"
+            assert share in fires, (alert.name, m.group(0), fires)
+        for stale in ("GPUs of its agent", "watched by the same agent", "slope > 0"):
+            assert stale not in fires, (alert.name, stale)
+    assert checked >= 8

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import shutil
@@ -48,6 +49,32 @@ from inferwatch.demo.conditions import (
 from inferwatch.demo.layouts import SCENARIOS, Layout, layout_for
 from inferwatch.errors import UsageError
 from inferwatch.sim.gpustate import has_state
+
+#: the checkout's shipped Alertmanager example and runbooks (an editable install, as the
+#: README's quick start makes)
+_ROOT = Path(__file__).resolve().parents[3]
+SHIPPED_ALERTMANAGER = _ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+RUNBOOKS_DIR = _ROOT / "runbooks"
+
+
+def alertmanager_config(shipped: str | None) -> str:
+    """The demo's Alertmanager: the shipped example's grouping and inhibitions, every
+    notification to a receiver that sends nothing (the alerts show in its UI and API)."""
+    import yaml
+
+    doc = yaml.safe_load(shipped) if shipped else {}
+    route = (doc or {}).get("route", {})
+    cfg: dict[str, Any] = {
+        "route": {
+            "receiver": "log",
+            "group_by": route.get("group_by", ["alertname", "worker"]),
+            "group_wait": "5s",
+        },
+        "receivers": [{"name": "log"}],
+    }
+    if doc and doc.get("inhibit_rules"):
+        cfg["inhibit_rules"] = doc["inhibit_rules"]
+    return json.dumps(cfg, indent=2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -392,6 +419,7 @@ class Demo:
         self.worker_urls: dict[str, str] = {}
         self.prometheus_url: str | None = None
         self.alertmanager_url: str | None = None
+        self.inhibitions = False
         #: pending vs firing, with each alert's `for` from the rules the pack generates
         self.states = AlertStates(alert_for(self.thresholds))
         #: worker -> its preemption counter's rate over the stats window
@@ -510,8 +538,17 @@ class Demo:
             )
         rules_dir = self.dir / "rules"
         rule_files: list[str] = []
+        # the rules' runbook links point at the runbooks of this checkout, which the demo
+        # has on disk (the default base is a repository address an installation may not
+        # reach); the dashboard links stay: the demo starts no Grafana (urls() says so)
+        local = dataclasses.replace(
+            self.thresholds,
+            pack=dataclasses.replace(
+                self.thresholds.pack, runbook_base_url=RUNBOOKS_DIR.as_uri() + "/"
+            ),
+        )
         for generator in GENERATORS:
-            for rel, text in generator(self.thresholds).items():
+            for rel, text in generator(local if RUNBOOKS_DIR.is_dir() else self.thresholds).items():
                 if rel.startswith("alerts/") and rel.endswith(".yaml") and "/tests/" not in rel:
                     path = rules_dir / Path(rel).name
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -519,10 +556,9 @@ class Demo:
                     rule_files.append(str(path))
         am_port, am_cluster, prom_port = _free_port(), _free_port(), _free_port()
         am_cfg = self.dir / "alertmanager.yml"
-        am_cfg.write_text(
-            "route:\n  receiver: log\n  group_by: [alertname, worker]\n"
-            "  group_wait: 5s\nreceivers:\n  - name: log\n"
-        )
+        shipped = SHIPPED_ALERTMANAGER.read_text() if SHIPPED_ALERTMANAGER.is_file() else None
+        self.inhibitions = shipped is not None
+        am_cfg.write_text(alertmanager_config(shipped))
         self.children.append(
             am := Child(
                 "alertmanager",
@@ -582,7 +618,17 @@ class Demo:
         if self.prometheus_url:
             lines.append(f"prometheus   {self.prometheus_url}/alerts")
         if self.alertmanager_url:
-            lines.append(f"alertmanager {self.alertmanager_url}")
+            how = (
+                "with the inhibitions of deploy/alertmanager/alertmanager.yml"
+                if self.inhibitions
+                else "without inhibitions (deploy/alertmanager/alertmanager.yml not found)"
+            )
+            lines.append(f"alertmanager {self.alertmanager_url} ({how})")
+            lines.append(
+                "grafana      not started by the demo: the alerts' dashboard links "
+                f"({self.thresholds.pack.dashboard_base_url}...) need your Grafana with "
+                "dashboards/ imported (docs/dashboards.md)"
+            )
         lines.append(f"logs         {self.dir}")
         return lines
 

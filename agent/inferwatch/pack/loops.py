@@ -369,7 +369,9 @@ def imbalanced(
     A worker is far above its peers when its GPUs' utilization (above ``idle_below``) or
     its open requests (at least ``min_open_requests``) exceed ``load_ratio`` x the mean of
     the model's other workers that report the same load, while the model's own GPUs
-    average below ``idle_below`` and its TTFT P99 is within the SLO.
+    average below ``idle_below`` (``model_gpu_utilization``: the average over
+    ``load_imbalance.imbalance_for``, as the rule reads it, not one 5m value that
+    wobbles across the line) and its TTFT P99 is within the SLO.
     """
     lb = t.load_imbalance
     idle = t.gpu_utilization.idle_below

@@ -174,6 +174,7 @@ KV_CACHE_PREEMPTIONS = "InferenceKVCachePreemptions"
 REQUEST_ERRORS = "InferenceRequestErrors"
 WORKER_DOWN = "InferenceWorkerDown"
 AGENT_DOWN = "InferenceAgentDown"
+WORKER_UNATTRIBUTED = "InferenceWorkerUnattributed"
 # -- cost: where the GPU-hours go (pack.cost, docs/cost.md) ---------------------------
 #: the three states of a GPU's time, in the order the report and dashboards list them
 COST_STATES = ("serving", "held_idle", "unallocated")
@@ -245,6 +246,12 @@ SLO_LABELS = f"{CLUSTER}, job, model, slo"
 def slo_errors(window: str) -> str:
     """Share of the model's requests that missed the objective over ``window``."""
     return f"model:inferwatch_slo_errors:ratio_rate{window}"
+
+
+def slo_requests(window: str) -> str:
+    """Requests per second an SLI counted over ``window`` (its denominator): how much data a
+    burn window holds."""
+    return f"model:inferwatch_slo_requests:rate{window}"
 
 
 def slo_burn_rate(window: str) -> str:

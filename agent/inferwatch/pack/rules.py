@@ -802,6 +802,35 @@ def _catalogue(t: Thresholds) -> list[Alert]:
             dashboard="overview",
         ),
         Alert(
+            # An extension of ALERTS.md's catalogue (docs/alerts.md, docs/attribution.md):
+            # a worker with no inferwatch_worker_gpu_info drops out of every GPU-joint
+            # rule (memory pressure, TTFT with idle GPUs, imbalance, GPU state, cost by
+            # state) without a sound. Only on agents that read GPUs at all.
+            name=an.WORKER_UNATTRIBUTED,
+            group=HEALTH_GROUP,
+            expr=(
+                f"max by ({WORKER_KEY}) (inferwatch_target_up{s()}) == 1\n"
+                f"unless on ({WORKER_KEY})\n"
+                f"max by ({WORKER_KEY}) (inferwatch_worker_gpu_info{s()})\n"
+                f"and on ({INSTANCE})\n"
+                f"max by ({INSTANCE}) (inferwatch_gpu_up{s()})"
+            ),
+            for_seconds=t.availability.unattributed_for,
+            severity="warning",
+            summary=("The agent cannot place a worker on a GPU: every GPU alert is blind to it."),
+            description=(
+                "The agent on {{ $labels.instance }} reads worker {{ $labels.worker }} but "
+                "cannot tell which of its GPUs the worker runs on, for "
+                f"{dur(t.availability.unattributed_for)}: memory pressure, TTFT with idle "
+                "GPUs, load imbalance, GPU state and cost by state leave it out. Enable an "
+                "attribution source (docs/attribution.md): host PIDs for NVML's process list "
+                "(systemd, hostPID: true, pid: host), the worker's environment in a sidecar "
+                "(CAP_SYS_PTRACE or the worker's user), Kubernetes discovery with the "
+                "pod-resources socket, or set workers[].gpus."
+            ),
+            dashboard="overview",
+        ),
+        Alert(
             name=an.AGENT_DOWN,
             group=HEALTH_GROUP,
             # one rule, two cases: a known agent fails, or no agent target exists at all
@@ -851,8 +880,8 @@ def _young(t: Thresholds, seconds: float) -> str:
 
 def _imbalance_expr(t: Thresholds) -> str:
     """Loop 1 [6.2]: a worker far above its model's other workers, in GPU utilization or
-    in open requests, while the model's own GPUs average below idle_below and its
-    latency is fine.
+    in open requests, while the model's own GPUs average below idle_below over the
+    alert's ``for`` (persistently low, [6.2]) and its latency is fine.
 
     ``x * (count + r - 1) > r * sum`` is ``x > r * (mean of the others)`` without a
     division; with one worker it is ``x * r > r * x``, never true.
@@ -882,7 +911,12 @@ def _imbalance_expr(t: Thresholds) -> str:
         "(\n"
         + "\nor\n".join(branches)
         + "\n)\n"
-        + f"and on ({MODEL}) {n.model_util} < {num(t.gpu_utilization.idle_below)}\n"
+        # the model's average over the alert's `for`, not its 5m value: a 90/10 split
+        # whose average wobbles around idle_below (0.36 to 0.42) is persistently low,
+        # and a 5m gate crossing the line resets the `for` every few minutes
+        + f"and on ({MODEL})\n"
+        + f"avg_over_time({n.model_util}[{dur(lb.imbalance_for)}]) "
+        + f"< {num(t.gpu_utilization.idle_below)}\n"
         + f"and on ({MODEL}) {n.quantile('model', 'ttft', 'p99')} "
         + f"<= {num(t.ttft.p99_slo_seconds)}"
     )

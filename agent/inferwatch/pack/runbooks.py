@@ -185,13 +185,26 @@ def _kv_remedies(c: Ctx, *, pool_first: bool) -> str:
     """
     t = c.t
     worker = c.only("instance", "worker")
+    oom = (
+        "- **Out-of-memory risk first.** Before you touch the flag, read the card's used "
+        "ratio and the worker's restarts:"
+        + promql(
+            "inferwatch_gpu_memory_used_ratio" + c.only("instance"),
+            f"changes(inferwatch_worker_start_time_seconds{worker}[1h])",
+            indent=2,
+        )
+        + f"  The card at or above {L.OOM_RISK_USED_RATIO:.0%} used with prefix caching "
+        "on (the **Launch flags** table), or a restart whose reason says out of memory "
+        "(`kubectl describe pod` shows `OOMKilled`, the log `CUDA out of memory`), is the "
+        f"guide's OOM case. {cite(md(L.oom_headroom()), '2.3', '6.2')}\n"
+    )
     pool = (
         f"- {cite(md(L.raise_kv_pool()), '4.2', '6.2')} `--gpu-memory-utilization` is the share of the card vLLM "
         "reserves at start, and the KV cache gets what is left after the weights, so a lower "
         "value means a smaller KV cache and more preemptions. `nvidia-smi` shows the room "
         "left on the card; lower the flag (to "
         f"{L.GPU_MEMORY_UTILIZATION_HEADROOM:g} [2.3, 6.2]) only when the process itself dies "
-        "of out-of-memory (InferenceWorkerDown)."
+        "of out-of-memory (InferenceWorkerDown) or the card is at the OOM risk above."
     )
     seqs = (
         f"- {cite(md(L.fewer_seqs()), '5.1')} Compare the running batch with the limit first:"
@@ -218,7 +231,7 @@ def _kv_remedies(c: Ctx, *, pool_first: bool) -> str:
         "KV cache a whole batch needed [4 FAQ]."
     )
     first, second = (pool, seqs) if pool_first else (seqs, pool)
-    return f"{first}\n{second}\n{rest}"
+    return f"{oom}{first}\n{second}\n{rest}"
 
 
 _BALANCING = (
@@ -240,6 +253,20 @@ _SCALE_CHOICES = (
     "quantized weights or more (or larger) cards. `inferwatch advise capacity` computes "
     "weights, KV cache per sequence and the `--max-num-seqs` a card set holds."
 )
+
+
+#: what a page's condition (its header, "Fires when") must say about a series its alert's
+#: query reads, so the header cannot drift from the query under it (tests/test_runbooks.py)
+def expr_terms(n: Names) -> dict[str, str]:
+    return {
+        n.worker_gpu_pressure: "memory pressure",
+        n.queue_deriv: "queue",
+        n.worker_util: "its own GPUs",
+        n.model_util: "model's own GPUs",
+        n.gpu_util: "GPU's utilization",
+        n.quantile("worker", "ttft", "p95"): "TTFT P95",
+        n.quantile("worker", "ttft", "p99"): "TTFT P99",
+    }
 
 
 # --------------------------------------------------------------------------- pages
@@ -348,11 +375,16 @@ def _vram_pressure(c: Ctx) -> Page:
     a = c.variants[0]
     return Page(
         condition=(
-            f"a GPU's memory is more than {pct(v.scale_above)} used and a worker watched by "
-            f"the same agent has a rising queue (slope > 0), for {dur(a.for_seconds)}"
+            f"a worker's memory pressure on one of its own GPUs (its KV-cache usage where "
+            "the engine exports it, else the GPU's memory used ratio, averaged over "
+            f"{c.t.pack.window}) is above {pct(v.scale_above)} while that worker's queue "
+            f"rises by more than {num(c.t.queue.rising_min_per_minute)} request a minute "
+            f"(its slope over {dur(c.t.queue.rising_window)}), for {dur(a.for_seconds)}"
         ),
         meaning=(
-            f"GPU memory is above {pct(v.scale_above)} and requests keep piling up. vLLM "
+            f"The worker's KV cache is above {pct(v.scale_above)} full (for an engine that "
+            "does not export its KV-cache usage: the memory of its GPU) and its requests "
+            "keep piling up. The label `pressure_from` says which was read. vLLM "
             "keeps each running request's attention state (the KV cache) in GPU memory; when "
             "it runs out, new requests wait and running ones get preempted. The guide's rule "
             f"[4.2]: memory above {pct(v.scale_above)} with a rising queue means scale out or "
@@ -635,8 +667,9 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
     return Page(
         condition=(
             f"a worker's TTFT P95 over {t.pack.window} is above "
-            f"{secs(t.ttft.warmup_p95_seconds)} while the GPUs of its agent average below "
-            f"{pct(t.gpu_utilization.idle_below)}, for {dur(a.for_seconds)} (not within "
+            f"{secs(t.ttft.warmup_p95_seconds)} while its own GPUs (those the agent "
+            f"attributes to it) average below {pct(t.gpu_utilization.idle_below)} "
+            f"utilization over {t.pack.window}, for {dur(a.for_seconds)} (not within "
             f"{dur(t.cold_start.within)} of a start: that is InferenceWorkerColdStart)"
         ),
         meaning=(
@@ -840,12 +873,13 @@ def _load_imbalance(c: Ctx) -> Page:
     a = c.variants[0]
     return Page(
         condition=(
-            f"a worker's GPU utilization (above {pct(t.gpu_utilization.idle_below)}), or its "
+            "a worker's utilization of its own GPUs (above "
+            f"{pct(t.gpu_utilization.idle_below)}), or its "
             f"open requests (waiting plus running, at least {num(lb.min_open_requests)}), "
             f"averaged over {t.pack.window}, are more than {num(lb.load_ratio)} times the "
             "average of the other workers of the same model, while that model's own GPUs "
-            "average below "
-            f"{pct(t.gpu_utilization.idle_below)} and its TTFT P99 is within "
+            f"average below {pct(t.gpu_utilization.idle_below)} over the last "
+            f"{dur(lb.imbalance_for)} and its TTFT P99 is within "
             f"{secs(t.ttft.p99_slo_seconds)}, for {dur(a.for_seconds)}"
         ),
         meaning=(
@@ -1225,6 +1259,61 @@ def _agent_down(c: Ctx) -> Page:
     )
 
 
+def _worker_unattributed(c: Ctx) -> Page:
+    a = c.variants[0]
+    return Page(
+        condition=(
+            "the agent reads a worker (`inferwatch_target_up == 1`) and its host's GPUs "
+            "(`inferwatch_gpu_up`) but has no `inferwatch_worker_gpu_info` for the worker, "
+            f"for {dur(a.for_seconds)}"
+        ),
+        meaning=(
+            "The agent does not know which GPUs the worker runs on: none of its attribution "
+            "sources answered (docs/attribution.md lists them in order: NVML's process list, "
+            "Kubernetes pod resources, the worker's environment, the agent's own devices, "
+            "`workers[].gpus`). It never guesses, so the worker has no "
+            "`inferwatch_worker_gpu_info` series, and every rule that joins a worker to its "
+            "GPUs leaves it out: memory pressure (InferenceVRAMPressureQueueRising), slow "
+            "first tokens on idle GPUs (InferenceTTFTHighGPUIdle), load imbalance "
+            "(InferenceLoadImbalance), the GPU state and the cost by state."
+        ),
+        impact=(
+            "Nothing fails for users, but the worker is half watched: its queue and latency "
+            "alerts work, its GPU-side alerts stay silent whatever happens, and the guide's "
+            "closed loops all read a worker's GPUs next to its queue and latency [6.2]. Fix it in "
+            "working hours."
+        ),
+        diagnosis=(
+            "1. Which workers, on which agent:"
+            + promql(
+                f"inferwatch_target_up{c.sel} == 1\n"
+                f"unless on (job, instance, worker) inferwatch_worker_gpu_info{c.sel}",
+            )
+            + "2. The agent's log names the sources it tried for the worker (one warning line "
+            "per worker: `no GPU attribution for worker ...`):"
+            + sh(
+                "kubectl logs <agent pod> | grep -i attribution",
+                "journalctl -u inferwatch | grep -i attribution",
+            )
+            + '3. Compare with the deployment table of docs/attribution.md ("What to '
+            'enable").'
+        ),
+        mitigation=(
+            "- Bare VM or systemd: the agent sees host PIDs already; check that it runs on the "
+            "same host as the worker and that NVML lists the worker's process "
+            "(`nvidia-smi --query-compute-apps=pid --format=csv`).\n"
+            "- Kubernetes DaemonSet: use `deploy/kubernetes/overlays/daemonset` (it sets "
+            "`hostPID: true`, mounts the kubelet's pod-resources socket and turns discovery "
+            "on).\n"
+            "- Kubernetes sidecar: give the agent `CAP_SYS_PTRACE` or the worker's user so it "
+            "reads the worker's `NVIDIA_VISIBLE_DEVICES`.\n"
+            '- Docker Compose: `pid: "service:<worker>"` with the same user, or `pid: host`.\n'
+            "- Anything else: list the GPUs in the agent's configuration, `workers[].gpus` "
+            "(indexes or UUIDs), and send SIGHUP or restart the agent."
+        ),
+    )
+
+
 PAGES: dict[str, Callable[[Ctx], Page]] = {
     an.GPU_UNDERUTILIZED: _gpu_underutilized,
     an.GPU_SCALE_REVIEW: _gpu_scale_review,
@@ -1245,6 +1334,7 @@ PAGES: dict[str, Callable[[Ctx], Page]] = {
     an.REQUEST_ERRORS: _request_errors,
     an.WORKER_DOWN: _worker_down,
     an.AGENT_DOWN: _agent_down,
+    an.WORKER_UNATTRIBUTED: _worker_unattributed,
 }
 
 

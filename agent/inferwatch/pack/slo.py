@@ -21,6 +21,9 @@ Alerts, one name per objective (``InferenceTTFTBudgetBurn``, ...), each a page
 (critical: 14.4x over 1h confirmed over 5m, or 6x over 6h confirmed over 30m)
 and a ticket (warning: 3x over 1d with 2h, or 1x over 3d with 6h). The short
 window makes the alert resolve soon after the burn stops; no ``for`` is needed.
+A pair fires only when its long window holds data (``slos.min_requests``
+requests, and the SLI recorded since ``slos.min_coverage`` of the window ago):
+on a fresh Prometheus or a new model every window is only minutes long.
 The label ``burn_window`` says which pair fired (the faster one when both do).
 
 This module imports nothing of ``pack.rules``: rules and runbooks call
@@ -43,6 +46,7 @@ from inferwatch.pack.names import (
     SLO_LABELS,
     slo_burn_rate,
     slo_errors,
+    slo_requests,
 )
 from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
 from inferwatch.pack.thresholds import Thresholds, format_duration
@@ -176,6 +180,26 @@ def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: 
     )
 
 
+def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
+    """PromQL: the entry's requests per second over ``w`` (the SLI's denominator)."""
+    if o.le is not None:
+        return _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", "+Inf", w)
+    m = entry_matchers(spec, entry)
+    finished = _sum_rate(t, "inferwatch_requests_finished_total", m, w)
+    rejected = _sum_rate(t, "inferwatch_requests_rejected_total", m, w)
+    return f"{finished}\n+ ({rejected} or 0 * {finished})"
+
+
+def long_windows() -> tuple[str, ...]:
+    """The long window of every burn pair, shortest first."""
+    return tuple(dict.fromkeys(b.long for b in BURNS))
+
+
+def coverage(spec: SloSpec, b: Burn) -> str:
+    """How far back the SLI must have been recorded for pair ``b`` to fire."""
+    return format_duration(_seconds(b.long) * spec.min_coverage)
+
+
 def _objectives(spec: SloSpec) -> list[tuple[SloEntry, Objective]]:
     """(entry, objective) pairs, objective kind by kind."""
     return [
@@ -226,21 +250,37 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             {"record": slo_burn_rate(w), "expr": f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}"}
         )
     rules.append({"record": SLO_BUDGET_REMAINING, "expr": f"1 - {slo_burn_rate(budget_window)}"})
+    # How much data each long burn window holds: a pair fires only on enough requests.
+    for w in long_windows():
+        expr = "\nor\n".join(
+            _tag(request_rate(t, spec, entry, o, w), "slo", o.kind) for entry, o in pairs
+        )
+        rules.append({"record": slo_requests(w), "expr": expr})
     return rules
 
 
-def _burning(kind: str, b: Burn) -> str:
+def _burning(spec: SloSpec, kind: str, b: Burn) -> str:
+    """Both windows of pair ``b`` over its factor, and the long window full enough to mean
+    it: ``min_requests`` requests in it, and the SLI recorded since ``min_coverage`` of it
+    (on a fresh Prometheus or a new model, the long window holds only minutes)."""
     sel = f'{{slo="{kind}"}}'
     f = num_text(b.factor)
-    return f"{slo_burn_rate(b.long)}{sel} > {f}\nand\n{slo_burn_rate(b.short)}{sel} > {f}"
+    return (
+        f"{slo_burn_rate(b.long)}{sel} > {f}\n"
+        f"and\n{slo_burn_rate(b.short)}{sel} > {f}\n"
+        f"and on ({SLO_LABELS})\n"
+        f"{slo_requests(b.long)}{sel} * {num_text(_seconds(b.long))} >= {spec.min_requests}\n"
+        f"and on ({SLO_LABELS})\n"
+        f"{slo_errors(b.long)}{sel} offset {coverage(spec, b)}"
+    )
 
 
-def alert_expr(kind: str, severity: str) -> str:
+def alert_expr(kind: str, severity: str, spec: SloSpec) -> str:
     """The alert of one objective and severity: its window pairs, the faster one first."""
     pairs = [b for b in BURNS if b.severity == severity]
     expr = ""
     for b in pairs:
-        tagged = _tag(_burning(kind, b), "burn_window", b.long)
+        tagged = _tag(_burning(spec, kind, b), "burn_window", b.long)
         expr = tagged if not expr else f"(\n{expr}\n)\nor on ({SLO_LABELS})\n{tagged}"
     return expr
 
@@ -273,7 +313,7 @@ def alert_fields(t: Thresholds) -> list[dict[str, Any]]:
                 {
                     "name": ALERT_NAMES[kind],
                     "group": ALERT_GROUP,
-                    "expr": alert_expr(kind, severity),
+                    "expr": alert_expr(kind, severity, spec),
                     "for_seconds": 0,
                     "severity": severity,
                     "summary": summary,
@@ -376,7 +416,12 @@ def page(t: Thresholds, name: str) -> dict[str, str]:
             + "\n\nThe burn rate is the share of bad requests divided by the budget: at 1 "
             f"the budget lasts exactly {budget}. The alert fires when both windows of a "
             "pair burn faster than its factor (the Google SRE workbook's multiwindow, "
-            "multi-burn-rate alerts); the label `burn_window` names the long window.\n\n"
+            "multi-burn-rate alerts); the label `burn_window` names the long window. A pair "
+            f"fires only when its long window holds data: at least {t.slos.min_requests} "
+            "requests, and the model's SLI recorded since "
+            f"{num_text(t.slos.min_coverage * 100)}% of the long window ago (a fresh "
+            "Prometheus or a new model has only minutes in a long window; the queue and P99 "
+            "alerts speak for those first minutes).\n\n"
             "| severity | burn rate | long window | short window | budget spent when it fires |\n"
             "|---|---|---|---|---|\n" + burns
         ),

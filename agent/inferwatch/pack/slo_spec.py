@@ -6,6 +6,8 @@ An SLO entry names the engine(s) it is for and up to three objectives::
       enabled: true          # the burn-rate family (rules, alerts, runbooks, dashboard row)
       p99_alerts: true       # the simpler P99 threshold family (InferenceTTFTSLOBreach, ...)
       window: 30d            # the error budget's period
+      min_requests: 100      # a burn alert needs this many requests in its long window
+      min_coverage: 0.5      # ... and data since this share of its long window
       default:               # every model of these engines without an entry of its own
         engine: [vllm]
         ttft: {threshold_seconds: 2.5, objective: 0.99}
@@ -103,6 +105,11 @@ class SloSpec:
     window: float
     #: the listed models first (sorted), the default last when there is one
     entries: tuple[SloEntry, ...]
+    #: a burn-rate alert needs at least this many requests in its long window
+    min_requests: int = 100
+    #: ... and the model's SLI recorded since this share of its long window (a fresh
+    #: Prometheus or a new model has minutes of data in a "6h" window)
+    min_coverage: float = 0.5
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -243,7 +250,12 @@ def _entry(model: str | None, raw: dict[str, Any], source: str, key: str) -> Slo
 
 def parse(raw: Any, source: str, duration: Duration) -> SloSpec:
     """The merged ``slos`` mapping (defaults with the user's file laid over) as a spec."""
-    body = _mapping(raw, source, "slos", ("enabled", "p99_alerts", "window", "default", "models"))
+    body = _mapping(
+        raw,
+        source,
+        "slos",
+        ("enabled", "p99_alerts", "window", "min_requests", "min_coverage", "default", "models"),
+    )
     flags = {}
     for flag in ("enabled", "p99_alerts"):
         if not isinstance(body.get(flag), bool):
@@ -252,6 +264,21 @@ def parse(raw: Any, source: str, duration: Duration) -> SloSpec:
     window = duration(body.get("window"), "slos.window")
     if window < 86400:
         raise ConfigError(source, "slos.window", "a duration of at least 1d such as 30d", window)
+    min_requests = body.get("min_requests", 100)
+    if isinstance(min_requests, bool) or not isinstance(min_requests, int) or min_requests < 1:
+        raise ConfigError(
+            source, "slos.min_requests", "a whole number of requests, at least 1", min_requests
+        )
+    min_coverage = body.get("min_coverage", 0.5)
+    ok = (
+        not isinstance(min_coverage, bool)
+        and isinstance(min_coverage, (int, float))
+        and 0 < min_coverage <= 1
+    )
+    if not ok:
+        raise ConfigError(
+            source, "slos.min_coverage", "a share above 0 and at most 1 such as 0.5", min_coverage
+        )
     default_raw = body.get("default")
     default: dict[str, Any] | None = None
     if default_raw is not None:
@@ -273,4 +300,6 @@ def parse(raw: Any, source: str, duration: Duration) -> SloSpec:
         p99_alerts=flags["p99_alerts"],
         window=window,
         entries=tuple(entries),
+        min_requests=min_requests,
+        min_coverage=float(min_coverage),
     )

@@ -194,6 +194,7 @@ class Availability:
     crash_loop_window: float = field(metadata={"kind": DURATION})
     agent_down_for: float = field(metadata={"kind": DURATION})
     gpu_lost_for: float = field(metadata={"kind": DURATION})
+    unattributed_for: float = field(metadata={"kind": DURATION})
 
 
 @dataclass(frozen=True)
