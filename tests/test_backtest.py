@@ -10,6 +10,7 @@ docs/alerts.md must be what the command writes.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -29,9 +30,9 @@ from inferwatch.backtest import (
     rule_files,
     run_backtest,
 )
+from inferwatch.backtest.engine import evaluate
 from inferwatch.backtest.scenario import Expect, load_scenario, scenario_files
 from inferwatch.backtest.score import ScenarioScore, markdown, score, summarize
-from inferwatch.backtest.engine import evaluate
 from inferwatch.backtest.truth import alert_facts
 from inferwatch.pack.thresholds import load_thresholds
 
@@ -41,12 +42,8 @@ H200 = REPO / "tests" / "data" / "traces" / "h200-llamacpp.jsonl.gz"
 
 
 def _all_inputs() -> list[Path]:
-    class Args:
-        scenarios: list[str] = []
-        all = True
-
     os.chdir(REPO)
-    return inputs(Args())  # type: ignore[arg-type]
+    return inputs(argparse.Namespace(scenarios=[], all=True))
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +65,7 @@ XFAIL = {
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True))
-        if n in XFAIL
-        else n
+        pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True)) if n in XFAIL else n
         for n in SCENARIOS
     ],
 )

@@ -105,7 +105,9 @@ def stream_completion(url: str, prompt: str, n_predict: int) -> dict[str, Any]:
         "cache_prompt": False,
     }
     req = urllib.request.Request(
-        url + "/completion", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url + "/completion",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
     )
     sent = time.time()
     first: float | None = None

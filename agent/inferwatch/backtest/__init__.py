@@ -50,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="every built-in scenario, and the traces under tests/data/traces when present",
     )
     p.add_argument(
-        "--rules", metavar="DIR", help="the rule files' directory (default: alerts/ of the checkout)"
+        "--rules",
+        metavar="DIR",
+        help="the rule files' directory (default: alerts/ of the checkout)",
     )
     p.add_argument(
         "--scrape-interval",
@@ -195,7 +197,9 @@ def main(args: argparse.Namespace) -> int:
     elif args.markdown:
         sys.stdout.write(markdown(summary, scores, scrape, evaluation))
     elif args.markdown_into:
-        replace_between_markers(Path(args.markdown_into), markdown(summary, scores, scrape, evaluation))
+        replace_between_markers(
+            Path(args.markdown_into), markdown(summary, scores, scrape, evaluation)
+        )
     else:
         sys.stdout.write(text_table(summary, scores))
     failed = [s for s in scores if not s.passed and not s.xfail]

@@ -71,7 +71,9 @@ def _values(values: list[float | str | None]) -> str:
             while j + 1 < len(values) and values[j + 1] == v:
                 j += 1
             n = j - i + 1
-            parts.append(("_x" + str(n) if n > 1 else "_") if v is None else " ".join(["stale"] * n))
+            parts.append(
+                ("_x" + str(n) if n > 1 else "_") if v is None else " ".join(["stale"] * n)
+            )
             i = j + 1
             continue
         # a run of one step (a constant when 0): counters at a steady rate, clocks

@@ -25,6 +25,7 @@ at 14:00), a linear ramp to ``to`` across the phase.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import random
 import zlib
@@ -177,7 +178,7 @@ def _workers(doc: dict[str, Any], where: str) -> list[Worker]:
     raw = _mapping(doc.get("workers"), where, "workers")
     if not raw:
         raise ConfigError(where, "workers", "at least one worker")
-    out = []
+    out: list[Worker] = []
     for name, spec in raw.items():
         key = f"workers.{name}"
         spec = _mapping(spec if spec is not None else {}, where, key)
@@ -244,7 +245,9 @@ def load_scenario(path: Path, alerts: frozenset[str], scrape: float) -> Scenario
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(where, "(file)", f"a readable YAML scenario ({type(exc).__name__})")
+        raise ConfigError(
+            where, "(file)", f"a readable YAML scenario ({type(exc).__name__})"
+        ) from None
     doc = _mapping(doc, where, "(top level)")
     if doc.get("kind") != "inferwatch-scenario":
         raise ConfigError(where, "kind", "inferwatch-scenario", doc.get("kind"))
@@ -273,7 +276,7 @@ def load_scenario(path: Path, alerts: frozenset[str], scrape: float) -> Scenario
             _check_signals(signals, where, f"phases[{i}].{who}")
             per[str(who)] = signals
         phases.append((at, per))
-    if any(b[0] < a[0] for a, b in zip(phases, phases[1:], strict=False)):
+    if any(b[0] < a[0] for a, b in itertools.pairwise(phases)):
         raise ConfigError(where, "phases", "phases in time order")
     truth = read_truth(doc, where, alerts)
     series = synthesize(name, workers, phases, duration, scrape)
@@ -311,6 +314,18 @@ def _value(
     if spec.get("noise"):
         v += rng.gauss(0.0, float(spec["noise"]))
     return v
+
+
+def _signal(
+    s: dict[str, Any], t: float, start: float, end: float, rng: random.Random, key: str
+) -> float | None:
+    """A signal's value at ``t``, ratios held to [0, 1], counts to >= 0."""
+    v = _value(s[key], t, start, end, rng)
+    if v is None:
+        return None
+    if key in RATIOS:
+        return min(1.0, max(0.0, v))
+    return max(0.0, v)
 
 
 def _selector(name: str, labels: dict[str, str]) -> str:
@@ -351,7 +366,7 @@ def synthesize(
         state: dict[str, dict[str, Any]] = {}
         for w in workers:
             merged = dict(DEFAULTS)
-            for at, per in phases[: idx + 1]:
+            for _, per in phases[: idx + 1]:
                 merged.update(per.get("all", {}))
                 merged.update(per.get(w.name, {}))
             state[w.name] = merged
@@ -377,7 +392,11 @@ def synthesize(
                 counters[host] = counters.get(host, 0.0) + 1.0
             if agent_up:
                 if host in last_collect:
-                    put(_selector("inferwatch_last_collect_timestamp_seconds", coll), k, last_collect[host])
+                    put(
+                        _selector("inferwatch_last_collect_timestamp_seconds", coll),
+                        k,
+                        last_collect[host],
+                    )
                 put(_selector("inferwatch_collect_errors_total", coll), k, counters.get(host, 0.0))
         for w in workers:
             s = state[w.name]
@@ -386,25 +405,27 @@ def synthesize(
             eng = {**base, "worker": w.name, "model": w.model, "engine": w.engine}
             agent_up = float(s["agent_up"]) >= 1
             if not agent_up:
-                for sel in [x for x in out if f'instance="{instance}"' in x and not x.startswith("up{")]:
+                for sel in [
+                    x for x in out if f'instance="{instance}"' in x and not x.startswith("up{")
+                ]:
                     if out[sel][k - 1] not in (None, "stale") and k > 0:
                         out[sel][k] = "stale"
                 continue
 
-            def val(key: str) -> float | None:
-                v = _value(s[key], t, start_t, end_t, rng)
-                if v is None:
-                    return None
-                if key in RATIOS:
-                    return min(1.0, max(0.0, v))
-                return max(0.0, v)
+            val = functools.partial(_signal, s, t, start_t, end_t, rng)
 
             up = float(s["up"]) >= 1
-            put(_selector("inferwatch_target_up", {**base, "worker": w.name}), k, 1.0 if up else 0.0)
+            put(
+                _selector("inferwatch_target_up", {**base, "worker": w.name}), k, 1.0 if up else 0.0
+            )
             if starts[w.name] is not None:
                 put(_selector("inferwatch_worker_start_time_seconds", eng), k, starts[w.name])
             if s["gate"] is not None:
-                put(_selector("inferwatch_warmup_deadline_exceeded", {**base, "worker": w.name}), k, float(s["gate"]))
+                put(
+                    _selector("inferwatch_warmup_deadline_exceeded", {**base, "worker": w.name}),
+                    k,
+                    float(s["gate"]),
+                )
             gpu_up = float(s["gpu_up"]) >= 1
             for g in w.gpus:
                 uuid = f"MIG-{w.host}-{g}" if w.mig else f"GPU-{w.host}-{g}"
@@ -414,15 +435,30 @@ def synthesize(
                     put(_selector("inferwatch_gpu_utilization_ratio", gpu), k, val("util"))
                     put(_selector("inferwatch_gpu_memory_used_ratio", gpu), k, val("vram"))
                     put(
-                        _selector("inferwatch_gpu_clock_event_active", {**gpu, "reason": "hw_thermal"}),
+                        _selector(
+                            "inferwatch_gpu_clock_event_active", {**gpu, "reason": "hw_thermal"}
+                        ),
                         k,
                         float(s["throttle"]),
                     )
                 if w.attributed:
-                    put(_selector("inferwatch_worker_gpu_info", {**base, "worker": w.name, "gpu": str(g), "uuid": uuid}), k, 1.0)
+                    put(
+                        _selector(
+                            "inferwatch_worker_gpu_info",
+                            {**base, "worker": w.name, "gpu": str(g), "uuid": uuid},
+                        ),
+                        k,
+                        1.0,
+                    )
                 for (h, gi, code), at in xid_at.items():
                     if h == w.host and gi == g:
-                        put(_selector("inferwatch_gpu_xid_last_timestamp_seconds", {**gpu, "xid": code}), k, at)
+                        put(
+                            _selector(
+                                "inferwatch_gpu_xid_last_timestamp_seconds", {**gpu, "xid": code}
+                            ),
+                            k,
+                            at,
+                        )
             if not up:
                 continue
             put(_selector("inferwatch_queue_depth", eng), k, val("waiting"))
@@ -447,7 +483,10 @@ def synthesize(
                 n = done * (100.0 if key == "tpot" else 1.0)
                 for le in (*bounds, math.inf):
                     frac = _lognormal_cdf(le, float(dist["p50"]), float(dist["p99"]))
-                    sel = _selector(f"{metric}_bucket", {**eng, "le": "+Inf" if math.isinf(le) else repr(float(le))})
+                    sel = _selector(
+                        f"{metric}_bucket",
+                        {**eng, "le": "+Inf" if math.isinf(le) else repr(float(le))},
+                    )
                     counters[sel] = counters.get(sel, 0.0) + n * frac
                     put(sel, k, round(counters[sel], 6))
                 for suffix, add in (("_count", n), ("_sum", n * float(dist["p50"]))):

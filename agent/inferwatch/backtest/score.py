@@ -167,7 +167,7 @@ def score(
         r.false_pages[e.severity] = r.false_pages.get(e.severity, 0) + 1
         if e.severity == "critical":
             failures.append(f"false critical page: {alert}{e.labels} fired at {e.fired_at:g}s")
-    return ScenarioScore(name, source, truth.xfail, alerts, failures, pages)  # type: ignore[arg-type]
+    return ScenarioScore(name, source, truth.xfail, alerts, failures, pages)
 
 
 # --------------------------------------------------------------------------- the table
@@ -271,7 +271,9 @@ def text_table(summary: list[Summary], scores: list[ScenarioScore]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def markdown(summary: list[Summary], scores: list[ScenarioScore], scrape: float, evaluation: float) -> str:
+def markdown(
+    summary: list[Summary], scores: list[ScenarioScore], scrape: float, evaluation: float
+) -> str:
     lines = [
         f"Scrape interval {_secs(scrape)}, evaluation interval {_secs(evaluation)}; "
         f"{len(scores)} scenarios. Times to detect run from the scenario's ground-truth "

@@ -113,7 +113,9 @@ def read_trace(path: Path) -> Trace:
         elif isinstance(row.get("engine"), str):
             trace.engine.append((t, row["engine"]))
         else:
-            raise ConfigError(where, f"line {n}", "one of agent (text), client (object), engine (text)")
+            raise ConfigError(
+                where, f"line {n}", "one of agent (text), client (object), engine (text)"
+            )
     if not trace.agent:
         raise ConfigError(where, "agent", "at least one agent exposition line")
     return trace
@@ -152,7 +154,9 @@ def trace_series(
             i += 1
         t, text = agent[i]
         if at - t > scrape:  # no exposition within the last scrape interval: a failed scrape
-            out.setdefault('up{job="inferwatch",instance="' + instance + '"}', [None] * steps)[k] = 0.0
+            out.setdefault('up{job="inferwatch",instance="' + instance + '"}', [None] * steps)[
+                k
+            ] = 0.0
             continue
         out.setdefault('up{job="inferwatch",instance="' + instance + '"}', [None] * steps)[k] = 1.0
         for name, labels, value in _samples(text):
@@ -166,7 +170,9 @@ def trace_series(
     return out, t0, length
 
 
-def trace_truth(trace: Trace, t0: float, scrape: float, evaluation: float, alerts: frozenset[str]) -> Truth:
+def trace_truth(
+    trace: Trace, t0: float, scrape: float, evaluation: float, alerts: frozenset[str]
+) -> Truth:
     """Ground truth from the phases (module docstring)."""
     expect: list[Expect] = []
     allow: list[Allow] = [Allow(a, 0.0, {"severity": "warning"}) for a in sorted(alerts)]

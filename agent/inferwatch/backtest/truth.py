@@ -79,4 +79,7 @@ def alert_facts(t: Thresholds) -> dict[str, AlertFacts]:
         ),
         (UNATTRIBUTED, 0.0, rate, "issue 29 item 9 (its for is the fix's)"),
     ]
-    return {name: AlertFacts(name, float(hold), float(window), note) for name, hold, window, note in rows}
+    return {
+        name: AlertFacts(name, float(hold), float(window), note)
+        for name, hold, window, note in rows
+    }
