@@ -181,3 +181,62 @@ def test_missing_promtool_is_one_line(tmp_path: Path) -> None:
     path = next(p for p in scenario_files() if p.stem == "steady")
     done = _cli(str(path), env={"PATH": str(tmp_path)})
     _one_error_line(done, "promtool not found")
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def _exposition(series: dict[str, list[float | str | None]], k: int) -> str:
+    """The agent's /metrics at scrape k of synthetic series (without job and instance)."""
+    lines = []
+    for sel, values in series.items():
+        v = values[k]
+        if v is None or v == "stale" or sel.startswith("up{"):
+            continue
+        name, labels = sel.split("{", 1)
+        kept = [p for p in labels.rstrip("}").split(",") if not p.startswith(("job=", "instance="))]
+        lines.append(f"{name}{{{','.join(kept)}}} {float(v)!r}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_trace_replays_with_its_phases_as_ground_truth(tmp_path: Path) -> None:
+    """A trace written in the recorder's format (here: the overload scenario's series as
+    the agent's expositions, one a second apart... every 15 s): the queue page is held
+    to the overload phase, nothing critical may fire before it."""
+    alerts = catalogue(RULES)
+    doc = (
+        "kind: inferwatch-scenario\nname: t\nduration: 20m\nworkers: {w0: {slots: 20}}\n"
+        "phases:\n  - {at: 0s, all: {util: 0.6, running: 8}}\n"
+        "  - {at: 5m, all: {util: 0.97, running: 20, waiting: {base: 25, to: 60}}}\n"
+        "  - {at: 15m, all: {util: 0.3, running: 2, waiting: 0}}\n"
+    )
+    spec = tmp_path / "t.yaml"
+    spec.write_text(doc)
+    sc = load_scenario(spec, alerts, SCRAPE)
+    t0 = 1_800_000_000.0
+    steps = len(next(iter(sc.series.values())))
+    header = {
+        "kind": "inferwatch-trace",
+        "version": 1,
+        "scrape_interval_s": SCRAPE,
+        "source": "tests/test_backtest.py",
+        "phases": [
+            {"name": "steady", "start": t0, "end": t0 + 300},
+            {"name": "overload", "start": t0 + 300, "end": t0 + 900},
+            {"name": "idle", "start": t0 + 900, "end": t0 + 1200},
+        ],
+        "workers": {"w0": {"engine": "vllm", "slots": 20}},
+    }
+    trace = tmp_path / "t.jsonl.gz"
+    with gzip.open(trace, "wt") as fh:
+        fh.write(json.dumps(header) + "\n")
+        for k in range(steps):
+            fh.write(json.dumps({"t": t0 + k * SCRAPE, "agent": _exposition(sc.series, k)}) + "\n")
+            fh.write(
+                json.dumps({"t": t0 + k * SCRAPE + 1, "client": {"worker": "w0", "ok": True}})
+                + "\n"
+            )
+    (s,) = run_backtest([trace], RULES, SCRAPE, EVALUATION, jobs=1)
+    assert s.scenario == "trace:t"
+    assert not s.failures, s.failures
+    assert s.alerts["InferenceQueueOverCapacity"].detected[0] <= 90.0

@@ -405,11 +405,6 @@ def synthesize(
             eng = {**base, "worker": w.name, "model": w.model, "engine": w.engine}
             agent_up = float(s["agent_up"]) >= 1
             if not agent_up:
-                for sel in [
-                    x for x in out if f'instance="{instance}"' in x and not x.startswith("up{")
-                ]:
-                    if out[sel][k - 1] not in (None, "stale") and k > 0:
-                        out[sel][k] = "stale"
                 continue
 
             val = functools.partial(_signal, s, t, start_t, end_t, rng)
@@ -493,6 +488,11 @@ def synthesize(
                     sel = _selector(metric + suffix, eng)
                     counters[sel] = counters.get(sel, 0.0) + add
                     put(sel, k, round(counters[sel], 6))
+    # a series missing from a scrape that succeeded before gets Prometheus' stale marker
+    for values in out.values():
+        for k in range(1, steps):
+            if values[k] is None and values[k - 1] not in (None, "stale"):
+                values[k] = "stale"
     return out
 
 

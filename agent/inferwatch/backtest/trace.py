@@ -167,6 +167,10 @@ def trace_series(
             if math.isnan(value):
                 continue
             out.setdefault(sel, [None] * steps)[k] = value
+    for values in out.values():
+        for k in range(1, steps):
+            if values[k] is None and values[k - 1] not in (None, "stale"):
+                values[k] = "stale"
     return out, t0, length
 
 
