@@ -80,5 +80,11 @@ def test_live_llamacpp_trace_backtests_clean(tmp_path: Path) -> None:
     assert any(c["ttft_s"] is not None for c in clients)
 
     (score,) = run_backtest([trace], rule_files(str(REPO / "alerts")), 15.0, 15.0, jobs=1)
+    # kept for a look (tests/artifacts/ is ignored): inferwatch backtest FILE replays it
+    keep = REPO / "tests" / "artifacts"
+    keep.mkdir(exist_ok=True)
+    (keep / trace.name).write_bytes(trace.read_bytes())
+    pages = sorted({(a, sev, t) for a, sev, t, _ in score.pages}, key=lambda p: p[2])
+    print(f"live trace: {len(clients)} requests; pages {pages}")
     assert score.alerts["InferenceQueueOverCapacity"].detected, score.failures
     assert not score.failures, "\n".join(score.failures)

@@ -286,8 +286,11 @@ def markdown(
     lines += ["", "| scenario | result | pages (first firing) |", "|---|---|---|"]
     for s in scores:
         verdict = "pass" if s.passed else ("xfail: " + s.xfail if s.xfail else "**FAIL**")
+        first: dict[tuple[str, str], float] = {}
+        for a, sev, t, _ in s.pages:
+            first[(a, sev)] = min(t, first.get((a, sev), t))
         pages = ", ".join(
-            f"{a} ({sev}, {_secs(t)})" for a, sev, t, _ in sorted(s.pages, key=lambda p: p[2])
+            f"{a} ({sev}, {_secs(t)})" for (a, sev), t in sorted(first.items(), key=lambda p: p[1])
         )
         lines.append(f"| {s.scenario} | {verdict} | {pages or 'none'} |")
     return "\n".join(lines) + "\n"
