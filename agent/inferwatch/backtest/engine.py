@@ -101,13 +101,18 @@ def _num(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
-def rule_copies(rule_files: list[Path], evaluation: float, into: Path) -> list[str]:
-    """The rule files with every group's ``interval`` set to the evaluation interval."""
+def rule_copies(
+    rule_files: list[Path], evaluation: float, into: Path, order: list[str] | None = None
+) -> list[str]:
+    """The rule files with every group's ``interval`` set to the evaluation interval;
+    ``order`` gets the groups' names, recording rules' files first."""
     out = []
     for path in rule_files:
         doc = yaml.safe_load(path.read_text())
         for group in doc.get("groups", []):
             group["interval"] = format_duration(evaluation)
+            if order is not None:
+                order.append(group["name"])
         target = into / path.name
         target.write_text(yaml.safe_dump(doc, sort_keys=False))
         out.append(str(target))
@@ -127,10 +132,15 @@ def evaluate(
     steps = [k * evaluation for k in range(int(duration // evaluation) + 1)]
     with tempfile.TemporaryDirectory(prefix="inferwatch-backtest-") as tmp:
         work = Path(tmp)
-        files = rule_copies(rule_files, evaluation, work)
+        order: list[str] = []
+        files = rule_copies(rule_files, evaluation, work, order)
         doc = {
             "rule_files": files,
             "evaluation_interval": format_duration(evaluation),
+            # promtool otherwise walks the groups in Go's map order, a different one each
+            # run: recorded series first, so a run is repeatable (a live server may see a
+            # recorded value one evaluation later: the bound's 2 x intervals cover it)
+            "group_eval_order": order,
             "tests": [
                 {
                     "interval": format_duration(scrape),
