@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("inferwatch.report.cli", "the weekly report from Prometheus: HTML, CSV, mail"),
     "generate": ("inferwatch.pack.generate", "write rules, runbooks, dashboards from thresholds"),
     "advise": ("inferwatch.advise", "ranked tuning advice from live metrics; capacity arithmetic"),
+    "backtest": (
+        "inferwatch.backtest",
+        "replay scenarios through the rules (promtool): time to detect, false pages",
+    ),
 }
 
 

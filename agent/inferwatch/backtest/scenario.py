@@ -1,0 +1,504 @@
+"""Scenario files: synthetic agent series and the ground truth that goes with them.
+
+A scenario (YAML, ``scenarios/*.yaml``) names its workers, a list of phases that set
+what each worker's engine and GPU do from a moment on (carried over until a later
+phase changes them), and its ground truth: the alerts that must fire (with the
+moment the condition starts, from the guide's lines), the alerts that may fire
+(a consequence the guide agrees with), and by omission that every other alert
+stays silent. :func:`synthesize` turns the phases into the agent's ``inferwatch_*``
+series, one sample per scrape interval, as Prometheus would have stored them.
+
+Signals of a phase (per worker, or ``all``): ``util`` GPU utilization, ``vram`` card
+memory used ratio, ``waiting`` / ``running`` requests, ``kv`` KV-cache usage (null:
+not exported), ``rps`` finished requests a second, ``errors`` their error share,
+``preempt`` preemptions a second, ``ttft`` / ``tpot`` / ``e2e`` ``{p50, p99}`` in
+seconds (a log-normal through both), ``up`` the worker's /metrics answers, ``gpu_up``,
+``nvml`` (the agent's NVML collection works), ``agent_up`` (Prometheus reaches the
+agent), ``throttle`` (thermal clock event), ``gate`` (the warm-up gate's
+deadline gauge, null: no gate), ``xid`` (an XID code raised at the phase start),
+``restart`` (the process starts again at the phase start). A number may instead be
+``{base, wobble, period, noise, diurnal, to}``: a sine of ``wobble`` around ``base``
+with ``period``, Gaussian noise of ``noise``, a 24-hour sine of ``diurnal`` (peak
+at 14:00), a linear ramp to ``to`` across the phase.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import random
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch.engines.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from inferwatch.errors import ConfigError
+from inferwatch.validate import duration_seconds
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+#: (upper bound, ...) per latency histogram the agent exports
+HISTOGRAMS = {
+    "ttft": ("inferwatch_ttft_seconds", TTFT_BUCKETS),
+    "tpot": ("inferwatch_tpot_seconds", ITL_BUCKETS),
+    "e2e": ("inferwatch_e2e_latency_seconds", REQUEST_LATENCY_BUCKETS),
+}
+NUMERIC = ("util", "vram", "waiting", "running", "kv", "rps", "errors", "preempt")
+FLAGS = ("up", "gpu_up", "nvml", "agent_up", "throttle")
+RATIOS = ("util", "vram", "kv", "errors")
+DEFAULTS: dict[str, Any] = {
+    "util": 0.6,
+    "vram": 0.9,
+    "waiting": 0,
+    "running": 4,
+    "kv": 0.3,
+    "rps": 2.0,
+    "errors": 0.0,
+    "preempt": 0.0,
+    "ttft": {"p50": 0.3, "p99": 0.9},
+    "tpot": {"p50": 0.03, "p99": 0.06},
+    "e2e": {"p50": 4.0, "p99": 9.0},
+    "up": 1,
+    "gpu_up": 1,
+    "nvml": 1,
+    "agent_up": 1,
+    "throttle": 0,
+    "gate": None,
+}
+SIGNALS = frozenset(DEFAULTS) | {"xid", "restart"}
+MODIFIERS = frozenset({"base", "wobble", "period", "noise", "diurnal", "to"})
+Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
+
+
+@dataclass(frozen=True)
+class Worker:
+    name: str
+    model: str
+    host: str
+    gpus: tuple[int, ...]
+    engine: str = "vllm"
+    slots: int | None = 20
+    #: seconds since the backtest's time 0 the process started (negative: before)
+    start: float | None = -3 * 86400.0
+    #: the agent places it on its GPUs (inferwatch_worker_gpu_info)
+    attributed: bool = True
+    mig: bool = False
+
+
+@dataclass(frozen=True)
+class Expect:
+    alert: str
+    onset: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Allow:
+    alert: str
+    after: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Truth:
+    expect: list[Expect]
+    allow: list[Allow]
+    #: the issue defect this scenario fails on today ("issue 29 item 1: ...")
+    xfail: str | None = None
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    duration: float
+    truth: Truth
+    source: str
+    #: series selector -> one value (or None: no sample, "stale") per scrape step
+    series: dict[str, list[float | str | None]] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _duration(value: object, where: str, key: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        seconds = duration_seconds(text.lstrip("-"))
+        if seconds is not None:
+            return sign * seconds
+    raise ConfigError(where, key, "a duration such as 90s, 15m or -3d", value)
+
+
+def _mapping(value: object, where: str, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(where, key, "a mapping", value)
+    return value
+
+
+def _labels(value: object, where: str, key: str) -> dict[str, str]:
+    out = _mapping(value if value is not None else {}, where, key)
+    return {str(k): str(v) for k, v in out.items()}
+
+
+def read_truth(doc: dict[str, Any], where: str, alerts: frozenset[str]) -> Truth:
+    """The ground truth of a scenario file (``expect``, ``allow``, ``xfail``)."""
+    expect = []
+    for i, row in enumerate(doc.get("expect") or []):
+        key = f"expect[{i}]"
+        row = _mapping(row, where, key)
+        name = row.get("alert")
+        if name not in alerts:
+            raise ConfigError(where, f"{key}.alert", "an alert of the catalogue", name)
+        onset = _duration(row.get("onset"), where, f"{key}.onset")
+        expect.append(Expect(str(name), onset, _labels(row.get("labels"), where, f"{key}.labels")))
+    allow = []
+    for i, row in enumerate(doc.get("allow") or []):
+        key = f"allow[{i}]"
+        row = _mapping(row, where, key)
+        name = row.get("alert")
+        if name not in alerts:
+            raise ConfigError(where, f"{key}.alert", "an alert of the catalogue", name)
+        after = _duration(row.get("after", 0), where, f"{key}.after")
+        allow.append(Allow(str(name), after, _labels(row.get("labels"), where, f"{key}.labels")))
+    xfail = doc.get("xfail")
+    if xfail is not None and not isinstance(xfail, str):
+        raise ConfigError(where, "xfail", "the defect's name as text", xfail)
+    return Truth(expect, allow, xfail)
+
+
+def _workers(doc: dict[str, Any], where: str) -> list[Worker]:
+    raw = _mapping(doc.get("workers"), where, "workers")
+    if not raw:
+        raise ConfigError(where, "workers", "at least one worker")
+    out: list[Worker] = []
+    for name, spec in raw.items():
+        key = f"workers.{name}"
+        spec = _mapping(spec if spec is not None else {}, where, key)
+        unknown = set(spec) - {
+            "model",
+            "host",
+            "gpus",
+            "engine",
+            "slots",
+            "start",
+            "attributed",
+            "mig",
+        }
+        if unknown:
+            raise ConfigError(where, f"{key}.{sorted(unknown)[0]}", "a known worker key")
+        gpus = spec.get("gpus", [len(out)])
+        if not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus):
+            raise ConfigError(where, f"{key}.gpus", "a list of GPU indexes", gpus)
+        slots = spec.get("slots", 20)
+        if slots is not None and not isinstance(slots, int):
+            raise ConfigError(where, f"{key}.slots", "an integer or null", slots)
+        start = spec.get("start", "-3d")
+        out.append(
+            Worker(
+                name=str(name),
+                model=str(spec.get("model", "model")),
+                host=str(spec.get("host", "node-0")),
+                gpus=tuple(gpus),
+                engine=str(spec.get("engine", "vllm")),
+                slots=slots,
+                start=None if start is None else _duration(start, where, f"{key}.start"),
+                attributed=bool(spec.get("attributed", True)),
+                mig=bool(spec.get("mig", False)),
+            )
+        )
+    return out
+
+
+def _check_signals(signals: dict[str, Any], where: str, key: str) -> None:
+    for name, value in signals.items():
+        if name not in SIGNALS:
+            raise ConfigError(where, f"{key}.{name}", f"one of {', '.join(sorted(SIGNALS))}")
+        if name in ("ttft", "tpot", "e2e"):
+            spec = _mapping(value, where, f"{key}.{name}")
+            p50, p99 = spec.get("p50"), spec.get("p99")
+            if not all(isinstance(v, (int, float)) and v > 0 for v in (p50, p99)) or p99 < p50:  # type: ignore[operator]
+                raise ConfigError(where, f"{key}.{name}", "{p50, p99}: seconds, p99 >= p50 > 0")
+        elif isinstance(value, dict):
+            bad = set(value) - MODIFIERS
+            if bad or "base" not in value:
+                raise ConfigError(
+                    where, f"{key}.{name}", "a number or {base, wobble, period, noise, diurnal, to}"
+                )
+            for mod in ("period",):
+                if mod in value:
+                    value[mod] = _duration(value[mod], where, f"{key}.{name}.{mod}")
+        elif value is not None and not isinstance(value, (int, float)):
+            raise ConfigError(where, f"{key}.{name}", "a number, a mapping or null", value)
+
+
+def load_scenario(path: Path, alerts: frozenset[str], scrape: float) -> Scenario:
+    """Read one scenario file; a malformed one raises :class:`ConfigError`."""
+    where = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(
+            where, "(file)", f"a readable YAML scenario ({type(exc).__name__})"
+        ) from None
+    doc = _mapping(doc, where, "(top level)")
+    if doc.get("kind") != "inferwatch-scenario":
+        raise ConfigError(where, "kind", "inferwatch-scenario", doc.get("kind"))
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(where, "name", "the scenario's name", name)
+    duration = _duration(doc.get("duration"), where, "duration")
+    if duration <= 0:
+        raise ConfigError(where, "duration", "a positive duration", doc.get("duration"))
+    workers = _workers(doc, where)
+    phases_raw = doc.get("phases")
+    if not isinstance(phases_raw, list) or not phases_raw:
+        raise ConfigError(where, "phases", "a list of phases, each with `at`")
+    phases: list[tuple[float, dict[str, dict[str, Any]]]] = []
+    names = {w.name for w in workers} | {"all"}
+    for i, phase in enumerate(phases_raw):
+        phase = _mapping(phase, where, f"phases[{i}]")
+        at = _duration(phase.get("at"), where, f"phases[{i}].at")
+        per: dict[str, dict[str, Any]] = {}
+        for who, signals in phase.items():
+            if who in ("at", "note"):
+                continue
+            if who not in names:
+                raise ConfigError(where, f"phases[{i}].{who}", "a worker's name or `all`")
+            signals = _mapping(signals, where, f"phases[{i}].{who}")
+            _check_signals(signals, where, f"phases[{i}].{who}")
+            per[str(who)] = signals
+        phases.append((at, per))
+    if any(b[0] < a[0] for a, b in itertools.pairwise(phases)):
+        raise ConfigError(where, "phases", "phases in time order")
+    truth = read_truth(doc, where, alerts)
+    series = synthesize(name, workers, phases, duration, scrape)
+    return Scenario(name, str(doc.get("description", "")), duration, truth, where, series)
+
+
+# --------------------------------------------------------------------------- series
+
+
+@functools.lru_cache(maxsize=4096)
+def _lognormal_cdf(x: float, p50: float, p99: float) -> float:
+    if math.isinf(x):
+        return 1.0
+    sigma = math.log(p99 / p50) / Z99
+    if sigma <= 0:
+        return 1.0 if x >= p50 else 0.0
+    return 0.5 * (1.0 + math.erf(math.log(x / p50) / (sigma * math.sqrt(2.0))))
+
+
+def _value(
+    spec: Any, t: float, phase_start: float, phase_end: float, rng: random.Random
+) -> float | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        return float(spec)
+    v = float(spec["base"])
+    if "to" in spec and phase_end > phase_start:
+        v += (float(spec["to"]) - v) * min(1.0, (t - phase_start) / (phase_end - phase_start))
+    if spec.get("wobble"):
+        period = float(spec.get("period", 600.0))
+        v += float(spec["wobble"]) * math.sin(2 * math.pi * t / period)
+    if spec.get("diurnal"):
+        v += float(spec["diurnal"]) * math.sin(2 * math.pi * ((t / 86400.0) - 8 / 24))
+    if spec.get("noise"):
+        v += rng.gauss(0.0, float(spec["noise"]))
+    return v
+
+
+def _signal(
+    s: dict[str, Any], t: float, start: float, end: float, rng: random.Random, key: str
+) -> float | None:
+    """A signal's value at ``t``, ratios held to [0, 1], counts to >= 0."""
+    v = _value(s[key], t, start, end, rng)
+    if v is None:
+        return None
+    if key in RATIOS:
+        return min(1.0, max(0.0, v))
+    return max(0.0, v)
+
+
+def _selector(name: str, labels: dict[str, str]) -> str:
+    return _selector_of(name, tuple(labels.items()))
+
+
+@functools.lru_cache(maxsize=65536)
+def _selector_of(name: str, labels: tuple[tuple[str, str], ...]) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def synthesize(
+    name: str,
+    workers: list[Worker],
+    phases: list[tuple[float, dict[str, dict[str, Any]]]],
+    duration: float,
+    scrape: float,
+) -> dict[str, list[float | str | None]]:
+    """The agent's series for the phases, one value per scrape from time 0 to ``duration``."""
+    rng = random.Random(zlib.crc32(name.encode()))
+    steps = int(duration // scrape) + 1
+    out: dict[str, list[float | str | None]] = {}
+
+    def put(sel: str, k: int, value: float | str | None) -> None:
+        out.setdefault(sel, [None] * steps)[k] = value
+
+    counters: dict[str, float] = {}
+    last_collect: dict[str, float] = {}
+    xid_at: dict[tuple[str, int, str], float] = {}
+    starts: dict[str, float | None] = {w.name: w.start for w in workers}
+    applied_restarts: set[tuple[str, int]] = set()
+    hosts = sorted({w.host for w in workers})
+    for k in range(steps):
+        t = k * scrape
+        idx = max(i for i, (at, _) in enumerate(phases) if at <= t) if phases[0][0] <= t else -1
+        start_t = phases[idx][0] if idx >= 0 else 0.0
+        end_t = phases[idx + 1][0] if idx + 1 < len(phases) else duration
+        state: dict[str, dict[str, Any]] = {}
+        for w in workers:
+            merged = dict(DEFAULTS)
+            for _, per in phases[: idx + 1]:
+                merged.update(per.get("all", {}))
+                merged.update(per.get(w.name, {}))
+            state[w.name] = merged
+            for i, (at, per) in enumerate(phases[: idx + 1]):
+                signals = {**per.get("all", {}), **per.get(w.name, {})}
+                if signals.get("restart") and (w.name, i) not in applied_restarts:
+                    applied_restarts.add((w.name, i))
+                    starts[w.name] = at
+                if signals.get("xid") is not None:
+                    for g in w.gpus:
+                        xid_at.setdefault((w.host, g, str(signals["xid"])), at)
+        for host in hosts:
+            instance = f"{host}:10127"
+            base = {"job": "inferwatch", "instance": instance}
+            on_host = [w for w in workers if w.host == host]
+            agent_up = all(float(state[w.name]["agent_up"]) >= 1 for w in on_host)
+            put(_selector("up", base), k, 1.0 if agent_up else 0.0)
+            nvml_ok = all(float(state[w.name]["nvml"]) >= 1 for w in on_host)
+            coll = {**base, "collector": "nvml"}
+            if nvml_ok:
+                last_collect[host] = t
+            else:
+                counters[host] = counters.get(host, 0.0) + 1.0
+            if agent_up:
+                if host in last_collect:
+                    put(
+                        _selector("inferwatch_last_collect_timestamp_seconds", coll),
+                        k,
+                        last_collect[host],
+                    )
+                put(_selector("inferwatch_collect_errors_total", coll), k, counters.get(host, 0.0))
+        for w in workers:
+            s = state[w.name]
+            instance = f"{w.host}:10127"
+            base = {"job": "inferwatch", "instance": instance}
+            eng = {**base, "worker": w.name, "model": w.model, "engine": w.engine}
+            agent_up = float(s["agent_up"]) >= 1
+            if not agent_up:
+                continue
+
+            val = functools.partial(_signal, s, t, start_t, end_t, rng)
+
+            up = float(s["up"]) >= 1
+            put(
+                _selector("inferwatch_target_up", {**base, "worker": w.name}), k, 1.0 if up else 0.0
+            )
+            if starts[w.name] is not None:
+                put(_selector("inferwatch_worker_start_time_seconds", eng), k, starts[w.name])
+            if s["gate"] is not None:
+                put(
+                    _selector("inferwatch_warmup_deadline_exceeded", {**base, "worker": w.name}),
+                    k,
+                    float(s["gate"]),
+                )
+            gpu_up = float(s["gpu_up"]) >= 1
+            for g in w.gpus:
+                uuid = f"MIG-{w.host}-{g}" if w.mig else f"GPU-{w.host}-{g}"
+                gpu = {**base, "gpu": str(g), "uuid": uuid}
+                put(_selector("inferwatch_gpu_up", gpu), k, 1.0 if gpu_up else 0.0)
+                if nvml_ok_for(state, workers, w.host) and gpu_up:
+                    put(_selector("inferwatch_gpu_utilization_ratio", gpu), k, val("util"))
+                    put(_selector("inferwatch_gpu_memory_used_ratio", gpu), k, val("vram"))
+                    put(
+                        _selector(
+                            "inferwatch_gpu_clock_event_active", {**gpu, "reason": "hw_thermal"}
+                        ),
+                        k,
+                        float(s["throttle"]),
+                    )
+                if w.attributed:
+                    put(
+                        _selector(
+                            "inferwatch_worker_gpu_info",
+                            {**base, "worker": w.name, "gpu": str(g), "uuid": uuid},
+                        ),
+                        k,
+                        1.0,
+                    )
+                for (h, gi, code), at in xid_at.items():
+                    if h == w.host and gi == g:
+                        put(
+                            _selector(
+                                "inferwatch_gpu_xid_last_timestamp_seconds", {**gpu, "xid": code}
+                            ),
+                            k,
+                            at,
+                        )
+            if not up:
+                continue
+            put(_selector("inferwatch_queue_depth", eng), k, val("waiting"))
+            put(_selector("inferwatch_requests_running", eng), k, val("running"))
+            kv = val("kv")
+            if kv is not None:
+                put(_selector("inferwatch_kv_cache_usage_ratio", eng), k, kv)
+            if w.slots is not None:
+                put(_selector("inferwatch_max_num_seqs", eng), k, float(w.slots))
+            done = (val("rps") or 0.0) * scrape
+            bad = done * (val("errors") or 0.0)
+            for reason, n in (("length", done - bad), ("error", bad)):
+                sel = _selector("inferwatch_requests_finished_total", {**eng, "reason": reason})
+                counters[sel] = counters.get(sel, 0.0) + n
+                put(sel, k, round(counters[sel], 6))
+            sel = _selector("inferwatch_preemptions_total", eng)
+            counters[sel] = counters.get(sel, 0.0) + (val("preempt") or 0.0) * scrape
+            put(sel, k, round(counters[sel], 6))
+            for key, (metric, bounds) in HISTOGRAMS.items():
+                dist = s[key]
+                # one token per TPOT observation: a request's output tokens, about 100
+                n = done * (100.0 if key == "tpot" else 1.0)
+                for le in (*bounds, math.inf):
+                    frac = _lognormal_cdf(le, float(dist["p50"]), float(dist["p99"]))
+                    sel = _selector(
+                        f"{metric}_bucket",
+                        {**eng, "le": "+Inf" if math.isinf(le) else repr(float(le))},
+                    )
+                    counters[sel] = counters.get(sel, 0.0) + n * frac
+                    put(sel, k, round(counters[sel], 6))
+                for suffix, add in (("_count", n), ("_sum", n * float(dist["p50"]))):
+                    sel = _selector(metric + suffix, eng)
+                    counters[sel] = counters.get(sel, 0.0) + add
+                    put(sel, k, round(counters[sel], 6))
+    # a series missing from a scrape that succeeded before gets Prometheus' stale marker
+    for values in out.values():
+        for k in range(1, steps):
+            if values[k] is None and values[k - 1] not in (None, "stale"):
+                values[k] = "stale"
+    return out
+
+
+def nvml_ok_for(state: dict[str, dict[str, Any]], workers: list[Worker], host: str) -> bool:
+    return all(float(state[w.name]["nvml"]) >= 1 for w in workers if w.host == host)
+
+
+def scenario_files(directory: Path = SCENARIO_DIR) -> list[Path]:
+    return sorted(directory.glob("*.yaml"))
