@@ -11,7 +11,7 @@ H200 sweep's traces (CUDA llama-server, ``--parallel`` 4..64).
     PYTHONPATH=agent:. python bench/bench_whatif.py record --slots 1 2 4 --out bench/data/whatif-cpu
     PYTHONPATH=agent python bench/bench_whatif.py table bench/data/whatif-cpu/*.jsonl.gz
     PYTHONPATH=agent python bench/bench_whatif.py predict --fit tests/data/traces/h200-llamacpp.jsonl.gz \
-        tests/data/traces/h200-sweep-s*.jsonl.gz
+        tests/data/whatif/h200/sweep-s*.jsonl.gz
 
 ``predict``: fits on one whole trace (every phase, e.g. the long H200 run with a steady
 and an overload phase) and predicts each other trace's slot count under that trace's

@@ -34,7 +34,9 @@ from inferwatch.advise.whatif import observe
 
 DATA = REPO / "tests" / "data" / "traces"
 LONG = DATA / "h200-llamacpp.jsonl.gz"
-SWEEP = [DATA / f"h200-sweep-s{n}.jsonl.gz" for n in (4, 8, 16, 32, 64)]
+SWEEP = [
+    REPO / "tests" / "data" / "whatif" / "h200" / f"sweep-s{n}.jsonl.gz" for n in (4, 8, 16, 32, 64)
+]
 #: the client figures docs/validation.md ("Slot sweep") reports: tokens/s, TTFT P50, P95
 RECORDED = {
     4: (944, 5.191, 9.817),

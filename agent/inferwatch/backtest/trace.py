@@ -8,7 +8,9 @@ A trace is gzip'd JSON lines. Line 1 is the header::
 
 then one object a line: ``{"t": <unix s>, "agent": "<the agent's /metrics text>"}``,
 ``{"t": ..., "client": {"worker", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens",
-"gen_tokens", "ok"}}`` or ``{"t": ..., "engine": "<the engine's /metrics text>"}``.
+"gen_tokens", "ok"}}`` or ``{"t": ..., "engine": "<the engine's /metrics text>"}``;
+``{"t": ..., "gpu": {nvidia-smi's fields}}`` and ``{"t": ..., "error": "..."}`` (a
+reading the recorder missed) are read past.
 
 The backtest replays the agent's expositions as Prometheus would have scraped them
 at the deployment's scrape interval (the latest exposition at or before each scrape;
@@ -112,9 +114,13 @@ def read_trace(path: Path) -> Trace:
             trace.client.append((t, row["client"]))
         elif isinstance(row.get("engine"), str):
             trace.engine.append((t, row["engine"]))
+        elif isinstance(row.get("gpu"), dict) or isinstance(row.get("error"), str):
+            pass  # nvidia-smi readings (for docs/validation.md) and the recorder's misses
         else:
             raise ConfigError(
-                where, f"line {n}", "one of agent (text), client (object), engine (text)"
+                where,
+                f"line {n}",
+                "one of agent (text), client (object), engine (text), gpu (object), error (text)",
             )
     if not trace.agent:
         raise ConfigError(where, "agent", "at least one agent exposition line")

@@ -29,7 +29,7 @@ class AlertFacts:
 
 
 #: the ticket the issue 29 item 9 fix adds: a worker the agent cannot place on a GPU
-UNATTRIBUTED = "InferenceWorkerGPUUnattributed"
+UNATTRIBUTED = "InferenceWorkerUnattributed"
 
 
 def alert_facts(t: Thresholds) -> dict[str, AlertFacts]:
@@ -77,7 +77,7 @@ def alert_facts(t: Thresholds) -> dict[str, AlertFacts]:
             0.144 * 3600 + rate,
             "1h at 14.4x (fast pair)",
         ),
-        (UNATTRIBUTED, 0.0, rate, "issue 29 item 9 (its for is the fix's)"),
+        (UNATTRIBUTED, t.availability.unattributed_for, rate, "a join of two gauges"),
     ]
     return {
         name: AlertFacts(name, float(hold), float(window), note)
