@@ -42,6 +42,27 @@ NOT_IN_DEMO = {
     "inferwatch_lora_max_adapters": "the simulated vLLM serves no LoRA adapters",
     "inferwatch_kubernetes_workers": "only with kubernetes: discovery (tests/test_kubernetes_e2e.py)",
 }
+# the measuring proxy's families exist only for a worker with `proxy:` (tests/test_proxy.py);
+# the demo's load goes to the simulated workers directly
+NOT_IN_DEMO.update(
+    {
+        name: "only for a worker behind the measuring proxy"
+        for name in (
+            "inferwatch_proxy_client_aborts_total",
+            "inferwatch_proxy_connections",
+            "inferwatch_proxy_e2e_latency_seconds",
+            "inferwatch_proxy_generation_tokens_total",
+            "inferwatch_proxy_prompt_tokens_total",
+            "inferwatch_proxy_rejected_total",
+            "inferwatch_proxy_requests_in_flight",
+            "inferwatch_proxy_requests_total",
+            "inferwatch_proxy_samples_dropped_total",
+            "inferwatch_proxy_tpot_seconds",
+            "inferwatch_proxy_ttft_seconds",
+            "inferwatch_proxy_upstream_errors_total",
+        )
+    }
+)
 
 
 def families(text: str) -> set[str]:
