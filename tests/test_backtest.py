@@ -46,6 +46,11 @@ def _all_inputs() -> list[Path]:
     return inputs(argparse.Namespace(scenarios=[], all=True))
 
 
+# the module's fixture replays every scenario once (minutes of promtool on 2 cores): the
+# first test that asks for it carries that time
+pytestmark = pytest.mark.timeout(2400)
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[str, ScenarioScore]:
     started = time.monotonic()

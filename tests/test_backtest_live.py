@@ -25,7 +25,7 @@ from tests.support.tracerec import StreamingClient, TraceRecorder
 
 from inferwatch.backtest import rule_files, run_backtest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SLOTS = 2
 PROMPT = "Write a short note on queueing in inference servers. " * 4

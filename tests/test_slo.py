@@ -248,6 +248,7 @@ def test_sli_over_a_backfilled_week_matches_the_generated_counts(
     assert results["ttft"] > entry.get("ttft").budget  # type: ignore[union-attr]
 
 
+@pytest.mark.timeout(1200)
 def test_generated_rule_files_pass_promtool() -> None:
     result = subprocess.run(
         [
@@ -258,7 +259,7 @@ def test_generated_rule_files_pass_promtool() -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1100,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
