@@ -456,12 +456,13 @@ def test_soak_1000_concurrent_streams_memory_held(tmp_path: Path) -> None:
         asyncio.run(asyncio.wait_for(rounds(), 240))
         print(f"agent RSS after each round of 1,000 streams: {[round(r, 1) for r in rss]} MiB")
         assert rss[-1] - rss[0] < 32, rss
-        text = _metrics(port)
-        assert (
+        done = (
             'inferwatch_proxy_requests_total{engine="llamacpp",model="synthetic",'
             'status_class="2xx",worker="w"} 3000.0'
-        ) in text
-        assert 'inferwatch_proxy_requests_in_flight{worker="w"} 0.0' in text
+        )
+        # the exposition is rebuilt at the next collection after the last stream ends
+        wait_until(lambda: done in _metrics(port), timeout=30, message="3,000 requests counted")
+        assert 'inferwatch_proxy_requests_in_flight{worker="w"} 0.0' in _metrics(port)
     finally:
         agent.stop()
         up.stop()
