@@ -32,7 +32,7 @@ from tests.support.proc import (
 
 from inferwatch.engines import ENGINES
 from inferwatch.pack import dashlint, own_histograms, rules, slo
-from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors, slo_requests
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 
@@ -367,13 +367,14 @@ def test_every_metric_exists_in_metrics_md() -> None:
     known = metrics_md_names() | RECORDED | {"up"}
     assert "inferwatch_ttft_seconds_bucket" in known and "inferwatch_gpu_up" in known
     assert "inferwatch_warmup_deadline_exceeded" in known  # an extension of docs/metrics.md
-    # The one exception: the per-worker bucket rates and the SLO SLIs also read the
+    # The one exception: the per-worker bucket rates and the SLO SLIs and request rates also read the
     # engines' own histograms, scraped by Prometheus directly (pack.own_histograms),
     # under the family names of the agent's engine tables.
     t = load_thresholds()
     n = names(t)
     bucket_rates = {n.histogram_rate(metric) for metric in RECORDED_HISTOGRAMS}
     bucket_rates |= {slo_errors(w) for w in slo.windows(t.slos)}
+    bucket_rates |= {slo_requests(w) for w in slo.windows(t.slos)}
     engine_buckets = {
         f"{source}_bucket"
         for name in own_histograms.ENGINES
