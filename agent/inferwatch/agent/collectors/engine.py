@@ -1,6 +1,6 @@
 """Scrapes each worker's /metrics and exports the contract's worker families.
 
-Per worker and per pass: fetch (aiohttp, time-out, size cap, no redirects),
+Per worker and per pass: fetch (:mod:`inferwatch.agent.httpio`: time-out, size cap, no redirects),
 parse only the families the engine's table needs, map them, feed the windows
 (quantiles from histogram increases, queue slope, hit ratios), and keep the
 result as that worker's snapshot. A failed scrape drops the worker's engine
@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-import aiohttp
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -31,6 +30,7 @@ from inferwatch.agent.collectors import selfdesc
 from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
 from inferwatch.agent.fdbudget import descriptor_limit, outbound_budget
+from inferwatch.agent.httpio import Client, HttpError, TooLarge, basic_auth
 from inferwatch.agent.redact import redact_url
 from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
@@ -209,10 +209,10 @@ def endpoint(state: WorkerState) -> str:
     return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
-def _auth(spec: WorkerSpec) -> aiohttp.BasicAuth | None:
+def _auth(spec: WorkerSpec) -> dict[str, str] | None:
     if spec.username is None or spec.password is None:
         return None
-    return aiohttp.BasicAuth(spec.username, spec.password)
+    return {"Authorization": basic_auth(spec.username, spec.password)}
 
 
 class _Families:
@@ -268,7 +268,7 @@ class EngineSource(Source):
         self.window = config.stats_window
         self.workers = {w.name: self._new_state(w) for w in config.workers}
         self._launch_max_num_seqs = launch_max_num_seqs
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Client | None = None
         self.passes = 0
         # One worker's exposition is parsed at a time, each in its own turn of the event
         # loop, so that a scrape of the agent waits for one worker's parse, not for all.
@@ -344,14 +344,12 @@ class EngineSource(Source):
         if self._parser_closed:
             self._parser = concurrent.futures.ThreadPoolExecutor(1, "inferwatch-parse")
             self._parser_closed = False
-        self._session = aiohttp.ClientSession(
-            auto_decompress=True,
+        self._session = Client(
             headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
             # Scrapes in flight are bounded by the descriptors the agent has, so that
             # many workers never take the ones /metrics and /healthz are served on.
-            connector=aiohttp.TCPConnector(
-                limit=outbound_budget(descriptor_limit()), limit_per_host=2, force_close=False
-            ),
+            limit=outbound_budget(descriptor_limit()),
+            idle_per_host=2,
         )
 
     async def stop(self) -> None:
@@ -424,35 +422,26 @@ class EngineSource(Source):
     async def _fetch(self, state: WorkerState, base_url: str, path: str) -> bytes:
         assert self._session is not None
         spec = state.spec
-        timeout = aiohttp.ClientTimeout(total=spec.timeout or self.config.scrape.timeout)
+        timeout = spec.timeout or self.config.scrape.timeout
         limit = self.config.scrape.max_body_bytes
         url = base_url + path
         shown = redact_url(url)
         try:
-            async with self._session.get(
-                url, timeout=timeout, allow_redirects=False, auth=_auth(spec)
-            ) as resp:
-                if resp.status != 200:
-                    hint = status_hint(resp.status, state.engine)
-                    raise ScrapeError("http_status", f"{shown} answered HTTP {resp.status}{hint}")
-                if resp.content_length is not None and resp.content_length > limit:
-                    raise ScrapeError("too_large", f"{shown} body of {resp.content_length} bytes")
-                body = bytearray()
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    body += chunk
-                    if len(body) > limit:
-                        raise ScrapeError("too_large", f"{shown} body over {limit} bytes, cut")
-                return bytes(body)
-        except ScrapeError:
-            raise
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            raise ScrapeError(
-                "timeout", f"{shown} did not answer within {timeout.total:g}s"
-            ) from None
-        except aiohttp.ClientError as exc:
-            # aiohttp's messages may quote the URL, credentials included
+            resp = await self._session.get(
+                url, timeout=timeout, max_body=limit, headers=_auth(spec)
+            )
+        except TooLarge:
+            raise ScrapeError("too_large", f"{shown} body over {limit} bytes, cut") from None
+        except asyncio.TimeoutError:
+            raise ScrapeError("timeout", f"{shown} did not answer within {timeout:g}s") from None
+        except HttpError as exc:
+            # the client's messages never quote the URL; this keeps it so
             detail = str(exc).replace(url, shown).replace(base_url, redact_url(base_url))
             raise ScrapeError("connect", f"{shown}: {type(exc).__name__}: {detail}") from None
+        if resp.status != 200:
+            hint = status_hint(resp.status, state.engine)
+            raise ScrapeError("http_status", f"{shown} answered HTTP {resp.status}{hint}")
+        return resp.body
 
     def _map(self, state: WorkerState, text: str) -> tuple[Mapped, int]:
         """The mapped scrape and how many series the cap dropped (runs on the parse thread)."""

@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import aiohttp
-
+from inferwatch.agent.httpio import Client, HttpError, TooLarge
 from inferwatch.engines.mapping import LabelKey, Mapped
 
 #: the longest label value taken from a self-description
@@ -132,7 +131,7 @@ def describe(engine: str, body: bytes) -> SelfDescription:
 
 
 async def fetch(
-    session: aiohttp.ClientSession, base_url: str, engine: str, timeout: float
+    session: Client, base_url: str, engine: str, timeout: float
 ) -> SelfDescription | None:
     """Ask the worker. None when it could not be asked (ask again later); an empty
     description when it answered without facts (an older build, a 404): that answer
@@ -142,17 +141,14 @@ async def fetch(
         return SelfDescription()
     url = base_url.rstrip("/") + endpoint.path
     try:
-        async with session.get(
-            url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False
-        ) as resp:
-            if resp.status != 200:
-                return SelfDescription()
-            body = await resp.content.read(MAX_BYTES + 1)
-    except (asyncio.TimeoutError, aiohttp.ClientError):
-        return None
-    if len(body) > MAX_BYTES:
+        resp = await session.get(url, timeout=timeout, max_body=MAX_BYTES)
+    except TooLarge:
         return SelfDescription()
-    return describe(engine, body)
+    except (asyncio.TimeoutError, HttpError):
+        return None
+    if resp.status != 200:
+        return SelfDescription()
+    return describe(engine, resp.body)
 
 
 def _named(series: Mapping[LabelKey, Any], model: str) -> dict[LabelKey, Any]:
