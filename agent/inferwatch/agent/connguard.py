@@ -1,8 +1,7 @@
 """Bounds on the agent's HTTP connections: a cap, a request-head time-out, eviction.
 
-aiohttp has no limit on open connections and no time-out for a request head
-that arrives a byte at a time (slowloris), so a client could hold every file
-descriptor the agent has. Each accepted connection's protocol is wrapped in a
+Without bounds a client could hold every file descriptor the agent has: many
+open connections, or request heads that arrive a byte at a time (slowloris). Each accepted connection's protocol is wrapped in a
 :class:`GuardedProtocol` that reports to one :class:`ConnectionGuard`:
 
 - a connection must finish its request head (up to the blank line) within
@@ -67,7 +66,7 @@ class ConnectionGuard:
 
 
 class GuardedProtocol(asyncio.Protocol):
-    """Forwards every event to aiohttp's protocol, watching the request heads on the way."""
+    """Forwards every event to the server's protocol (``exporter.py``), watching the request heads on the way."""
 
     def __init__(self, inner: Any, guard: ConnectionGuard) -> None:
         self.inner = inner
@@ -126,7 +125,7 @@ class GuardedProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         if self._closed:
-            return  # refused before aiohttp saw the connection: nothing to tell it
+            return  # refused before the server saw the connection: nothing to tell it
         self.guard.release(self)
         self.inner.connection_lost(exc)
 

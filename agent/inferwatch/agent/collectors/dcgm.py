@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-import aiohttp
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
@@ -60,6 +59,7 @@ from inferwatch.agent.collectors.dcgm_fields import (
 )
 from inferwatch.agent.collectors.nvml import CLOCK_EVENT_REASONS
 from inferwatch.agent.config import redact_url
+from inferwatch.agent.httpio import Client, HttpError, TooLarge
 from inferwatch.engines.mapping import ParseError, parse
 
 log = logging.getLogger(__name__)
@@ -416,13 +416,15 @@ class DcgmSource(Source):
         self.max_body_bytes = max_body_bytes
         self.pods = dict(pods or {})
         self.devices: tuple[DcgmDevice, ...] = ()
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Client | None = None
         self._families: list[Metric] = []
         self._unattributed_logged: set[str] = set()
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
+        self._session = Client(
             headers={"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1"},
+            limit=2,
+            idle_per_host=1,
         )
 
     async def stop(self) -> None:
@@ -500,32 +502,24 @@ class DcgmSource(Source):
 
     async def _fetch(self) -> bytes:
         assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
         limit = self.max_body_bytes
         try:
-            async with self._session.get(self.url, timeout=timeout, allow_redirects=False) as resp:
-                if resp.status != 200:
-                    raise DcgmScrapeError(
-                        "http_status", f"{self.shown_url} answered HTTP {resp.status}"
-                    )
-                body = bytearray()
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    body += chunk
-                    if len(body) > limit:
-                        raise DcgmScrapeError(
-                            "too_large", f"{self.shown_url} body over {limit} bytes"
-                        )
-                return bytes(body)
-        except DcgmScrapeError:
-            raise
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            resp = await self._session.get(self.url, timeout=self.timeout, max_body=limit)
+        except TooLarge:
+            raise DcgmScrapeError(
+                "too_large", f"{self.shown_url} body over {limit} bytes"
+            ) from None
+        except asyncio.TimeoutError:
             raise DcgmScrapeError(
                 "timeout", f"{self.shown_url} did not answer within {self.timeout:g}s"
             ) from None
-        except aiohttp.ClientError as exc:
+        except HttpError as exc:
             raise DcgmScrapeError(
                 "connect", f"{self.shown_url}: {type(exc).__name__}: {self._scrub(exc)}"
             ) from None
+        if resp.status != 200:
+            raise DcgmScrapeError("http_status", f"{self.shown_url} answered HTTP {resp.status}")
+        return resp.body
 
     def _scrub(self, exc: Exception) -> str:
         """An error's text with any password of the URL taken out."""

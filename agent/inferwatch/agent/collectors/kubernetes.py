@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from inferwatch.agent.collectors import cgroups
@@ -54,6 +53,7 @@ from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.collectors.podresources import ContainerKey
 from inferwatch.agent.collectors.podworkers import PodWorker, Skipped, pod_workers
 from inferwatch.agent.config import KubernetesConfig
+from inferwatch.agent.httpio import Client, HttpError, Response, StreamedResponse
 from inferwatch.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
 LIST_PAGE = 500
+#: the largest page of a pod list read (500 pods of ~20 kB each, with room)
+LIST_MAX_BYTES = 64 << 20
 WORKERS_HELP = "Workers found by Kubernetes discovery among the pods of this node."
 
 
@@ -141,7 +143,7 @@ class PodWatcher:
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
         self.lists = 0
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Client | None = None
 
     # -- HTTP ---------------------------------------------------------------
 
@@ -157,14 +159,12 @@ class PodWatcher:
                 headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    def _session_for(self) -> aiohttp.ClientSession:
+    def _session_for(self) -> Client:
         if self._session is None:
-            ssl_ctx: ssl.SSLContext | bool = True
+            ssl_ctx: ssl.SSLContext | None = None
             if self.settings.url.startswith("https://") and self.settings.ca_file:
                 ssl_ctx = ssl.create_default_context(cafile=self.settings.ca_file)
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=4)
-            )
+            self._session = Client(ssl_context=ssl_ctx, limit=4, idle_per_host=1)
         return self._session
 
     def _url(self, **params: str) -> str:
@@ -173,7 +173,7 @@ class PodWatcher:
         return f"{self.settings.url}/api/v1/pods?{text}"
 
     @staticmethod
-    async def _check(resp: aiohttp.ClientResponse) -> None:
+    def _check(resp: Response | StreamedResponse) -> None:
         if resp.status == 410:
             raise Gone()
         if resp.status in (401, 403):
@@ -197,12 +197,14 @@ class PodWatcher:
             params = {"limit": str(self.page_size)}
             if token:
                 params["continue"] = token
-            timeout = aiohttp.ClientTimeout(total=60)
-            async with session.get(
-                self._url(**params), headers=self._headers(), timeout=timeout
-            ) as resp:
-                await self._check(resp)
-                body = await resp.json(content_type=None)
+            resp = await session.get(
+                self._url(**params), headers=self._headers(), timeout=60, max_body=LIST_MAX_BYTES
+            )
+            self._check(resp)
+            try:
+                body = json.loads(resp.body)
+            except ValueError:
+                raise ApiError("parse", "the API's answer to a pod list is not JSON") from None
             if not isinstance(body, dict) or body.get("kind") != "PodList":
                 raise ApiError("parse", "the API's answer to a pod list is not a PodList")
             for item in body.get("items") or []:
@@ -253,21 +255,18 @@ class PodWatcher:
         }
         if self.resource_version:
             params["resourceVersion"] = self.resource_version
-        timeout = aiohttp.ClientTimeout(total=self.watch_timeout + 30, sock_connect=10)
-        async with session.get(
-            self._url(**params), headers=self._headers(), timeout=timeout
+        async with session.stream(
+            "GET",
+            self._url(**params),
+            headers=self._headers(),
+            timeout=self.watch_timeout + 30,
+            connect_timeout=10,
         ) as resp:
-            await self._check(resp)
+            self._check(resp)
             self.on_ok()
-            buffer = b""
-            async for chunk in resp.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        self._event(line)
-            if buffer.strip():
-                self._event(buffer)
+            async for line in resp.lines():
+                if line.strip():
+                    self._event(line)
 
     def _event(self, line: bytes) -> None:
         try:
@@ -306,7 +305,7 @@ class PodWatcher:
                 self.on_error("gone", "the API answered 410 Gone to a version it had just listed")
             except ApiError as exc:
                 self.on_error(exc.reason, str(exc))
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (HttpError, asyncio.TimeoutError, OSError) as exc:
                 self.on_error(
                     "connect", f"the API at {self.settings.url}: {type(exc).__name__}: {exc}"
                 )

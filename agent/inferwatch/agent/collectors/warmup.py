@@ -42,13 +42,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from inferwatch import validate
 from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import AgentConfig, WorkerSpec
+from inferwatch.agent.httpio import Client, HttpError
 from inferwatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ DOWN_AFTER = 3
 MAX_BACKOFF = 30.0
 #: longest wait for one /health answer, seconds
 HEALTH_TIMEOUT = 5.0
+#: the longest /v1/models answer read (a list of model names)
+MODELS_MAX_BYTES = 4 << 20
 
 KEYS = (
     "enabled",
@@ -398,7 +400,7 @@ class WarmupGate(Source):
         self.workers = {n: _Worker(specs[n], closed_at=now) for n in settings.workers}
         self._start_time = start_time
         self._progress = progress
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Client | None = None
 
     @classmethod
     def from_config(
@@ -433,7 +435,7 @@ class WarmupGate(Source):
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = Client(limit=16, idle_per_host=1)
 
     async def stop(self) -> None:
         tasks = [w.task for w in self.workers.values() if w.task is not None]
@@ -518,13 +520,14 @@ class WarmupGate(Source):
 
     async def _healthy(self, w: _Worker) -> bool:
         assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=min(HEALTH_TIMEOUT, self.settings.timeout))
+        timeout = min(HEALTH_TIMEOUT, self.settings.timeout)
         try:
-            async with self._session.get(f"{w.spec.url}/health", timeout=timeout) as resp:
-                await resp.read()
-                return resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            resp = await self._session.get(
+                f"{w.spec.url}/health", timeout=timeout, max_body=1 << 20
+            )
+        except (HttpError, asyncio.TimeoutError, OSError):
             return False
+        return resp.status == 200
 
     async def _round(self, w: _Worker) -> None:
         model = self.settings.model or await self._model(w)
@@ -565,16 +568,17 @@ class WarmupGate(Source):
     async def _model(self, w: _Worker) -> str:
         assert self._session is not None
         url = f"{w.spec.url}/v1/models"
-        timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+        timeout = self.settings.timeout
         try:
-            async with self._session.get(url, timeout=timeout) as resp:
-                if resp.status != 200:
-                    raise _Failure("http_status", f"{url} answered HTTP {resp.status}")
-                doc = await resp.json(content_type=None)
+            resp = await self._session.get(url, timeout=timeout, max_body=MODELS_MAX_BYTES)
         except asyncio.TimeoutError:
-            raise _Failure("timeout", f"{url} did not answer within {timeout.total:g}s") from None
-        except aiohttp.ClientError as exc:
+            raise _Failure("timeout", f"{url} did not answer within {timeout:g}s") from None
+        except HttpError as exc:
             raise _Failure("connect", f"{url}: {type(exc).__name__}: {exc}") from None
+        if resp.status != 200:
+            raise _Failure("http_status", f"{url} answered HTTP {resp.status}")
+        try:
+            doc = json.loads(resp.body)
         except ValueError:
             raise _Failure("no_model", f"{url} did not answer with JSON") from None
         try:
@@ -589,15 +593,22 @@ class WarmupGate(Source):
         """Send one streamed request; seconds to its first token."""
         assert self._session is not None
         url = w.spec.url + request.path
-        timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+        timeout = self.settings.timeout
         sent = time.monotonic()
         first: float | None = None
+        payload = json.dumps(request.body(model)).encode()
         try:
-            async with self._session.post(url, json=request.body(model), timeout=timeout) as resp:
+            async with self._session.stream(
+                "POST",
+                url,
+                timeout=timeout,
+                headers={"Content-Type": "application/json"},
+                body=payload,
+            ) as resp:
                 if resp.status != 200:
-                    text = (await resp.text())[:200].strip()
+                    text = (await resp.read(64 << 10)).decode("utf-8", "replace")[:200].strip()
                     raise _Failure("http_status", f"{url} answered HTTP {resp.status}: {text}")
-                async for raw in resp.content:
+                async for raw in resp.lines():
                     line = raw.strip()
                     if not line.startswith(b"data:"):
                         continue
@@ -612,8 +623,8 @@ class WarmupGate(Source):
                         if _has_token(chunk):
                             first = time.monotonic() - sent
         except asyncio.TimeoutError:
-            raise _Failure("timeout", f"{url} did not finish within {timeout.total:g}s") from None
-        except aiohttp.ClientError as exc:
+            raise _Failure("timeout", f"{url} did not finish within {timeout:g}s") from None
+        except HttpError as exc:
             raise _Failure("connect", f"{url}: {type(exc).__name__}: {exc}") from None
         if first is None:
             raise _Failure("bad_response", f"{url} streamed no token")
