@@ -21,6 +21,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 import pytest
@@ -56,7 +57,7 @@ def test_the_agent_without_a_proxy_never_loads_aiohttp(tmp_path: Path) -> None:
                 f"http://127.0.0.1:{port}/metrics")[1].decode(),
             30, message="the worker scraped",
         )  # fmt: skip
-        status, _, headers = http_get(f"http://127.0.0.1:{port}/metrics")
+        status, _, _ = http_get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
         maps = _maps(agent.popen.pid)
         # the agent did load Python's C extensions (the check reads the right file)...
@@ -233,15 +234,15 @@ def test_parse_request_head_reads_fields_and_refuses_what_is_not_http() -> None:
 # --------------------------------------------------------------------------- the client
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    routes: dict[str, Callable[[_Handler], None]] = {}
-    seen: list[tuple[str, str, int]] = []
+    routes: ClassVar[dict[str, Callable[[_Handler], None]]] = {}
+    seen: ClassVar[list[tuple[str, str, int]]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         type(self).seen.append((self.path, self.headers.get("Authorization", ""),
                                 self.client_address[1]))  # fmt: skip
         self.routes[self.path](self)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length)
         self._send(200, body[::-1])
@@ -270,7 +271,9 @@ def _chunked(h: _Handler) -> None:
 
 def _until_close(h: _Handler) -> None:
     h.close_connection = True
-    h.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nno length, closed at the end")
+    h.wfile.write(
+        b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nno length, closed at the end"
+    )
 
 
 def _cut(h: _Handler) -> None:
