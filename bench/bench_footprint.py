@@ -278,13 +278,16 @@ def passes(args: argparse.Namespace) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- components
 #: cumulative import steps, each measured in a fresh interpreter (RSS, USS, modules)
+#: (the base agent loads no aiohttp since issue 32: its server and client are the
+#: stdlib's asyncio and ssl; the last step shows what aiohttp would add, for the
+#: measuring proxy, which imports it only when a worker has ``proxy:``)
 IMPORT_STEPS = (
     ("interpreter", "pass"),
-    ("+ asyncio", "import asyncio"),
-    ("+ aiohttp (client and server)", "import asyncio, aiohttp.web"),
-    ("+ prometheus_client", "import asyncio, aiohttp.web, prometheus_client"),
-    ("+ yaml, psutil", "import asyncio, aiohttp.web, prometheus_client, yaml, psutil"),
+    ("+ asyncio, ssl", "import asyncio, ssl"),
+    ("+ prometheus_client", "import asyncio, ssl, prometheus_client"),
+    ("+ yaml, psutil", "import asyncio, ssl, prometheus_client, yaml, psutil"),
     ("+ the agent's modules (inferwatch run)", "import inferwatch.agent.run_cmd"),
+    ("  (+ aiohttp, proxy workers only)", "import inferwatch.agent.run_cmd, aiohttp.web"),
 )
 _MEASURE = (
     "\nimport gc, json, sys, psutil\ngc.collect()\nm = psutil.Process().memory_full_info()\n"
@@ -341,8 +344,10 @@ def components(args: argparse.Namespace) -> dict[str, Any]:
                     time.sleep(1.0)
                 rss, uss = _memory(proc.pid)
                 threads = psutil.Process(proc.pid).num_threads()
+                aiohttp = "aiohttp/" in Path(f"/proc/{proc.pid}/maps").read_text()
             result["agents"].append({"shape": label, "gpus": gpus, "workers": workers,
-                                     "rss_mb": rss, "uss_mb": uss, "threads": threads})  # fmt: skip
+                                     "rss_mb": rss, "uss_mb": uss, "threads": threads,
+                                     "aiohttp_loaded": aiohttp})  # fmt: skip
     base, many_gpus, many_workers = result["agents"][:3]
     result["per_gpu_mb"] = (many_gpus["rss_mb"] - base["rss_mb"]) / max(1, args.gpus - 1)
     result["per_worker_mb"] = (many_workers["rss_mb"] - base["rss_mb"]) / max(1, args.workers - 1)
@@ -384,10 +389,12 @@ def report(r: dict[str, Any]) -> str:
         for step in r["imports"]:
             lines.append(f"  {step['step']:<42} {step['rss_mb']:6.1f} / {step['uss_mb']:5.1f}"
                          f"  {step['modules']}")  # fmt: skip
-        lines.append(f"the agent running, after {a['settle']:g} s: RSS / USS MB, threads")
+        lines.append(
+            f"the agent running, after {a['settle']:g} s: RSS / USS MB, threads, aiohttp loaded"
+        )
         for ag in r["agents"]:
             lines.append(f"  {ag['shape']:<42} {ag['rss_mb']:6.1f} / {ag['uss_mb']:5.1f}"
-                         f"  {ag['threads']}")  # fmt: skip
+                         f"  {ag['threads']}  {ag.get('aiohttp_loaded', '?')}")  # fmt: skip
         lines.append(
             f"growth per extra GPU: {r['per_gpu_mb']:+.2f} MB RSS ({r['per_gpu_uss_mb']:+.2f} USS); "
             f"per extra worker: {r['per_worker_mb']:+.2f} MB RSS ({r['per_worker_uss_mb']:+.2f} USS)"

@@ -26,7 +26,15 @@ Needs only: python3 with nvidia-ml-py, prometheus-client, psutil, aiohttp,
 pyyaml, and the wheels inferwatch, bcrypt, nvitop==1.7.2 and
 nvitop-exporter==1.7.2 (``pip install --no-deps`` them). ``--agent-cmd`` and
 ``--peer-cmd`` replace the commands (e.g. ``python3 -m inferwatch.cli`` from a
-checkout with ``PYTHONPATH=agent``).
+checkout with ``PYTHONPATH=agent``). ``--baseline-cmd`` measures a second agent
+(an earlier build) in the same run, in its own column, between the agent and the
+peer, so that a change is compared before/after on one machine at one time::
+
+    python3 bench/device/bench_vs_nvitop.py --fake \
+        --baseline-cmd "env PYTHONPATH=/tmp/before/agent python3 -m inferwatch.cli"
+
+Each exporter's row also says whether aiohttp's C extensions are mapped into
+its process (``/proc/<pid>/maps``): issue 32's base agent loads none.
 """
 
 from __future__ import annotations
@@ -122,7 +130,12 @@ def measure(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     wall = time.monotonic() - t0
     cpu = (after.user + after.system - before.user - before.system) / wall
     mem = proc.memory_full_info()
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        maps = ""
     return {
+        "aiohttp_loaded": "aiohttp/" in maps,
         "single_p50_ms": pct(one, 0.5),
         "single_p99_ms": pct(one, 0.99),
         "single_n": len(one),
@@ -202,6 +215,7 @@ ROWS = (
     ("CPU at one scrape a second", "cpu_share", None, "{:.2%} of a core"),
     ("CPU per scrape, back to back", "cpu_per_scrape_us", None, "{:.0f} us"),
     ("RSS (USS)", "rss_mb", "uss_mb", "{:.1f} ({:.1f}) MB"),
+    ("aiohttp loaded", "aiohttp_loaded", None, "{}"),
 )
 
 
@@ -237,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agent-args", default="", help="more arguments of inferwatch run")
     ap.add_argument("--agent-cmd", default=f"{sys.executable} -m inferwatch.cli")
     ap.add_argument("--peer-cmd", default=f"{sys.executable} -m nvitop_exporter")
+    ap.add_argument("--baseline-cmd", help="a second agent to measure (e.g. an earlier build)")
+    ap.add_argument("--baseline-name", default="inferwatch (baseline)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -248,12 +264,17 @@ def main(argv: list[str] | None = None) -> int:
             port = free_port()
             backend = ["--gpu-backend", "fake", "--fake-gpus", str(args.fake_gpus)] if args.fake \
                 else ["--gpu-backend", "nvml"]  # fmt: skip
-            agent = [*shlex.split(args.agent_cmd), "run", "--listen", f"127.0.0.1:{port}",
-                     "--log-level", "warning", *backend, *shlex.split(args.agent_args)]  # fmt: skip
-            try:
-                results["inferwatch"] = run_one("inferwatch", agent, port, tmp, args)
-            except Exception as exc:  # say why, still measure the peer
-                results["inferwatch"] = {"error": str(exc)[-500:]}
+            agents = [("inferwatch", args.agent_cmd)]
+            if args.baseline_cmd:
+                agents.append((args.baseline_name, args.baseline_cmd))
+            for label, command in agents:
+                port = free_port()
+                agent = [*shlex.split(command), "run", "--listen", f"127.0.0.1:{port}",
+                         "--log-level", "warning", *backend, *shlex.split(args.agent_args)]  # fmt: skip
+                try:
+                    results[label] = run_one(label.replace(" ", "_"), agent, port, tmp, args)
+                except Exception as exc:  # say why, still measure the peer
+                    results[label] = {"error": str(exc)[-500:]}
             if args.fake:
                 results["nvitop-exporter"] = {"error": "--fake: no GPU for the peer"}
             else:

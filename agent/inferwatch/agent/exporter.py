@@ -194,7 +194,7 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.server.connections.add(self)
-        self._arm_idle()
+        # no idle timer yet: the guard closes it unless a request head comes in time
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
