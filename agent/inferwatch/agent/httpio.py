@@ -269,7 +269,7 @@ class Client:
     ) -> Response:
         """Send one request and read the whole answer within ``timeout`` seconds."""
         job = self._request(method, url, max_body=max_body, headers=headers, body=body)
-        return await asyncio.wait_for(job, timeout)
+        return await _timed(job, asyncio.get_running_loop().time() + timeout)
 
     async def _request(
         self,
@@ -556,10 +556,21 @@ class _Stale(Exception):
     """A reused connection the server had closed before our request."""
 
 
+#: asyncio.timeout_at (Python 3.11+): a deadline in the caller's own task
+_TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
+
+
 async def _timed(job: Awaitable[T], deadline: float | None) -> T:
-    """``job`` done by ``deadline`` (the loop's clock), else :class:`TimeoutError`."""
+    """``job`` done by ``deadline`` (the loop's clock), else :class:`TimeoutError`.
+
+    On Python 3.11+ in the caller's task (``asyncio.timeout_at``): no task per read,
+    and a cancellation that meets a finished read is never lost, as it can be with
+    ``wait_for`` before 3.12 (a watch that would then not stop)."""
     if deadline is None:
         return await job
+    if _TIMEOUT_AT is not None:
+        async with _TIMEOUT_AT(deadline):
+            return await job
     return await asyncio.wait_for(job, deadline - asyncio.get_running_loop().time())
 
 
