@@ -182,6 +182,13 @@ def test_malformed_requests_are_answered_and_closed(
     assert b"Connection: close" in raw
 
 
+def test_http_1_0_is_answered_once_and_closed(agent_port: tuple[int, int]) -> None:
+    port, _ = agent_port
+    raw = _exchange(port, b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"\r\n\r\nok\n")
+    assert b"Connection: close" in raw
+
+
 def test_idle_keep_alive_connections_are_closed(agent_port: tuple[int, int]) -> None:
     port, _ = agent_port
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:

@@ -157,6 +157,12 @@ _NOT_ALLOWED = Answer(405, b"405: Method Not Allowed\n", fields=(("Allow", "GET,
 _Reply = Answer | _Raw
 
 
+def _closes(request: RequestHead) -> bool:
+    """Whether the connection closes after the answer: the client asked so, or it
+    speaks HTTP/1.0 (answered once per connection: no keep-alive field to send)."""
+    return request.version < (1, 1) or not request.keep_alive
+
+
 class _Connection(asyncio.Protocol):
     """One client connection: reads request heads, answers them in order.
 
@@ -305,12 +311,12 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ writing
     def _send(self, request: RequestHead, answer: Answer) -> None:
-        close = not request.keep_alive or self.server.stopping
+        close = _closes(request) or self.server.stopping
         head = answer.head(self.server.extra_fields, close)
         self._write(head, b"" if request.method == "HEAD" else answer.body, close)
 
     def _send_raw(self, request: RequestHead, head: bytes, close_head: bytes, body: bytes) -> None:
-        close = not request.keep_alive or self.server.stopping
+        close = _closes(request) or self.server.stopping
         self._write(close_head if close else head, b"" if request.method == "HEAD" else body, close)
 
     def _write(self, head: bytes, body: bytes, close: bool) -> None:

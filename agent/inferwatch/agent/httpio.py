@@ -445,6 +445,9 @@ class Client:
         self, conn: _Connection, method: str, status: int, fields: Mapping[str, str], limit: int
     ) -> tuple[bytes, bool]:
         """The decompressed body and whether the connection may be used again."""
+        length = fields.get("content-length", "")
+        if length.isdigit() and int(length) > limit and method != "HEAD":
+            raise TooLarge(f"body of {length} bytes, over {limit}")  # without reading it
         body = bytearray()
         async for chunk in self._chunks(conn, method, status, fields):
             body += chunk
