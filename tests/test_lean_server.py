@@ -283,6 +283,13 @@ def _until_close(h: _Handler) -> None:
     )
 
 
+def _quiet_close(h: _Handler) -> None:
+    """An answer that promises keep-alive, then the server closes (an idle time-out
+    that races the client's next request)."""
+    h._send(200, b"then closed")
+    h.close_connection = True
+
+
 def _cut(h: _Handler) -> None:
     h.close_connection = True
     h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
@@ -296,6 +303,7 @@ ROUTES: dict[str, Callable[[_Handler], None]] = {
     "/chunked": _chunked,
     "/eof": _until_close,
     "/cut": _cut,
+    "/quiet-close": _quiet_close,
     "/big": lambda h: h._send(200, b"b" * 300_000),
     "/slow": lambda h: (time.sleep(2), h._send(200, b"late")),  # type: ignore[func-returns-value]
     "/redirect": lambda h: h._send(302, b"", Location="/plain"),
@@ -368,6 +376,11 @@ async def test_client_keeps_connections_alive_and_bounds_what_it_reads(
         with pytest.raises(HttpError):
             await client.get("http://127.0.0.1:1/metrics", timeout=5)
         assert (await client.get(base + "/plain", timeout=5)).body == b"plain body"
+        # a pooled connection the server closed meanwhile: sent again on a new one
+        for pause in (0.2, 0.0, 0.0, 0.2, 0.0):  # its close seen already, or not yet
+            got = await client.get(base + "/quiet-close", timeout=5)
+            assert got.body == b"then closed"
+            await asyncio.sleep(pause)
     finally:
         await client.close()
 
