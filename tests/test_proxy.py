@@ -150,13 +150,9 @@ async def test_expect_100_continue_is_answered_by_the_proxy(rig: Rig) -> None:
 
 
 def test_forward_headers_drops_what_connection_names() -> None:
-    from multidict import CIMultiDict, CIMultiDictProxy
-
-    given = CIMultiDictProxy(
-        CIMultiDict([("Connection", "close, X-A"), ("X-A", "1"), ("TE", "trailers"),
-                     ("Upgrade", "h2c"), ("Cookie", "a=1"), ("Host", "h"), ("X-B", "2")])
-    )  # fmt: skip
-    assert list(forward_headers(given).items()) == [("Cookie", "a=1"), ("X-B", "2")]
+    given = [("Connection", "close, X-A"), ("X-A", "1"), ("TE", "trailers"),
+             ("Upgrade", "h2c"), ("Cookie", "a=1"), ("Host", "h"), ("X-B", "2")]  # fmt: skip
+    assert forward_headers(given) == [("Cookie", "a=1"), ("X-B", "2")]
 
 
 async def test_a_client_abort_cancels_the_upstream_request(rig: Rig) -> None:
