@@ -232,16 +232,18 @@ def _has_text(choice: object) -> bool:
     return False
 
 
-_EMPTY = (b'"text":""', b'"text": ""', b'"content":""', b'"content": ""')
-
-
 def _plain_token(payload: bytes) -> bool:
     """An OpenAI chunk still generating: its finish reason null, no usage and no empty
-    text in it (a token whose text is not yet whole UTF-8 comes empty: parsed instead)."""
+    text in it (a token whose text is not yet whole UTF-8 comes empty: parsed instead).
+    Byte searches only: the bulk of a stream is never parsed as JSON."""
+    if b'"finish_reason":null' not in payload and b'"finish_reason": null' not in payload:
+        return False
     return (
-        (b'"finish_reason":null' in payload or b'"finish_reason": null' in payload)
-        and b'"usage"' not in payload
-        and not any(e in payload for e in _EMPTY)
+        b'"usage"' not in payload
+        and b'"text":""' not in payload
+        and b'"content":""' not in payload
+        and b'"text": ""' not in payload
+        and b'"content": ""' not in payload
     )
 
 
@@ -308,6 +310,10 @@ class Measure:
                 else:
                     buf += chunk
             return
+        if not self._pending and chunk.endswith(b"\n\n") and chunk.startswith(b"data:"):
+            if chunk.find(b"\n", 5) == len(chunk) - 2:  # the common case: one whole event
+                self._event(chunk[5:-2].strip(), now)
+                return
         data = self._pending + chunk if self._pending else chunk
         start = 0
         while True:
@@ -576,6 +582,16 @@ class Chunked:
 
     def feed(self, data: bytes, pieces: list[bytes] | None) -> int:
         """Consume ``data``; the index just past the body's end, or -1 (not ended)."""
+        if self.state == _SIZE and not self.line:
+            # the common case of a stream: exactly one whole chunk (an event) arrived
+            j = data.find(b"\r\n", 0, 18)
+            if j > 0 and _HEX.fullmatch(data, 0, j):
+                end = j + 2 + int(data[:j], 16)
+                if end > j + 2 and len(data) == end + 2 and data.endswith(b"\r\n"):
+                    self.size += end - j - 2
+                    if pieces is not None:
+                        pieces.append(data[j + 2 : end])
+                    return -1
         i, n = 0, len(data)
         while i < n:
             if self.state == _DATA:
