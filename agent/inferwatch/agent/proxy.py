@@ -310,10 +310,14 @@ class Measure:
                 else:
                     buf += chunk
             return
-        if not self._pending and chunk.endswith(b"\n\n") and chunk.startswith(b"data:"):
-            if chunk.find(b"\n", 5) == len(chunk) - 2:  # the common case: one whole event
-                self._event(chunk[5:-2].strip(), now)
-                return
+        if (
+            not self._pending
+            and chunk.startswith(b"data:")
+            and chunk.find(b"\n", 5) == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+        ):  # the common case: one whole event
+            self._event(chunk[5:-2].strip(), now)
+            return
         data = self._pending + chunk if self._pending else chunk
         start = 0
         while True:
