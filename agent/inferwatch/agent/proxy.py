@@ -40,6 +40,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import urlsplit
 
 from prometheus_client.metrics_core import (
@@ -666,8 +667,8 @@ class ClientConn(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         self.last_active = self.server.loop.time()
         if not self.server.admit(self):
@@ -1050,8 +1051,8 @@ class UpstreamConn(asyncio.Protocol):
         self.last_read = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         with contextlib.suppress(OSError):
             sock = transport.get_extra_info("socket")
