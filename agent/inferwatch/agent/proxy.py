@@ -239,13 +239,8 @@ def _plain_token(payload: bytes) -> bool:
     Byte searches only: the bulk of a stream is never parsed as JSON."""
     if b'"finish_reason":null' not in payload and b'"finish_reason": null' not in payload:
         return False
-    return (
-        b'"usage"' not in payload
-        and b'"text":""' not in payload
-        and b'"content":""' not in payload
-        and b'"text": ""' not in payload
-        and b'"content": ""' not in payload
-    )
+    # an empty string anywhere (``"text":""``, ``"content": ""``): parsed, to be sure
+    return b'"usage"' not in payload and b'":""' not in payload and b'": ""' not in payload
 
 
 class Measure:
