@@ -616,3 +616,19 @@ async def test_malformed_requests_are_refused_not_passed(
     answer = await _raw(rig.url, request_bytes)
     assert answer.startswith(b"HTTP/1.1 " + status), answer[:80]
     assert rig.upstream.connections == 0
+
+
+def test_the_proxy_runs_on_uvloop_too() -> None:
+    """``inferwatch[fast]``: the agent runs on uvloop where it is installed."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> tuple[int, bytes, int]:
+        seen = (0, b"", 0)
+        async for rig in _rig(Upstream(interval=0.002, keep_alive=5.0)):
+            for _ in range(3):
+                status, body = await rig.stream(CHAT, max_tokens=4)
+            seen = (status, body, sum(rig.stats.models["m"].tpot.counts))
+        return seen  # the rig stopped
+
+    status, body, gaps = uvloop.run(main())
+    assert status == 200 and body.count(b"data: ") == 7 and gaps == 9
