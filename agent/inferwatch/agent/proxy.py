@@ -526,7 +526,8 @@ def parse_request_head(raw: bytes) -> RequestHead:
     length, chunked = _framing(headers)
     connection = _tokens(headers, "connection")
     http10 = version == b"HTTP/1.0"
-    keep = "keep-alive" in connection if http10 else "close" not in connection
+    # an HTTP/1.0 client's connection closes after its answer (no 1.0 keep-alive)
+    keep = not http10 and "close" not in connection
     expect = _tokens(headers, "expect")
     if expect - {"100-continue"}:
         raise HTTPError(417, "unsupported expectation\n")
@@ -676,16 +677,19 @@ class ClientConn(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        state = self.state
-        if state == "body":
-            self._body(data)
-        elif state == "head":
-            self._head_bytes(data)
-        elif state == "linger" or state == "closed":
-            return
-        else:  # wait: a pipelined request, read when this answer ends
-            self.extra += data
-            self._pause_client()
+        try:
+            state = self.state
+            if state == "body":
+                self._body(data)
+            elif state == "head":
+                self._head_bytes(data)
+            elif state == "linger" or state == "closed":
+                return
+            else:  # wait: a pipelined request, read when this answer ends
+                self.extra += data
+                self._pause_client()
+        except Exception as exc:  # a defect: one connection, one fixed line
+            _defect(exc, self.transport)
 
     def eof_received(self) -> bool | None:
         # the client half-closed: an answer under way still goes out, then the
@@ -1077,10 +1081,14 @@ class UpstreamConn(asyncio.Protocol):
             return
         self.got_bytes = True
         now = self.last_read = time.monotonic()
-        if self.in_head:
-            self._head(data, owner)
-        else:
-            self._body(data, owner, now)
+        try:
+            if self.in_head:
+                self._head(data, owner)
+            else:
+                self._body(data, owner, now)
+        except Exception as exc:  # a defect: one connection, one fixed line
+            _defect(exc, owner.transport)
+            self.close()
 
     def _head(self, data: bytes, owner: ClientConn) -> None:
         buf = self.buf
@@ -1225,6 +1233,14 @@ class UpstreamConn(asyncio.Protocol):
             self.transport.abort()
 
 
+def _defect(exc: Exception, transport: asyncio.Transport | None) -> None:
+    """A defect of the proxy's own: the connection is cut and one line logged, naming
+    the error's type only (its text could quote the request)."""
+    log.error("proxy: %s while forwarding; connection closed", type(exc).__name__)
+    if transport is not None:
+        transport.abort()
+
+
 def _keep_alive(value: str) -> tuple[float, int] | None:
     """``Keep-Alive: timeout=5, max=100`` (RFC 2068 19.7.1.1): (seconds, requests)."""
     timeout, most = None, 1 << 30
@@ -1259,6 +1275,7 @@ class ProxyServer:
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._ssl: ssl.SSLContext | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.url = ""
 
     @property
@@ -1267,7 +1284,9 @@ class ProxyServer:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        return asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     async def start(self) -> str:
         loop = asyncio.get_running_loop()
@@ -1395,20 +1414,26 @@ class ProxyServer:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(tick)
-            now, mono = loop.time(), time.monotonic()
-            for conn in list(self.open):
-                if conn.state == "head" and not conn.busy:
-                    limit = spec.header_timeout if conn.buf or conn.fresh else spec.idle_timeout
-                    if now - conn.last_active > limit and conn.transport is not None:
-                        conn.transport.abort()
-                up = conn.up
-                if (conn.busy and up is not None and not conn.up_paused
-                        and mono - up.last_read > spec.read_timeout):  # fmt: skip
-                    up.timed_out()
-            for up in list(self.idle):
-                if mono - up.idle_since >= _reuse_window(up):
-                    self.pool_drop(up)
-                    up.close()
+            try:
+                self._sweep_once(loop.time(), time.monotonic())
+            except Exception as exc:  # the sweeper must outlive a defect
+                log.error("proxy: %s in the time-out sweep", type(exc).__name__)
+
+    def _sweep_once(self, now: float, mono: float) -> None:
+        spec = self.spec
+        for conn in list(self.open):
+            if conn.state == "head" and not conn.busy:
+                limit = spec.header_timeout if conn.buf or conn.fresh else spec.idle_timeout
+                if now - conn.last_active > limit and conn.transport is not None:
+                    conn.transport.abort()
+            up = conn.up
+            if (conn.busy and up is not None and not conn.up_paused
+                    and mono - up.last_read > spec.read_timeout):  # fmt: skip
+                up.timed_out()
+        for up in list(self.idle):
+            if mono - up.idle_since >= _reuse_window(up):
+                self.pool_drop(up)
+                up.close()
 
 
 def _reuse_window(up: UpstreamConn) -> float:
