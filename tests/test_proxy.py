@@ -632,3 +632,39 @@ def test_the_proxy_runs_on_uvloop_too() -> None:
 
     status, body, gaps = uvloop.run(main())
     assert status == 200 and body.count(b"data: ") == 7 and gaps == 9
+
+
+async def test_a_slow_client_pauses_the_worker_and_the_connection_is_reused_after() -> None:
+    """Back-pressure: a client that reads slowly pauses the read from the worker (the
+    proxy holds no more than its buffers); the answer arrives whole, and the worker's
+    connection then serves the next request (a connection still paused for the last
+    client's sake is resumed before it is pooled)."""
+    async for rig in _rig(Upstream(keep_alive=5.0)):
+        await _slow_client_then_another(rig)
+
+
+async def _slow_client_then_another(rig: Rig) -> None:
+    import socket
+
+    n = 1_000_000  # a 2 MB JSON answer
+    body = json.dumps({"model": "m", "max_tokens": n, "x_interval": 0}).encode()
+    host, port = rig.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    await loop.sock_sendall(sock, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                            b"%d\r\nConnection: close\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    await asyncio.sleep(0.5)  # the answer waits in the proxy's and the kernel's buffers
+    got = bytearray()
+    while chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10):
+        got += chunk
+        await asyncio.sleep(0)
+    sock.close()
+    head, _, answer = bytes(got).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert json.loads(answer)["usage"]["completion_tokens"] == n
+    status, data = await rig.stream(COMPLETIONS, max_tokens=2)
+    assert status == 200 and data.endswith(b"data: [DONE]\n\n")
+    assert rig.upstream.connections == 1

@@ -949,6 +949,9 @@ class ClientConn(asyncio.Protocol):
         up, self.up = self.up, None
         if up is not None:
             up.owner = None
+            if self.up_paused and up.transport is not None and not up.closed:
+                # paused for this client's back-pressure: the next user reads again
+                up.transport.resume_reading()
             req = self.req
             if aborted or not up.done or self.state != "wait" or req is None:
                 up.close()
