@@ -739,6 +739,8 @@ class ClientConn(asyncio.Protocol):
         self._request(raw)
         if rest:
             self.data_received(rest)
+        if self.up is not None and self.pending is not None:
+            self._flush()  # the head and the body that came with it, in one write
 
     def _request(self, raw: bytes) -> None:
         server = self.server
@@ -786,13 +788,12 @@ class ClientConn(asyncio.Protocol):
             assert self.transport is not None
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self.state = "body" if req.has_body else "wait"
+        self.pending = [head]
+        self.pending_size = len(head)
         up = server.pool_get(req.method, req.has_body)
         if up is not None:
-            self._attach(up)
-            up.send(head)
+            self._attach(up)  # the head goes when the bytes that came with it are read
         else:
-            self.pending = [head]
-            self.pending_size = len(head)
             self.connecting = server.loop.create_task(self._connect())
 
     def _body(self, data: bytes) -> None:
@@ -851,9 +852,14 @@ class ClientConn(asyncio.Protocol):
             up.close()
             return
         self._attach(up)
+        self._flush()
+
+    def _flush(self) -> None:
+        """What waited for the worker's connection goes out in one write."""
         pending, self.pending = self.pending or [], None
         self.pending_size = 0
-        up.send(b"".join(pending))
+        if self.up is not None:
+            self.up.send(b"".join(pending))
         if not self.reading and not self.extra:
             self._resume_client()
 
