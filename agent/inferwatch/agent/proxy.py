@@ -38,9 +38,9 @@ import socket
 import ssl
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from prometheus_client.metrics_core import (
@@ -660,6 +660,7 @@ class ClientConn(asyncio.Protocol):
         self.up_paused = False
         self.retried = False
         self.fresh = True  # no request yet: its head is due within header_timeout
+        self.gen = 0  # the request's number on this connection
 
     # ------------------------------------------------------------ asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -756,6 +757,7 @@ class ClientConn(asyncio.Protocol):
             self._refuse(413, "request body too large\n")
             return
         self.req = req
+        self.gen += 1
         self.fresh = False
         self.busy = True
         server.stats.in_flight += 1
@@ -794,7 +796,7 @@ class ClientConn(asyncio.Protocol):
         if up is not None:
             self._attach(up)  # the head goes when the bytes that came with it are read
         else:
-            self.connecting = server.loop.create_task(self._connect())
+            self.connecting = server.spawn(self._connect(self.gen))
 
     def _body(self, data: bytes) -> None:
         limit = self.server.spec.max_body_bytes
@@ -831,26 +833,28 @@ class ClientConn(asyncio.Protocol):
             self.extra += rest
             self._pause_client()
 
-    async def _connect(self) -> None:
+    async def _connect(self, gen: int) -> None:
+        """A new connection to the worker for request ``gen``. Never cancelled while it
+        connects (a cancelled connect can lose the connection it made): a request that
+        ended meanwhile (the client went away) closes it here."""
         server = self.server
         try:
             up = await server.connect()
-        except asyncio.CancelledError:
-            return
-        except asyncio.TimeoutError:
+        except (asyncio.TimeoutError, OSError) as exc:
+            if gen != self.gen or not self.busy:
+                return
             self.connecting = None
-            server.stats.upstream_errors["timeout"] += 1
-            self._fail_request(504, "worker did not answer in time\n")
+            if isinstance(exc, asyncio.TimeoutError):
+                server.stats.upstream_errors["timeout"] += 1
+                self._fail_request(504, "worker did not answer in time\n")
+            else:
+                server.stats.upstream_errors["connect"] += 1
+                self._fail_request(502, "worker unreachable\n")
             return
-        except OSError:
-            self.connecting = None
-            server.stats.upstream_errors["connect"] += 1
-            self._fail_request(502, "worker unreachable\n")
-            return
-        self.connecting = None
-        if self.state in ("closed", "linger") or not self.busy:
+        if gen != self.gen or not self.busy or self.state in ("closed", "linger", "failed"):
             up.close()
             return
+        self.connecting = None
         self._attach(up)
         self._flush()
 
@@ -933,7 +937,7 @@ class ClientConn(asyncio.Protocol):
             head = _head(f"{self.req.method} {server.prefix}{self.req.target} HTTP/1.1",
                          headers)  # fmt: skip
             self.pending = [head]
-            self.connecting = server.loop.create_task(self._connect())
+            self.connecting = server.spawn(self._connect(self.gen))
             return
         server.stats.upstream_errors[reason] += 1
         if timed_out:
@@ -948,9 +952,7 @@ class ClientConn(asyncio.Protocol):
             return
         self.busy = False
         self.server.stats.in_flight -= 1
-        if self.connecting is not None:
-            self.connecting.cancel()
-            self.connecting = None
+        self.connecting = None  # it finishes on its own, and closes what it opened
         self.pending = None
         up, self.up = self.up, None
         if up is not None:
@@ -1285,6 +1287,7 @@ class ProxyServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._ssl: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
         self.url = ""
 
     @property
@@ -1336,6 +1339,8 @@ class ProxyServer:
         for up in list(self.idle):
             up.close()
         self.idle.clear()
+        for task in list(self.tasks):
+            task.cancel()
         await asyncio.sleep(0)
 
     # ------------------------------------------------------------ client connections
@@ -1361,6 +1366,13 @@ class ProxyServer:
         self.open.pop(conn, None)
 
     # ------------------------------------------------------------ the worker's connections
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A connect under way: kept until it ends (cancelled only when the proxy stops)."""
+        task = self.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
     async def connect(self) -> UpstreamConn:
         loop = asyncio.get_running_loop()
         _, up = await asyncio.wait_for(
