@@ -668,3 +668,30 @@ async def _slow_client_then_another(rig: Rig) -> None:
     status, data = await rig.stream(COMPLETIONS, max_tokens=2)
     assert status == 200 and data.endswith(b"data: [DONE]\n\n")
     assert rig.upstream.connections == 1
+
+
+async def test_a_get_on_a_connection_the_worker_dropped_is_sent_once_more() -> None:
+    """A GET may reuse a kept-alive connection the worker announced nothing about;
+    when the worker drops it instead of answering, the GET goes once more on a new
+    connection (a completion never would: it may not be sent twice)."""
+    worker = _DropsKeptAlive()
+    port = await worker.start()
+    spec = ProxySpec("127.0.0.1", 0)
+    server = ProxyServer(
+        WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec), spec, ProxyStats()
+    )
+    await server.start()
+    statuses = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(5):
+                async with session.get(server.url + "/health") as resp:
+                    await resp.read()
+                    statuses.append(resp.status)
+    finally:
+        await server.stop()
+        assert worker.server is not None
+        worker.server.close()
+    assert statuses == [200] * 5
+    assert worker.answered == 5 and worker.dropped == 4  # each reuse dropped, each resent
+    assert server.stats.upstream_errors["reset"] == 0

@@ -458,27 +458,44 @@ class HTTPError(Exception):
         self.text = text
 
 
-def _fields(lines: list[bytes]) -> list[tuple[str, str]]:
+#: the headers the proxy itself reads, collected as the head is parsed (one pass)
+_READ = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive",
+                   "expect", "content-type", "content-encoding"})  # fmt: skip
+#: never forwarded: hop-by-hop, and what the proxy sets or answers itself
+_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
+_CTL = re.compile(rb"[\r\n\x00]")
+
+
+def _fields(lines: list[bytes]) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+    """A head's fields, in order, and the values of those the proxy reads (``_READ``)
+    by lower-case name."""
     out = []
+    read: dict[str, list[str]] = {}
     for line in lines:
         name, sep, value = line.partition(b":")
         if not sep or not _TOKEN.fullmatch(name):  # obs-fold, a space before the colon
             raise HTTPError(400, "malformed header\n")
         value = value.strip(b" \t")
-        if b"\n" in value or b"\r" in value or b"\x00" in value:
+        if _CTL.search(value):
             raise HTTPError(400, "malformed header\n")
-        out.append((name.decode("latin-1"), value.decode("latin-1")))
-    return out
+        k, v = name.decode("latin-1"), value.decode("latin-1")
+        out.append((k, v))
+        low = k.lower()
+        if low in _READ:
+            read.setdefault(low, []).append(v)
+    return out, read
 
 
-def _tokens(headers: list[tuple[str, str]], name: str) -> set[str]:
-    return {t.strip().lower() for k, v in headers if k.lower() == name for t in v.split(",")} - {""}
+def _tokens(values: list[str] | None) -> set[str]:
+    if not values:
+        return set()
+    return {t.strip().lower() for v in values for t in v.split(",")} - {""}
 
 
-def _framing(headers: list[tuple[str, str]]) -> tuple[int | None, bool]:
+def _framing(read: dict[str, list[str]]) -> tuple[int | None, bool]:
     """(Content-Length, chunked) of a message; smuggling-prone combinations refused."""
-    lengths = {v.strip() for k, v in headers if k.lower() == "content-length"}
-    codings = [v for k, v in headers if k.lower() == "transfer-encoding"]
+    lengths = {v.strip() for v in read.get("content-length", ())}
+    codings = read.get("transfer-encoding")
     if codings:
         if lengths or ",".join(codings).strip().lower() != "chunked":
             raise HTTPError(501 if not lengths else 400, "unsupported transfer coding\n")
@@ -503,6 +520,8 @@ class RequestHead:
     chunked: bool
     keep_alive: bool
     expect_continue: bool
+    #: the tokens of its Connection header (headers named there are hop-by-hop)
+    connection: set[str]
 
     @property
     def has_body(self) -> bool:
@@ -522,32 +541,32 @@ def parse_request_head(raw: bytes) -> RequestHead:
         target.startswith(b"/") or (target == b"*" and method == b"OPTIONS")
     ):
         raise HTTPError(400, "malformed request target\n")
-    headers = _fields(lines[1:])
-    length, chunked = _framing(headers)
-    connection = _tokens(headers, "connection")
+    headers, read = _fields(lines[1:])
+    length, chunked = _framing(read)
+    connection = _tokens(read.get("connection"))
     http10 = version == b"HTTP/1.0"
     # an HTTP/1.0 client's connection closes after its answer (no 1.0 keep-alive)
     keep = not http10 and "close" not in connection
-    expect = _tokens(headers, "expect")
+    expect = _tokens(read.get("expect"))
     if expect - {"100-continue"}:
         raise HTTPError(417, "unsupported expectation\n")
     return RequestHead(method.decode("ascii"), target.decode("latin-1"), http10, headers,
-                       length, chunked, keep, bool(expect))  # fmt: skip
+                       length, chunked, keep, bool(expect), connection)  # fmt: skip
 
 
-def forward_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The headers to pass on: hop-by-hop ones (and those ``Connection`` names),
-    ``Host``, the framing and ``Expect`` dropped (the proxy frames and answers those
-    itself); everything else, credentials included, as it came."""
+def forward_headers(
+    headers: Iterable[tuple[str, str]], named: set[str] | None = None
+) -> list[tuple[str, str]]:
+    """The headers to pass on: hop-by-hop ones (and those ``Connection`` names:
+    ``named``, read from ``headers`` when not given), ``Host``, the framing and
+    ``Expect`` dropped (the proxy frames and answers those itself); everything else,
+    credentials included, as it came."""
     headers = list(headers)
-    named = _tokens(headers, "connection")
-    out = []
-    for name, value in headers:
-        low = name.lower()
-        if low in HOP_BY_HOP or low in named or low in ("host", "content-length", "expect"):
-            continue
-        out.append((name, value))
-    return out
+    if named is None:
+        named = _tokens([v for k, v in headers if k.lower() == "connection"])
+    if named:
+        return [(k, v) for k, v in headers if (low := k.lower()) not in _DROP and low not in named]
+    return [(k, v) for k, v in headers if k.lower() not in _DROP]
 
 
 def _head(first: str, headers: Iterable[tuple[str, str]]) -> bytes:
@@ -771,7 +790,7 @@ class ClientConn(asyncio.Protocol):
             if req.method == "POST" and path in MEASURED_PATHS
             else None
         )
-        headers = [("Host", server.host_header), *forward_headers(req.headers)]
+        headers = [("Host", server.host_header), *forward_headers(req.headers, req.connection)]
         retryable = req.method in _RETRYABLE and not req.has_body
         if server.announces is False and not retryable:
             # a worker that announces no keep-alive gets this connection back only for
@@ -874,6 +893,7 @@ class ClientConn(asyncio.Protocol):
 
     # ------------------------------------------------------------ the answer
     def answer_head(self, status: int, reason: str, headers: list[tuple[str, str]],
+                    read: dict[str, list[str]], connection: set[str],
                     length: int | None, chunked: bool, until_close: bool, *,
                     declared_chunked: bool) -> None:  # fmt: skip
         """The worker's answer head: passed on with its framing as it came."""
@@ -881,7 +901,7 @@ class ClientConn(asyncio.Protocol):
         assert req is not None and self.transport is not None
         self.status = status
         self.answered = True
-        out = forward_headers(headers)
+        out = forward_headers(headers, connection)
         keep = self.keep and not until_close and self.state == "wait"
         self.dechunk = chunked and req.http10
         if length is not None:
@@ -894,13 +914,8 @@ class ClientConn(asyncio.Protocol):
             out.append(("Connection", "close"))
         self.keep = keep
         if self.measure is not None:
-            ctype = cenc = ""
-            for k, v in headers:
-                low = k.lower()
-                if low == "content-type":
-                    ctype = v
-                elif low == "content-encoding":
-                    cenc = v
+            ctype = read.get("content-type", [""])[-1]
+            cenc = ",".join(read.get("content-encoding", ()))
             self.measure.answer(ctype, cenc.strip().lower())
         self.transport.write(_head(f"HTTP/1.1 {status} {reason}", out))
 
@@ -933,7 +948,8 @@ class ClientConn(asyncio.Protocol):
             # again goes once more on a fresh connection
             self.retried = True
             assert self.req is not None
-            headers = [("Host", server.host_header), *forward_headers(self.req.headers)]
+            req = self.req
+            headers = [("Host", server.host_header), *forward_headers(req.headers, req.connection)]
             head = _head(f"{self.req.method} {server.prefix}{self.req.target} HTTP/1.1",
                          headers)  # fmt: skip
             self.pending = [head]
@@ -1118,7 +1134,7 @@ class UpstreamConn(asyncio.Protocol):
             if len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0"):
                 raise HTTPError(502, "")
             status = int(parts[1])
-            headers = _fields(lines[1:])
+            headers, read = _fields(lines[1:])
             if not 100 <= status <= 999 or status == 101:
                 raise HTTPError(502, "")
             if status < 200:  # 100 Continue, 103 Early Hints: not passed on
@@ -1127,26 +1143,24 @@ class UpstreamConn(asyncio.Protocol):
                 return
             req = owner.req
             assert req is not None
-            length, chunked = _framing(headers)
+            length, chunked = _framing(read)
         except (HTTPError, ValueError):
             self._broken(owner)
             return
         reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
         self.in_head = False
-        connection = _tokens(headers, "connection")
+        connection = _tokens(read.get("connection"))
         http11 = parts[0] == b"HTTP/1.1"
         no_body = req.method == "HEAD" or status in (204, 304)
         self.until_close = not no_body and length is None and not chunked
         self.length = 0 if no_body else length
         self.chunked = Chunked() if chunked and not no_body else None
         self.reusable = http11 and "close" not in connection and not self.until_close
-        announced = None
-        for k, v in headers:
-            if k.lower() == "keep-alive":
-                announced = _keep_alive(v)
+        keep_alive = read.get("keep-alive")
+        announced = _keep_alive(keep_alive[-1]) if keep_alive else None
         self.announced = announced
         self.server.announces = announced is not None
-        owner.answer_head(status, reason, headers, length, chunked and not no_body,
+        owner.answer_head(status, reason, headers, read, connection, length, chunked and not no_body,
                           self.until_close, declared_chunked=chunked)  # fmt: skip
         if self.length == 0:
             self._finished(owner)
