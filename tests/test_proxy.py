@@ -150,13 +150,9 @@ async def test_expect_100_continue_is_answered_by_the_proxy(rig: Rig) -> None:
 
 
 def test_forward_headers_drops_what_connection_names() -> None:
-    from multidict import CIMultiDict, CIMultiDictProxy
-
-    given = CIMultiDictProxy(
-        CIMultiDict([("Connection", "close, X-A"), ("X-A", "1"), ("TE", "trailers"),
-                     ("Upgrade", "h2c"), ("Cookie", "a=1"), ("Host", "h"), ("X-B", "2")])
-    )  # fmt: skip
-    assert list(forward_headers(given).items()) == [("Cookie", "a=1"), ("X-B", "2")]
+    given = [("Connection", "close, X-A"), ("X-A", "1"), ("TE", "trailers"),
+             ("Upgrade", "h2c"), ("Cookie", "a=1"), ("Host", "h"), ("X-B", "2")]  # fmt: skip
+    assert forward_headers(given) == [("Cookie", "a=1"), ("X-B", "2")]
 
 
 async def test_a_client_abort_cancels_the_upstream_request(rig: Rig) -> None:
@@ -532,3 +528,170 @@ async def test_a_worker_that_drops_kept_alive_connections_fails_no_request() -> 
         worker.server.close()
     assert statuses == [200] * 20
     assert worker.answered == 20 and worker.dropped == 0
+
+
+# --------------------------------------------------------------------------- the wire
+@pytest.fixture
+async def keep_rig() -> AsyncIterator[Rig]:
+    async for r in _rig(Upstream(interval=0.002, keep_alive=1.0)):
+        yield r
+
+
+async def test_connections_to_a_worker_that_announces_keep_alive_are_reused(
+    keep_rig: Rig,
+) -> None:
+    """llama-server announces ``Keep-Alive: timeout=5, max=100``: completions share a
+    connection while it is idle for less than half of that, never past it."""
+    rig = keep_rig
+    for _ in range(5):
+        status, body = await rig.stream(COMPLETIONS, max_tokens=3)
+        assert status == 200 and body.count(b"data: ") == 5
+    assert rig.upstream.connections == 1
+    await asyncio.sleep(0.7)  # past half the announced second: a fresh connection
+    status, _ = await rig.stream(COMPLETIONS, max_tokens=1)
+    assert status == 200 and rig.upstream.connections == 2
+    assert sum(rig.stats.models["m"].ttft.counts) == 6
+
+
+async def test_a_worker_that_announces_nothing_gets_a_connection_per_completion(
+    rig: Rig,
+) -> None:
+    """A completion cannot be sent twice, so it never goes on a connection the worker
+    might be closing; a GET may (it is sent again on a fresh one if that happens)."""
+    for _ in range(3):
+        status, _ = await rig.stream(COMPLETIONS, max_tokens=1, x_first=0)
+        assert status == 200
+    assert rig.upstream.connections == 3
+    for _ in range(3):
+        async with rig.session.get(rig.url + "/metrics") as resp:
+            assert resp.status == 200
+            await resp.read()
+    assert rig.upstream.connections == 4
+
+
+async def _raw(url: str, data: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(data)
+    try:
+        return await asyncio.wait_for(reader.read(-1), 10)
+    finally:
+        writer.close()
+
+
+async def test_an_http10_client_gets_the_stream_unchunked_then_the_close(rig: Rig) -> None:
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 2, "x_first": 0}).encode()
+    answer = await _raw(rig.url, b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n"
+                        b"\r\n%s" % (len(body), body))  # fmt: skip
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
+    assert b"Transfer-Encoding" not in head
+    assert rest.startswith(b"data: ") and rest.endswith(b"data: [DONE]\n\n")
+    assert sum(rig.stats.models["m"].ttft.counts) == 1
+
+
+async def test_pipelined_requests_are_answered_in_order(rig: Rig) -> None:
+    answer = await _raw(rig.url, b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n"
+                        b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # fmt: skip
+    first = answer.index(b"HTTP/1.1 200")
+    assert answer.index(b"HTTP/1.1 404") > first
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        # a body framed twice: the request smuggling that RFC 9112 6.1 forbids passing
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 3\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400"),
+        (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"501"),
+        (b"GET /stats HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", b"431"),
+        (b"GET /stats HTTP/2.0\r\n\r\n", b"505"),
+        (b"GET http://elsewhere/ HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET /stats HTTP/1.1\r\n folded: x\r\n\r\n", b"400"),
+    ],
+)  # fmt: skip
+async def test_malformed_requests_are_refused_not_passed(
+    rig: Rig, request_bytes: bytes, status: bytes
+) -> None:
+    answer = await _raw(rig.url, request_bytes)
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:80]
+    assert rig.upstream.connections == 0
+
+
+def test_the_proxy_runs_on_uvloop_too() -> None:
+    """``inferwatch[fast]``: the agent runs on uvloop where it is installed."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> tuple[int, bytes, int]:
+        seen = (0, b"", 0)
+        async for rig in _rig(Upstream(interval=0.002, keep_alive=5.0)):
+            for _ in range(3):
+                status, body = await rig.stream(CHAT, max_tokens=4)
+            seen = (status, body, sum(rig.stats.models["m"].tpot.counts))
+        return seen  # the rig stopped
+
+    status, body, gaps = uvloop.run(main())
+    assert status == 200 and body.count(b"data: ") == 7 and gaps == 9
+
+
+async def test_a_slow_client_pauses_the_worker_and_the_connection_is_reused_after() -> None:
+    """Back-pressure: a client that reads slowly pauses the read from the worker (the
+    proxy holds no more than its buffers); the answer arrives whole, and the worker's
+    connection then serves the next request (a connection still paused for the last
+    client's sake is resumed before it is pooled)."""
+    async for rig in _rig(Upstream(keep_alive=5.0)):
+        await _slow_client_then_another(rig)
+
+
+async def _slow_client_then_another(rig: Rig) -> None:
+    import socket
+
+    n = 1_000_000  # a 2 MB JSON answer
+    body = json.dumps({"model": "m", "max_tokens": n, "x_interval": 0}).encode()
+    host, port = rig.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    await loop.sock_sendall(sock, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                            b"%d\r\nConnection: close\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    await asyncio.sleep(0.5)  # the answer waits in the proxy's and the kernel's buffers
+    got = bytearray()
+    while chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10):
+        got += chunk
+        await asyncio.sleep(0)
+    sock.close()
+    head, _, answer = bytes(got).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert json.loads(answer)["usage"]["completion_tokens"] == n
+    status, data = await rig.stream(COMPLETIONS, max_tokens=2)
+    assert status == 200 and data.endswith(b"data: [DONE]\n\n")
+    assert rig.upstream.connections == 1
+
+
+async def test_a_get_on_a_connection_the_worker_dropped_is_sent_once_more() -> None:
+    """A GET may reuse a kept-alive connection the worker announced nothing about;
+    when the worker drops it instead of answering, the GET goes once more on a new
+    connection (a completion never would: it may not be sent twice)."""
+    worker = _DropsKeptAlive()
+    port = await worker.start()
+    spec = ProxySpec("127.0.0.1", 0)
+    server = ProxyServer(
+        WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec), spec, ProxyStats()
+    )
+    await server.start()
+    statuses = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(5):
+                async with session.get(server.url + "/health") as resp:
+                    await resp.read()
+                    statuses.append(resp.status)
+    finally:
+        await server.stop()
+        assert worker.server is not None
+        worker.server.close()
+    assert statuses == [200] * 5
+    assert worker.answered == 5 and worker.dropped == 4  # each reuse dropped, each resent
+    assert server.stats.upstream_errors["reset"] == 0

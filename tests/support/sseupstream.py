@@ -18,8 +18,13 @@ not what is measured. It answers:
 - ``GET /stats``: JSON ``{"streams": open, "cancelled": n, "completed": n}``:
   ``cancelled`` counts answers whose client connection closed before their end.
 
-Run ``python sseupstream.py --port N [--first S] [--interval S]``; it prints
-``READY <port>`` once listening.
+With ``keep_alive`` (seconds) it keeps connections the way llama-server does:
+each answer announces ``Keep-Alive: timeout=N, max=100``, a connection idle for
+N seconds is closed, and the 100th answer says ``Connection: close``. Without
+it, it announces nothing and keeps a connection until the client closes it.
+
+Run ``python sseupstream.py --port N [--first S] [--interval S] [--keep-alive S]``;
+it prints ``READY <port>`` once listening.
 """
 
 from __future__ import annotations
@@ -27,18 +32,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import json
 import sys
 import time
 from typing import Any
 
+#: the keep-alive header of the answer being written (per connection task)
+_KEEP: contextvars.ContextVar[bytes] = contextvars.ContextVar("keep", default=b"")
+KEEP_MAX = 100
+
 
 class Upstream:
-    def __init__(self, first: float = 0.0, interval: float = 0.01, tokens: int = 16) -> None:
+    def __init__(self, first: float = 0.0, interval: float = 0.01, tokens: int = 16,
+                 keep_alive: float = 0.0) -> None:  # fmt: skip
+        self.keep_alive = keep_alive
         self.first = first
         self.interval = interval
         self.tokens = tokens
         self.streams = 0
+        #: connections accepted
+        self.connections = 0
         self.cancelled = 0
         self.completed = 0
         self.prompt_tokens = 0
@@ -59,9 +73,26 @@ class Upstream:
                 await asyncio.wait_for(self.server.wait_closed(), 2)
 
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                if self.keep_alive and served:
+                    try:
+                        head = await asyncio.wait_for(
+                            reader.readuntil(b"\r\n\r\n"), self.keep_alive
+                        )
+                    except asyncio.TimeoutError:
+                        break
+                else:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                served += 1
+                if self.keep_alive:
+                    last = served >= KEEP_MAX
+                    _KEEP.set(
+                        b"Connection: close\r\n" if last
+                        else b"Keep-Alive: timeout=%d, max=%d\r\n" % (self.keep_alive, KEEP_MAX)
+                    )  # fmt: skip
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {}
@@ -75,6 +106,8 @@ class Upstream:
                 elif headers.get("transfer-encoding", "").lower() == "chunked":
                     body = await _read_chunked(reader)
                 keep = await self._answer(method, path, headers, body, writer)
+                if self.keep_alive and served >= KEEP_MAX:
+                    keep = False
                 if not keep or headers.get("connection", "").lower() == "close":
                     await writer.drain()
                     break
@@ -142,7 +175,7 @@ class Upstream:
         usage_wanted = bool((req.get("stream_options") or {}).get("include_usage"))
         w.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" + _KEEP.get() + b"\r\n"
         )
         self.streams += 1
         started = time.monotonic()
@@ -211,7 +244,9 @@ def _plain(w: asyncio.StreamWriter, status: int, ctype: str, data: bytes) -> Non
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "X")
     w.write(
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        f"Content-Length: {len(data)}\r\n".encode()
+        + _KEEP.get()
+        + b"\r\n"
         + data
     )
 
@@ -228,7 +263,7 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    up = Upstream(args.first, args.interval, args.tokens)
+    up = Upstream(args.first, args.interval, args.tokens, args.keep_alive)
     port = await up.start(args.host, args.port)
     print(f"READY {port}", flush=True)
     await asyncio.Event().wait()
@@ -241,6 +276,7 @@ if __name__ == "__main__":
     p.add_argument("--first", type=float, default=0.0)
     p.add_argument("--interval", type=float, default=0.01)
     p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--keep-alive", type=float, default=0.0)
     args = p.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_main(args))

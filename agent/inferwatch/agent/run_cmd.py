@@ -16,7 +16,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from inferwatch import __version__
 from inferwatch.agent.config import DEFAULT_PORT, LOG_FORMATS, AgentConfig, load_config
@@ -243,5 +244,20 @@ def _validated(args: argparse.Namespace, *, logging_ready: bool = True) -> Agent
 
 def main(args: argparse.Namespace) -> int:
     config = _validated(args, logging_ready=False)
-    asyncio.run(serve(config, reload_config=lambda: _validated(args)))
+    run_event_loop(serve(config, reload_config=lambda: _validated(args)))
     return 0
+
+
+def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    """asyncio's loop, or uvloop's where it is installed (``pip install inferwatch[fast]``;
+    ``INFERWATCH_UVLOOP=0`` keeps asyncio's): the measuring proxy's bytes then move in
+    C (docs/proxy.md, "Costs")."""
+    if os.environ.get("INFERWATCH_UVLOOP", "1") != "0":
+        try:
+            import uvloop  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            pass
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
