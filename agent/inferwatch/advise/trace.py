@@ -87,17 +87,26 @@ def load_phase(trace: Trace) -> tuple[float, float]:
     return trace.phase("load" if "load" in names else None)
 
 
+def _clients(trace: Trace, start: float, end: float) -> list[tuple[float, dict[str, Any]]]:
+    """The client records sent between ``start`` (less a second) and ``end``."""
+    return [(t, r) for t, r in trace.client if start - 1 <= t <= end]
+
+
+def _observe(trace: Trace, start: float, end: float) -> tuple[Any, list[tuple[float, Scrape]]]:
+    """The observation of ``start``..``end``: the agent's samples over it and its drain,
+    plus one before; answer lengths from the clients that succeeded."""
+    ok = [r for _, r in _clients(trace, start, end) if r.get("ok")]
+    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
+    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
+    return observe(scrapes, None, out_tokens), scrapes
+
+
 def fit_trace(trace: Trace) -> tuple[Any, Any, list[float]]:
     """The observation and fit of a trace's load phase, and its send times (from 0)."""
     start, end = load_phase(trace)
-    clients = [(t, r) for t, r in trace.client if start - 1 <= t <= end]
-    ok = [r for _, r in clients if r.get("ok")]
-    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
-    # the agent's samples over the load and its drain, plus one before
-    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
-    obs = observe(scrapes, None, out_tokens)
+    obs, scrapes = _observe(trace, start, end)
     fit = obs.fit()
-    sends = sorted(t - scrapes[0][0] for t, _ in clients)
+    sends = sorted(t - scrapes[0][0] for t, _ in _clients(trace, start, end))
     return obs, fit, sends
 
 
@@ -112,19 +121,12 @@ def compare(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         except NotEnough as exc:
             print(f"{tr.path}: not fitted: {exc}", file=sys.stderr)
     for tr in traces:
-        start, end = load_phase(tr)
-        meas = measured([(t, r) for t, r in tr.client if start - 1 <= t <= end])
+        meas = measured(_clients(tr, *load_phase(tr)))
         for slots, (obs, fit, sends) in fits.items():
             row: dict[str, Any] = {
                 "fit_slots": slots,
                 "slots": tr.slots(),
-                "measured": {
-                    "throughput": meas.throughput,
-                    "ttft_p50": meas.ttft_p50,
-                    "ttft_p95": meas.ttft_p95,
-                    "requests": meas.requests,
-                    "failed": meas.failed,
-                },
+                "measured": _measured_row(meas),
             }
             try:
                 pred = predict(obs, "max-num-seqs", tr.slots(), fit, arrivals=sends)
@@ -132,24 +134,7 @@ def compare(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 row["refused"] = str(exc).split(": ", 1)[-1]
                 rows.append(row)
                 continue
-            row["predicted"] = {
-                "throughput": pred.new.throughput,
-                "ttft_p50": pred.new.ttft_p50,
-                "ttft_p95": pred.new.ttft_p95,
-            }
-            row["error"] = {
-                k: (row["predicted"][k] - row["measured"][k]) / row["measured"][k]
-                for k in TARGET
-                if row["measured"][k] and not math.isnan(row["measured"][k])
-            }
-            row["extrapolated"] = pred.band is not None
-            row["fit"] = {
-                "a_ms": fit.a * 1e3,
-                "k_ms": fit.k * 1e3,
-                "p_us": fit.p * 1e6,
-                "k_source": fit.k_source,
-                "batch": [fit.batch_min, fit.batch_max],
-            }
+            _fill(row, pred, fit)
             rows.append(row)
     return rows
 
@@ -167,11 +152,7 @@ def whole_span(trace: Trace) -> tuple[float, float]:
 
 def fit_whole(trace: Trace) -> tuple[Any, Any]:
     """The observation and fit of a whole trace (every phase: idle, steady, overload)."""
-    start, end = whole_span(trace)
-    ok = [r for t, r in trace.client if start - 1 <= t <= end and r.get("ok")]
-    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
-    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
-    obs = observe(scrapes, None, out_tokens)
+    obs, _ = _observe(trace, *whole_span(trace))
     return obs, obs.fit()
 
 
@@ -182,21 +163,14 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
     obs, fit = fit_whole(source)
     rows = []
     for tr in sorted((read_trace(p) for p in paths), key=lambda t: t.slots()):
-        start, end = load_phase(tr)
-        clients = [(t, r) for t, r in tr.client if start - 1 <= t <= end]
+        clients = _clients(tr, *load_phase(tr))
         meas = measured(clients)
         row: dict[str, Any] = {
             "fit_trace": source.path,
             "fit_slots": source.slots(),
             "trace": tr.path,
             "slots": tr.slots(),
-            "measured": {
-                "throughput": meas.throughput,
-                "ttft_p50": meas.ttft_p50,
-                "ttft_p95": meas.ttft_p95,
-                "requests": meas.requests,
-                "failed": meas.failed,
-            },
+            "measured": _measured_row(meas),
         }
         sends = sorted(t for t, _ in clients)
         if not sends or meas.requests == 0:
@@ -225,7 +199,18 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
     return rows
 
 
+def _measured_row(meas: Measured) -> dict[str, Any]:
+    return {
+        "throughput": meas.throughput,
+        "ttft_p50": meas.ttft_p50,
+        "ttft_p95": meas.ttft_p95,
+        "requests": meas.requests,
+        "failed": meas.failed,
+    }
+
+
 def _fill(row: dict[str, Any], pred: Any, fit: Any) -> None:
+    """A prediction's figures, its error against the measured ones, the range, the fit."""
     row["predicted"] = {
         "throughput": pred.new.throughput,
         "ttft_p50": pred.new.ttft_p50,
