@@ -128,13 +128,7 @@ def compare(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 "slots": tr.slots(),
                 "measured": _measured_row(meas),
             }
-            try:
-                pred = predict(obs, "max-num-seqs", tr.slots(), fit, arrivals=sends)
-            except NotEnough as exc:
-                row["refused"] = str(exc).split(": ", 1)[-1]
-                rows.append(row)
-                continue
-            _fill(row, pred, fit)
+            _predict_into(row, obs, fit, sends)
             rows.append(row)
     return rows
 
@@ -188,15 +182,19 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
                 arrival_rate=len(arrivals) / (arrivals[-1] or 1.0),
             ),
         )
-        try:
-            pred = predict(there, "max-num-seqs", tr.slots(), fit, arrivals=arrivals)
-        except NotEnough as exc:
-            row["refused"] = str(exc).split(": ", 1)[-1]
-            rows.append(row)
-            continue
-        _fill(row, pred, fit)
+        _predict_into(row, there, fit, arrivals)
         rows.append(row)
     return rows
+
+
+def _predict_into(row: dict[str, Any], obs: Any, fit: Any, arrivals: list[float]) -> None:
+    """The twin's answer for the row's slot count under ``arrivals``, or why it refused."""
+    try:
+        pred = predict(obs, "max-num-seqs", row["slots"], fit, arrivals=arrivals)
+    except NotEnough as exc:
+        row["refused"] = str(exc).split(": ", 1)[-1]
+        return
+    _fill(row, pred, fit)
 
 
 def _measured_row(meas: Measured) -> dict[str, Any]:

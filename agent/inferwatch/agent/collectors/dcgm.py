@@ -58,7 +58,8 @@ from inferwatch.agent.collectors.dcgm_fields import (
     UUID_LABELS,
     wanted_names,
 )
-from inferwatch.agent.collectors.nvml import CLOCK_EVENT_REASONS
+from inferwatch.agent.collectors.nvml.sampling import CLOCK_EVENT_REASONS
+from inferwatch.agent.collectors.nvml.snapshot import info_labels
 from inferwatch.agent.config import redact_url
 from inferwatch.engines.mapping import ParseError, parse
 
@@ -366,14 +367,7 @@ def build_families(
 
     for dev in devices:
         base = dev.labels()
-        info = {
-            **base,
-            "name": dev.name,
-            "pci_bus_id": dev.pci_bus_id,
-            "driver_version": dev.driver_version,
-            "mig_mode": dev.mig_mode,
-        }
-        add("inferwatch_gpu_info", info, 1.0)
+        add("inferwatch_gpu_info", info_labels(dev), 1.0)
         add("inferwatch_gpu_up", base, 1.0 if dev.up else 0.0)
         if not dev.up:
             continue

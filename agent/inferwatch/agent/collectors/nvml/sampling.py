@@ -53,14 +53,20 @@ class Sampler:
 
     def down(self, gpu: Device) -> DeviceReading:
         """A GPU that does not answer: its labels and ``up`` 0."""
+        return self._reading(gpu, up=False)
+
+    def _reading(self, dev: Device, *, up: bool, **readings: Any) -> DeviceReading:
+        """A device's labels (index, UUID, name, PCI bus id, driver, MIG mode) and
+        ``readings`` (the other fields of :class:`DeviceReading`)."""
         return DeviceReading(
-            gpu=str(gpu.index),
-            uuid=gpu.uuid,
-            name=gpu.name,
-            pci_bus_id=gpu.pci_bus_id,
+            gpu=str(dev.index),
+            uuid=dev.uuid,
+            name=dev.name,
+            pci_bus_id=dev.pci_bus_id,
             driver_version=self.driver,
-            mig_mode=gpu.mig_mode,
-            up=False,
+            mig_mode=dev.mig_mode,
+            up=up,
+            **readings,
         )
 
     # ------------------------------------------------------------------ slow cadence
@@ -163,13 +169,8 @@ class Sampler:
         if gpu.mig_mode != "enabled":
             # In MIG mode each process is listed under its MIG device instead.
             processes = self.processes.read(gpu, seen, shares=activity)
-        return DeviceReading(
-            gpu=str(gpu.index),
-            uuid=gpu.uuid,
-            name=gpu.name,
-            pci_bus_id=gpu.pci_bus_id,
-            driver_version=self.driver,
-            mig_mode=gpu.mig_mode,
+        return self._reading(
+            gpu,
             up=True,
             gauges=gauges,
             counters=dict(gpu.slow_counters),
@@ -189,13 +190,9 @@ class Sampler:
                     mig, "nvmlGpmMigSampleGet", parent.handle, mig.gpu_instance
                 )
             gauges.update(mig.gpm_values)
-        return DeviceReading(
-            gpu=str(mig.index),
-            uuid=mig.uuid,
-            name=mig.name,
-            pci_bus_id=mig.pci_bus_id,
-            driver_version=self.driver,
-            mig_mode="enabled",
+        # a MIG device's mig_mode is "enabled" from its discovery on
+        return self._reading(
+            mig,
             up=True,
             gpu_instance=str(mig.gpu_instance) if mig.gpu_instance is not None else "unknown",
             mig_profile=mig.profile,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -132,6 +133,35 @@ class NvmlSnapshot:
     xid: tuple[tuple[str, str, str, int, float], ...] = ()
 
 
+class Described(Protocol):
+    """A GPU or MIG device as ``inferwatch_gpu_info`` describes it (NVML's or DCGM's)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pci_bus_id(self) -> str: ...
+
+    @property
+    def driver_version(self) -> str: ...
+
+    @property
+    def mig_mode(self) -> str: ...
+
+    def labels(self) -> dict[str, str]: ...
+
+
+def info_labels(dev: Described) -> dict[str, str]:
+    """The labels of ``inferwatch_gpu_info``: the device's own, then its description."""
+    return {
+        **dev.labels(),
+        "name": dev.name,
+        "pci_bus_id": dev.pci_bus_id,
+        "driver_version": dev.driver_version,
+        "mig_mode": dev.mig_mode,
+    }
+
+
 # ---------------------------------------------------------------------- families
 
 
@@ -168,14 +198,7 @@ class _Families:
 def _device(out: _Families, dev: DeviceReading) -> None:
     """A device's own series: info, up, gauges, counters, clock events, ECC, PCIe."""
     base = dev.labels()
-    info = {
-        **base,
-        "name": dev.name,
-        "pci_bus_id": dev.pci_bus_id,
-        "driver_version": dev.driver_version,
-        "mig_mode": dev.mig_mode,
-    }
-    out.add_gauge("inferwatch_gpu_info", INFO_HELP, info, 1.0)
+    out.add_gauge("inferwatch_gpu_info", INFO_HELP, info_labels(dev), 1.0)
     out.add_gauge("inferwatch_gpu_up", UP_HELP, base, 1.0 if dev.up else 0.0)
     for name, value in dev.gauges.items():
         out.add_gauge(name, GAUGE_HELP[name], base, value)
