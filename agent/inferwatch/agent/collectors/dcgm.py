@@ -59,7 +59,7 @@ from inferwatch.agent.collectors.dcgm_fields import (
     wanted_names,
 )
 from inferwatch.agent.collectors.nvml.sampling import CLOCK_EVENT_REASONS
-from inferwatch.agent.collectors.nvml.snapshot import info_labels
+from inferwatch.agent.collectors.nvml.snapshot import device_labels, info_labels
 from inferwatch.agent.config import redact_url
 from inferwatch.engines.mapping import ParseError, parse
 
@@ -175,11 +175,7 @@ class DcgmDevice:
         return replace(self, up=False, values={}, clock_events={}, pods=frozenset())
 
     def labels(self) -> dict[str, str]:
-        labels = {"gpu": self.gpu, "uuid": self.uuid}
-        if self.gpu_instance is not None:
-            labels["gpu_instance"] = self.gpu_instance
-            labels["mig_profile"] = self.mig_profile or "unknown"
-        return labels
+        return device_labels(self.gpu, self.uuid, self.gpu_instance, self.mig_profile)
 
 
 @dataclass

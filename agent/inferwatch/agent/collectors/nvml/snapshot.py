@@ -84,6 +84,18 @@ PCIE_HELP = (
 )
 
 
+def device_labels(
+    gpu: str, uuid: str, gpu_instance: str | None, mig_profile: str | None
+) -> dict[str, str]:
+    """The labels naming one GPU (``gpu``, ``uuid``) or MIG device (and ``gpu_instance``,
+    ``mig_profile``) on every GPU series, whichever backend read it."""
+    labels = {"gpu": gpu, "uuid": uuid}
+    if gpu_instance is not None:
+        labels["gpu_instance"] = gpu_instance
+        labels["mig_profile"] = mig_profile or "unknown"
+    return labels
+
+
 @dataclass(frozen=True)
 class ProcessReading:
     pid: int
@@ -119,11 +131,7 @@ class DeviceReading:
         return tuple(p.pid for p in self.processes)
 
     def labels(self) -> dict[str, str]:
-        labels = {"gpu": self.gpu, "uuid": self.uuid}
-        if self.gpu_instance is not None:
-            labels["gpu_instance"] = self.gpu_instance
-            labels["mig_profile"] = self.mig_profile or "unknown"
-        return labels
+        return device_labels(self.gpu, self.uuid, self.gpu_instance, self.mig_profile)
 
 
 @dataclass(frozen=True)
