@@ -336,6 +336,13 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         if name in charts:
             parts.append(h3(charts[name].title))
             parts.append(img(charts[name], src))
+    parts.append(_memory_days(report))
+    return "".join(parts)
+
+
+def _memory_days(report: Report) -> str:
+    """Each GPU's memory peak per day, red from the VRAM scale line up."""
+    p = report.period
     head = ["Memory peak", *[fmt.day_label(p, i) for i in range(p.days, 2 * p.days)]]
     rows = []
     for g in report.gpus:
@@ -343,12 +350,11 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         for i in range(p.days, 2 * p.days):
             v = g.memory_daily[i]
             cell = td(fmt.percent(v))
-            if v is not None and v >= b.vram_scale_above:
+            if v is not None and v >= report.bands.vram_scale_above:
                 cell = cell.replace("font-weight:400", f"font-weight:600;color:{BAD}")
             cells.append(cell)
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    parts.append(html_table(head, rows))
-    return "".join(parts)
+    return html_table(head, rows)
 
 
 def _alerts_section(report: Report) -> str:
