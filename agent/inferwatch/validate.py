@@ -96,36 +96,34 @@ def number(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
+def _number_where(
+    value: Any, source: str, key: str, holds: Callable[[float], bool], expected: str
+) -> float:
+    """A number for which ``holds`` is true; else one line saying ``expected``."""
+    out = number(value)
+    if out is None or not holds(out):
+        raise ConfigError(source, key, expected, value)
+    return out
+
+
 def ratio(value: Any, source: str, key: str) -> float:
     """A number between 0 and 1, both included."""
-    out = number(value)
-    if out is None or not 0.0 <= out <= 1.0:
-        raise ConfigError(source, key, "a ratio between 0 and 1", value)
-    return out
+    return _number_where(value, source, key, lambda v: 0.0 <= v <= 1.0, "a ratio between 0 and 1")
 
 
 def seconds(value: Any, source: str, key: str) -> float:
     """A number of seconds greater than 0 (a latency, not a window)."""
-    out = number(value)
-    if out is None or out <= 0:
-        raise ConfigError(source, key, "a number of seconds greater than 0", value)
-    return out
+    return _number_where(value, source, key, lambda v: v > 0, "a number of seconds greater than 0")
 
 
 def non_negative(value: Any, source: str, key: str) -> float:
     """A number of at least 0."""
-    out = number(value)
-    if out is None or out < 0:
-        raise ConfigError(source, key, "a number >= 0", value)
-    return out
+    return _number_where(value, source, key, lambda v: v >= 0, "a number >= 0")
 
 
 def above_one(value: Any, source: str, key: str) -> float:
     """A number greater than 1 (a multiplier)."""
-    out = number(value)
-    if out is None or out <= 1:
-        raise ConfigError(source, key, "a number greater than 1", value)
-    return out
+    return _number_where(value, source, key, lambda v: v > 1, "a number greater than 1")
 
 
 def count(value: Any, source: str, key: str, minimum: int = 1, maximum: int | None = None) -> int:

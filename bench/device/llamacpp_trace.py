@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import random
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from inferwatch.traces import TraceWriter
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -75,37 +76,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class Trace:
-    """An open trace file: one JSON object a line, gzip'd."""
-
-    path: Path
-    header: dict[str, Any]
-    _fh: Any = None
-
-    def __post_init__(self) -> None:
-        self._fh = gzip.open(self.path, "wt", encoding="utf-8")  # noqa: SIM115 (closed by close())
-        self.write(self.header)
-
-    def write(self, obj: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(obj, separators=(",", ":")) + "\n")
-
-    def close(self, phases: list[dict[str, Any]]) -> None:
-        # the phases' times are known only at the end: the header is written again
-        self._fh.close()
-        finish_header(self.path, phases)
-
-
-def finish_header(path: Path, phases: list[dict[str, Any]]) -> None:
-    """Put ``phases`` into the trace's header line (the file is rewritten)."""
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
-    header = {**json.loads(lines[0]), "phases": phases}
-    body = [line for line in lines[1:] if not (line.startswith('{"t"') and '"phases"' in line[:60])]
-    with gzip.open(path, "wt", encoding="utf-8") as fh:
-        fh.write("\n".join([json.dumps(header, separators=(",", ":")), *body]) + "\n")
 
 
 @dataclass
@@ -232,7 +202,7 @@ def gpu_reading() -> dict[str, Any] | None:
 
 async def recorder(
     session: aiohttp.ClientSession,
-    trace: Trace,
+    trace: TraceWriter,
     agent_url: str,
     server_url: str,
     stop: asyncio.Event,
@@ -243,12 +213,12 @@ async def recorder(
         for kind, url in (("agent", agent_url + "/metrics"), ("engine", server_url + "/metrics")):
             try:
                 async with session.get(url, timeout=aiohttp.ClientTimeout(total=4)) as r:
-                    trace.write({"t": t, kind: await r.text()})
+                    trace.record(t, kind, await r.text())
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                trace.write({"t": t, "error": f"{kind}: {type(exc).__name__}"})
+                trace.record(t, "error", f"{kind}: {type(exc).__name__}")
         reading = await loop.run_in_executor(None, gpu_reading)
         if reading is not None:
-            trace.write({"t": t, "gpu": reading})
+            trace.record(t, "gpu", reading)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), RECORD_EVERY - (time.time() - t) % RECORD_EVERY)
 
@@ -258,7 +228,7 @@ def prompt(rng: random.Random) -> str:
 
 
 async def one_request(
-    url: str, trace: Trace | None, rng: random.Random, gen: int = GEN_TOKENS
+    url: str, trace: TraceWriter | None, rng: random.Random, gen: int = GEN_TOKENS
 ) -> dict[str, Any]:
     """One streamed completion on a fresh connection; its client-side figures."""
     body = {
@@ -304,11 +274,13 @@ async def one_request(
         "ok": ok,
     }
     if trace is not None:
-        trace.write({"t": time.time(), "client": rec})
+        trace.record(time.time(), "client", rec)
     return rec
 
 
-async def closed_loop(url: str, trace: Trace, streams: int, seconds: float, seed: int) -> None:
+async def closed_loop(
+    url: str, trace: TraceWriter, streams: int, seconds: float, seed: int
+) -> None:
     """``streams`` clients, each sending its next request when the last one ends."""
     end = time.monotonic() + seconds
     rng = random.Random(seed)
@@ -321,7 +293,7 @@ async def closed_loop(url: str, trace: Trace, streams: int, seconds: float, seed
 
 
 async def open_loop(
-    url: str, trace: Trace, rate: float, seconds: float, drain: float, seed: int
+    url: str, trace: TraceWriter, rate: float, seconds: float, drain: float, seed: int
 ) -> int:
     """Poisson arrivals at ``rate`` a second for ``seconds``; what is still open after
     ``drain`` more seconds is cancelled (the client gives up, counted not ok)."""
@@ -340,9 +312,7 @@ async def open_loop(
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     for _ in pending:
-        trace.write(
-            {"t": time.time(), "client": {"worker": "llama", "cancelled": True, "ok": False}}
-        )
+        trace.record(time.time(), "client", {"worker": "llama", "cancelled": True, "ok": False})
     return len(tasks)
 
 
@@ -363,12 +333,12 @@ async def run_trace(args: argparse.Namespace) -> None:
                 procs.append(prom)
                 await wait_http(session, prom_url + "/-/ready", 60)
             header = {
-                "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
+                "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
                 "source": f"{args.source}; llama-server --parallel {slots}"
                 + ("; clients through the agent's measuring proxy" if args.proxy else ""),
                 "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
             }  # fmt: skip
-            trace = Trace(out / "trace.jsonl.gz", header)
+            trace = TraceWriter(out / "trace.jsonl.gz", header)
             stop = asyncio.Event()
             rec = asyncio.create_task(recorder(session, trace, agent_url, server_url, stop))
             phases: list[dict[str, Any]] = []
@@ -426,14 +396,14 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     rate = round(args.rate_factor * per_s, 2)
                     print(f"calibration at {slots} slots: {per_s:.2f} req/s -> rate {rate}")
                 header = {
-                    "kind": "inferwatch-trace", "version": 1, "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
+                    "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
                     "source": f"{args.source}; llama-server --parallel {slots}; open loop "
                               f"{rate} req/s, {GEN_TOKENS} tokens each",
                     "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
                     "load": {"rate_per_s": rate, "gen_tokens": GEN_TOKENS,
                              "prompt_words": PROMPT_WORDS, "seconds": args.load},
                 }  # fmt: skip
-                trace = Trace(out / f"sweep-s{slots}.jsonl.gz", header)
+                trace = TraceWriter(out / f"sweep-s{slots}.jsonl.gz", header)
                 stop = asyncio.Event()
                 rec = asyncio.create_task(recorder(session, trace, agent_url, server_url, stop))
                 await asyncio.sleep(RECORD_EVERY)

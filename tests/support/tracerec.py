@@ -1,7 +1,7 @@
 """Record a backtest trace from live parts: the agent's /metrics, the engine's, a client.
 
-Writes the trace format of :mod:`inferwatch.backtest.trace` (gzip'd JSON lines, a
-header with the phases). :class:`TraceRecorder` polls the agent's and the engine's
+Writes the trace format of :mod:`inferwatch.traces` (gzip'd JSON lines, a header
+with the phases). :class:`TraceRecorder` polls the agent's and the engine's
 ``/metrics`` once a second in a thread; :class:`StreamingClient` sends
 ``/completion`` requests with ``stream: true`` to a llama.cpp server, a fixed number
 at a time (closed loop), and records each one's time to first token, time per
@@ -10,7 +10,6 @@ output token and end-to-end latency as the client saw them.
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.proc import http_get
+
+from inferwatch.traces import write_trace
 
 
 class TraceRecorder:
@@ -38,7 +39,7 @@ class TraceRecorder:
         self.source = source
         self.every = every
         self.phases: list[dict[str, Any]] = []
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[tuple[float, str, Any]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -52,19 +53,19 @@ class TraceRecorder:
             t = time.time()
             status, body, _ = http_get(self.agent_url + "/metrics", timeout=5)
             if status == 200:
-                self._add({"t": t, "agent": body.decode()})
+                self._add((t, "agent", body.decode()))
             if self.engine_url:
                 status, body, _ = http_get(self.engine_url + "/metrics", timeout=5)
                 if status == 200:
-                    self._add({"t": t, "engine": body.decode()})
+                    self._add((t, "engine", body.decode()))
             self._stop.wait(max(0.0, self.every - (time.time() - t)))
 
-    def _add(self, row: dict[str, Any]) -> None:
+    def _add(self, row: tuple[float, str, Any]) -> None:
         with self._lock:
             self.rows.append(row)
 
     def client(self, record: dict[str, Any]) -> None:
-        self._add({"t": time.time(), "client": record})
+        self._add((time.time(), "client", record))
 
     def phase(self, name: str, seconds: float, during: Any = None) -> None:
         """Run one phase: ``during`` (a callable taking the stop time) or just wait."""
@@ -79,20 +80,14 @@ class TraceRecorder:
         self._stop.set()
         self._thread.join(30)
         header = {
-            "kind": "inferwatch-trace",
-            "version": 1,
             "scrape_interval_s": self.every,
             "source": self.source,
             "phases": self.phases,
             "workers": self.workers,
         }
         with self._lock:
-            rows = sorted(self.rows, key=lambda r: r["t"])
-        with gzip.open(self.path, "wt", encoding="utf-8") as fh:
-            fh.write(json.dumps(header) + "\n")
-            for row in rows:
-                fh.write(json.dumps(row) + "\n")
-        return self.path
+            rows = list(self.rows)
+        return write_trace(self.path, header, rows)
 
 
 def stream_completion(url: str, prompt: str, n_predict: int) -> dict[str, Any]:

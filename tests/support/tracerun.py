@@ -4,13 +4,12 @@ One server at a ``--parallel`` value, the agent watching it, an open-loop Poisso
 load (a fixed seed: the same send times at every slot count) of streamed
 completions with fixed prompt and answer lengths; the agent's and the server's
 ``/metrics`` every ``scrape_interval`` seconds and every request's client-side
-TTFT, TPOT and end-to-end time go into a trace (:mod:`inferwatch.advise.trace`).
+TTFT, TPOT and end-to-end time go into a trace (:mod:`inferwatch.traces`).
 Used by ``bench/bench_whatif.py record`` and ``tests/test_whatif_live.py``.
 """
 
 from __future__ import annotations
 
-import gzip
 import http.client
 import json
 import random
@@ -24,7 +23,7 @@ import yaml
 from tests.support.llamaserver import LlamaServer
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
-from inferwatch.advise.trace import write_header, write_record
+from inferwatch.traces import write_trace
 
 
 @dataclass(frozen=True)
@@ -221,9 +220,4 @@ def record(
             "seed": load.seed,
         },
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", encoding="utf-8") as out:
-        write_header(out, header)
-        for t, kind, value in sorted(records, key=lambda r: r[0]):
-            write_record(out, t, kind, value)
-    return path
+    return write_trace(path, header, records)

@@ -260,6 +260,26 @@ def sample_times(samples: int, every: float, min_span: float) -> list[float]:
     return [i * step for i in range(n)]
 
 
+def metrics_url(url: str) -> str:
+    """An agent's ``/metrics`` URL from its base URL (or the metrics URL itself)."""
+    base = url.rstrip("/")
+    return base if base.endswith("/metrics") else base + "/metrics"
+
+
+def fetch_exposition(target: str, timeout: float) -> Scrape:
+    """One scrape of ``target``, parsed; :class:`Unreachable` when it cannot be read or
+    is no exposition."""
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as resp:
+            text = resp.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        raise Unreachable(f"cannot read {target}: {getattr(exc, 'reason', exc)}") from None
+    try:
+        return parse_exposition(text)
+    except ValueError as exc:
+        raise Unreachable(f"{target} is not a Prometheus exposition: {exc}") from None
+
+
 def read_agent(
     url: str,
     samples: int,
@@ -273,7 +293,7 @@ def read_agent(
     from urllib.parse import urlsplit
 
     base = url.rstrip("/")
-    target = base if base.endswith("/metrics") else base + "/metrics"
+    target = metrics_url(url)
     scrapes: list[tuple[float, Scrape]] = []
     for offset in sample_times(samples, every, min_span):
         if scrapes:
@@ -281,15 +301,7 @@ def read_agent(
             delay = scrapes[0][0] + offset - time.time()
             if delay > 0:
                 time.sleep(delay)
-        try:
-            with urllib.request.urlopen(target, timeout=timeout) as resp:
-                text = resp.read().decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise Unreachable(f"cannot read {target}: {reason}") from None
-        try:
-            scrapes.append((time.time(), parse_exposition(text)))
-        except ValueError as exc:
-            raise Unreachable(f"{target} is not a Prometheus exposition: {exc}") from None
+        scrape = fetch_exposition(target, timeout)
+        scrapes.append((time.time(), scrape))
     parts = urlsplit(base)
     return pictures_from_scrapes(scrapes, parts.netloc or base, min_span, cold_within)

@@ -52,6 +52,18 @@ def parse_time(text: str, now: float, key: str) -> float:
 # --------------------------------------------------------------------------- CLI
 
 
+def prometheus_range(args: Any, thresholds: Any) -> tuple[float, float, str]:
+    """What a Prometheus read covers: ``--start`` to ``--end`` (the last hour by default),
+    and the series selector (``--selector``, else the pack's)."""
+    now = time.time()
+    end = parse_time(args.end, now, "--end") if args.end else now
+    start = parse_time(args.start, now, "--start") if args.start else end - 3600
+    if start >= end:
+        raise ConfigError(SOURCE, "--start", f"a time before --end ({end:.0f})", args.start)
+    selector = "{" + args.selector + "}" if args.selector else thresholds.pack.selector()
+    return start, end, selector
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent-url",
@@ -276,7 +288,8 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "what_if", None) or getattr(args, "shadow", None):
         from inferwatch.advise.whatif_cli import main_shadow, main_what_if
 
-        return main_shadow(args, parse_time) if args.shadow else main_what_if(args, parse_time)
+        run = main_shadow if args.shadow else main_what_if
+        return run(args, prometheus_range)
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.validate import duration
 
@@ -301,12 +314,7 @@ def main(args: argparse.Namespace) -> int:
             source = {"kind": "agent", "url": args.agent_url, "samples": args.samples}
             where = f"{args.agent_url} ({args.samples} sample(s))"
         else:
-            now = time.time()
-            end = parse_time(args.end, now, "--end") if args.end else now
-            start = parse_time(args.start, now, "--start") if args.start else end - 3600
-            if start >= end:
-                raise ConfigError(SOURCE, "--start", f"a time before --end ({end:.0f})", args.start)
-            selector = "{" + args.selector + "}" if args.selector else thresholds.pack.selector()
+            start, end, selector = prometheus_range(args, thresholds)
             pictures = read_prometheus(args.prometheus_url, start, end, selector)
             source = {"kind": "prometheus", "url": args.prometheus_url, "start": start, "end": end}
             where = f"{args.prometheus_url} over {age(end - start)}"

@@ -6,15 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
+
 #: launch flags of inferwatch_worker_info that advise reads (docs/metrics.md)
-FLAG_LABELS = (
-    "max_num_seqs",
-    "max_model_len",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "prefix_caching",
-    "kv_cache_dtype",
-)
+FLAG_LABELS = WORKER_INFO_FLAGS
 
 
 class Unreachable(Exception):

@@ -1,115 +1,42 @@
 """Traces of a serving run, for the what-if twin's validation (docs/advise.md).
 
-A trace is gzip JSON lines. Line 1 is the header::
-
-    {"kind": "inferwatch-trace", "version": 1, "scrape_interval_s": 1.0, "source": "...",
-     "phases": [{"name": "load", "start": unix, "end": unix}],
-     "workers": {"llama": {"engine": "llamacpp", "slots": 4}}}
-
-then, in time order, one record a line: ``{"t": unix, "agent": "<agent /metrics>"}``,
-``{"t": unix, "engine": "<engine /metrics>"}`` and ``{"t": unix, "client": {"worker",
-"ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "gen_tokens", "ok"}}`` (``t``: when the
-request was sent).
+The format, its reader and its writers are :mod:`inferwatch.traces`; here a trace
+read gives the agent's expositions parsed (:meth:`Trace.scrapes`), and the
+twin is fitted on traces and held to what their clients measured.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from inferwatch import traces
 from inferwatch.advise.agent import Scrape, parse_exposition
 from inferwatch.advise.twin import NotEnough, quantile
 from inferwatch.advise.whatif import observe, predict
 from inferwatch.errors import ConfigError
 
-KIND = "inferwatch-trace"
+#: the writers, for the recorders (tests/support/tracerun.py)
+write_header = traces.write_header
+write_record = traces.write_record
 
 
-@dataclass
-class Trace:
-    path: str
-    header: dict[str, Any]
-    agent: list[tuple[float, str]] = field(default_factory=list)
-    engine: list[tuple[float, str]] = field(default_factory=list)
-    client: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-
-    def phase(self, name: str | None = None) -> tuple[float, float]:
-        """(start, end) of the named phase, or of the first one."""
-        phases = self.header.get("phases") or []
-        for p in phases:
-            if name is None or p.get("name") == name:
-                return float(p["start"]), float(p["end"])
-        raise ConfigError(self.path, "phases", f"a phase named {name!r}" if name else "a phase")
-
-    def slots(self, worker: str | None = None) -> int:
-        workers = self.header.get("workers") or {}
-        if worker is None and workers:
-            worker = next(iter(workers))
-        try:
-            return int(workers[worker]["slots"])
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(self.path, "workers", "a worker with its slots", worker) from None
+class Trace(traces.Trace):
+    """A trace whose agent expositions advise reads as :class:`Scrape` samples."""
 
     def scrapes(
         self, start: float | None = None, end: float | None = None
     ) -> list[tuple[float, Scrape]]:
         """The agent's expositions between ``start`` and ``end``, parsed."""
-        return [
-            (t, parse_exposition(text))
-            for t, text in self.agent
-            if (start is None or t >= start) and (end is None or t <= end)
-        ]
-
-
-def write_header(out: IO[str], header: Mapping[str, Any]) -> None:
-    out.write(json.dumps({"kind": KIND, "version": 1, **header}) + "\n")
-
-
-def write_record(out: IO[str], t: float, kind: str, value: Any) -> None:
-    out.write(json.dumps({"t": round(t, 4), kind: value}) + "\n")
+        return [(t, parse_exposition(text)) for t, text in self.agent_between(start, end)]
 
 
 def read_trace(path: str | Path) -> Trace:
-    name = str(path)
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            lines = iter(f)
-            try:
-                header = json.loads(next(lines))
-            except StopIteration:
-                raise ConfigError(name, "line 1", "the trace header") from None
-            if not isinstance(header, dict) or header.get("kind") != KIND:
-                raise ConfigError(name, "line 1", f'a header with "kind": "{KIND}"')
-            if header.get("version") != 1:
-                raise ConfigError(name, "version", "1", header.get("version"))
-            trace = Trace(name, header)
-            # "client_time": "answered": client records were written when the answer
-            # ended (bench/device/llamacpp_trace.py); the send is that less e2e_s
-            answered = header.get("client_time", "sent") == "answered"
-            for n, line in enumerate(lines, start=2):
-                try:
-                    rec = json.loads(line)
-                    t = float(rec["t"])
-                except (ValueError, KeyError, TypeError):
-                    raise ConfigError(name, f"line {n}", 'a record with "t"') from None
-                if "agent" in rec:
-                    trace.agent.append((t, str(rec["agent"])))
-                elif "engine" in rec:
-                    trace.engine.append((t, str(rec["engine"])))
-                elif "client" in rec:
-                    client = dict(rec["client"])
-                    if answered and isinstance(client.get("e2e_s"), (int, float)):
-                        t -= float(client["e2e_s"])
-                    trace.client.append((t, client))
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise ConfigError(name, "file", f"a gzip JSON-lines trace ({exc})") from None
-    return trace
+    return traces.read_into(path, Trace)
 
 
 @dataclass(frozen=True)
@@ -160,17 +87,26 @@ def load_phase(trace: Trace) -> tuple[float, float]:
     return trace.phase("load" if "load" in names else None)
 
 
+def _clients(trace: Trace, start: float, end: float) -> list[tuple[float, dict[str, Any]]]:
+    """The client records sent between ``start`` (less a second) and ``end``."""
+    return [(t, r) for t, r in trace.client if start - 1 <= t <= end]
+
+
+def _observe(trace: Trace, start: float, end: float) -> tuple[Any, list[tuple[float, Scrape]]]:
+    """The observation of ``start``..``end``: the agent's samples over it and its drain,
+    plus one before; answer lengths from the clients that succeeded."""
+    ok = [r for _, r in _clients(trace, start, end) if r.get("ok")]
+    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
+    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
+    return observe(scrapes, None, out_tokens), scrapes
+
+
 def fit_trace(trace: Trace) -> tuple[Any, Any, list[float]]:
     """The observation and fit of a trace's load phase, and its send times (from 0)."""
     start, end = load_phase(trace)
-    clients = [(t, r) for t, r in trace.client if start - 1 <= t <= end]
-    ok = [r for _, r in clients if r.get("ok")]
-    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
-    # the agent's samples over the load and its drain, plus one before
-    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
-    obs = observe(scrapes, None, out_tokens)
+    obs, scrapes = _observe(trace, start, end)
     fit = obs.fit()
-    sends = sorted(t - scrapes[0][0] for t, _ in clients)
+    sends = sorted(t - scrapes[0][0] for t, _ in _clients(trace, start, end))
     return obs, fit, sends
 
 
@@ -185,44 +121,14 @@ def compare(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         except NotEnough as exc:
             print(f"{tr.path}: not fitted: {exc}", file=sys.stderr)
     for tr in traces:
-        start, end = load_phase(tr)
-        meas = measured([(t, r) for t, r in tr.client if start - 1 <= t <= end])
+        meas = measured(_clients(tr, *load_phase(tr)))
         for slots, (obs, fit, sends) in fits.items():
             row: dict[str, Any] = {
                 "fit_slots": slots,
                 "slots": tr.slots(),
-                "measured": {
-                    "throughput": meas.throughput,
-                    "ttft_p50": meas.ttft_p50,
-                    "ttft_p95": meas.ttft_p95,
-                    "requests": meas.requests,
-                    "failed": meas.failed,
-                },
+                "measured": _measured_row(meas),
             }
-            try:
-                pred = predict(obs, "max-num-seqs", tr.slots(), fit, arrivals=sends)
-            except NotEnough as exc:
-                row["refused"] = str(exc).split(": ", 1)[-1]
-                rows.append(row)
-                continue
-            row["predicted"] = {
-                "throughput": pred.new.throughput,
-                "ttft_p50": pred.new.ttft_p50,
-                "ttft_p95": pred.new.ttft_p95,
-            }
-            row["error"] = {
-                k: (row["predicted"][k] - row["measured"][k]) / row["measured"][k]
-                for k in TARGET
-                if row["measured"][k] and not math.isnan(row["measured"][k])
-            }
-            row["extrapolated"] = pred.band is not None
-            row["fit"] = {
-                "a_ms": fit.a * 1e3,
-                "k_ms": fit.k * 1e3,
-                "p_us": fit.p * 1e6,
-                "k_source": fit.k_source,
-                "batch": [fit.batch_min, fit.batch_max],
-            }
+            _predict_into(row, obs, fit, sends)
             rows.append(row)
     return rows
 
@@ -240,11 +146,7 @@ def whole_span(trace: Trace) -> tuple[float, float]:
 
 def fit_whole(trace: Trace) -> tuple[Any, Any]:
     """The observation and fit of a whole trace (every phase: idle, steady, overload)."""
-    start, end = whole_span(trace)
-    ok = [r for t, r in trace.client if start - 1 <= t <= end and r.get("ok")]
-    out_tokens = sum(float(r["gen_tokens"]) for r in ok) / len(ok) if ok else None
-    scrapes = trace.scrapes(start - trace.header.get("scrape_interval_s", 1.0) * 1.5, end + 1)
-    obs = observe(scrapes, None, out_tokens)
+    obs, _ = _observe(trace, *whole_span(trace))
     return obs, obs.fit()
 
 
@@ -255,21 +157,14 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
     obs, fit = fit_whole(source)
     rows = []
     for tr in sorted((read_trace(p) for p in paths), key=lambda t: t.slots()):
-        start, end = load_phase(tr)
-        clients = [(t, r) for t, r in tr.client if start - 1 <= t <= end]
+        clients = _clients(tr, *load_phase(tr))
         meas = measured(clients)
         row: dict[str, Any] = {
             "fit_trace": source.path,
             "fit_slots": source.slots(),
             "trace": tr.path,
             "slots": tr.slots(),
-            "measured": {
-                "throughput": meas.throughput,
-                "ttft_p50": meas.ttft_p50,
-                "ttft_p95": meas.ttft_p95,
-                "requests": meas.requests,
-                "failed": meas.failed,
-            },
+            "measured": _measured_row(meas),
         }
         sends = sorted(t for t, _ in clients)
         if not sends or meas.requests == 0:
@@ -287,18 +182,33 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
                 arrival_rate=len(arrivals) / (arrivals[-1] or 1.0),
             ),
         )
-        try:
-            pred = predict(there, "max-num-seqs", tr.slots(), fit, arrivals=arrivals)
-        except NotEnough as exc:
-            row["refused"] = str(exc).split(": ", 1)[-1]
-            rows.append(row)
-            continue
-        _fill(row, pred, fit)
+        _predict_into(row, there, fit, arrivals)
         rows.append(row)
     return rows
 
 
+def _predict_into(row: dict[str, Any], obs: Any, fit: Any, arrivals: list[float]) -> None:
+    """The twin's answer for the row's slot count under ``arrivals``, or why it refused."""
+    try:
+        pred = predict(obs, "max-num-seqs", row["slots"], fit, arrivals=arrivals)
+    except NotEnough as exc:
+        row["refused"] = str(exc).split(": ", 1)[-1]
+        return
+    _fill(row, pred, fit)
+
+
+def _measured_row(meas: Measured) -> dict[str, Any]:
+    return {
+        "throughput": meas.throughput,
+        "ttft_p50": meas.ttft_p50,
+        "ttft_p95": meas.ttft_p95,
+        "requests": meas.requests,
+        "failed": meas.failed,
+    }
+
+
 def _fill(row: dict[str, Any], pred: Any, fit: Any) -> None:
+    """A prediction's figures, its error against the measured ones, the range, the fit."""
     row["predicted"] = {
         "throughput": pred.new.throughput,
         "ttft_p50": pred.new.ttft_p50,

@@ -6,12 +6,10 @@ import json
 import math
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from inferwatch.advise.agent import Scrape, parse_exposition
+from inferwatch.advise.agent import Scrape, fetch_exposition, metrics_url
 from inferwatch.advise.model import Unreachable, fmt
 from inferwatch.advise.twin import NotEnough
 from inferwatch.advise.whatif import (
@@ -24,6 +22,9 @@ from inferwatch.advise.whatif import (
     suggest,
 )
 from inferwatch.errors import ConfigError, UsageError
+
+#: advise.cli's ``prometheus_range`` (handed in: the command line imports this module)
+Range = Callable[[Any, Any], tuple[float, float, str]]
 
 #: the agent series the twin reads (for Prometheus range queries)
 SERIES = (
@@ -49,8 +50,7 @@ def scrape_agent(
     url: str, span: float, every: float, timeout: float = 10.0
 ) -> list[tuple[float, Scrape]]:
     """The agent's ``/metrics`` every ``every`` seconds for ``span`` seconds."""
-    base = url.rstrip("/")
-    target = base if base.endswith("/metrics") else base + "/metrics"
+    target = metrics_url(url)
     out: list[tuple[float, Scrape]] = []
     start = time.time()
     n = max(2, int(span / every) + 1)
@@ -58,15 +58,8 @@ def scrape_agent(
         delay = start + i * every - time.time()
         if delay > 0:
             time.sleep(delay)
-        try:
-            with urllib.request.urlopen(target, timeout=timeout) as resp:
-                text = resp.read().decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError) as exc:
-            raise Unreachable(f"cannot read {target}: {getattr(exc, 'reason', exc)}") from None
-        try:
-            out.append((time.time(), parse_exposition(text)))
-        except ValueError as exc:
-            raise Unreachable(f"{target} is not a Prometheus exposition: {exc}") from None
+        scrape = fetch_exposition(target, timeout)
+        out.append((time.time(), scrape))
     return out
 
 
@@ -186,7 +179,7 @@ def _clean(doc: Any) -> Any:
 
 
 def read_samples(
-    args: Any, thresholds: Any, parse_time: Callable[[str, float, str], float]
+    args: Any, thresholds: Any, prometheus_range: Range
 ) -> tuple[list[tuple[float, Scrape]], str]:
     from inferwatch.validate import duration
 
@@ -205,12 +198,7 @@ def read_samples(
         return trace.scrapes(start, end), f"{args.trace} ({args.phase or 'first phase'})"
     if args.agent_url:
         return scrape_agent(args.agent_url, span, every), f"{args.agent_url} over {span:.0f} s"
-    now = time.time()
-    end = parse_time(args.end, now, "--end") if args.end else now
-    start = parse_time(args.start, now, "--start") if args.start else end - 3600
-    if start >= end:
-        raise ConfigError(SOURCE, "--start", f"a time before --end ({end:.0f})", args.start)
-    selector = "{" + args.selector + "}" if args.selector else thresholds.pack.selector()
+    start, end, selector = prometheus_range(args, thresholds)
     # one pseudo-sample per Prometheus scrape: 15 s unless --every says otherwise
     step = max(every if args.every != "1s" else 15.0, (end - start) / 2000)
     return (
@@ -219,7 +207,7 @@ def read_samples(
     )
 
 
-def main_what_if(args: Any, parse_time: Callable[[str, float, str], float]) -> int:
+def main_what_if(args: Any, prometheus_range: Range) -> int:
     from inferwatch.advise.capacity import parse_size
     from inferwatch.pack.thresholds import load_thresholds
 
@@ -229,7 +217,7 @@ def main_what_if(args: Any, parse_time: Callable[[str, float, str], float]) -> i
         raise ConfigError(SOURCE, "--output-tokens", "tokens greater than zero", args.output_tokens)
     weights = parse_size(args.weights, SOURCE, "--weights") if args.weights else None
     try:
-        samples, where = read_samples(args, thresholds, parse_time)
+        samples, where = read_samples(args, thresholds, prometheus_range)
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3
@@ -259,7 +247,7 @@ def main_what_if(args: Any, parse_time: Callable[[str, float, str], float]) -> i
     return 0
 
 
-def main_shadow(args: Any, parse_time: Callable[[str, float, str], float]) -> int:
+def main_shadow(args: Any, prometheus_range: Range) -> int:
     """One shadow pass: observe every worker, keep its fit, judge any flag change."""
     from inferwatch.advise import shadow
     from inferwatch.advise.whatif import workers_in
@@ -270,7 +258,7 @@ def main_shadow(args: Any, parse_time: Callable[[str, float, str], float]) -> in
     thresholds = load_thresholds(args.thresholds)
     state = shadow.load_state(args.shadow)
     try:
-        samples, _where = read_samples(args, thresholds, parse_time)
+        samples, _where = read_samples(args, thresholds, prometheus_range)
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3

@@ -29,6 +29,7 @@ import itertools
 import math
 import random
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,26 +149,33 @@ def _labels(value: object, where: str, key: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in out.items()}
 
 
+def _alert_rows(
+    doc: dict[str, Any], section: str, where: str, alerts: frozenset[str]
+) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """(key, row, alert) of each row of ``expect`` or ``allow``, its alert checked."""
+    for i, row in enumerate(doc.get(section) or []):
+        key = f"{section}[{i}]"
+        row = _mapping(row, where, key)
+        name = row.get("alert")
+        if name not in alerts:
+            raise ConfigError(where, f"{key}.alert", "an alert of the catalogue", name)
+        yield key, row, str(name)
+
+
 def read_truth(doc: dict[str, Any], where: str, alerts: frozenset[str]) -> Truth:
     """The ground truth of a scenario file (``expect``, ``allow``, ``xfail``)."""
-    expect = []
-    for i, row in enumerate(doc.get("expect") or []):
-        key = f"expect[{i}]"
-        row = _mapping(row, where, key)
-        name = row.get("alert")
-        if name not in alerts:
-            raise ConfigError(where, f"{key}.alert", "an alert of the catalogue", name)
-        onset = _duration(row.get("onset"), where, f"{key}.onset")
-        expect.append(Expect(str(name), onset, _labels(row.get("labels"), where, f"{key}.labels")))
-    allow = []
-    for i, row in enumerate(doc.get("allow") or []):
-        key = f"allow[{i}]"
-        row = _mapping(row, where, key)
-        name = row.get("alert")
-        if name not in alerts:
-            raise ConfigError(where, f"{key}.alert", "an alert of the catalogue", name)
-        after = _duration(row.get("after", 0), where, f"{key}.after")
-        allow.append(Allow(str(name), after, _labels(row.get("labels"), where, f"{key}.labels")))
+
+    def labels(row: dict[str, Any], key: str) -> dict[str, str]:
+        return _labels(row.get("labels"), where, f"{key}.labels")
+
+    expect = [
+        Expect(name, _duration(row.get("onset"), where, f"{key}.onset"), labels(row, key))
+        for key, row, name in _alert_rows(doc, "expect", where, alerts)
+    ]
+    allow = [
+        Allow(name, _duration(row.get("after", 0), where, f"{key}.after"), labels(row, key))
+        for key, row, name in _alert_rows(doc, "allow", where, alerts)
+    ]
     xfail = doc.get("xfail")
     if xfail is not None and not isinstance(xfail, str):
         raise ConfigError(where, "xfail", "the defect's name as text", xfail)

@@ -1,16 +1,7 @@
-"""Recorded traces: the agent's /metrics over time, the client's requests, the phases.
+"""Recorded traces replayed: the agent's /metrics over time -> series, the phases -> truth.
 
-A trace is gzip'd JSON lines. Line 1 is the header::
-
-    {"kind": "inferwatch-trace", "version": 1, "scrape_interval_s": 1.0,
-     "source": "...", "phases": [{"name": "idle", "start": <unix s>, "end": <unix s>}],
-     "workers": {"<worker>": {"engine": "llamacpp", "slots": 4}}}
-
-then one object a line: ``{"t": <unix s>, "agent": "<the agent's /metrics text>"}``,
-``{"t": ..., "client": {"worker", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens",
-"gen_tokens", "ok"}}`` or ``{"t": ..., "engine": "<the engine's /metrics text>"}``;
-``{"t": ..., "gpu": {nvidia-smi's fields}}`` and ``{"t": ..., "error": "..."}`` (a
-reading the recorder missed) are read past.
+The format and its reader are :mod:`inferwatch.traces` (a header with the phases
+and the workers, then agent, engine, client, gpu and error records).
 
 The backtest replays the agent's expositions as Prometheus would have scraped them
 at the deployment's scrape interval (the latest exposition at or before each scrape;
@@ -22,16 +13,12 @@ fire; no critical alert may fire outside an overload (the queue page leading).
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from inferwatch.backtest.scenario import Allow, Expect, Scenario, Truth
-from inferwatch.errors import ConfigError
+from inferwatch.traces import Trace, read_trace
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -45,86 +32,6 @@ OVERLOAD_CRITICAL = (
     "InferenceTPOTBudgetBurn",
     "InferenceAvailabilityBudgetBurn",
 )
-
-
-@dataclass
-class Trace:
-    path: Path
-    header: dict[str, Any]
-    #: (t, agent exposition text)
-    agent: list[tuple[float, str]] = field(default_factory=list)
-    client: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    engine: list[tuple[float, str]] = field(default_factory=list)
-
-
-def _number(value: object, where: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(where, key, "a number", value)
-    return float(value)
-
-
-def read_trace(path: Path) -> Trace:
-    """Read and check a trace file; a malformed one raises :class:`ConfigError`."""
-    where = str(path)
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise ConfigError(where, "(file)", f"gzip'd JSON lines ({type(exc).__name__})") from None
-    if not lines:
-        raise ConfigError(where, "line 1", "the trace header")
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError:
-        raise ConfigError(where, "line 1", "a JSON header object") from None
-    if not isinstance(header, dict) or header.get("kind") != "inferwatch-trace":
-        raise ConfigError(where, "kind", "inferwatch-trace")
-    if header.get("version") != 1:
-        raise ConfigError(where, "version", "1", header.get("version"))
-    interval = _number(header.get("scrape_interval_s"), where, "scrape_interval_s")
-    if interval <= 0:
-        raise ConfigError(where, "scrape_interval_s", "a positive number of seconds", interval)
-    phases = header.get("phases")
-    if not isinstance(phases, list) or not phases:
-        raise ConfigError(where, "phases", "a list of {name, start, end}")
-    for i, ph in enumerate(phases):
-        if not isinstance(ph, dict) or not isinstance(ph.get("name"), str):
-            raise ConfigError(where, f"phases[{i}].name", "a phase name such as idle or overload")
-        start = _number(ph.get("start"), where, f"phases[{i}].start")
-        end = _number(ph.get("end"), where, f"phases[{i}].end")
-        if end < start:
-            raise ConfigError(where, f"phases[{i}].end", "a time at or after its start", end)
-    workers = header.get("workers")
-    if not isinstance(workers, dict) or not workers:
-        raise ConfigError(where, "workers", "a mapping of worker name to {engine, slots}")
-    trace = Trace(path, header)
-    for n, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise ConfigError(where, f"line {n}", "a JSON object") from None
-        if not isinstance(row, dict):
-            raise ConfigError(where, f"line {n}", "a JSON object")
-        t = _number(row.get("t"), where, f"line {n}.t")
-        if isinstance(row.get("agent"), str):
-            trace.agent.append((t, row["agent"]))
-        elif isinstance(row.get("client"), dict):
-            trace.client.append((t, row["client"]))
-        elif isinstance(row.get("engine"), str):
-            trace.engine.append((t, row["engine"]))
-        elif isinstance(row.get("gpu"), dict) or isinstance(row.get("error"), str):
-            pass  # nvidia-smi readings (for docs/validation.md) and the recorder's misses
-        else:
-            raise ConfigError(
-                where,
-                f"line {n}",
-                "one of agent (text), client (object), engine (text), gpu (object), error (text)",
-            )
-    if not trace.agent:
-        raise ConfigError(where, "agent", "at least one agent exposition line")
-    return trace
 
 
 def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:

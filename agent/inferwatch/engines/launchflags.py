@@ -68,6 +68,18 @@ class LaunchInfo:
         return self.served_model_name or self.model
 
 
+#: the launch flags ``inferwatch_worker_info`` carries as labels (docs/metrics.md): the
+#: agent's process source writes them, advise reads them
+WORKER_INFO_FLAGS = (
+    "max_num_seqs",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "prefix_caching",
+    "kv_cache_dtype",
+)
+
+
 # ---------------------------------------------------------------------------
 # Flag tables
 # ---------------------------------------------------------------------------

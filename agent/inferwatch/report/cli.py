@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from inferwatch.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from inferwatch.report.charts import Chart
 
 EXIT_OUTPUT = 7
@@ -301,19 +303,16 @@ def main(args: argparse.Namespace) -> int:
 
     text = render.text(report, cost, budgets, whatif)
     csv_text = render.csv_text(report, cost)
+
+    def page(image_src: Callable[[Chart], str]) -> str:
+        return render.html(
+            report, charts, image_src, source=url, cost=cost, budgets=budgets, whatif=whatif
+        )
+
     if args.output:
         directory = Path(args.output)
-        page = render.html(
-            report,
-            charts,
-            lambda c: f"{c.name}.png",
-            source=url,
-            cost=cost,
-            budgets=budgets,
-            whatif=whatif,
-        )
         try:
-            _write_output(directory, page, text, csv_text, charts)
+            _write_output(directory, page(lambda c: f"{c.name}.png"), text, csv_text, charts)
         except OSError as err:
             print(
                 f"inferwatch report: error: cannot write the report to {directory}: "
@@ -330,15 +329,7 @@ def main(args: argparse.Namespace) -> int:
             sender=smtp.sender,
             to=smtp.to,
             text=text,
-            html=render.html(
-                report,
-                charts,
-                lambda c: f"cid:{content_id(c)}",
-                source=url,
-                cost=cost,
-                budgets=budgets,
-                whatif=whatif,
-            ),
+            html=page(lambda c: f"cid:{content_id(c)}"),
             charts=charts,
             csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",
             csv_text=csv_text,

@@ -77,6 +77,17 @@ def count_steps() -> int:
     return len(_STEPS)
 
 
+#: the GPU steps, skipped together when there are no GPU series
+_GPU_STEPS = (
+    "GPU utilization",
+    "GPU bands",
+    "GPU weekly percentiles",
+    "GPM SM activity",
+    "VRAM peaks",
+    "memory pressure",
+    "waste condition",
+    "GPU to worker map",
+)
 _STEPS = (
     "workers",
     "requests",
@@ -96,14 +107,7 @@ _STEPS = (
     "worker start times",
     "errors and rejections",
     "GPUs",
-    "GPU utilization",
-    "GPU bands",
-    "GPU weekly percentiles",
-    "GPM SM activity",
-    "VRAM peaks",
-    "memory pressure",
-    "waste condition",
-    "GPU to worker map",
+    *_GPU_STEPS,
     "alerts",
     "hourly trend",
 )
@@ -426,17 +430,8 @@ class Collector:
                 "No GPU series (inferwatch_gpu_utilization_ratio) in either period: the GPU "
                 "sections are left out."
             )
-            for _ in (
-                "GPU utilization",
-                "GPU bands",
-                "GPU weekly percentiles",
-                "GPM SM activity",
-                "VRAM peaks",
-                "memory pressure",
-                "waste condition",
-                "GPU to worker map",
-            ):
-                self.step(_)
+            for step in _GPU_STEPS:
+                self.step(step)
             return ()
 
         self.step("GPU utilization")

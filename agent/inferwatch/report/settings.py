@@ -168,6 +168,20 @@ def _load_file(path: str) -> dict[str, Any]:
     return section
 
 
+def _user_and_password(
+    source: str,
+    username: str | None,
+    password: str | None,
+    user: tuple[str, str],
+    secret: tuple[str, str],
+) -> None:
+    """Basic auth needs both halves: ``user`` and ``secret`` are (key, where else to set it)."""
+    if password is not None and username is None:
+        raise ConfigError(source, user[0], f"a user name when a password is set ({user[1]})")
+    if username is not None and password is None:
+        raise ConfigError(source, secret[0], f"a password for user {username!r}: {secret[1]}")
+
+
 def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSettings:
     """Settings from the ``report:`` section of ``config_file`` and the environment."""
     section = _load_file(config_file) if config_file else {}
@@ -254,19 +268,16 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
     elif "password_file" in values:
         path = _str(values["password_file"], origin["password_file"], key_of("password_file"))
         password = _read_password(origin["password_file"], key_of("password_file"), path)
-    if password is not None and username is None:
-        raise ConfigError(
-            "mail settings",
-            "report.smtp.username",
-            f"a user name when a password is set (or {ENV_PREFIX}USERNAME)",
-        )
-    if username is not None and password is None:
-        raise ConfigError(
-            "mail settings",
+    _user_and_password(
+        "mail settings",
+        username,
+        password,
+        ("report.smtp.username", f"or {ENV_PREFIX}USERNAME"),
+        (
             "report.smtp.password_file",
-            f"a password for user {username!r}: {ENV_PREFIX}PASSWORD, "
-            f"{ENV_PREFIX}PASSWORD_FILE or report.smtp.password_file",
-        )
+            f"{ENV_PREFIX}PASSWORD, {ENV_PREFIX}PASSWORD_FILE or report.smtp.password_file",
+        ),
+    )
     smtp = SmtpSettings(
         host=host,
         port=port,
@@ -337,19 +348,17 @@ def store_access(
             token_from[1],
             "either a bearer token or basic auth (user and password), not both",
         )
-    if password is not None and username is None:
-        raise ConfigError(
-            "store settings",
-            "report.prometheus_username",
-            f"a user name when a password is set (--basic-auth-user or {STORE_ENV_PREFIX}USERNAME)",
-        )
-    if username is not None and password is None:
-        raise ConfigError(
-            "store settings",
+    _user_and_password(
+        "store settings",
+        username,
+        password,
+        ("report.prometheus_username", f"--basic-auth-user or {STORE_ENV_PREFIX}USERNAME"),
+        (
             "report.prometheus_password_file",
-            f"a password for user {username!r}: {STORE_ENV_PREFIX}PASSWORD, "
-            f"--basic-auth-password-file or report.prometheus_password_file",
-        )
+            f"{STORE_ENV_PREFIX}PASSWORD, --basic-auth-password-file or "
+            "report.prometheus_password_file",
+        ),
+    )
     header = get("tenant_header") or DEFAULT_TENANT_HEADER
     if not _HEADER_NAME.match(header):
         value, source, key = chosen["tenant_header"]

@@ -57,7 +57,8 @@ from inferwatch.agent.collectors.dcgm_fields import (
     UUID_LABELS,
     wanted_names,
 )
-from inferwatch.agent.collectors.nvml import CLOCK_EVENT_REASONS
+from inferwatch.agent.collectors.nvml.sampling import CLOCK_EVENT_REASONS
+from inferwatch.agent.collectors.nvml.snapshot import device_labels, info_labels
 from inferwatch.agent.config import redact_url
 from inferwatch.agent.httpio import Client, HttpError, TooLarge
 from inferwatch.engines.mapping import ParseError, parse
@@ -174,11 +175,7 @@ class DcgmDevice:
         return replace(self, up=False, values={}, clock_events={}, pods=frozenset())
 
     def labels(self) -> dict[str, str]:
-        labels = {"gpu": self.gpu, "uuid": self.uuid}
-        if self.gpu_instance is not None:
-            labels["gpu_instance"] = self.gpu_instance
-            labels["mig_profile"] = self.mig_profile or "unknown"
-        return labels
+        return device_labels(self.gpu, self.uuid, self.gpu_instance, self.mig_profile)
 
 
 @dataclass
@@ -366,14 +363,7 @@ def build_families(
 
     for dev in devices:
         base = dev.labels()
-        info = {
-            **base,
-            "name": dev.name,
-            "pci_bus_id": dev.pci_bus_id,
-            "driver_version": dev.driver_version,
-            "mig_mode": dev.mig_mode,
-        }
-        add("inferwatch_gpu_info", info, 1.0)
+        add("inferwatch_gpu_info", info_labels(dev), 1.0)
         add("inferwatch_gpu_up", base, 1.0 if dev.up else 0.0)
         if not dev.up:
             continue

@@ -50,7 +50,7 @@ from prometheus_client.samples import Sample
 
 from inferwatch.agent.collectors.attribution import gpu_env
 from inferwatch.agent.collectors.base import Source
-from inferwatch.engines.launchflags import LaunchInfo, parse_launch
+from inferwatch.engines.launchflags import WORKER_INFO_FLAGS, LaunchInfo, parse_launch
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +61,7 @@ _LOCALITY_TTL = 300.0
 #: ancestors climbed at most from a listener towards the engine's main process
 _MAX_DEPTH = 64
 
-INFO_LABELS = (
-    "worker",
-    "engine",
-    "model",
-    "pid",
-    "version",
-    "max_num_seqs",
-    "max_model_len",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "prefix_caching",
-    "kv_cache_dtype",
-)
+INFO_LABELS = ("worker", "engine", "model", "pid", "version", *WORKER_INFO_FLAGS)
 SERIES_LABELS = ("worker", "engine", "model")
 
 
