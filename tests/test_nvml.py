@@ -510,18 +510,25 @@ def test_load_backend(tmp_path: Path) -> None:
 
 
 def test_the_nvml_source_imports_no_simulator() -> None:
-    """The wiring picks the backend: collectors/nvml.py stays free of sim/ (issue 15)."""
+    """The wiring picks the backend: collectors/nvml/ stays free of sim/ (issue 15)."""
     import ast
 
     import inferwatch.agent.collectors.nvml as nvml_module
 
-    tree = ast.parse(Path(nvml_module.__file__).read_text())
-    imported = {
-        node.module if isinstance(node, ast.ImportFrom) else alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in node.names
-    }
+    package = "inferwatch.agent.collectors.nvml"
+    files = sorted(Path(nvml_module.__file__).parent.glob("*.py"))
+    assert len(files) > 1, "collectors/nvml/ is a package of several modules"
+    imported: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                # resolve relative imports against the package (level 1 = the package itself)
+                base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                module = ".".join(part for part in (base, node.module or "") if part)
+                imported |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    assert "inferwatch.agent.collectors.nvml.calls" in imported  # the walk sees relative imports
     assert not {name for name in imported if name and name.startswith("inferwatch.sim")}
 
 
