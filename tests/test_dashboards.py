@@ -30,7 +30,7 @@ from tests.support.proc import PROMTOOL, REPO, SHARED, require_binary
 
 from inferwatch.pack import dashboards as dash
 from inferwatch.pack import dashlint
-from inferwatch.pack.dashboard_defs import PROXY_GAP_TITLE
+from inferwatch.pack.dashboards.worker import PROXY_GAP_TITLE
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 SCHEMA_DIR = SHARED / "reference" / "grafana-schema"
@@ -224,19 +224,19 @@ def test_schema_check_refuses_raw_grafanalib_output(thresholds: Thresholds) -> N
     import attr
     from grafanalib import core as g
 
-    from inferwatch.pack import dashboard_defs, panels
+    from inferwatch.pack.dashboards import common, panels, plain
 
     schema = _schema("dashboard")
-    panel = dashboard_defs.gpu_utilization_panel(thresholds)
+    panel = common.gpu_utilization_panel(thresholds)
     raw = g.Dashboard(
         title="raw",
         panels=[attr.evolve(panel, gridPos=g.GridPos(h=8, w=12, x=0, y=0))],
         templating=g.Templating(panels.standard_variables()),
     ).auto_panel_ids()
-    plain = panels.to_plain(raw)
-    errors = _errors(schema, plain)
+    raw_json = plain.to_plain(raw)
+    errors = _errors(schema, raw_json)
     assert errors, "grafanalib's raw output unexpectedly validates"
-    assert _errors(schema, panels.normalise_dashboard(plain)) == []
+    assert _errors(schema, plain.normalise_dashboard(raw_json)) == []
 
 
 # --- dashboard-linter rules ------------------------------------------------------------
@@ -771,11 +771,11 @@ def test_bottleneck_and_band_queries_in_promtool(
     tmp_path: Path, thresholds: Thresholds, boards: dict[str, dict[str, Any]]
 ) -> None:
     promtool = require_binary(PROMTOOL, "promtool")
-    from inferwatch.pack import dashboard_defs
+    from inferwatch.pack.dashboards import overview
 
     all_values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
     all_values |= {"cluster": ".*", "node": ".*", "namespace": ".*", "pod": ".*"}
-    bottleneck = dash.expand_variables(dashboard_defs.bottleneck_expr(thresholds), all_values)
+    bottleneck = dash.expand_variables(overview.bottleneck_expr(thresholds), all_values)
     weekly = boards["inference-weekly-trends"]
     bands = [
         dash.expand_variables(q.expr, {**all_values, "__range": "10m"})

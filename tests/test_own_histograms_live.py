@@ -28,7 +28,7 @@ from tests.support.e2e import (
 from tests.support.proc import PROMETHEUS, require_binary, wait_until
 
 from inferwatch.pack import dashboards as dash
-from inferwatch.pack.dashboard_defs import latency_panel
+from inferwatch.pack.dashboards.common import latency_panel
 from inferwatch.report.model import Period
 from inferwatch.report.promapi import PrometheusClient
 from inferwatch.report.query import Collector

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-from inferwatch.pack.cost_panels import GRAFANA_CURRENCIES
 from inferwatch.pack.dashboards import GLOBAL_DEFAULTS, expand_variables
+from inferwatch.pack.dashboards.cost_row import GRAFANA_CURRENCIES
 
 #: Grafana unit IDs (packages/grafana-data valueFormats); the ones a dashboard may use.
 VALID_UNITS = frozenset(

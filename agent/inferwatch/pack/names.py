@@ -1,6 +1,6 @@
 """Names of the pack's recording rules and alerts, written out once.
 
-The rules (``pack.rules``), dashboards (``pack.dashboard_defs``), runbooks
+The rules (``pack.rules``), dashboards (``pack.dashboards``), runbooks
 (``pack.runbooks``), the report and the tests import them from here, so a grep
 for a name finds its one definition. Recording rules follow Prometheus'
 ``level:metric:operations`` convention; a window in a name is the configured

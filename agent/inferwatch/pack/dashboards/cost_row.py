@@ -9,9 +9,9 @@ money panels show GPU-hours instead. Hours over the dashboard's time range are
 from __future__ import annotations
 
 from inferwatch.pack import cost
-from inferwatch.pack import panels as p
+from inferwatch.pack.dashboards import panels as p
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps
 from inferwatch.pack.names import cost_names, names
-from inferwatch.pack.panels import Cell, Query, Section, gpu_sel, steps
 from inferwatch.pack.thresholds import Thresholds
 
 #: ISO codes Grafana has a unit for (packages/grafana-data/src/valueFormats/categories.ts,

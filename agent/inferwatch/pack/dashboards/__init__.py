@@ -6,8 +6,10 @@
 - ``deploy/kubernetes/dashboards/<name>.yaml``: the same JSON in a ConfigMap
   labelled ``grafana_dashboard: "1"`` for Grafana's dashboard sidecar.
 
-The panels themselves are in :mod:`inferwatch.pack.dashboard_defs` (built with
-grafanalib, imported only when generating) and :mod:`inferwatch.pack.panels`.
+The dashboards themselves are built with grafanalib (imported only when
+generating), one module each: :mod:`.overview`, :mod:`.worker`, :mod:`.gpu`,
+:mod:`.weekly`, with what they share in :mod:`.common`, the building blocks in
+:mod:`.panels` and the conversion to schema-valid JSON in :mod:`.plain`.
 
 For tests against a live stack, :func:`panel_queries` and :func:`query_targets`
 list every panel's PromQL, :func:`expand_variables` fills in the dashboard and
@@ -84,9 +86,15 @@ def configmap(name: str, json_text: str) -> str:
 
 def dashboards(thresholds: Thresholds) -> dict[str, dict[str, Any]]:
     """Name (file stem) -> dashboard JSON, as Python values."""
-    from inferwatch.pack.dashboard_defs import build_all  # grafanalib: slow to import
+    # grafanalib: slow to import, so only here
+    from inferwatch.pack.dashboards import gpu, overview, weekly, worker
 
-    return build_all(thresholds)
+    return {
+        "inference-overview": overview.build(thresholds),
+        "inference-worker": worker.build(thresholds),
+        "inference-gpu": gpu.build(thresholds),
+        "inference-weekly-trends": weekly.build(thresholds),
+    }
 
 
 def render(doc: Mapping[str, Any]) -> str:

@@ -8,10 +8,10 @@ the instance matcher also accepts an empty value, as the alert panels' do.
 
 from __future__ import annotations
 
-from inferwatch.pack import panels as p
 from inferwatch.pack import slo
+from inferwatch.pack.dashboards import panels as p
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate, slo_errors
-from inferwatch.pack.panels import Cell, Query, Section, steps
 from inferwatch.pack.thresholds import Thresholds
 
 TITLE = "SLOs and error budgets"
