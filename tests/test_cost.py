@@ -11,8 +11,9 @@ import yaml
 from tests.support.proc import PROMTOOL, REPO, inferwatch_cmd, require_binary
 
 from inferwatch.errors import ConfigError
-from inferwatch.pack import cost, rules
+from inferwatch.pack import rules
 from inferwatch.pack.names import cost_names, names
+from inferwatch.pack.rules import cost
 from inferwatch.pack.thresholds import load_thresholds
 
 DATA = REPO / "tests" / "data" / "cost"

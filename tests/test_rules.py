@@ -31,8 +31,9 @@ from tests.support.proc import (
 )
 
 from inferwatch.engines import ENGINES
-from inferwatch.pack import dashlint, own_histograms, rules, slo
+from inferwatch.pack import dashlint, rules
 from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors, slo_requests
+from inferwatch.pack.rules import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 

@@ -14,7 +14,8 @@ from tests.support.proc import PROMTOOL, REPO, http_get, inferwatch_cmd, require
 
 from inferwatch.engines import proxy
 from inferwatch.errors import ConfigError
-from inferwatch.pack import generate, rules, slo
+from inferwatch.pack import generate, rules
+from inferwatch.pack.rules import slo
 from inferwatch.pack.slo_spec import ENGINE_BUCKETS
 from inferwatch.pack.thresholds import load_thresholds
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from inferwatch.pack import loops as L
-from inferwatch.pack import slo
 from inferwatch.pack.names import names
-from inferwatch.pack.rules import Alert, alerts
+from inferwatch.pack.rules import Alert, alerts, slo
 from inferwatch.pack.runbooks import burn_rate, gpu, health, latency, memory, warmup
 from inferwatch.pack.runbooks.common import DASHBOARD_TITLES, SECTIONS, Ctx, Page
 from inferwatch.pack.thresholds import Thresholds

@@ -1,5 +1,5 @@
 """Runbook pages of the SLO burn-rate alerts (``InferenceTTFTBudgetBurn``, ...): the
-objectives from ``slos:``, the burn pairs of :mod:`inferwatch.pack.slo`, where to look."""
+objectives from ``slos:``, the burn pairs of :mod:`inferwatch.pack.rules.slo`, where to look."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from prometheus_client.utils import floatToGoString
 
 from inferwatch.pack import loops as L
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate
-from inferwatch.pack.slo import ALERT_NAMES, BURNS, TITLES, num_text, window_name, window_seconds
+from inferwatch.pack.rules.slo import (
+    ALERT_NAMES,
+    BURNS,
+    TITLES,
+    num_text,
+    window_name,
+    window_seconds,
+)
 from inferwatch.pack.thresholds import Thresholds
 
 

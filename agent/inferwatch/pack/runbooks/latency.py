@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
-from inferwatch.pack.rules import dur, num, pct, secs
+from inferwatch.pack.rules.common import dur, num, pct, secs
 from inferwatch.pack.runbooks.common import (
     BALANCING,
     FLAGS_WHERE,

@@ -39,7 +39,6 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
-from inferwatch.pack import own_histograms
 from inferwatch.pack.names import (
     MODEL,
     SLO_BUDGET_REMAINING,
@@ -49,6 +48,7 @@ from inferwatch.pack.names import (
     slo_errors,
     slo_requests,
 )
+from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
@@ -159,7 +159,7 @@ def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: 
     m = entry_matchers(spec, entry)
     if o.le is not None:
         # Per worker, the agent's buckets, else the engine's own (export_histograms:
-        # false; pack.own_histograms): the le of both is the engine's boundary, as its
+        # false; pack.rules.own_histograms): the le of both is the engine's boundary, as its
         # client library wrote it. The +Inf bucket, not _count: the same number, and a
         # bucket is what the engine mapping guarantees for every histogram it passes.
         good, total = (
