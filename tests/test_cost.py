@@ -161,7 +161,7 @@ def test_generate_exits_2_on_bad_pricing(tmp_path: Path) -> None:
 
 def test_priced_overview_passes_the_dashboard_lint() -> None:
     pytest.importorskip("promql_parser")
-    from inferwatch.pack import dashlint
+    from inferwatch.pack.dashboards import lint as dashlint
     from inferwatch.pack.dashboards import overview
 
     t = load_thresholds(str(PRICING))

@@ -3,7 +3,7 @@
 - every dashboard validates against Grafana's dashboard JSON schema, and every
   panel's options / custom field config / Prometheus targets against their
   panel schemas (read from ../shared/reference/grafana-schema, skipped when absent);
-- the dashboard-linter rules of STYLE.md (inferwatch.pack.dashlint) pass with no
+- the dashboard-linter rules of STYLE.md (inferwatch.pack.dashboards.lint) pass with no
   exclusion, and each rule is shown to catch a violation;
 - every metric a panel or variable queries is in METRICS.md, the Extensions
   section of docs/metrics.md, a generated recording rule, or a series
@@ -29,7 +29,7 @@ import yaml
 from tests.support.proc import PROMTOOL, REPO, SHARED, require_binary
 
 from inferwatch.pack import dashboards as dash
-from inferwatch.pack import dashlint
+from inferwatch.pack.dashboards import lint as dashlint
 from inferwatch.pack.dashboards.worker import PROXY_GAP_TITLE
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 

@@ -31,7 +31,8 @@ from tests.support.proc import (
 )
 
 from inferwatch.engines import ENGINES
-from inferwatch.pack import dashlint, rules
+from inferwatch.pack import rules
+from inferwatch.pack.dashboards import lint as dashlint
 from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors, slo_requests
 from inferwatch.pack.rules import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds

@@ -11,8 +11,9 @@ import pytest
 import yaml
 from tests.support.proc import REPO, SHARED
 
-from inferwatch.pack import dashlint, rules, runbooks
 from inferwatch.pack import loops as L
+from inferwatch.pack import rules, runbooks
+from inferwatch.pack.dashboards import lint as dashlint
 from inferwatch.pack.runbooks import common as runbook_text
 from inferwatch.pack.thresholds import load_thresholds
 

@@ -136,7 +136,7 @@ def lint(files: dict[str, str]) -> list[str]:
     """``path: rule: problem`` for every dashboard-linter problem in the generated dashboards."""
     import json
 
-    from inferwatch.pack import dashlint
+    from inferwatch.pack.dashboards import lint as dashlint
 
     problems = []
     for path, text in files.items():
