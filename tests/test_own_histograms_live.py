@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support import pack_readback
 from tests.support.e2e import (
     ENGINE_JOB,
     Stack,
@@ -150,7 +151,7 @@ def test_the_heatmaps_and_phase_panels_show_the_worker(stack: Stack) -> None:
     included) are only vLLM's own: each reads the recorded rate there."""
     doc = dash.dashboards(stack.thresholds)["inference-worker"]
     queries: dict[str, list[str]] = {}
-    for q in dash.query_targets(doc):
+    for q in pack_readback.query_targets(doc):
         queries.setdefault(q.panel, []).append(q.expr)
     assert set(HEATMAPS) | set(QUANTILE_PANELS) <= set(queries)
     load = stack.load("steady", [OWN, COPY], 30, rate=2.0, drain=0)

@@ -237,12 +237,6 @@ def selectors(tree: Any) -> list[Any]:
     return [node for node, _ in walk(tree) if isinstance(node, pp.VectorSelector)]
 
 
-def metric_names(expr: str, values: Mapping[str, str] | None = None) -> set[str]:
-    """Names of the series an expression selects (after expansion)."""
-    tree = parse(expr, values if values is not None else GLOBAL_DEFAULTS)
-    return {n for n in (selector_name(s) for s in selectors(tree)) if n}
-
-
 # --- dashboard traversal ---------------------------------------------------------------
 
 

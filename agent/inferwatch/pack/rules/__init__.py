@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from inferwatch.pack.rules import autoscale, cost, slo
-from inferwatch.pack.rules.catalogue import Alert, alert_names, alerts
+from inferwatch.pack.rules.catalogue import Alert, alerts
 from inferwatch.pack.rules.common import SEVERITIES
 from inferwatch.pack.rules.recording import record_names, recording_rules
 from inferwatch.pack.thresholds import Thresholds
@@ -51,7 +51,6 @@ __all__ = [
     "RULES_FILE",
     "SEVERITIES",
     "Alert",
-    "alert_names",
     "alerts",
     "dump",
     "generate",

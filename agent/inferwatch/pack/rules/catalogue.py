@@ -623,8 +623,3 @@ def _telemetry_down_expr(t: Thresholds) -> str:
         f"or\n"
         f"(max by ({INSTANCE}) ({errors}) unless on ({INSTANCE}) {last})"
     )
-
-
-def alert_names(t: Thresholds) -> list[str]:
-    """Distinct alert names, in file order."""
-    return list(dict.fromkeys(a.name for a in alerts(t)))
