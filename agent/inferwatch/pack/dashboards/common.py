@@ -122,6 +122,18 @@ def quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Q
     ]
 
 
+def gpus_up_stat() -> Any:
+    """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
+    return p.stat(
+        "GPUs up",
+        "GPUs that answer NVML, out of those selected.",
+        [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
+        unit="none",
+        graph=False,
+        decimals=0,
+    )
+
+
 def gpu_utilization_panel(t: Thresholds) -> Any:
     return p.timeseries(
         "GPU utilization",

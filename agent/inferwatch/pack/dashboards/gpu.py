@@ -10,6 +10,7 @@ from inferwatch.pack.dashboards.common import (
     gpu_label,
     gpu_state_panel,
     gpu_utilization_panel,
+    gpus_up_stat,
     util_text,
     utilization_steps,
     vram_steps,
@@ -46,14 +47,7 @@ def now_section(t: Thresholds) -> Section:
         "GPUs now",
         [
             Cell(
-                p.stat(
-                    "GPUs up",
-                    "GPUs that answer NVML, out of those selected.",
-                    [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
-                    unit="none",
-                    graph=False,
-                    decimals=0,
-                ),
+                gpus_up_stat(),
                 5,
                 4,
             ),

@@ -15,6 +15,7 @@ from inferwatch.pack.dashboards.common import (
     gpu_link,
     gpu_state_panel,
     gpu_utilization_panel,
+    gpus_up_stat,
     latency_panel,
     pct,
     rejected_panel,
@@ -227,14 +228,7 @@ def now_section(t: Thresholds) -> Section:
                 4,
             ),
             Cell(
-                p.stat(
-                    "GPUs up",
-                    "GPUs that answer NVML, out of those selected.",
-                    [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
-                    unit="none",
-                    graph=False,
-                    decimals=0,
-                ),
+                gpus_up_stat(),
                 4,
                 4,
             ),
