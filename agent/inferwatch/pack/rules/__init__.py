@@ -40,7 +40,8 @@ from typing import Any
 import yaml
 
 from inferwatch.pack.rules import autoscale, cost, slo
-from inferwatch.pack.rules.catalogue import Alert, alerts
+from inferwatch.pack.rules.alert import Alert
+from inferwatch.pack.rules.catalogue import alerts
 from inferwatch.pack.rules.common import SEVERITIES
 from inferwatch.pack.rules.recording import record_names, recording_rules
 from inferwatch.pack.thresholds import Thresholds

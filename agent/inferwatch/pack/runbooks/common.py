@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from inferwatch.pack import loops as L
 from inferwatch.pack.names import Names
-from inferwatch.pack.rules import Alert
+from inferwatch.pack.rules.alert import Alert
 from inferwatch.pack.thresholds import Thresholds
 
 DASHBOARD_TITLES = {
