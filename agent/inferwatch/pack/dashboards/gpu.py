@@ -16,14 +16,7 @@ from inferwatch.pack.dashboards.common import (
     vram_steps,
     vram_text,
 )
-from inferwatch.pack.dashboards.panels import (
-    Cell,
-    Query,
-    Section,
-    gpu_sel,
-    host_sel,
-    steps,
-)
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, host_sel, steps
 from inferwatch.pack.thresholds import Thresholds
 
 

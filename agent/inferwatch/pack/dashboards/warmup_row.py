@@ -3,17 +3,8 @@
 from __future__ import annotations
 
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.common import (
-    secs,
-    slo_steps,
-    worker_only,
-)
-from inferwatch.pack.dashboards.panels import (
-    Cell,
-    Query,
-    Section,
-    steps,
-)
+from inferwatch.pack.dashboards.common import secs, slo_steps, worker_only
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps
 from inferwatch.pack.thresholds import Thresholds
 
 

@@ -18,14 +18,7 @@ from inferwatch.pack.dashboards.common import (
     vram_steps,
     vram_text,
 )
-from inferwatch.pack.dashboards.panels import (
-    Cell,
-    Query,
-    Section,
-    gpu_sel,
-    steps,
-    worker_sel,
-)
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps, worker_sel
 from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds
 

@@ -17,13 +17,7 @@ from inferwatch.pack.dashboards.common import (
     worker_buckets,
     worker_only,
 )
-from inferwatch.pack.dashboards.panels import (
-    Cell,
-    Query,
-    Section,
-    steps,
-    worker_sel,
-)
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps, worker_sel
 from inferwatch.pack.dashboards.warmup_row import warmup_section
 from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds

@@ -6,14 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from inferwatch.pack import names as an
-from inferwatch.pack.names import (
-    GPU,
-    INSTANCE,
-    MODEL,
-    WORKER,
-    WORKER_KEY,
-    names,
-)
+from inferwatch.pack.names import GPU, INSTANCE, MODEL, WORKER, WORKER_KEY, names
 from inferwatch.pack.rules import slo
 from inferwatch.pack.rules.alert import Alert
 from inferwatch.pack.rules.common import THERMAL_REASONS, dur, num, pct, rising, secs

@@ -3,9 +3,7 @@ and the conditions several rules share."""
 
 from __future__ import annotations
 
-from inferwatch.pack.names import (
-    names,
-)
+from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
 SEVERITIES = ("critical", "warning", "info")

@@ -8,13 +8,7 @@ from collections.abc import Callable
 from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
 from inferwatch.pack.rules.common import dur, pct
-from inferwatch.pack.runbooks.common import (
-    Ctx,
-    Page,
-    md,
-    promql,
-    sh,
-)
+from inferwatch.pack.runbooks.common import Ctx, Page, md, promql, sh
 
 
 def _request_errors(c: Ctx) -> Page:

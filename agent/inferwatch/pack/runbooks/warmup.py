@@ -8,12 +8,7 @@ from collections.abc import Callable
 from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
 from inferwatch.pack.rules.common import dur, secs
-from inferwatch.pack.runbooks.common import (
-    Ctx,
-    Page,
-    promql,
-    sh,
-)
+from inferwatch.pack.runbooks.common import Ctx, Page, promql, sh
 
 #: [5.2]: the unwarmed first call against a warm one, as the pages quote it
 _COLD_VS_WARM = (
