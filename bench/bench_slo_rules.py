@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from benchlib import machine, machine_line
-from inferwatch.pack import own_histograms, slo
+from inferwatch.pack.rules import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds
 
 STEP = 15

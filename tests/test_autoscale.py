@@ -16,9 +16,8 @@ import yaml
 from tests.support.e2e import E2E_THRESHOLDS, Stack, WorkerSpec
 from tests.support.proc import REPO, wait_until
 
-from inferwatch.pack import autoscale
 from inferwatch.pack.names import DESIRED_REPLICAS, QUEUE_PRESSURE_MODEL, REPLICAS, SCALE_IN
-from inferwatch.pack.rules import record_names
+from inferwatch.pack.rules import autoscale, record_names
 from inferwatch.pack.thresholds import load_thresholds
 
 KUBECTL = shutil.which("kubectl")

@@ -11,8 +11,9 @@ import yaml
 from tests.support.proc import PROMTOOL, REPO, inferwatch_cmd, require_binary
 
 from inferwatch.errors import ConfigError
-from inferwatch.pack import cost, rules
+from inferwatch.pack import rules
 from inferwatch.pack.names import cost_names, names
+from inferwatch.pack.rules import cost
 from inferwatch.pack.thresholds import load_thresholds
 
 DATA = REPO / "tests" / "data" / "cost"
@@ -160,17 +161,18 @@ def test_generate_exits_2_on_bad_pricing(tmp_path: Path) -> None:
 
 def test_priced_overview_passes_the_dashboard_lint() -> None:
     pytest.importorskip("promql_parser")
-    from inferwatch.pack import dashboard_defs, dashlint
+    from inferwatch.pack.dashboards import lint as dashlint
+    from inferwatch.pack.dashboards import overview
 
     t = load_thresholds(str(PRICING))
-    board = dashboard_defs.overview(t)
+    board = overview.build(t)
     for name, check in dashlint.RULES.items():
         assert check(board) == [], name
     panels = {panel["title"]: panel for panel in board["panels"] if panel.get("type") != "row"}
     money = panels["Cost per million generated tokens (EUR)"]
     assert money["fieldConfig"]["defaults"]["unit"] == "currencyEUR"
     assert "Money on idle GPUs (EUR, time range)" in panels
-    unpriced = {panel["title"] for panel in dashboard_defs.overview(load_thresholds())["panels"]}
+    unpriced = {panel["title"] for panel in overview.build(load_thresholds())["panels"]}
     assert "GPU-hours per million generated tokens" in unpriced
     assert not any("EUR" in title for title in unpriced)
 

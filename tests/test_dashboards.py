@@ -3,7 +3,7 @@
 - every dashboard validates against Grafana's dashboard JSON schema, and every
   panel's options / custom field config / Prometheus targets against their
   panel schemas (read from ../shared/reference/grafana-schema, skipped when absent);
-- the dashboard-linter rules of STYLE.md (inferwatch.pack.dashlint) pass with no
+- the dashboard-linter rules of STYLE.md (inferwatch.pack.dashboards.lint) pass with no
   exclusion, and each rule is shown to catch a violation;
 - every metric a panel or variable queries is in METRICS.md, the Extensions
   section of docs/metrics.md, a generated recording rule, or a series
@@ -26,11 +26,12 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support import pack_readback
 from tests.support.proc import PROMTOOL, REPO, SHARED, require_binary
 
 from inferwatch.pack import dashboards as dash
-from inferwatch.pack import dashlint
-from inferwatch.pack.dashboard_defs import PROXY_GAP_TITLE
+from inferwatch.pack.dashboards import lint as dashlint
+from inferwatch.pack.dashboards.worker import PROXY_GAP_TITLE
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 SCHEMA_DIR = SHARED / "reference" / "grafana-schema"
@@ -224,19 +225,19 @@ def test_schema_check_refuses_raw_grafanalib_output(thresholds: Thresholds) -> N
     import attr
     from grafanalib import core as g
 
-    from inferwatch.pack import dashboard_defs, panels
+    from inferwatch.pack.dashboards import common, panels, plain
 
     schema = _schema("dashboard")
-    panel = dashboard_defs.gpu_utilization_panel(thresholds)
+    panel = common.gpu_utilization_panel(thresholds)
     raw = g.Dashboard(
         title="raw",
         panels=[attr.evolve(panel, gridPos=g.GridPos(h=8, w=12, x=0, y=0))],
         templating=g.Templating(panels.standard_variables()),
     ).auto_panel_ids()
-    plain = panels.to_plain(raw)
-    errors = _errors(schema, plain)
+    raw_json = plain.to_plain(raw)
+    errors = _errors(schema, raw_json)
     assert errors, "grafanalib's raw output unexpectedly validates"
-    assert _errors(schema, panels.normalise_dashboard(plain)) == []
+    assert _errors(schema, plain.normalise_dashboard(raw_json)) == []
 
 
 # --- dashboard-linter rules ------------------------------------------------------------
@@ -328,13 +329,13 @@ def _used_metrics(boards: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
     used: dict[str, set[str]] = {}
     for name, doc in boards.items():
         values = dashlint.lint_values(doc)
-        for title, expr in dash.panel_queries(doc):
-            for metric in dashlint.metric_names(expr, values):
+        for title, expr in pack_readback.panel_queries(doc):
+            for metric in pack_readback.metric_names(expr, values):
                 used.setdefault(metric, set()).add(f"{name} / {title}")
         for var in doc["templating"]["list"]:
             parsed = dashlint._label_values(str(var.get("query", "")))
             if var["type"] == "query" and parsed and parsed[0]:
-                for metric in dashlint.metric_names(parsed[0], values):
+                for metric in pack_readback.metric_names(parsed[0], values):
                     used.setdefault(metric, set()).add(f"{name} / ${var['name']}")
     return used
 
@@ -512,9 +513,9 @@ def test_warmup_panels_are_declared_optional_on_a_stack_without_the_gate(
     boards: dict[str, dict[str, Any]],
 ) -> None:
     for title in WARMUP_TITLES:
-        entry = dash.HARDWARE_OPTIONAL[title]
+        entry = pack_readback.HARDWARE_OPTIONAL[title]
         assert "warmup:" in entry.reason and not entry.ref_ids
-    targets = dash.query_targets(boards["inference-worker"])
+    targets = pack_readback.query_targets(boards["inference-worker"])
     assert {q.panel for q in targets if q.optional} == set(WARMUP_TITLES) | set(ENGINE_OPTIONAL) | {
         PROXY_GAP_TITLE
     }
@@ -526,7 +527,9 @@ def test_the_proxy_panel_draws_the_rules_ttft_and_the_clients(
     """Issue 30: the rules' TTFT P99 next to the measuring proxy's; only the proxy's line
     may be empty (a worker without workers[].proxy)."""
     targets = [
-        q for q in dash.query_targets(boards["inference-worker"]) if q.panel == PROXY_GAP_TITLE
+        q
+        for q in pack_readback.query_targets(boards["inference-worker"])
+        if q.panel == PROXY_GAP_TITLE
     ]
     assert [(q.ref_id, q.optional is not None) for q in targets] == [("A", False), ("B", True)]
     assert "worker:inferwatch_ttft_seconds:p99_5m" in targets[0].expr
@@ -542,8 +545,8 @@ ENGINE_OPTIONAL = {
 
 def test_issue23_worker_panels_read_the_new_signals(boards: dict[str, dict[str, Any]]) -> None:
     doc = boards["inference-worker"]
-    targets = dash.query_targets(doc)
-    by_panel: dict[str, list[dash.PanelQuery]] = {}
+    targets = pack_readback.query_targets(doc)
+    by_panel: dict[str, list[pack_readback.PanelQuery]] = {}
     for q in targets:
         by_panel.setdefault(q.panel, []).append(q)
     for title, metric in (
@@ -568,7 +571,7 @@ def test_issue23_worker_panels_read_the_new_signals(boards: dict[str, dict[str, 
 
 
 def test_issue23_gpu_panels_read_the_new_signals(boards: dict[str, dict[str, Any]]) -> None:
-    targets = {q.panel: q for q in dash.query_targets(boards["inference-gpu"])}
+    targets = {q.panel: q for q in pack_readback.query_targets(boards["inference-gpu"])}
     expected = {
         "PCIe throughput": ("inferwatch_gpu_pcie_throughput_bytes_per_second", False),
         "NVLink throughput": ("inferwatch_gpu_nvlink_throughput_bytes_per_second", True),
@@ -638,7 +641,7 @@ def test_recording_rule_names_follow_the_rate_window(tmp_path: Path) -> None:
     custom = tmp_path / "window.yaml"
     custom.write_text("pack:\n  rate_window: 10m\n")
     doc = dash.dashboards(load_thresholds(str(custom)))["inference-worker"]
-    exprs = " ".join(e for _, e in dash.panel_queries(doc))
+    exprs = " ".join(e for _, e in pack_readback.panel_queries(doc))
     assert "worker:inferwatch_ttft_seconds:p99_10m" in exprs
     assert "worker:inferwatch_request_errors:ratio_rate10m" in exprs
     assert "_5m" not in exprs
@@ -727,7 +730,7 @@ def test_panel_queries_cover_every_target_and_expand(boards: dict[str, dict[str,
     import promql_parser
 
     for doc in boards.values():
-        pairs = dash.panel_queries(doc)
+        pairs = pack_readback.panel_queries(doc)
         assert len(pairs) == sum(len(p["targets"]) for p in dashlint.panels(doc))
         values = dash.dashboard_variables(doc)
         assert values["job"] == ".+" and values["datasource"] == "prometheus"
@@ -747,8 +750,8 @@ def test_expand_variables() -> None:
 
 
 def test_hardware_optional_declarations_match_panels(boards: dict[str, dict[str, Any]]) -> None:
-    targets = [q for doc in boards.values() for q in dash.query_targets(doc)]
-    for title, entry in dash.HARDWARE_OPTIONAL.items():
+    targets = [q for doc in boards.values() for q in pack_readback.query_targets(doc)]
+    for title, entry in pack_readback.HARDWARE_OPTIONAL.items():
         refs = {q.ref_id for q in targets if q.panel == title}
         assert refs, f"HARDWARE_OPTIONAL names a panel that does not exist: {title}"
         assert entry.ref_ids <= refs, title
@@ -771,15 +774,15 @@ def test_bottleneck_and_band_queries_in_promtool(
     tmp_path: Path, thresholds: Thresholds, boards: dict[str, dict[str, Any]]
 ) -> None:
     promtool = require_binary(PROMTOOL, "promtool")
-    from inferwatch.pack import dashboard_defs
+    from inferwatch.pack.dashboards import overview
 
     all_values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
     all_values |= {"cluster": ".*", "node": ".*", "namespace": ".*", "pod": ".*"}
-    bottleneck = dash.expand_variables(dashboard_defs.bottleneck_expr(thresholds), all_values)
+    bottleneck = dash.expand_variables(overview.bottleneck_expr(thresholds), all_values)
     weekly = boards["inference-weekly-trends"]
     bands = [
         dash.expand_variables(q.expr, {**all_values, "__range": "10m"})
-        for q in dash.query_targets(weekly)
+        for q in pack_readback.query_targets(weekly)
         if q.panel == "Time in each utilization band"
     ]
     rules = {

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.support import pack_readback
 from tests.support.e2e import Stack, WorkerSpec
 from tests.support.proc import REPO, Process, wait_until
 from tests.support.stack import ALERTS_DIR
@@ -184,7 +185,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # queue alert needs about as long).
         trends = load_dashboards()["inference-weekly-trends"]
         week = {**dash.dashboard_variables(trends), **grafana_globals(default_range(trends))}
-        for q in dash.query_targets(trends):
+        for q in pack_readback.query_targets(trends):
             if q.panel == BAND_PANEL:
                 needed[f"{BAND_PANEL} {q.ref_id}"] = dash.expand_variables(q.expr, week)
         assert any(k.startswith(BAND_PANEL) for k in needed), f"no {BAND_PANEL!r} panel"
@@ -295,7 +296,7 @@ def test_variables_list_the_running_setup(stack: Stack) -> None:
 
 
 def evaluate(
-    stack: Stack, doc: Mapping[str, Any], q: dash.PanelQuery, variables: Mapping[str, str]
+    stack: Stack, doc: Mapping[str, Any], q: pack_readback.PanelQuery, variables: Mapping[str, str]
 ) -> list[Outcome]:
     """One target, run as Grafana would (see the module doc): one Outcome per evaluation."""
     prom = stack.prom
@@ -325,14 +326,14 @@ def check_all(stack: Stack, variables: Mapping[str, Mapping[str, str]], label: s
     outcomes: list[Outcome] = []
     retried: list[str] = []
     for name, doc in load_dashboards().items():
-        for q in dash.query_targets(doc):
+        for q in pack_readback.query_targets(doc):
             results = evaluate(stack, doc, q, variables[name])
             if not q.optional and not all(r.data for r in results):
                 # right at a scrape or rule-evaluation boundary: give it a few more scrapes
                 retried.append(f"{name} / {q.panel} {q.ref_id}")
 
                 def again(
-                    doc: Mapping[str, Any] = doc, q: dash.PanelQuery = q, name: str = name
+                    doc: Mapping[str, Any] = doc, q: pack_readback.PanelQuery = q, name: str = name
                 ) -> list[Outcome] | None:
                     r = evaluate(stack, doc, q, variables[name])
                     return r if all(o.data for o in r) else None
@@ -400,7 +401,7 @@ def test_warmup_row_returns_data_with_the_gate_on(stack: Stack) -> None:
     variables = dash.dashboard_variables(doc)
     outcomes = [
         o
-        for q in dash.query_targets(doc)
+        for q in pack_readback.query_targets(doc)
         if q.panel in titles
         for o in evaluate(stack, doc, q, variables)
     ]
@@ -424,7 +425,7 @@ def test_optional_signals_this_stack_serves_return_data(stack: Stack) -> None:
     for name, title in sorted(SERVED_HERE):
         doc = docs[name]
         variables = dash.dashboard_variables(doc)
-        queries = [q for q in dash.query_targets(doc) if q.panel == title]
+        queries = [q for q in pack_readback.query_targets(doc) if q.panel == title]
         assert queries and any(q.optional for q in queries), title
         outcomes += [o for q in queries for o in evaluate(stack, doc, q, variables)]
     empty = [f"{o.panel} {o.ref_id} [{o.how}]: {o.query}" for o in outcomes if not o.data]

@@ -35,7 +35,7 @@ from tests.support.e2e import (
 from tests.support.proc import PROMETHEUS, REPO, http_get, require_binary, wait_until
 from tests.support.stubworker import StubWorker
 
-from inferwatch.pack.dashboard_defs import latency_panel
+from inferwatch.pack.dashboards.common import latency_panel
 
 CAPTURE = (REPO / "tests" / "data" / "dcgm" / "dcgm-exporter-4.9-h200x2.prom").read_text()
 U0 = "GPU-6f1d3a52-0c4e-4b1a-9d2e-1f7a8b9c0d11"

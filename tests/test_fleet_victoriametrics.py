@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support import pack_readback
 from tests.support.e2e import render_alertmanager_config
 from tests.support.proc import REPO, Alertmanager, Prometheus, http_get, wait_until
 from tests.support.replay import ReplayHost, ReplayServer, load_capture, scrape_targets
@@ -258,7 +259,7 @@ def test_every_dashboard_query_runs_on_the_store(fleet: Fleet) -> None:
     for path in sorted((REPO / "dashboards").glob("*.json")):
         doc = json.loads(path.read_text())
         variables = dash.dashboard_variables(doc)
-        for q in dash.query_targets(doc):
+        for q in pack_readback.query_targets(doc):
             expr = dash.expand_variables(q.expr, variables)
             total += 1
             endpoint = "query" if q.instant else "query_range"

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.support import pack_readback
 from tests.support.proc import REPO, inferwatch_cmd
 
 from inferwatch.pack import generate, rules, runbooks
@@ -36,7 +37,7 @@ def test_committed_files_are_up_to_date() -> None:
 def test_render_lists_the_rule_and_runbook_files() -> None:
     files = generate.render(load_thresholds())
     assert {rules.RULES_FILE, rules.ALERTS_FILE, rules.PROMETHEUS_RULE_FILE} <= set(files)
-    names = rules.alert_names(load_thresholds())
+    names = pack_readback.alert_names(load_thresholds())
     assert {f"runbooks/{n}.md" for n in names} <= set(files)
     assert list(files) == sorted(files)
 

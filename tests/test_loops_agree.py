@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support import scenarios as S
+from tests.support.pack_readback import alert_names
 from tests.support.proc import PROMTOOL, require_binary
 
 from inferwatch.advise import advise
@@ -31,7 +32,6 @@ from inferwatch.advise.rules import OOM_RISK, prefix_caching
 from inferwatch.demo.conditions import alert_for, conditions, loops_of
 from inferwatch.pack import loops as L
 from inferwatch.pack import rules
-from inferwatch.pack.rules import alert_names
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
 from inferwatch.report.model import bands_from_thresholds

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.support import pack_readback
 from tests.support.e2e import (
     ENGINE_JOB,
     Stack,
@@ -28,7 +29,7 @@ from tests.support.e2e import (
 from tests.support.proc import PROMETHEUS, require_binary, wait_until
 
 from inferwatch.pack import dashboards as dash
-from inferwatch.pack.dashboard_defs import latency_panel
+from inferwatch.pack.dashboards.common import latency_panel
 from inferwatch.report.model import Period
 from inferwatch.report.promapi import PrometheusClient
 from inferwatch.report.query import Collector
@@ -150,7 +151,7 @@ def test_the_heatmaps_and_phase_panels_show_the_worker(stack: Stack) -> None:
     included) are only vLLM's own: each reads the recorded rate there."""
     doc = dash.dashboards(stack.thresholds)["inference-worker"]
     queries: dict[str, list[str]] = {}
-    for q in dash.query_targets(doc):
+    for q in pack_readback.query_targets(doc):
         queries.setdefault(q.panel, []).append(q.expr)
     assert set(HEATMAPS) | set(QUANTILE_PANELS) <= set(queries)
     load = stack.load("steady", [OWN, COPY], 30, rate=2.0, drain=0)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support import pack_readback
 from tests.support.proc import (
     AMTOOL,
     PROMTOOL,
@@ -31,8 +32,10 @@ from tests.support.proc import (
 )
 
 from inferwatch.engines import ENGINES
-from inferwatch.pack import dashlint, own_histograms, rules, slo
+from inferwatch.pack import rules
+from inferwatch.pack.dashboards import lint as dashlint
 from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors, slo_requests
+from inferwatch.pack.rules import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 
@@ -119,7 +122,7 @@ def unit_test_cases() -> Iterator[tuple[str, str, bool]]:
 
 def test_every_alert_has_firing_and_silent_unit_tests() -> None:
     cases = list(unit_test_cases())
-    for name in rules.alert_names(load_thresholds()):
+    for name in pack_readback.alert_names(load_thresholds()):
         assert name in {c[1] for c in cases if c[2]}, f"{name}: no promtool case where it fires"
         assert name in {c[1] for c in cases if not c[2]}, f"{name}: no case where it stays silent"
 

@@ -11,8 +11,10 @@ import pytest
 import yaml
 from tests.support.proc import REPO, SHARED
 
-from inferwatch.pack import dashlint, rules, runbooks
 from inferwatch.pack import loops as L
+from inferwatch.pack import rules, runbooks
+from inferwatch.pack.dashboards import lint as dashlint
+from inferwatch.pack.runbooks import common as runbook_text
 from inferwatch.pack.thresholds import load_thresholds
 
 RUNBOOKS = REPO / "runbooks"
@@ -295,7 +297,7 @@ def test_remedy_facts_come_from_pack_loops() -> None:
     kv = ("InferenceKVCachePreemptions", "InferenceVRAMPressureQueueRising")
     for name in kv:
         for fact in (L.raise_kv_pool(), L.fewer_seqs(), L.FP8_KV, L.PREFIX_CACHING):
-            assert runbooks.cite(runbooks.md(fact), "x")[:-5] in text[name], (name, fact)
+            assert runbook_text.cite(runbook_text.md(fact), "x")[:-5] in text[name], (name, fact)
         for dtype in L.FP8_DTYPES:
             assert f"`{dtype}`" in text[name]
         assert 'kv_cache_dtype=~"fp8.*"' in text[name]
@@ -304,13 +306,13 @@ def test_remedy_facts_come_from_pack_loops() -> None:
     mem = dict(sections(text[kv[1]]))["Mitigation"]
     assert pre.index("Give the KV pool more memory") < pre.index("Lower `--max-num-seqs`")
     assert mem.index("Lower `--max-num-seqs`") < mem.index("Give the KV pool more memory")
-    assert runbooks.md(L.headroom()) in text["InferenceWorkerDown"]
-    assert runbooks.md(L.NO_SCALE_IN).rstrip(".") in text["InferenceLoadImbalance"]
-    assert runbooks.md(L.DATA_PARALLEL).rstrip(".") in text["InferenceLoadImbalance"]
+    assert runbook_text.md(L.headroom()) in text["InferenceWorkerDown"]
+    assert runbook_text.md(L.NO_SCALE_IN).rstrip(".") in text["InferenceLoadImbalance"]
+    assert runbook_text.md(L.DATA_PARALLEL).rstrip(".") in text["InferenceLoadImbalance"]
     for name in ("InferenceLoadImbalance", "InferenceLatencyLongTail"):
-        assert runbooks.md(L.LEAST_CONNECTIONS) in text[name], name
-        assert runbooks.md(L.LONG_CONTEXT_POOL) in text[name], name
-    assert runbooks.md(L.SCALE_OUT).rstrip(".") in text["InferenceQueueOverCapacity"]
+        assert runbook_text.md(L.LEAST_CONNECTIONS) in text[name], name
+        assert runbook_text.md(L.LONG_CONTEXT_POOL) in text[name], name
+    assert runbook_text.md(L.SCALE_OUT).rstrip(".") in text["InferenceQueueOverCapacity"]
     cold = f"{L.COLD_FIRST_CALL_SECONDS:g} s"
     for name in ("InferenceTTFTHighGPUIdle", "InferenceWorkerColdStart"):
         assert cold in text[name] and f"{L.WARM_CALL_SECONDS * 1000:.0f} ms" in text[name]
@@ -319,8 +321,9 @@ def test_remedy_facts_come_from_pack_loops() -> None:
 
 
 def test_the_page_source_types_no_fact_that_pack_loops_defines() -> None:
-    """runbooks.py quotes no number pack.loops holds: a changed fact changes every page."""
-    source = (REPO / "agent" / "inferwatch" / "pack" / "runbooks.py").read_text()
+    """pack/runbooks/ quotes no number pack.loops holds: a changed fact changes every page."""
+    package = REPO / "agent" / "inferwatch" / "pack" / "runbooks"
+    source = "\n".join(path.read_text() for path in sorted(package.glob("*.py")))
     facts = {
         f"{L.GPU_MEMORY_UTILIZATION_HEADROOM:g}": "GPU_MEMORY_UTILIZATION_HEADROOM",
         f"{L.FP8_KV_ACCURACY_LOSS:.1%}": "FP8_KV_ACCURACY_LOSS",
@@ -331,7 +334,7 @@ def test_the_page_source_types_no_fact_that_pack_loops_defines() -> None:
         f"{L.PREFIX_CACHE_KV_SAVING:.0%} or more": "PREFIX_CACHE_KV_SAVING",
     }
     for literal, constant in facts.items():
-        assert literal not in source, f"runbooks.py types {literal!r}: use loops.{constant}"
+        assert literal not in source, f"pack/runbooks/ types {literal!r}: use loops.{constant}"
 
 
 def test_the_long_tail_page_judges_ttft_and_tpot_with_at_least() -> None:
@@ -342,12 +345,12 @@ def test_the_long_tail_page_judges_ttft_and_tpot_with_at_least() -> None:
 
 
 def test_every_header_describes_the_query_under_it() -> None:
-    """A page's "Fires when" names what its alert's query reads (``runbooks.expr_terms``)
+    """A page's "Fires when" names what its alert's query reads (``runbooks.common.expr_terms``)
     and the ratio thresholds it compares with, so a header cannot describe an old query."""
     from inferwatch.pack.names import names
 
     t = load_thresholds()
-    terms = runbooks.expr_terms(names(t))
+    terms = runbook_text.expr_terms(names(t))
     pages = runbooks.generate(t)
     checked = 0
     for alert in rules.alerts(t):

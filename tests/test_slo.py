@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support import pack_readback
 from tests.support import report_fixture as fx
 from tests.support.proc import PROMTOOL, REPO, http_get, inferwatch_cmd, require_binary, wait_until
 
 from inferwatch.engines import proxy
 from inferwatch.errors import ConfigError
-from inferwatch.pack import generate, rules, slo
+from inferwatch.pack import generate, rules
+from inferwatch.pack.rules import slo
 from inferwatch.pack.slo_spec import ENGINE_BUCKETS
 from inferwatch.pack.thresholds import load_thresholds
 
@@ -152,18 +154,18 @@ def test_model_entries_inherit_the_default_and_leave_it_the_other_models(
 
 def test_either_family_can_be_turned_off(tmp_path: Path) -> None:
     default = load_thresholds()
-    base = rules.alert_names(default)
+    base = pack_readback.alert_names(default)
     assert {"InferenceTTFTBudgetBurn", "InferenceTTFTSLOBreach"} <= set(base)
 
     off = load_thresholds(thresholds_file(tmp_path, "slos:\n  enabled: false\n"))
-    assert set(rules.alert_names(off)) == set(base) - set(slo.ALERT_NAMES.values())
+    assert set(pack_readback.alert_names(off)) == set(base) - set(slo.ALERT_NAMES.values())
     recording, alerting = rules.rule_groups(off)
     assert slo.RECORD_GROUP not in {g["name"] for g in recording}
     assert slo.ALERT_GROUP not in {g["name"] for g in alerting}
     assert not any("BudgetBurn" in p for p in generate.render(off))
 
     p99_off = load_thresholds(thresholds_file(tmp_path, "slos:\n  p99_alerts: false\n"))
-    assert set(rules.alert_names(p99_off)) == set(base) - set(slo.P99_FAMILY)
+    assert set(pack_readback.alert_names(p99_off)) == set(base) - set(slo.P99_FAMILY)
     assert "runbooks/InferenceTTFTSLOBreach.md" not in generate.render(p99_off)
 
 

@@ -333,7 +333,7 @@ def render(
     return Group(*parts)
 
 
-#: what a scaler following pack.autoscale's rules would do, per model (``--stack`` only)
+#: what a scaler following pack.rules.autoscale's rules would do, per model (``--stack`` only)
 SCALER_QUERIES = {
     "replicas": "model:inferwatch_replicas:count",
     "desired": "model:inferwatch_desired_replicas:count",

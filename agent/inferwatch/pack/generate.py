@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inferwatch.errors import UsageError
-from inferwatch.pack import autoscale, dashboards, rules, runbooks
+from inferwatch.pack import dashboards, rules, runbooks
+from inferwatch.pack.rules import autoscale
 from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 Generator = Callable[[Thresholds], dict[str, str]]
@@ -135,7 +136,7 @@ def lint(files: dict[str, str]) -> list[str]:
     """``path: rule: problem`` for every dashboard-linter problem in the generated dashboards."""
     import json
 
-    from inferwatch.pack import dashlint
+    from inferwatch.pack.dashboards import lint as dashlint
 
     problems = []
     for path, text in files.items():

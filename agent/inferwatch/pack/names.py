@@ -1,6 +1,6 @@
 """Names of the pack's recording rules and alerts, written out once.
 
-The rules (``pack.rules``), dashboards (``pack.dashboard_defs``), runbooks
+The rules (``pack.rules``), dashboards (``pack.dashboards``), runbooks
 (``pack.runbooks``), the report and the tests import them from here, so a grep
 for a name finds its one definition. Recording rules follow Prometheus'
 ``level:metric:operations`` convention; a window in a name is the configured
@@ -175,7 +175,7 @@ REQUEST_ERRORS = "InferenceRequestErrors"
 WORKER_DOWN = "InferenceWorkerDown"
 AGENT_DOWN = "InferenceAgentDown"
 WORKER_UNATTRIBUTED = "InferenceWorkerUnattributed"
-# -- cost: where the GPU-hours go (pack.cost, docs/cost.md) ---------------------------
+# -- cost: where the GPU-hours go (pack.rules.cost, docs/cost.md) ---------------------------
 #: the three states of a GPU's time, in the order the report and dashboards list them
 COST_STATES = ("serving", "held_idle", "unallocated")
 #: the states a worker (and so a model) can hold a GPU in
@@ -236,7 +236,7 @@ def cost_names(t: Thresholds) -> CostNames:
     return CostNames(window=t.pack.window)
 
 
-# -- SLOs and autoscaling (pack.slo, pack.autoscale) -------------------------------
+# -- SLOs and autoscaling (pack.rules.slo, pack.rules.autoscale) -------------------------------
 # Windows in these names are the SLO's own (fixed burn windows, slos.window), not
 # pack.rate_window. Every SLO series carries job, model and slo (ttft, tpot,
 # availability).

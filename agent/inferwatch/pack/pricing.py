@@ -18,7 +18,7 @@ a price per GPU-hour. The first entry that matches a GPU wins::
           per_gpu_hour: 2.49
 
 With no prices (the default) the pack reports GPU-hours only. This module only
-parses and validates; ``pack.cost`` turns a :class:`Pricing` into PromQL.
+parses and validates; ``pack.rules.cost`` turns a :class:`Pricing` into PromQL.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The weekly report's cost section: GPU-hours, money and energy per model, this week and last.
 
 Queried from the agent's raw series with the classification of the cost rules
-(``pack.cost.raw_exprs``: the same PromQL on raw inputs, because recording rules
+(``pack.rules.cost.raw_exprs``: the same PromQL on raw inputs, because recording rules
 are never evaluated backwards), as a 1-minute subquery summed per day: each
 subquery step stands for one minute of a GPU. The subquery range is one
 millisecond short of a day so that each minute belongs to one day on
@@ -22,7 +22,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferwatch.pack import loops as L
-from inferwatch.pack.cost import (
+from inferwatch.pack.names import COST_STATES, GPU, WORKER_STATES
+from inferwatch.pack.rules.cost import (
     JOULES_PER_KWH,
     SECONDS_PER_HOUR,
     CostExprs,
@@ -30,7 +31,6 @@ from inferwatch.pack.cost import (
     price_expr,
     raw_exprs,
 )
-from inferwatch.pack.names import COST_STATES, GPU, WORKER_STATES
 from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import DAY, Change, Daily, Period
 from inferwatch.report.promapi import PrometheusClient

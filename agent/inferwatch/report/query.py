@@ -36,8 +36,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from inferwatch.pack import own_histograms
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
+from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration, load_thresholds
 from inferwatch.report.model import (
     DAY,
@@ -147,7 +147,7 @@ def bucket_increase(t: Thresholds, metric: str, seconds: float, by: str) -> str:
     """Observations of the histogram ``metric`` per bucket over ``seconds``, by ``by`` and
     ``le``: the agent's buckets, else, for a worker whose engine's own series Prometheus
     stores instead (``export_histograms: false``), those, joined to the worker through
-    the agent's endpoint info at each evaluation (``pack.own_histograms``)."""
+    the agent's endpoint info at each evaluation (``pack.rules.own_histograms``)."""
     window = _duration(seconds)
     agent = f"sum by ({by}, le) (increase({metric}_bucket[{window}]))"
     own = own_histograms.engine_bucket_rates(t, metric, window=window)

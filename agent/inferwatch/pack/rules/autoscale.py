@@ -175,20 +175,23 @@ def _behavior(t: Thresholds) -> dict[str, Any]:
     }
 
 
+def _example_metadata() -> dict[str, Any]:
+    """The metadata of the example scaler (KEDA's ScaledObject, the HPA)."""
+    return {"name": EXAMPLE_DEPLOYMENT, "labels": {"app.kubernetes.io/part-of": "inferwatch"}}
+
+
+def _example_target() -> dict[str, str]:
+    """The Deployment the example scaler resizes."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": EXAMPLE_DEPLOYMENT}
+
+
 def keda_scaled_object(t: Thresholds) -> dict[str, Any]:
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": {
-            "name": EXAMPLE_DEPLOYMENT,
-            "labels": {"app.kubernetes.io/part-of": "inferwatch"},
-        },
+        "metadata": _example_metadata(),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": EXAMPLE_DEPLOYMENT,
-            },
+            "scaleTargetRef": _example_target(),
             "minReplicaCount": 1,
             "maxReplicaCount": 8,
             "pollingInterval": int(t.pack.scrape_interval),
@@ -228,16 +231,9 @@ def hpa(t: Thresholds) -> dict[str, Any]:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {
-            "name": EXAMPLE_DEPLOYMENT,
-            "labels": {"app.kubernetes.io/part-of": "inferwatch"},
-        },
+        "metadata": _example_metadata(),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": EXAMPLE_DEPLOYMENT,
-            },
+            "scaleTargetRef": _example_target(),
             "minReplicas": 1,
             "maxReplicas": 8,
             "behavior": _behavior(t),

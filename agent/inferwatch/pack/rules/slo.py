@@ -1,4 +1,4 @@
-"""SLOs with error budgets: SLI recording rules, burn-rate alerts, their runbook pages.
+"""SLOs with error budgets: SLI recording rules and burn-rate alerts.
 
 From the ``slos:`` section of the thresholds (:mod:`inferwatch.pack.slo_spec`)::
 
@@ -26,8 +26,9 @@ requests, and the SLI recorded since ``slos.min_coverage`` of the window ago):
 on a fresh Prometheus or a new model every window is only minutes long.
 The label ``burn_window`` says which pair fired (the faster one when both do).
 
-This module imports nothing of ``pack.rules``: rules and runbooks call
-:func:`recording_rules`, :func:`alert_fields` and :func:`page`.
+This module imports nothing of ``pack.rules``: the rules call
+:func:`recording_rules` and :func:`alert_fields`; the alerts' runbook pages are
+in :mod:`inferwatch.pack.runbooks.burn_rate`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
-from inferwatch.pack import own_histograms
 from inferwatch.pack.names import (
     MODEL,
     SLO_BUDGET_REMAINING,
@@ -48,6 +48,7 @@ from inferwatch.pack.names import (
     slo_errors,
     slo_requests,
 )
+from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
@@ -93,12 +94,14 @@ def window_name(seconds: float) -> str:
 
 def windows(spec: SloSpec) -> tuple[str, ...]:
     """Every window an SLI is recorded over: the burn windows, then the budget's."""
-    short_first = sorted({w for b in BURNS for w in (b.long, b.short)}, key=lambda w: _seconds(w))
+    short_first = sorted(
+        {w for b in BURNS for w in (b.long, b.short)}, key=lambda w: window_seconds(w)
+    )
     budget = window_name(spec.window)
     return tuple(dict.fromkeys([*short_first, budget]))
 
 
-def _seconds(window: str) -> float:
+def window_seconds(window: str) -> float:
     units = {"m": 60, "h": 3600, "d": 86400}
     return float(window[:-1]) * units[window[-1]]
 
@@ -156,7 +159,7 @@ def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: 
     m = entry_matchers(spec, entry)
     if o.le is not None:
         # Per worker, the agent's buckets, else the engine's own (export_histograms:
-        # false; pack.own_histograms): the le of both is the engine's boundary, as its
+        # false; pack.rules.own_histograms): the le of both is the engine's boundary, as its
         # client library wrote it. The +Inf bucket, not _count: the same number, and a
         # bucket is what the engine mapping guarantees for every histogram it passes.
         good, total = (
@@ -197,7 +200,7 @@ def long_windows() -> tuple[str, ...]:
 
 def coverage(spec: SloSpec, b: Burn) -> str:
     """How far back the SLI must have been recorded for pair ``b`` to fire."""
-    return format_duration(_seconds(b.long) * spec.min_coverage)
+    return format_duration(window_seconds(b.long) * spec.min_coverage)
 
 
 def _objectives(spec: SloSpec) -> list[tuple[SloEntry, Objective]]:
@@ -269,7 +272,7 @@ def _burning(spec: SloSpec, kind: str, b: Burn) -> str:
         f"{slo_burn_rate(b.long)}{sel} > {f}\n"
         f"and\n{slo_burn_rate(b.short)}{sel} > {f}\n"
         f"and on ({SLO_LABELS})\n"
-        f"{slo_requests(b.long)}{sel} * {num_text(_seconds(b.long))} >= {spec.min_requests}\n"
+        f"{slo_requests(b.long)}{sel} * {num_text(window_seconds(b.long))} >= {spec.min_requests}\n"
         f"and on ({SLO_LABELS})\n"
         f"{slo_errors(b.long)}{sel} offset {coverage(spec, b)}"
     )
@@ -337,137 +340,3 @@ def p99_alerts_kept(t: Thresholds, name: str) -> bool:
 
 #: the simpler family: a P99 above a fixed threshold for a while
 P99_FAMILY = ("InferenceTTFTSLOBreach", "InferenceTPOTSLOBreach")
-
-
-# --------------------------------------------------------------------------- runbooks
-
-
-def _objective_lines(t: Thresholds, kind: str) -> str:
-    spec = t.slos
-    lines = []
-    for entry in spec.active:
-        o = entry.get(kind)
-        if o is None:
-            continue
-        who = (
-            f"`{entry.model}`"
-            if entry.model
-            else ("every other model" if spec.models else "every model")
-        )
-        engines = ", ".join(entry.engines)
-        good = (
-            f"get their first token within {floatToGoString(o.le)} s"
-            if kind == "ttft"
-            else f"stream at or under {floatToGoString(o.le)} s per output token"
-            if kind == "tpot"
-            else "finish without an error and are not rejected"
-        )
-        lines.append(
-            f"- {who} ({engines}): {num_text(round(o.objective * 100, 6))}% of requests {good} "
-            f"over {window_name(spec.window)}; budget {num_text(round(o.budget * 100, 6))}%"
-        )
-    return "\n".join(lines)
-
-
-def page(t: Thresholds, name: str) -> dict[str, str]:
-    """The five runbook fields (``runbooks.Page``) of one burn-rate alert."""
-    kind = next(k for k, v in ALERT_NAMES.items() if v == name)
-    title = TITLES[kind]
-    budget = window_name(t.slos.window)
-    sel = '{model="MODEL",slo="' + kind + '"}'
-    burns = "\n".join(
-        f"| {b.severity} | {num_text(b.factor)}x | {b.long} | {b.short} | "
-        f"{num_text(round(b.factor * _seconds(b.long) / t.slos.window * 100, 2))}% |"
-        for b in BURNS
-    )
-    cause = {
-        "ttft": (
-            "A first token later than 2 s breaks a conversation [1.2]. Slow first tokens "
-            "come from queueing (more requests waiting than the batch holds: scale out or "
-            "rate-limit before latency suffers [6 FAQ]), slow prefill (long prompts, no "
-            "prefix caching) or cold workers (an unwarmed first call takes seconds [5.2])."
-        ),
-        "tpot": (
-            "Slow streaming comes from batches too large for the card, KV-cache preemptions "
-            "(the KV cache is the real VRAM bottleneck [4.2]) or a GPU slowed by heat or "
-            "power."
-        ),
-        "availability": (
-            "Failed requests come from engine errors (out of memory, bad inputs) and "
-            "admission rejections (HTTP 503 when the queue limit is hit): an overload the "
-            "queue shows first [6 FAQ]."
-        ),
-    }[kind]
-    related = {
-        "ttft": "InferenceQueueOverCapacity, InferenceTTFTSLOBreach, InferenceWorkerColdStart",
-        "tpot": "InferenceTPOTSLOBreach, InferenceKVCachePreemptions, "
-        "InferenceGPUThermalThrottling",
-        "availability": "InferenceRequestErrors, InferenceWorkerDown, InferenceQueueOverCapacity",
-    }[kind]
-    return {
-        "condition": (
-            f"a model's {title} SLI has missed its objective fast enough to spend the "
-            f"{budget} error budget early, over a long and a short window at once"
-        ),
-        "meaning": (
-            f"The {title} SLO counts the share of requests that met it (objectives from "
-            "`slos:` in the thresholds):\n\n"
-            + _objective_lines(t, kind)
-            + "\n\nThe burn rate is the share of bad requests divided by the budget: at 1 "
-            f"the budget lasts exactly {budget}. The alert fires when both windows of a "
-            "pair burn faster than its factor (the Google SRE workbook's multiwindow, "
-            "multi-burn-rate alerts); the label `burn_window` names the long window. A pair "
-            f"fires only when its long window holds data: at least {t.slos.min_requests} "
-            "requests, and the model's SLI recorded since "
-            f"{num_text(t.slos.min_coverage * 100)}% of the long window ago (a fresh "
-            "Prometheus or a new model has only minutes in a long window; the queue and P99 "
-            "alerts speak for those first minutes).\n\n"
-            "| severity | burn rate | long window | short window | budget spent when it fires |\n"
-            "|---|---|---|---|---|\n" + burns
-        ),
-        "impact": (
-            "The tail is what users feel [6.1], and a budget counts every request in it. "
-            "A page means users are feeling it now and, at this pace, the whole budget is "
-            "gone within days; a ticket means the month's budget will run out before the "
-            f"month does. {cause}"
-        ),
-        "diagnosis": (
-            "1. Open the **Inference overview** dashboard's **SLOs and error budgets** row: "
-            "which model, which objective, and whether the burn started at a deploy, a "
-            "traffic peak or a restart.\n"
-            "2. Compare the windows; a short window well above the long one is a fresh "
-            "incident, the reverse a slow leak:\n\n"
-            + "\n\n".join(
-                f"   ```promql\n   {query}\n   ```"
-                for query in (
-                    *(
-                        f"{slo_burn_rate(w)}{sel}"
-                        for w in dict.fromkeys(x for b in BURNS for x in (b.long, b.short))
-                    ),
-                    f"{SLO_BUDGET_REMAINING}{sel}",
-                )
-            )
-            + "\n\n"
-            "3. Find the worker: the per-worker alerts that explain it are " + related + "."
-        ),
-        "mitigation": (
-            "- Fix the cause the per-worker alerts name: scale out on a queue over capacity "
-            "(the autoscaling rules in docs/deploy.md do it on the same signal), warm up cold "
-            "workers, roll back a bad deploy.\n"
-            + {
-                "ttft": "- Long shared prompts: `--enable-prefix-caching`; very long steps: a "
-                "smaller `--max-num-batched-tokens`.\n",
-                "tpot": "- Batches too large for the card: lower `--max-num-seqs`; preemptions: "
-                "more room in the KV cache (`--kv-cache-dtype fp8`).\n",
-                "availability": "- Rejections: more replicas, or a longer queue limit at the "
-                "gateway; OOM errors: `--gpu-memory-utilization 0.85` and a bounded "
-                "`--max-model-len`.\n",
-            }[kind]
-            + "- While the budget is low, slow down risky changes: the budget is what pays for "
-            "deploys and experiments.\n"
-            "- An objective that pages every week is too strict for the hardware: change "
-            "`slos:` in your thresholds file (a latency threshold must be one of the "
-            "engine's bucket boundaries; `inferwatch generate` names the nearest ones) and "
-            "regenerate. To keep only the P99 threshold alerts, set `slos.enabled: false`."
-        ),
-    }

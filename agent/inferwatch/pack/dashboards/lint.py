@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-from inferwatch.pack.cost_panels import GRAFANA_CURRENCIES
 from inferwatch.pack.dashboards import GLOBAL_DEFAULTS, expand_variables
+from inferwatch.pack.dashboards.cost_row import GRAFANA_CURRENCIES
 
 #: Grafana unit IDs (packages/grafana-data valueFormats); the ones a dashboard may use.
 VALID_UNITS = frozenset(
@@ -235,12 +235,6 @@ def selector_name(selector: Any) -> str | None:
 def selectors(tree: Any) -> list[Any]:
     pp = _pp()
     return [node for node, _ in walk(tree) if isinstance(node, pp.VectorSelector)]
-
-
-def metric_names(expr: str, values: Mapping[str, str] | None = None) -> set[str]:
-    """Names of the series an expression selects (after expansion)."""
-    tree = parse(expr, values if values is not None else GLOBAL_DEFAULTS)
-    return {n for n in (selector_name(s) for s in selectors(tree)) if n}
 
 
 # --- dashboard traversal ---------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The overview dashboard's cost row: GPU-hours by state, money, cost and energy per token.
 
-Reads the cost group's recording rules (``pack.cost``). Without prices the
+Reads the cost group's recording rules (``pack.rules.cost``). Without prices the
 money panels show GPU-hours instead. Hours over the dashboard's time range are
 ``sum_over_time`` of the 0/1 state series times the rule interval
 (``pack.scrape_interval``): one evaluation stands for one interval of a GPU.
@@ -8,10 +8,10 @@ money panels show GPU-hours instead. Hours over the dashboard's time range are
 
 from __future__ import annotations
 
-from inferwatch.pack import cost
-from inferwatch.pack import panels as p
+from inferwatch.pack.dashboards import panels as p
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps
 from inferwatch.pack.names import cost_names, names
-from inferwatch.pack.panels import Cell, Query, Section, gpu_sel, steps
+from inferwatch.pack.rules import cost
 from inferwatch.pack.thresholds import Thresholds
 
 #: ISO codes Grafana has a unit for (packages/grafana-data/src/valueFormats/categories.ts,

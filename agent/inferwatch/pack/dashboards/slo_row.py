@@ -1,6 +1,6 @@
-"""The "SLOs and error budgets" row of the Inference overview dashboard (pack.slo's series).
+"""The "SLOs and error budgets" row of the Inference overview dashboard (pack.rules.slo's series).
 
-Kept apart from :mod:`inferwatch.pack.slo` because it imports grafanalib, which only
+Kept apart from :mod:`inferwatch.pack.rules.slo` because it imports grafanalib, which only
 dashboard generation pays for. ``sections(t)`` is empty when ``slos.enabled`` is off.
 SLO series are per model (labels ``job, model, slo``): they have no ``instance``, so
 the instance matcher also accepts an empty value, as the alert panels' do.
@@ -8,10 +8,10 @@ the instance matcher also accepts an empty value, as the alert panels' do.
 
 from __future__ import annotations
 
-from inferwatch.pack import panels as p
-from inferwatch.pack import slo
+from inferwatch.pack.dashboards import panels as p
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate, slo_errors
-from inferwatch.pack.panels import Cell, Query, Section, steps
+from inferwatch.pack.rules import slo
 from inferwatch.pack.thresholds import Thresholds
 
 TITLE = "SLOs and error budgets"

@@ -1,0 +1,308 @@
+"""What the four dashboards share: selectors, threshold steps and texts from the
+thresholds, the panels two dashboards show, and the dashboard frame (links, variables).
+
+Imported only when dashboards are generated (grafanalib is slow to import);
+everything else goes through :mod:`inferwatch.pack.dashboards`.
+
+Thresholds drawn on panels (utilization bands, VRAM lines, latency SLOs, the
+error-ratio line) and recording-rule names all come from ``Thresholds``.
+Every query filters on the dashboard variables: ``job`` and ``instance`` on
+every selector, ``gpu`` on GPU series, ``model`` and ``worker`` on engine series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from grafanalib import core as g
+
+from inferwatch.pack.dashboards import panels as p
+from inferwatch.pack.dashboards import plain
+from inferwatch.pack.dashboards.panels import (
+    Query,
+    Section,
+    Step,
+    gpu_sel,
+    host_sel,
+    steps,
+    worker_sel,
+)
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, WORKER, WORKER_KEY, names
+from inferwatch.pack.thresholds import Thresholds
+
+#: Tag shared by the four dashboards; the dashboard links list every dashboard with it.
+TAG = "inferwatch"
+
+
+def worker_only(extra: str = "") -> str:
+    """Selector for series of a worker that carry no ``model`` label (scrape health,
+    process metrics, capacity), or carry it only when the engine told it."""
+    return host_sel('worker=~"$worker"' + (", " + extra if extra else ""))
+
+
+def gpu_label(legend: str = "") -> str:
+    return "{{instance}} GPU {{gpu}}" + (f" {legend}" if legend else "")
+
+
+def pct(value: float) -> str:
+    return f"{value * 100:g}%"
+
+
+def secs(value: float) -> str:
+    return f"{value:g} s"
+
+
+def utilization_steps(t: Thresholds) -> list[Step]:
+    """Waste (blue), below the healthy band (yellow), healthy (green), scale review (red)."""
+    gu = t.gpu_utilization
+    low, high = gu.healthy_band
+    return steps(
+        "blue",
+        (gu.waste_below, "yellow"),
+        (low, "green"),
+        (high, "orange"),
+        (gu.scale_review_above, "red"),
+    )
+
+
+def vram_steps(t: Thresholds) -> list[Step]:
+    """Below the squeeze line (green), healthy squeeze (yellow), scale-out line (red)."""
+    return steps("green", (t.vram.squeeze_above, "yellow"), (t.vram.scale_above, "red"))
+
+
+def slo_steps(slo_seconds: float) -> list[Step]:
+    return steps("green", (slo_seconds, "red"))
+
+
+def util_text(t: Thresholds) -> str:
+    gu = t.gpu_utilization
+    low, high = gu.healthy_band
+    return (
+        f"Bands: below {pct(gu.waste_below)} is waste, {pct(low)}-{pct(high)} is the "
+        f"healthy band, above {pct(gu.scale_review_above)} calls for a scale-out review "
+        "(field guide 6.1)."
+    )
+
+
+def vram_text(t: Thresholds) -> str:
+    return (
+        f"Lines: above {pct(t.vram.squeeze_above)} with a P99 under "
+        f"{secs(t.vram.squeeze_p99_ok_seconds)} is a healthy squeeze; above "
+        f"{pct(t.vram.scale_above)} with a rising queue, scale out or rate-limit "
+        "(field guide 4.2)."
+    )
+
+
+def worker_buckets(t: Thresholds, metric: str, by: str = "") -> str:
+    """Per-second bucket rates of the histogram ``metric`` by ``by`` and ``le``, from the
+    agent's buckets; a worker without them (the engine's own histograms stored instead,
+    ``export_histograms: false``) counts through the recorded per-worker bucket rate,
+    which reads the engine's series."""
+    by_le = f"{by}, le" if by else "le"
+    agent = f"rate({metric}_bucket{worker_sel()}[$__rate_interval])"
+    if metric not in RECORDED_HISTOGRAMS:
+        return f"sum by ({by_le}) ({agent})"
+    per_worker = f"{WORKER}, le"
+    return (
+        f"sum by ({by_le}) (\n"
+        f"    sum by ({per_worker}) ({agent})\n"
+        f"  or on ({WORKER_KEY})\n"
+        f"    sum by ({per_worker}) ({names(t).histogram_rate(metric)}{worker_sel()})\n"
+        f")"
+    )
+
+
+def quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Query]:
+    """P50/P95/P99 per ``by`` (:func:`worker_buckets`)."""
+    buckets = worker_buckets(t, metric, by)
+    return [
+        Query(f"histogram_quantile({q}, {buckets})", f"{legend} P{round(q * 100)}")
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def gpus_up_stat() -> Any:
+    """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
+    return p.stat(
+        "GPUs up",
+        "GPUs that answer NVML, out of those selected.",
+        [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
+        unit="none",
+        graph=False,
+        decimals=0,
+    )
+
+
+def gpu_utilization_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "GPU utilization",
+        "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
+        [Query(f"inferwatch_gpu_utilization_ratio{gpu_sel()}", gpu_label())],
+        unit="percentunit",
+        min_value=0,
+        max_value=1,
+        thresholds=utilization_steps(t),
+        threshold_style="line+area",
+        fill=0,
+    )
+
+
+PRESSURE_TEXT = (
+    "Memory pressure per GPU: the KV-cache usage of the workers on it where their engine "
+    "exports one, else NVML's used memory. Engines that pre-allocate (vLLM reserves "
+    "--gpu-memory-utilization of the card at start) keep NVML's level flat whatever the "
+    "load, so the KV cache is the level that moves. "
+)
+
+
+def gpu_link(t: Thresholds) -> dict[str, Any]:
+    return p.data_link(
+        "Open GPU ${__field.labels.gpu} of ${__field.labels.instance}",
+        f"/d/{t.pack.dashboard_uids.gpu}?${{__url_time_range}}&${{datasource:queryparam}}"
+        "&var-instance=${__field.labels.instance}&var-gpu=${__field.labels.gpu}",
+    )
+
+
+def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: str) -> Any:
+    what = {
+        "TTFT": "Time to first token",
+        "TPOT": "Time per output token",
+        "End-to-end latency": "Request latency from arrival to last token",
+        "Queue time": "Time a request waited before it was scheduled",
+    }[name]
+    slo_text = f" The dashed line is the P99 SLO, {secs(slo)}." if slo is not None else ""
+    return p.timeseries(
+        f"{name} P50 / P95 / P99",
+        f"{what}: P50, P95 and P99 per {by}, from the histogram buckets (the agent's, or "
+        f"the engine's own where the agent does not re-export them).{slo_text}",
+        quantile_queries(t, metric, by, "{{" + by.split(",")[0] + "}}"),
+        unit="s",
+        min_value=0,
+        thresholds=slo_steps(slo) if slo is not None else (),
+        threshold_style="dashed" if slo is not None else "off",
+        fill=0,
+    )
+
+
+def gpu_state_panel(t: Thresholds) -> Any:
+    return p.state_timeline(
+        "GPU state",
+        f"The recording rule {names(t).gpu_state} per GPU: idle (utilization "
+        f"below {pct(t.gpu_utilization.idle_below)}), healthy, squeeze (memory pressure above "
+        f"{pct(t.vram.squeeze_above)} with P99 under {secs(t.vram.squeeze_p99_ok_seconds)}: "
+        f"no action) or pressure (above {pct(t.vram.scale_above)} with the queue of a worker "
+        f"on that GPU rising, or above {pct(t.vram.squeeze_above)} with its P99 at or above "
+        f"{secs(t.vram.squeeze_p99_ok_seconds)}). Memory pressure is the KV-cache usage of "
+        "the GPU's workers, else NVML's used memory.",
+        [Query(f"{names(t).gpu_state}{gpu_sel()}", gpu_label())],
+        mappings=p.value_mappings(
+            {
+                0: ("idle", "blue"),
+                1: ("healthy", "green"),
+                2: ("squeeze", "yellow"),
+                3: ("pressure", "red"),
+            }
+        ),
+        links=[gpu_link(t)],
+    )
+
+
+def error_ratio_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "Error ratio",
+        "Share of requests that ended in an error or were rejected, per worker (recording "
+        f"rule over {t.pack.window}). The dashed line is the alert threshold, "
+        f"{pct(t.errors.ratio_above)}.",
+        [
+            Query(
+                f"{names(t).error_ratio}{worker_sel()}",
+                "{{worker}}",
+            )
+        ],
+        unit="percentunit",
+        min_value=0,
+        thresholds=steps("green", (t.errors.ratio_above, "red")),
+        threshold_style="dashed",
+        fill=0,
+    )
+
+
+def rejected_panel(by: str) -> Any:
+    return p.timeseries(
+        "Rejected requests",
+        "Requests refused at admission (HTTP 503 from queue limits), per second.",
+        [
+            Query(
+                f"sum by ({by}) (rate(inferwatch_requests_rejected_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}}",
+            )
+        ],
+        unit="reqps",
+        min_value=0,
+    )
+
+
+def tokens_panel(by: str) -> Any:
+    return p.timeseries(
+        "Tokens per second",
+        "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
+        [
+            Query(
+                f"sum by ({by}) (rate(inferwatch_prompt_tokens_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}} prompt",
+            ),
+            Query(
+                f"sum by ({by}) (rate(inferwatch_generation_tokens_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}} generated",
+            ),
+        ],
+        unit="short",
+        axis_label="tokens/s",
+        min_value=0,
+    )
+
+
+def _links() -> list[g.DashboardLink]:
+    return [
+        g.DashboardLink(
+            title="Inference dashboards",
+            type="dashboards",
+            tags=[TAG],
+            asDropdown=False,
+            includeVars=True,
+            keepTime=True,
+            tooltip="The other inferwatch dashboards, same time range and variables",
+        )
+    ]
+
+
+def dashboard(
+    t: Thresholds,
+    key: str,
+    title: str,
+    description: str,
+    sections: Sequence[Section],
+    *,
+    time_from: str = "now-1h",
+    refresh: str = "30s",
+    tags: Sequence[str] = (),
+) -> dict[str, Any]:
+    dashboard = g.Dashboard(
+        title=title,
+        uid=getattr(t.pack.dashboard_uids, key),
+        description=description,
+        tags=[TAG, *tags],
+        editable=False,
+        graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
+        time=g.Time(time_from, "now"),
+        timezone="browser",
+        refresh=refresh,
+        templating=g.Templating(p.standard_variables()),
+        links=_links(),
+        panels=p.layout(sections),
+    ).auto_panel_ids()
+    return plain.normalise_dashboard(plain.to_plain(dashboard))

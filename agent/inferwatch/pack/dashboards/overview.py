@@ -1,0 +1,324 @@
+"""The overview dashboard (``inference-overview``): the fleet now, cost, the four
+lifelines, SLOs, where the bottleneck is, firing alerts, traffic and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferwatch.pack.dashboards import panels as p
+from inferwatch.pack.dashboards import slo_row
+from inferwatch.pack.dashboards.common import (
+    PRESSURE_TEXT,
+    dashboard,
+    error_ratio_panel,
+    gpu_label,
+    gpu_link,
+    gpu_state_panel,
+    gpu_utilization_panel,
+    gpus_up_stat,
+    latency_panel,
+    pct,
+    rejected_panel,
+    tokens_panel,
+    util_text,
+    utilization_steps,
+    vram_steps,
+    vram_text,
+    worker_only,
+)
+from inferwatch.pack.dashboards.cost_row import cost_section
+from inferwatch.pack.dashboards.panels import (
+    Cell,
+    Query,
+    Section,
+    gpu_sel,
+    host_sel,
+    steps,
+    worker_sel,
+)
+from inferwatch.pack.names import names
+from inferwatch.pack.thresholds import Thresholds
+
+
+def memory_pressure_panel(t: Thresholds) -> Any:
+    return p.timeseries(
+        "Memory pressure",
+        PRESSURE_TEXT + vram_text(t),
+        [Query(f"{names(t).gpu_pressure}{gpu_sel()}", gpu_label())],
+        unit="percentunit",
+        min_value=0,
+        max_value=1,
+        thresholds=vram_steps(t),
+        threshold_style="dashed",
+    )
+
+
+def _worker_link(t: Thresholds) -> dict[str, Any]:
+    return p.data_link(
+        "Open worker ${__field.labels.worker}",
+        f"/d/{t.pack.dashboard_uids.worker}?${{__url_time_range}}&${{datasource:queryparam}}"
+        "&var-worker=${__field.labels.worker}",
+    )
+
+
+def queue_panel(t: Thresholds, by: str = "instance, worker") -> Any:
+    samples = t.queue.over_capacity_samples
+    return p.timeseries(
+        "Queue depth vs max_num_seqs",
+        "Requests waiting for a batch slot against the worker's batch capacity, "
+        f"--max-num-seqs. Waiting above capacity for {samples} samples in a row "
+        "is the leading overload signal: scale out or rate-limit before latency alerts "
+        "fire (field guide 6, FAQ).",
+        [
+            Query(f"sum by ({by}) (inferwatch_queue_depth{worker_sel()})", "{{worker}} waiting"),
+            Query(
+                f"max by ({by}) (inferwatch_max_num_seqs{worker_only()})",
+                "{{worker}} max_num_seqs",
+            ),
+        ],
+        unit="short",
+        min_value=0,
+        links=[_worker_link(t)],
+    )
+
+
+def bottleneck_expr(t: Thresholds) -> str:
+    """1 compute-bound, 2 memory-bound, 0 neither, per GPU (field guide 6.1).
+
+    Compute-bound: utilization at or above the scale-review line while requests
+    wait on a worker of that GPU (through ``inferwatch_worker_gpu_info``).
+    Memory-bound: memory pressure (the workers' KV cache, else NVML) at or above
+    the squeeze line with utilization below the healthy band.
+    """
+    n = names(t)
+    util = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
+    vram = f"{n.gpu_pressure}{gpu_sel()}"
+    queue = (
+        "max by (job, instance, gpu, uuid) ("
+        f"max by (job, instance, worker) (inferwatch_queue_depth{host_sel()}) "
+        f"* on (job, instance, worker) group_right () {n.worker_gpu}{host_sel()})"
+    )
+    busy = t.gpu_utilization.scale_review_above
+    modest = t.gpu_utilization.healthy_band[0]
+    return (
+        f"(0 * ({util} >= {busy:g} and on (job, instance, gpu, uuid) ({queue} > 0)) + 1)"
+        f" or (0 * ({util} < {modest:g} and {vram} >= {t.vram.squeeze_above:g}) + 2)"
+        f" or (0 * {util})"
+    )
+
+
+def bottleneck_panel(t: Thresholds) -> Any:
+    busy = t.gpu_utilization.scale_review_above
+    modest = t.gpu_utilization.healthy_band[0]
+    return p.state_timeline(
+        "Compute-bound or memory-bound",
+        f"Compute-bound: utilization at or above {pct(busy)} while requests wait on a "
+        f"worker of that GPU; memory-bound: memory pressure (KV cache, else VRAM) at or "
+        f"above {pct(t.vram.squeeze_above)} while utilization "
+        f"is below {pct(modest)} (field guide 6.1). Compute-bound asks for scale-out or "
+        "rate limiting; memory-bound asks for prefix caching, an FP8 KV cache or a lower "
+        "--max-num-seqs, not for more GPUs.",
+        [Query(bottleneck_expr(t), gpu_label())],
+        mappings=p.value_mappings(
+            {
+                0: ("balanced", "green"),
+                1: ("compute-bound", "orange"),
+                2: ("memory-bound", "purple"),
+            }
+        ),
+        links=[gpu_link(t)],
+    )
+
+
+def alerts_panel(t: Thresholds) -> Any:
+    # ALERTS carries the alert's labels, not its annotations: the runbook link is
+    # rebuilt from the alert name. Alerts aggregated above one host lose `job` or
+    # `instance`, so an empty value matches too ("$job|").
+    expr = (
+        'ALERTS{alertstate="firing", alertname=~"Inference.*", '
+        'job=~"$job|", instance=~"$instance|"}'
+    )
+    return p.table(
+        "Firing alerts",
+        "Inference alerts firing now, from Prometheus's ALERTS series. Click a row to open "
+        "the alert's runbook.",
+        [Query(expr, "", instant=True, fmt="table")],
+        unit="none",
+        exclude=("Value", "alertstate", "job"),
+        order=("alertname", "severity", "instance", "worker", "model", "gpu"),
+        links=[
+            p.data_link(
+                "Runbook for ${__data.fields.alertname}",
+                t.pack.runbook_url("${__data.fields.alertname}"),
+                new_tab=True,
+            )
+        ],
+        sort_by="severity",
+    )
+
+
+def requests_panel(by: str) -> Any:
+    return p.timeseries(
+        "Requests per second",
+        "Finished requests per second (every finish reason).",
+        [
+            Query(
+                f"sum by ({by}) (rate(inferwatch_requests_finished_total{worker_sel()}"
+                "[$__rate_interval]))",
+                "{{" + by + "}}",
+            )
+        ],
+        unit="reqps",
+        min_value=0,
+    )
+
+
+def now_section(t: Thresholds) -> Section:
+    return Section(
+        "Fleet now",
+        [
+            Cell(
+                p.stat(
+                    "Mean GPU utilization",
+                    "Mean utilization of the selected GPUs. " + util_text(t),
+                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
+                    unit="percentunit",
+                    thresholds=utilization_steps(t),
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Highest memory pressure",
+                    "Memory pressure of the fullest selected GPU: the KV cache of its workers, "
+                    "else NVML's used memory. " + vram_text(t),
+                    [Query(f"max({names(t).gpu_pressure}{gpu_sel()})")],
+                    unit="percentunit",
+                    thresholds=vram_steps(t),
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Fleet requests per second",
+                    "Finished requests per second across the selected workers.",
+                    [
+                        Query(
+                            f"sum(rate(inferwatch_requests_finished_total{worker_sel()}"
+                            "[$__rate_interval]))"
+                        )
+                    ],
+                    unit="reqps",
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Workers up",
+                    "Workers whose last engine scrape succeeded, out of those selected.",
+                    [Query(f"sum(inferwatch_target_up{worker_only()})")],
+                    unit="none",
+                    graph=False,
+                    decimals=0,
+                ),
+                4,
+                4,
+            ),
+            Cell(
+                gpus_up_stat(),
+                4,
+                4,
+            ),
+            Cell(
+                p.stat(
+                    "Alerts firing",
+                    "Inference alerts firing now (details in the table below).",
+                    [
+                        Query(
+                            'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
+                            'job=~"$job|", instance=~"$instance|"}) or vector(0)'
+                        )
+                    ],
+                    unit="none",
+                    graph=False,
+                    decimals=0,
+                    thresholds=steps("green", (1, "red")),
+                ),
+                4,
+                4,
+            ),
+        ],
+    )
+
+
+def lifelines_section(t: Thresholds) -> Section:
+    return Section(
+        "The four lifelines: GPU utilization, VRAM level, queue depth, latency",
+        [
+            Cell(gpu_utilization_panel(t), 8, 8),
+            Cell(memory_pressure_panel(t), 8, 8),
+            Cell(queue_panel(t), 8, 8),
+            Cell(
+                latency_panel(
+                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "model"
+                ),
+                12,
+                8,
+            ),
+            Cell(
+                latency_panel(
+                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "model"
+                ),
+                12,
+                8,
+            ),
+        ],
+    )
+
+
+def bottleneck_section(t: Thresholds) -> Section:
+    return Section(
+        "Where the bottleneck is",
+        [Cell(gpu_state_panel(t), 12, 8), Cell(bottleneck_panel(t), 12, 8)],
+    )
+
+
+def alerts_section(t: Thresholds) -> Section:
+    return Section("Alerts", [Cell(alerts_panel(t), 24, 8)])
+
+
+def traffic_section(t: Thresholds) -> Section:
+    return Section(
+        "Traffic and errors",
+        [
+            Cell(requests_panel("model"), 6, 8),
+            Cell(tokens_panel("model"), 6, 8),
+            Cell(error_ratio_panel(t), 6, 8),
+            Cell(rejected_panel("model"), 6, 8),
+        ],
+    )
+
+
+def build(t: Thresholds) -> dict[str, Any]:
+    gu = t.gpu_utilization
+    return dashboard(
+        t,
+        "overview",
+        "Inference overview",
+        "Fleet view of LLM inference: the four lifelines (GPU utilization "
+        f"{pct(gu.healthy_band[0])}-{pct(gu.healthy_band[1])} healthy, VRAM level, queue "
+        "depth, TTFT/TPOT), where the bottleneck is, firing alerts, throughput and errors.",
+        [
+            now_section(t),
+            cost_section(t),
+            lifelines_section(t),
+            *slo_row.sections(t),
+            bottleneck_section(t),
+            alerts_section(t),
+            traffic_section(t),
+        ],
+        tags=["overview"],
+    )

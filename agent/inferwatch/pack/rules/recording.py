@@ -1,0 +1,337 @@
+"""The recording rules of ``inferwatch.rules``, one function per family, each rule after
+the rules it reads (one group evaluates them in order); and ``record_names``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from inferwatch.pack.names import (
+    CLUSTER,
+    GPU,
+    HISTOGRAMS,
+    MODEL,
+    QUANTILES,
+    RECORDED_HISTOGRAMS,
+    WORKER,
+    WORKER_GPU,
+    WORKER_KEY,
+    names,
+)
+from inferwatch.pack.rules import autoscale, cost, own_histograms, slo
+from inferwatch.pack.rules.common import num, rising
+from inferwatch.pack.thresholds import Thresholds
+
+
+def record_names(t: Thresholds) -> dict[str, str]:
+    """Documented name (written with the default ``5m``) -> the name generated for ``t``."""
+    documented = replace(
+        t, pack=replace(t.pack, rate_window=300.0), queue=replace(t.queue, rising_window=600.0)
+    )
+    return {
+        doc["record"]: rule["record"]
+        for doc, rule in zip(_all_records(documented), _all_records(t), strict=True)
+    }
+
+
+def _all_records(t: Thresholds) -> list[dict[str, Any]]:
+    return (
+        recording_rules(t)
+        + cost.recording_rules(t)
+        + slo.recording_rules(t)
+        + autoscale.recording_rules(t)
+    )
+
+
+def _record(name: str, expr: str) -> dict[str, Any]:
+    return {"record": name, "expr": expr}
+
+
+def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
+    """All recording rules, each after the rules it reads (one group evaluates them in order)."""
+    return [
+        *_latency_records(t),
+        *_traffic_records(t),
+        *_worker_models_records(t),
+        *_queue_records(t),
+        *_gpu_utilization_records(t),
+        *_attribution_records(t),
+        *_gpu_state_records(t),
+    ]
+
+
+def _latency_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    rules: list[dict[str, Any]] = []
+    # Latency quantiles from the engines' histograms: aggregatable across ranks and workers.
+    # Each reads one per-worker bucket rate: the agent's copy, else the engine's own
+    # series that Prometheus scrapes directly (export_histograms: false; pack.rules.own_histograms).
+    # The recorded rate holds only the workers without the agent's copy: recording the
+    # copy too would store every bucket of every worker twice.
+    for metric in RECORDED_HISTOGRAMS:
+        rules.append(_record(n.histogram_rate(metric), own_histograms.engine_only_rate(t, metric)))
+
+    def per_worker(short: str) -> str:
+        metric = f"inferwatch_{short}_seconds"
+        return own_histograms.agent_or_recorded(t, metric, n.bucket_rate(short))
+
+    for short in HISTOGRAMS:
+        for q, label in QUANTILES:
+            rules.append(
+                _record(
+                    n.quantile("worker", short, label),
+                    f"histogram_quantile({num(q)}, {per_worker(short)})",
+                )
+            )
+    for level, by in (("model", f"le, {MODEL}"), ("cluster", f"le, {CLUSTER}")):
+        for short in HISTOGRAMS:
+            rules.append(
+                _record(
+                    n.quantile(level, short, "p99"),
+                    f"histogram_quantile(0.99, sum by ({by}) {per_worker(short)})",
+                )
+            )
+    return rules
+
+
+def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    s = t.pack.selector
+    w = t.pack.window
+    rules: list[dict[str, Any]] = []
+    # Throughput and errors.
+    for name, metric in (
+        ("requests_finished", "inferwatch_requests_finished_total"),
+        ("requests_rejected", "inferwatch_requests_rejected_total"),
+        ("prompt_tokens", "inferwatch_prompt_tokens_total"),
+        ("generation_tokens", "inferwatch_generation_tokens_total"),
+        ("preemptions", "inferwatch_preemptions_total"),
+    ):
+        rules.append(_record(n.rate(name), f"sum by ({WORKER}) (rate({metric}{s()}[{w}]))"))
+    finished = n.rate("requests_finished")
+    rejected = n.rate("requests_rejected")
+    error_sel = s('reason="error"')
+    # A worker that reports finished requests but no "error" reason (or no rejection
+    # counter) has zero of them; a worker that reports neither gets no ratio at all.
+    rules.append(
+        _record(
+            n.error_ratio,
+            "(\n"
+            f"    (\n"
+            f"      sum by ({WORKER}) "
+            f"(rate(inferwatch_requests_finished_total{error_sel}[{w}]))\n"
+            f"      or 0 * {finished}\n"
+            f"      or 0 * {rejected}\n"
+            f"    )\n"
+            f"  + ({rejected} or 0 * {finished})\n"
+            ")\n"
+            "/\n"
+            "(\n"
+            f"    ({finished} or 0 * {rejected})\n"
+            f"  + ({rejected} or 0 * {finished})\n"
+            ")",
+        )
+    )
+    return rules
+
+
+def _worker_models_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    s = t.pack.selector
+    rules: list[dict[str, Any]] = []
+    # The (worker, model, engine) combinations the engines report: the "many" side that
+    # gives a per-worker value (labels job, instance, worker) its model and engine. A
+    # worker that serves two models gets the value under both; no join here can become
+    # many-to-many (an evaluation error). Engine series exist while the worker is up.
+    rules.append(
+        _record(
+            n.worker_labels,
+            f"group by ({WORKER}) (\n"
+            f"  inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
+            f")",
+        )
+    )
+    return rules
+
+
+def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    s = t.pack.selector
+    w = t.pack.window
+    rules: list[dict[str, Any]] = []
+    # Queue: what the worker can batch now, over capacity, smoothed depth and load, slope.
+    # Capacity is max_num_seqs, or the running batch once the KV cache is full: an engine
+    # whose cache holds fewer sequences than max_num_seqs cannot batch more (a KV-limited
+    # overload), and an engine whose max_num_seqs is unknown still has this bound.
+    rules.append(
+        _record(
+            n.batch_capacity,
+            f"min by ({WORKER}) (\n"
+            f"    label_replace(\n"
+            f"      max by ({WORKER}) (inferwatch_max_num_seqs{s()}),\n"
+            f'      "capacity_from", "max_num_seqs", "", ""\n'
+            f"    )\n"
+            f"  or\n"
+            f"    label_replace(\n"
+            f"        max by ({WORKER}) (inferwatch_requests_running{s()})\n"
+            f"      and on ({WORKER_KEY})\n"
+            f"        max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()}) "
+            f">= {num(t.vram.scale_above)},\n"
+            f'      "capacity_from", "kv_cache", "", ""\n'
+            f"    )\n"
+            f")",
+        )
+    )
+    rules.append(
+        _record(
+            n.queue_over_capacity,
+            f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n> bool\n{n.batch_capacity}",
+        )
+    )
+    rules.append(
+        _record(
+            n.queue_avg,
+            f"max by ({WORKER}) (avg_over_time(inferwatch_queue_depth{s()}[{w}]))",
+        )
+    )
+    rules.append(
+        _record(
+            n.running_avg,
+            f"max by ({WORKER}) (avg_over_time(inferwatch_requests_running{s()}[{w}]))",
+        )
+    )
+    rules.append(_record(n.open_avg, f"{n.queue_avg} + {n.running_avg}"))
+    rules.append(
+        _record(
+            n.queue_deriv,
+            f"max by ({WORKER}) (deriv(inferwatch_queue_depth{s()}[{n.rising_window}]))",
+        )
+    )
+    return rules
+
+
+def _gpu_utilization_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    s = t.pack.selector
+    w = t.pack.window
+    rules: list[dict[str, Any]] = []
+    # GPU utilization, smoothed per GPU. A MIG device has no NVML utilization: its GPM
+    # SM activity (Hopper and newer) stands in for it.
+    rules.append(
+        _record(
+            n.gpu_util,
+            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{s()}[{w}]))\n"
+            f"or\n"
+            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_sm_active_ratio{s()}[{w}]))",
+        )
+    )
+    rules.append(_record(n.gpu_vram, f"max by ({GPU}) (inferwatch_gpu_memory_used_ratio{s()})"))
+    return rules
+
+
+def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    s = t.pack.selector
+    w = t.pack.window
+    rules: list[dict[str, Any]] = []
+    # Which worker runs on which GPU (the agent's attribution, MIG labels dropped), and
+    # everything joined through it: the per-worker view of its own GPUs, the per-model
+    # view of the model's own GPUs, memory pressure per GPU and worker. Memory pressure
+    # is averaged over the window: a KV-limited engine's usage swings between 85 and
+    # 99 % as it preempts and refills, and the page must not flap with it.
+    rules.append(_record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"))
+    rules.append(
+        _record(
+            n.worker_gpus,
+            f"{n.worker_labels}\n"
+            f"* on ({WORKER_KEY}) group_left ()\n"
+            f"count by ({WORKER_KEY}) ({n.worker_gpu})",
+        )
+    )
+    rules.append(
+        _record(
+            n.worker_util_sum,
+            f"{n.worker_labels}\n"
+            f"* on ({WORKER_KEY}) group_left ()\n"
+            f"sum by ({WORKER_KEY}) (\n"
+            f"    {n.gpu_util}\n"
+            f"  * on ({GPU}) group_right ()\n"
+            f"    {n.worker_gpu}\n"
+            f")",
+        )
+    )
+    rules.append(_record(n.worker_util, f"{n.worker_util_sum} / {n.worker_gpus}"))
+    # Per model: every GPU of the model's workers counts once per worker (a tensor-
+    # parallel worker's GPUs each count; a GPU shared by two models counts for both).
+    rules.append(
+        _record(
+            n.model_util,
+            f"sum by ({MODEL}) ({n.worker_util_sum})\n/\nsum by ({MODEL}) ({n.worker_gpus})",
+        )
+    )
+    rules.append(
+        _record(
+            n.worker_gpu_pressure,
+            f"label_replace(\n"
+            f"    max by ({WORKER_KEY}) (avg_over_time(inferwatch_kv_cache_usage_ratio{s()}[{w}]))\n"
+            f"  * on ({WORKER_KEY}) group_right ()\n"
+            f"    {n.worker_gpu},\n"
+            f'  "pressure_from", "kv_cache", "", ""\n'
+            f")\n"
+            f"or on ({WORKER_GPU})\n"
+            f"label_replace(\n"
+            f"    max by ({GPU}) (avg_over_time(inferwatch_gpu_memory_used_ratio{s()}[{w}]))\n"
+            f"  * on ({GPU}) group_right ()\n"
+            f"    {n.worker_gpu},\n"
+            f'  "pressure_from", "gpu_memory", "", ""\n'
+            f")",
+        )
+    )
+    rules.append(
+        _record(
+            n.gpu_pressure,
+            f"max by ({GPU}) ({n.worker_gpu_pressure})\nor\n{n.gpu_vram}",
+        )
+    )
+    rules.append(
+        _record(n.cluster_util, f"avg by ({CLUSTER}) (inferwatch_gpu_utilization_ratio{s()})")
+    )
+    rules.append(
+        _record(n.cluster_vram, f"max by ({CLUSTER}) (inferwatch_gpu_memory_used_ratio{s()})")
+    )
+    return rules
+
+
+def _gpu_state_records(t: Thresholds) -> list[dict[str, Any]]:
+    n = names(t)
+    rules: list[dict[str, Any]] = []
+    # GPU state, first match wins: 3 pressure, 0 idle, 2 squeeze, 1 healthy. Pressure
+    # pairs a GPU with a worker on it: that worker's queue rising while the pressure is
+    # above scale_above, or its TTFT P99 at or above the squeeze's latency bound while
+    # the pressure is above squeeze_above [4.2].
+    v = t.vram
+    pressure = n.gpu_pressure
+    rules.append(
+        _record(
+            n.gpu_state,
+            f"(\n"
+            f"    3 + 0 * {pressure}\n"
+            f"  and on ({GPU})\n"
+            f"    (\n"
+            f"        {n.worker_gpu_pressure} > {num(v.scale_above)}\n"
+            f"      and on ({WORKER_KEY}) {rising(t)}\n"
+            f"    or\n"
+            f"        {n.worker_gpu_pressure} > {num(v.squeeze_above)}\n"
+            f"      and on ({WORKER_KEY})\n"
+            f"        {n.quantile('worker', 'ttft', 'p99')} >= {num(v.squeeze_p99_ok_seconds)}\n"
+            f"    )\n"
+            f")\n"
+            f"or\n"
+            f"(0 * {pressure} and on ({GPU}) {n.gpu_util} < {num(t.gpu_utilization.idle_below)})\n"
+            f"or\n"
+            f"(2 + 0 * {pressure} and {pressure} > {num(v.squeeze_above)})\n"
+            f"or\n"
+            f"(1 + 0 * {pressure})",
+        )
+    )
+    return rules
