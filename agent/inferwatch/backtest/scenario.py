@@ -15,7 +15,9 @@ not exported), ``rps`` finished requests a second, ``errors`` their error share,
 seconds (a log-normal through both), ``up`` the worker's /metrics answers, ``gpu_up``,
 ``nvml`` (the agent's NVML collection works), ``agent_up`` (Prometheus reaches the
 agent), ``throttle`` (thermal clock event), ``gate`` (the warm-up gate's
-deadline gauge, null: no gate), ``xid`` (an XID code raised at the phase start),
+deadline gauge, null: no gate), ``warmup`` (the gate's own requests a second, in the
+engine's histograms and in the gate's, ``inferwatch_warmup_requests_ttft_seconds``,
+with their ``warmup_ttft`` ``{p50, p99}``), ``xid`` (an XID code raised at the phase start),
 ``restart`` (the process starts again at the phase start). A number may instead be
 ``{base, wobble, period, noise, diurnal, to}``: a sine of ``wobble`` around ``base``
 with ``period``, Gaussian noise of ``noise``, a 24-hour sine of ``diurnal`` (peak
@@ -69,6 +71,8 @@ DEFAULTS: dict[str, Any] = {
     "agent_up": 1,
     "throttle": 0,
     "gate": None,
+    "warmup": 0.0,
+    "warmup_ttft": {"p50": 3.0, "p99": 7.0},
 }
 SIGNALS = frozenset(DEFAULTS) | {"xid", "restart"}
 MODIFIERS = frozenset({"base", "wobble", "period", "noise", "diurnal", "to"})
@@ -229,7 +233,7 @@ def _check_signals(signals: dict[str, Any], where: str, key: str) -> None:
     for name, value in signals.items():
         if name not in SIGNALS:
             raise ConfigError(where, f"{key}.{name}", f"one of {', '.join(sorted(SIGNALS))}")
-        if name in ("ttft", "tpot", "e2e"):
+        if name in ("ttft", "tpot", "e2e", "warmup_ttft"):
             spec = _mapping(value, where, f"{key}.{name}")
             p50, p99 = spec.get("p50"), spec.get("p99")
             if not all(isinstance(v, (int, float)) and v > 0 for v in (p50, p99)) or p99 < p50:  # type: ignore[operator]
@@ -429,6 +433,21 @@ def synthesize(
                     k,
                     float(s["gate"]),
                 )
+                # the gate's histogram exists from its start, at zero before a warm-up
+                warm = (val("warmup") or 0.0) * scrape if up else 0.0
+                dist = s["warmup_ttft"]
+                for le in (*TTFT_BUCKETS, math.inf):
+                    frac = _lognormal_cdf(le, float(dist["p50"]), float(dist["p99"]))
+                    sel = _selector(
+                        "inferwatch_warmup_requests_ttft_seconds_bucket",
+                        {
+                            **base,
+                            "worker": w.name,
+                            "le": "+Inf" if math.isinf(le) else repr(float(le)),
+                        },
+                    )
+                    counters[sel] = counters.get(sel, 0.0) + warm * frac
+                    put(sel, k, round(counters[sel], 6))
             gpu_up = float(s["gpu_up"]) >= 1
             for g in w.gpus:
                 uuid = f"MIG-{w.host}-{g}" if w.mig else f"GPU-{w.host}-{g}"
@@ -480,19 +499,28 @@ def synthesize(
             sel = _selector("inferwatch_preemptions_total", eng)
             counters[sel] = counters.get(sel, 0.0) + (val("preempt") or 0.0) * scrape
             put(sel, k, round(counters[sel], 6))
+            # the gate's warm-up requests (max_tokens 1): in the engine's TTFT histogram too
+            warm = (val("warmup") or 0.0) * scrape if s["gate"] is not None else 0.0
+            wdist = s["warmup_ttft"]
             for key, (metric, bounds) in HISTOGRAMS.items():
                 dist = s[key]
                 # one token per TPOT observation: a request's output tokens, about 100
                 n = done * (100.0 if key == "tpot" else 1.0)
                 for le in (*bounds, math.inf):
-                    frac = _lognormal_cdf(le, float(dist["p50"]), float(dist["p99"]))
+                    add = n * _lognormal_cdf(le, float(dist["p50"]), float(dist["p99"]))
+                    if key == "ttft" and warm:
+                        add += warm * _lognormal_cdf(le, float(wdist["p50"]), float(wdist["p99"]))
                     sel = _selector(
                         f"{metric}_bucket",
                         {**eng, "le": "+Inf" if math.isinf(le) else repr(float(le))},
                     )
-                    counters[sel] = counters.get(sel, 0.0) + n * frac
+                    counters[sel] = counters.get(sel, 0.0) + add
                     put(sel, k, round(counters[sel], 6))
-                for suffix, add in (("_count", n), ("_sum", n * float(dist["p50"]))):
+                extra = (warm, warm * float(wdist["p50"])) if key == "ttft" else (0.0, 0.0)
+                for suffix, add in (
+                    ("_count", n + extra[0]),
+                    ("_sum", n * float(dist["p50"]) + extra[1]),
+                ):
                     sel = _selector(metric + suffix, eng)
                     counters[sel] = counters.get(sel, 0.0) + add
                     put(sel, k, round(counters[sel], 6))

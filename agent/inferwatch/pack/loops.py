@@ -370,7 +370,7 @@ def imbalanced(
     its open requests (at least ``min_open_requests``) exceed ``load_ratio`` x the mean of
     the model's other workers that report the same load, while the model's own GPUs
     average below ``idle_below`` (``model_gpu_utilization``: the average over
-    ``load_imbalance.imbalance_for``, as the rule reads it, not one 5m value that
+    ``load_imbalance.idle_window``, as the rule reads it, not one 5m value that
     wobbles across the line) and its TTFT P99 is within the SLO.
     """
     lb = t.load_imbalance

@@ -42,6 +42,9 @@ MODEL = f"{CLUSTER}, job, model"
 #: of that scrape, within the same ``cluster``
 ENDPOINT_KEY = "endpoint"
 ENDPOINT_JOIN = f"{CLUSTER}, {ENDPOINT_KEY}"
+#: the agent's warm-up gate's own requests (docs/metrics.md), a histogram per worker at
+#: every engine's TTFT boundaries: the TTFT SLO subtracts them from the engine's buckets
+WARMUP_REQUESTS_TTFT = "inferwatch_warmup_requests_ttft_seconds"
 
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")

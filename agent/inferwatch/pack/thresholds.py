@@ -165,6 +165,7 @@ class LoadImbalance:
     load_ratio: float = field(metadata={"kind": ABOVE_ONE})
     min_open_requests: float = field(metadata={"kind": NON_NEGATIVE})
     imbalance_for: float = field(metadata={"kind": DURATION})
+    idle_window: float = field(metadata={"kind": DURATION})
 
 
 @dataclass(frozen=True)

@@ -28,27 +28,39 @@ that is still not warm, so a pod is never held out forever;
 
 Waiting for ``/health`` is not a failure (a model takes a minute to load);
 failed warm-up requests are, counted by reason.
+
+The warm-up requests land in the engine's own latency histograms (or, for a worker
+behind the agent's measuring proxy, which they are sent through, the proxy's), where
+they would count against the TTFT SLO although no user waited for them. The gate
+exports each one's time to first token in a histogram of its own
+(``inferwatch_warmup_requests_ttft_seconds``), at every TTFT bucket boundary of the
+engines the agent maps, from zero; the SLO rules subtract it per worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
 
 from inferwatch import validate
 from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import AgentConfig, WorkerSpec
 from inferwatch.agent.httpio import Client, HttpError
+from inferwatch.engines import lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
 from inferwatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -60,6 +72,8 @@ log = logging.getLogger(__name__)
 ENDPOINTS = ("completions", "chat")
 FAILURE_REASONS = ("connect", "timeout", "http_status", "bad_response", "no_model")
 DEFAULT_PROMPT = "warm-up"
+#: the histogram of every warm-up request's TTFT (docs/metrics.md; pack.names has it too)
+WARMUP_REQUESTS_TTFT = "inferwatch_warmup_requests_ttft_seconds"
 #: the user turn that follows a system prompt in its warm-up request
 SYSTEM_PROMPT_USER_TURN = "ping"
 #: consecutive failed /health probes of a warm worker that count as a restart
@@ -84,6 +98,23 @@ KEYS = (
     "warm_ttft_below",
 )
 REQUEST_KEYS = ("endpoint", "prompt", "max_tokens", "system_prompt")
+
+#: every TTFT bucket boundary of the histograms the agent maps (the engines' own and the
+#: measuring proxy's): an SLO threshold is one of its engine's boundaries, so the
+#: warm-up requests' histogram has a bucket at every threshold the SLO rules can read
+WARMUP_TTFT_BOUNDS: tuple[float, ...] = tuple(
+    sorted(
+        {
+            *vllm.TTFT_BUCKETS,
+            *map(float, sglang.TTFT_BUCKETS),
+            *(ms * 0.001 for ms in triton.FIRST_RESPONSE_MS_BUCKETS),
+            *trtllm.TTFT_BUCKETS,
+            *nim.TTFT_BUCKETS,
+            *lmdeploy.TTFT_BUCKETS,
+            *proxy.TTFT_BUCKETS,
+        }
+    )
+)
 
 
 # --------------------------------------------------------------------------- settings
@@ -361,6 +392,9 @@ class _Worker:
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     watch: RestartWatch = field(default_factory=RestartWatch)
     unhealthy: int = 0
+    #: every warm-up request that got a first token, by bucket (WARMUP_TTFT_BOUNDS, +Inf)
+    ttft_counts: list[int] = field(default_factory=lambda: [0] * (len(WARMUP_TTFT_BOUNDS) + 1))
+    ttft_sum: float = 0.0
     task: asyncio.Task[None] | None = None
 
 
@@ -592,7 +626,7 @@ class WarmupGate(Source):
     async def _send(self, w: _Worker, model: str, request: WarmupRequest) -> float:
         """Send one streamed request; seconds to its first token."""
         assert self._session is not None
-        url = w.spec.url + request.path
+        url = _base_url(w.spec) + request.path
         timeout = self.settings.timeout
         sent = time.monotonic()
         first: float | None = None
@@ -628,6 +662,7 @@ class WarmupGate(Source):
             raise _Failure("connect", f"{url}: {type(exc).__name__}: {exc}") from None
         if first is None:
             raise _Failure("bad_response", f"{url} streamed no token")
+        _observe(w, first)
         return first
 
     # ------------------------------------------------------------------ metrics
@@ -667,6 +702,13 @@ class WarmupGate(Source):
             "Completed warm-ups of the worker (one at start, one after each restart).",
             labels=["worker"],
         )
+        requests = HistogramMetricFamily(
+            WARMUP_REQUESTS_TTFT,
+            "Time to first token of every warm-up request the gate sent to the worker, as "
+            "the agent timed it; the same requests are in the engine's own TTFT histogram, "
+            "and the SLO rules subtract these.",
+            labels=["worker"],
+        )
         for name in sorted(self.workers):
             w = self.workers[name]
             ready.add_metric([name], 1.0 if w.warm else 0.0)
@@ -680,7 +722,35 @@ class WarmupGate(Source):
                 ttft.add_metric([name, "warm"], w.warm_ttft)
             for reason in FAILURE_REASONS:
                 failures.add_metric([name, reason], float(w.failures[reason]))
-        return [ready, duration, ttft, failures, deadline, runs]
+            cumulative = list(itertools.accumulate(w.ttft_counts))
+            requests.add_metric(
+                [name],
+                [
+                    (floatToGoString(b), float(c))
+                    for b, c in zip((*WARMUP_TTFT_BOUNDS, math.inf), cumulative, strict=True)
+                ],
+                w.ttft_sum,
+            )
+        return [ready, duration, ttft, failures, deadline, runs, requests]
+
+
+def _observe(w: _Worker, ttft: float) -> None:
+    """Count one warm-up request's first token in the worker's warm-up histogram."""
+    w.ttft_counts[bisect.bisect_left(WARMUP_TTFT_BOUNDS, ttft)] += 1
+    w.ttft_sum += ttft
+
+
+def _base_url(spec: WorkerSpec) -> str:
+    """Where warm-up requests go: through the worker's measuring proxy when it has one
+    (its latency histograms are the proxy's), else to the worker."""
+    if spec.proxy is None:
+        return spec.url
+    host = spec.proxy.listen_host
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{spec.proxy.listen_port}"
 
 
 def engine_progress(engine: EngineSource, worker: str) -> float | None:

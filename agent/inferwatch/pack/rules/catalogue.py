@@ -555,11 +555,12 @@ def _imbalance_expr(t: Thresholds) -> str:
         "(\n"
         + "\nor\n".join(branches)
         + "\n)\n"
-        # the model's average over the alert's `for`, not its 5m value: a 90/10 split
-        # whose average wobbles around idle_below (0.36 to 0.42) is persistently low,
-        # and a 5m gate crossing the line resets the `for` every few minutes
+        # the model's average over load_imbalance.idle_window (1h), not its 5m value
+        # nor one as short as the `for`: a split whose average wobbles around
+        # idle_below (0.39 +- 0.06 over 20 minutes) is persistently low, and a shorter
+        # average crossing the line resets the `for` once a period
         + f"and on ({MODEL})\n"
-        + f"avg_over_time({n.model_util}[{dur(lb.imbalance_for)}]) "
+        + f"avg_over_time({n.model_util}[{dur(lb.idle_window)}]) "
         + f"< {num(t.gpu_utilization.idle_below)}\n"
         + f"and on ({MODEL}) {n.quantile('model', 'ttft', 'p99')} "
         + f"<= {num(t.ttft.p99_slo_seconds)}"

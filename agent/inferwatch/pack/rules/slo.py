@@ -44,6 +44,8 @@ from inferwatch.pack.names import (
     SLO_BUDGET_REMAINING,
     SLO_ERROR_BUDGET,
     SLO_LABELS,
+    WARMUP_REQUESTS_TTFT,
+    WORKER_KEY,
     slo_burn_rate,
     slo_errors,
     slo_requests,
@@ -150,8 +152,24 @@ def _sum_buckets(
         matchers=(*model_matchers(spec, entry), f'le="{le}"'),
         engines=entry.engines,
     )
+    if metric == "inferwatch_ttft_seconds":
+        per_worker = _without_warmup(t, per_worker, le, window)
     indented = per_worker.replace("\n", "\n        ")
     return f"sum by ({BY}) (\n        {indented}\n    )"
+
+
+def _without_warmup(t: Thresholds, per_worker: str, le: str, window: str) -> str:
+    """Per-worker TTFT bucket rates less the warm-up gate's own requests in that bucket
+    (``WARMUP_REQUESTS_TTFT``): no user waited for them. Clamped at zero (the agent times
+    a request a little later than the engine does, and the two counters are read at
+    slightly different moments); a worker without a gate keeps its rates as they are."""
+    sel = t.pack.selector(f'le="{le}"')
+    warm = f"sum by (le, {WORKER_KEY}) (rate({WARMUP_REQUESTS_TTFT}_bucket{sel}[{window}]))"
+    rates = per_worker.replace("\n", "\n    ")
+    return (
+        f"clamp_min(\n  (\n    {rates}\n  )\n  - on (le, {WORKER_KEY}) group_left ()\n  {warm},\n  0\n)\n"
+        f"or\n(\n  {per_worker.replace(chr(10), chr(10) + '  ')}\n)"
+    )
 
 
 def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:

@@ -299,7 +299,7 @@ def _load_imbalance(c: Ctx) -> Page:
             f"averaged over {t.pack.window}, are more than {num(lb.load_ratio)} times the "
             "average of the other workers of the same model, while that model's own GPUs "
             f"average below {pct(t.gpu_utilization.idle_below)} over the last "
-            f"{dur(lb.imbalance_for)} and its TTFT P99 is within "
+            f"{dur(lb.idle_window)} and its TTFT P99 is within "
             f"{secs(t.ttft.p99_slo_seconds)}, for {dur(a.for_seconds)}"
         ),
         meaning=(
