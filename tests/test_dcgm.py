@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.agentrun import AgentRun
+from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.stubworker import StubWorker
 
 from inferwatch.agent.collectors.attribution import WorkerGpuInputs
@@ -357,19 +358,10 @@ def test_cli_rejects_a_bad_url_with_exit_2() -> None:
 
 def test_agent_exports_documented_families_from_dcgm_exporter(tmp_path: Path) -> None:
     stub = StubWorker(lambda: NEW)
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--gpu-backend",
-            "dcgm-exporter",
-            "--dcgm-exporter-url",
-            f"{stub.url}/metrics",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path, "--gpu-backend", "dcgm-exporter", "--dcgm-exporter-url", f"{stub.url}/metrics"
     )
+    port = agent.port
     try:
 
         def body() -> str | None:

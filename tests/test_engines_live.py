@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.agentrun import AgentRun
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.stubworker import StubWorker
 
@@ -244,27 +245,22 @@ def one(series: Series, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def agent_for(tmp_path: Path) -> Iterator[Callable[[str], str]]:
-    started: list[Process] = []
+def agent_for(make_agent: Callable[..., AgentRun]) -> Iterator[Callable[[str], str]]:
+    started: list[AgentRun] = []
 
     def start(worker_url: str) -> str:
-        port = free_port()
-        proc = Process(
-            inferwatch_cmd(
-                "run", "--listen", f"127.0.0.1:{port}", "--worker", f"w={worker_url}",
-                "--gpu-backend", "none", "--collect-interval", "0.2s", "--stats-window", "5s",
-            ),
-            tmp_path / f"agent-{port}.log",
+        agent = make_agent(
+            "--worker", f"w={worker_url}",
+            "--gpu-backend", "none", "--collect-interval", "0.2s", "--stats-window", "5s",
+            ready="/readyz", timeout=30,
         )  # fmt: skip
-        started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: http_get(url + "/readyz")[0] == 200, 30, message="agent ready")
-        return url
+        started.append(agent)
+        return agent.url
 
     yield start
-    for proc in started:
-        proc.stop()
-        assert "Traceback" not in proc.log(), proc.log()[-3000:]
+    for agent in started:
+        agent.stop()
+        assert "Traceback" not in agent.log(), agent.log()[-3000:]
 
 
 def _serve(engine: str, feed: Feed) -> tuple[str, Callable[[], None], list[str] | None]:

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.agentrun import AgentRun
 from tests.support.proc import (
     REPO,
     SHARED,
-    Process,
-    free_port,
     http_get,
-    inferwatch_cmd,
     wait_until,
 )
 from tests.support.stubworker import StubWorker
@@ -40,23 +38,12 @@ def exported_families(tmp_path: Path) -> set[str]:
         return render("v1", [e])
 
     stub = StubWorker(text)
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--worker",
-            f"w={stub.url}",
-            "--gpu-backend",
-            "fake",
-            "--collect-interval",
-            "0.2s",
-            "--stats-window",
-            "5s",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path,
+        *("--worker", f"w={stub.url}", "--gpu-backend", "fake"),
+        *("--collect-interval", "0.2s", "--stats-window", "5s"),
     )
+    port = agent.port
     try:
 
         def body() -> str | None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.proc import (
     REPO,
     Alertmanager,
@@ -265,7 +266,7 @@ class Stack:
         self.gpu_count = gpu_count if gpu_count is not None else len(self.workers)
         if len(self.workers) != len(workers):
             raise ValueError("worker names must be unique")
-        self.agent: Process | None = None
+        self.agent: AgentRun | None = None
         self.alertmanager: Alertmanager | None = None
         self.prometheus: Prometheus | None = None
         self._loads: list[Process] = []
@@ -280,11 +281,7 @@ class Stack:
         # is a worker down (InferenceWorkerDown after a few seconds with short `for`s)
         for worker in self.workers.values():
             worker.start()
-        self.agent_port = free_port()
-        self.agent_target = f"127.0.0.1:{self.agent_port}"
-        self.agent_url = f"http://{self.agent_target}"
         config = {
-            "listen": self.agent_target,
             "collect_interval": COLLECT_INTERVAL,
             "stats_window": STATS_WINDOW,
             "gpu": self._gpu
@@ -308,19 +305,9 @@ class Stack:
         }
         if self._warmup is not None:
             config["warmup"] = self._warmup
-        config_path = self.tmp / "agent.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.agent = Process(
-            inferwatch_cmd("run", "--config", str(config_path)), self.logs / "agent.log"
-        )
-        agent = self.agent
-
-        def agent_ready() -> bool:
-            if not agent.alive():
-                raise AssertionError(f"the agent exited:\n{agent.log()[-3000:]}")
-            return http_get(f"{self.agent_url}/readyz", timeout=2)[0] == 200
-
-        wait_until(agent_ready, 60, message="agent ready")
+        self.agent = AgentRun(self.tmp, config=config, ready="/readyz", log=self.logs / "agent.log")
+        self.agent_port, self.agent_target = self.agent.port, self.agent.target
+        self.agent_url = self.agent.url
         if webhook is not None:
             self.alertmanager = Alertmanager(self.tmp, render_alertmanager_config(webhook, timers))
         prom_config = render_prometheus_config(
