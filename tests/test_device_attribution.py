@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.nvidia import gpu_count
 from tests.support.proc import REPO
-from tests.test_device_multi_gpu import gpu_count
 
 
 @pytest.mark.device

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from tests.support.engine_text import sglang_text
 from tests.support.proc import free_port
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
-from tests.test_engines_mapping import sglang_text
 
 from inferwatch.agent.collectors.engine import EngineSource
 from inferwatch.agent.config import ScrapeConfig, load_config

@@ -11,19 +11,17 @@ scenario: the report's waste finding lists every GPU in one line.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 from tests.support import scenarios as S
-from tests.support.proc import PROMTOOL, require_binary
+from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
 from inferwatch.report.model import Period, bands_from_thresholds
 from inferwatch.report.promapi import PrometheusClient
 from inferwatch.report.query import collect
-from test_report_e2e import PromOnBlocks
 
 pytestmark = pytest.mark.slow
 
@@ -31,18 +29,9 @@ T = load_thresholds()
 
 
 def blocks(tmp: Path, scenario: str) -> Path:
-    promtool = require_binary(PROMTOOL, "promtool")
     om = tmp / f"{scenario}.om"
     om.write_text(S.openmetrics(S.run(scenario)))
-    data = tmp / f"data-{scenario}"
-    data.mkdir()
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return data
+    return create_blocks(om, tmp / f"data-{scenario}", timeout=120)
 
 
 @pytest.mark.parametrize("scenario", list(S.SCENARIOS))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import calendar
 import csv
-import json
 import re
 import shutil
 import subprocess
@@ -40,10 +39,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.proc import PROMTOOL, REPO, http_get, require_binary, wait_until
+from tests.support.proc import REPO
+from tests.support.promblocks import CHROMIUM, PromOnBlocks, create_blocks
 
 from inferwatch.cli import main as cli_main
-from test_report_e2e import CHROMIUM, PromOnBlocks
 
 DAY = 86400
 END = calendar.timegm((2026, 11, 23, 0, 0, 0))
@@ -158,7 +157,6 @@ def _lines() -> Iterator[tuple[str, str, str]]:
 def _build(workdir: Path) -> Path:
     """TSDB blocks from one OpenMetrics file per 8 hours (promtool reads its whole input
     once per 2-hour block it writes), each family's series contiguous and in time order."""
-    promtool = require_binary(PROMTOOL, "promtool")
     parts: dict[int, dict[str, list[tuple[str, int, str]]]] = {}
     for family, _kind, line in _lines():
         series, _value, t = line.rsplit(" ", 2)
@@ -170,12 +168,7 @@ def _build(workdir: Path) -> Path:
         path = workdir / f"part-{block:03d}.om"
         body = [line for f in sorted(families) for _, _, line in sorted(families[f])]
         path.write_text("\n".join(body) + "\n# EOF\n")
-        subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(path), str(data)],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
+        create_blocks(path, data)
         path.unlink()
     return data
 
@@ -184,15 +177,7 @@ def _build(workdir: Path) -> Path:
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromOnBlocks]:
     data = _build(tmp_path_factory.mktemp("cost-tsdb"))
     server = PromOnBlocks(tmp_path_factory.mktemp("cost-prom"), data)
-    wait_until(
-        lambda: json.loads(
-            http_get(
-                f"{server.url}/api/v1/query?query=count(inferwatch_worker_gpu_info)&time={END}"
-            )[1]
-        )["data"]["result"],
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_worker_gpu_info)", END)
     yield server
     server.stop()
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import email
 import email.policy
-import json
 import math
 import re
 import shlex
@@ -43,19 +42,15 @@ from tests.support import report_fixture as fx
 from tests.support.proc import (
     PROMTOOL,
     REPO,
-    Process,
     free_port,
-    http_get,
     require_binary,
-    wait_until,
 )
+from tests.support.promblocks import CHROMIUM, PromOnBlocks
 from tests.support.tls import self_signed_cert
 
 from inferwatch.cli import main as cli_main
 from inferwatch.report.query import count_steps
 
-PROMETHEUS = shutil.which("prometheus")
-CHROMIUM = shutil.which("chromium")
 OPENSSL = shutil.which("openssl")
 END_ISO = "2026-11-23T00:00:00Z"
 ARTIFACTS = REPO / "tests" / "artifacts" / "report"
@@ -64,40 +59,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning"),
 ]
-
-
-class PromOnBlocks:
-    """A real Prometheus opening a copy of prepared TSDB blocks (``Prometheus`` in
-    support/proc.py creates its own empty data directory)."""
-
-    def __init__(self, tmp: Path, blocks: Path, *extra: str) -> None:
-        binary = require_binary(PROMETHEUS, "prometheus")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = tmp / f"prometheus-{self.port}"
-        data = self.dir / "data"
-        shutil.copytree(blocks, data)
-        (self.dir / "prometheus.yml").write_text("global: {}\n")
-        self.process = Process(
-            [
-                binary,
-                f"--config.file={self.dir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={data}",
-                "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                *extra,
-            ],
-            self.dir / "prometheus.log",
-        )
-        wait_until(self._ready, timeout=90, message=f"prometheus on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"prometheus exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
-
-    def stop(self) -> None:
-        self.process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -112,16 +73,7 @@ def prom(
 ) -> Iterator[PromOnBlocks]:
     server = PromOnBlocks(tmp_path_factory.mktemp("prom"), tsdb[0])
     # The blocks are readable once a query over the whole span answers.
-    wait_until(
-        lambda: json.loads(
-            http_get(
-                f"{server.url}/api/v1/query?query=count(inferwatch_gpu_utilization_ratio)"
-                f"&time={fx.END}"
-            )[1]
-        )["data"]["result"],
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_gpu_utilization_ratio)", fx.END)
     yield server
     server.stop()
 

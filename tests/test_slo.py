@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from tests.support import report_fixture as fx
 from tests.support.proc import PROMTOOL, REPO, http_get, inferwatch_cmd, require_binary, wait_until
+from tests.support.promblocks import PromOnBlocks
 
 from inferwatch.engines import proxy
 from inferwatch.errors import ConfigError
@@ -182,17 +183,11 @@ WEEK = 7 * fx.DAY
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, fx.Truth]]:
-    from test_report_e2e import PromOnBlocks
-
     blocks, truth = fx.build_tsdb(
         tmp_path_factory.mktemp("tsdb"), require_binary(PROMTOOL, "promtool")
     )
     server = PromOnBlocks(tmp_path_factory.mktemp("prom"), blocks)
-    wait_until(
-        lambda: query(server.url, "count(inferwatch_ttft_seconds_bucket)", fx.END),
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_ttft_seconds_bucket)", fx.END)
     yield server, truth
     server.stop()
 
