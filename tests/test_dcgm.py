@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.agentrun import AgentRun
-from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import REPO, free_port, inferwatch_cmd
 from tests.support.stubworker import StubWorker
 
 from inferwatch.agent.collectors.attribution import WorkerGpuInputs
@@ -361,15 +361,10 @@ def test_agent_exports_documented_families_from_dcgm_exporter(tmp_path: Path) ->
     agent = AgentRun(
         tmp_path, "--gpu-backend", "dcgm-exporter", "--dcgm-exporter-url", f"{stub.url}/metrics"
     )
-    port = agent.port
     try:
-
-        def body() -> str | None:
-            status, data, _ = http_get(f"http://127.0.0.1:{port}/metrics")
-            text = data.decode()
-            return text if status == 200 and "inferwatch_gpu_up" in text else None
-
-        text = wait_until(body, 30, message="agent serving dcgm-exporter's GPUs")
+        text = agent.until(
+            lambda t: "inferwatch_gpu_up" in t, 30, "agent serving dcgm-exporter's GPUs"
+        )
     finally:
         agent.stop()
         stub.stop()

@@ -16,7 +16,6 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.agentrun import AgentRun
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
-from tests.support.stubworker import StubWorker
+from tests.support.stubworker import QuietHandler, StubWorker, ThreadedServer
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.stats import EngineSnapshot, FinishedRequest, StepStats
@@ -172,7 +171,7 @@ class Feed:
         self._thread.join(5)
 
 
-class PathWorker:
+class PathWorker(ThreadedServer):
     """Serves an exposition at one path (NIM's /v1/metrics, trtllm-serve's /prometheus/metrics).
 
     Like the real servers, ``/metrics`` answers something that is not the
@@ -182,7 +181,7 @@ class PathWorker:
     def __init__(self, path: str, body: Callable[[], str], json_metrics: bool) -> None:
         worker = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 if self.path == path:
                     data, ctype, status = body().encode(), "text/plain; version=0.0.4", 200
@@ -195,25 +194,10 @@ class PathWorker:
                 else:
                     data, ctype, status = b"not found", "text/plain", 404
                 worker.paths.append(self.path)
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
+                self.reply(status, data, ctype)
 
         self.paths: list[str] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 # ------------------------------------------------------------------ the agent side

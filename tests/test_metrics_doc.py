@@ -11,8 +11,6 @@ from tests.support.agentrun import AgentRun
 from tests.support.proc import (
     REPO,
     SHARED,
-    http_get,
-    wait_until,
 )
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
@@ -43,15 +41,10 @@ def exported_families(tmp_path: Path) -> set[str]:
         *("--worker", f"w={stub.url}", "--gpu-backend", "fake"),
         *("--collect-interval", "0.2s", "--stats-window", "5s"),
     )
-    port = agent.port
     try:
-
-        def body() -> str | None:
-            status, data, _ = http_get(f"http://127.0.0.1:{port}/metrics")
-            text_ = data.decode()
-            return text_ if status == 200 and "inferwatch_queue_depth_slope" in text_ else None
-
-        exposition = wait_until(body, 30, message="agent with worker windows")
+        exposition = agent.until(
+            lambda t: "inferwatch_queue_depth_slope" in t, 30, "agent with worker windows"
+        )
     finally:
         agent.stop()
         stub.stop()

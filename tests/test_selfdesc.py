@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from tests.support.proc import free_port
+from tests.support.aioapp import serve_app
 
 from inferwatch.agent.collectors import selfdesc
 from inferwatch.agent.collectors.engine import EngineSource
@@ -136,11 +136,7 @@ async def worker() -> AsyncIterator[Worker]:
     app.router.add_get("/metrics", w.handle_metrics)
     for path in ("/props", "/info"):
         app.router.add_get(path, w.handle_doc)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    w.url = f"http://127.0.0.1:{port}"
+    runner, w.url = await serve_app(app)
     yield w
     await runner.cleanup()
 

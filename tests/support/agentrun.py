@@ -17,7 +17,14 @@ from types import TracebackType
 from typing import Any
 
 import yaml
-from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import (
+    Process,
+    free_port,
+    http_get,
+    inferwatch_cmd,
+    wait_answering,
+    wait_until,
+)
 
 #: the environment every test agent starts with: no configuration file from the caller's shell
 QUIET_ENV = {"INFERWATCH_CONFIG": ""}
@@ -66,13 +73,7 @@ class AgentRun:
 
     def wait_for(self, path: str, timeout: float = 60.0) -> None:
         """Poll ``path`` until it answers 200; fail with the log if the agent exits first."""
-
-        def answers() -> bool:
-            if not self.process.alive():
-                raise AssertionError(f"the agent exited:\n{self.process.log()[-3000:]}")
-            return http_get(self.url + path, timeout=2)[0] == 200
-
-        wait_until(answers, timeout, message=f"the agent answering {path} on :{self.port}")
+        wait_answering(self.process, self.url + path, "the agent", timeout)
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
         return http_get(self.url + path, timeout=timeout)

@@ -25,7 +25,6 @@ import contextlib
 import json
 import math
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ from tests.support.proc import (
     free_port,
     http_get,
     inferwatch_cmd,
+    wait_answering,
     wait_until,
 )
 from tests.support.stack import parse_duration, render_prometheus_config
@@ -198,23 +198,14 @@ class SimWorker:
         log = self._log_dir / f"{self.name}.{self._starts}.log"
         self.started_at = time.time()
         self.process = Process(self.command(), log)
-        proc = self.process
-
-        def healthy() -> bool:
-            if not proc.alive():
-                raise AssertionError(f"{self.name} exited:\n{proc.log()[-3000:]}")
-            return http_get(f"{self.url}/health", timeout=2)[0] == 200
-
-        wait_until(healthy, timeout, message=f"{self.name} on :{self.port}")
+        wait_answering(self.process, f"{self.url}/health", self.name, timeout)
 
     def kill(self) -> None:
         """SIGKILL: the worker dies without closing anything, as an OOM kill does."""
         if self.process is None or not self.process.alive():
             raise AssertionError(f"{self.name} is not running")
         self.killed_at = time.time()
-        self.process.signal(signal.SIGKILL)
-        self.process.popen.wait(10)
-        self.process.stop()
+        self.process.kill()
 
     def stop(self) -> None:
         if self.process is not None:

@@ -1,9 +1,15 @@
-"""The host's NVIDIA GPUs as ``nvidia-smi -L`` lists them; the device tests skip without."""
+"""The device tests' parts: the host's NVIDIA GPUs as ``nvidia-smi -L`` lists them (the
+tests skip without), and a run of one of bench/device/'s validators."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.proc import REPO
 
 
 def gpu_count() -> int:
@@ -15,3 +21,12 @@ def gpu_count() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def run_validator(script: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``bench/device/<script> --out <out>`` with this interpreter and this checkout's agent."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "agent"))
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "device" / script), "--out", str(out)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip

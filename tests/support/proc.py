@@ -122,6 +122,12 @@ class Process:
         if self.alive():
             self.popen.send_signal(sig)
 
+    def kill(self) -> None:
+        """SIGKILL, as an OOM kill does: wait for the exit, close the log."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait(10)
+        self.stop()
+
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.alive():
             self.popen.send_signal(signal.SIGTERM)
@@ -132,6 +138,17 @@ class Process:
                 self.popen.wait(5)
         self._log.close()
         return self.popen.returncode
+
+
+def wait_answering(process: Process, url: str, name: str, timeout: float = 60.0) -> None:
+    """Poll ``url`` until it answers 200; fail with the end of the log if ``process`` exits."""
+
+    def answers() -> bool:
+        if not process.alive():
+            raise AssertionError(f"{name} exited:\n{process.log()[-3000:]}")
+        return http_get(url, timeout=2)[0] == 200
+
+    wait_until(answers, timeout, interval=0.2, message=f"{name} answering {url}")
 
 
 def inferwatch_cmd(*args: str) -> list[str]:
@@ -165,12 +182,7 @@ class Prometheus:
             ],
             self.dir / "prometheus.log",
         )
-        wait_until(self._ready, timeout=60, message=f"prometheus on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"prometheus exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+        wait_answering(self.process, f"{self.url}/-/ready", "prometheus")
 
     def api(self, path: str, **params: Any) -> Any:
         query = urllib.parse.urlencode(params)
@@ -231,12 +243,7 @@ class Alertmanager:
             ],
             self.dir / "alertmanager.log",
         )
-        wait_until(self._ready, timeout=60, message=f"alertmanager on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"alertmanager exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+        wait_answering(self.process, f"{self.url}/-/ready", "alertmanager")
 
     def stop(self) -> None:
         self.process.stop()

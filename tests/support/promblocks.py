@@ -23,6 +23,7 @@ from tests.support.proc import (
     free_port,
     http_get,
     require_binary,
+    wait_answering,
     wait_until,
 )
 
@@ -65,12 +66,7 @@ class PromOnBlocks:
             ],
             self.dir / "prometheus.log",
         )
-        wait_until(self._ready, timeout=90, message=f"prometheus on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"prometheus exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+        wait_answering(self.process, f"{self.url}/-/ready", "prometheus", timeout=90)
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
         """The instant query's result at ``at`` (empty while the blocks are not open yet)."""
