@@ -757,18 +757,13 @@ def explain(doc: dict[str, Any], worker: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("source", ["agent", "prometheus"])
 @pytest.mark.parametrize("worker", list(WORKERS))
-def test_each_loop_fires_for_its_scenario_only_from_the_agent(advice: Advice, worker: str) -> None:
-    doc = advice.agent[WORKERS[worker][0]]
-    got = loops_for(doc, worker) - UNCHECKED.get(worker, set())
-    assert got == EXPECTED[worker] | OOM_AT_RISK.get(worker, set()), explain(doc, worker)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("worker", list(WORKERS))
-def test_each_loop_fires_for_its_scenario_only_from_prometheus(advice: Advice, worker: str) -> None:
-    doc = advice.prometheus[WORKERS[worker][0]]
-    got = loops_for(doc, worker) - UNCHECKED_FROM_PROMETHEUS.get(worker, set())
+def test_each_loop_fires_for_its_scenario_only(advice: Advice, worker: str, source: str) -> None:
+    """From the agent's /metrics and from Prometheus, each scenario raises its loops only."""
+    doc = (advice.agent if source == "agent" else advice.prometheus)[WORKERS[worker][0]]
+    unchecked = UNCHECKED if source == "agent" else UNCHECKED_FROM_PROMETHEUS
+    got = loops_for(doc, worker) - unchecked.get(worker, set())
     assert got == EXPECTED[worker] | OOM_AT_RISK.get(worker, set()), explain(doc, worker)
 
 

@@ -277,13 +277,17 @@ def test_credentials_never_shown(tmp_path: Path) -> None:
         ({"basic_auth_users": {"p": "$2y$10$tooshort"}}, "tooshort"),
     ],
 )
-def test_web_config_errors_never_echo_the_value(tmp_path: Path, web: dict, secret: str) -> None:
-    path = tmp_path / "web.yml"
-    path.write_text(yaml.safe_dump(web))
-    result = subprocess.run(
-        inferwatch_cmd("run", "--gpu-backend", "none", "--web.config.file", str(path)),
+def run_with(path: Path, doc: dict, flag: str) -> subprocess.CompletedProcess[str]:
+    """``inferwatch run`` given ``doc`` written as YAML to ``path`` through ``flag``."""
+    path.write_text(yaml.safe_dump(doc))
+    return subprocess.run(
+        inferwatch_cmd("run", "--gpu-backend", "none", flag, str(path)),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_web_config_errors_never_echo_the_value(tmp_path: Path, web: dict, secret: str) -> None:
+    result = run_with(tmp_path / "web.yml", web, "--web.config.file")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert secret not in result.stderr
@@ -479,12 +483,7 @@ def test_demo_stops_its_children_when_its_terminal_hangs_up(tmp_path: Path) -> N
     ],
 )
 def test_config_errors_never_echo_a_secret(tmp_path: Path, config: dict, secret: str) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    result = subprocess.run(
-        inferwatch_cmd("run", "--gpu-backend", "none", "--config", str(path)),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = run_with(tmp_path / "config.yaml", config, "--config")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert secret not in result.stderr

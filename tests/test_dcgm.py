@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.agentrun import AgentRun
+from tests.support.dcgm_data import DATA, NEW, OLD
 from tests.support.proc import REPO, free_port, inferwatch_cmd
 from tests.support.stubworker import StubWorker
 
@@ -33,9 +34,6 @@ from inferwatch.agent.collectors.dcgm import (
 from inferwatch.agent.config import load_config
 from inferwatch.errors import ConfigError
 
-DATA = REPO / "tests" / "data" / "dcgm"
-OLD = (DATA / "dcgm-exporter-4.8-h200x2.prom").read_text()
-NEW = (DATA / "dcgm-exporter-4.9-h200x2.prom").read_text()
 #: 4.10's PCIe names, and NVLink as the optional TX/RX profiling fields (no total field)
 NEWEST = (DATA / "dcgm-exporter-4.10-h200x2.prom").read_text()
 MIG = (DATA / "dcgm-exporter-4.8-mig.prom").read_text()

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from tests.support.agentrun import AgentRun
+from tests.support.dcgm_data import NEW, OLD
 from tests.support.e2e import E2E_THRESHOLDS, generate_rule_files
 from tests.support.proc import (
-    REPO,
     Prometheus,
     wait_until,
 )
@@ -29,9 +29,6 @@ from tests.support.stubworker import StubWorker
 
 from inferwatch.pack.thresholds import load_thresholds
 
-DATA = REPO / "tests" / "data" / "dcgm"
-OLD = (DATA / "dcgm-exporter-4.8-h200x2.prom").read_text()
-NEW = (DATA / "dcgm-exporter-4.9-h200x2.prom").read_text()
 U1 = "GPU-b27e9c40-5a3d-4e8f-8c61-2d4e6f8a0b22"
 _GPU1_EVENTS = re.compile(r'^(DCGM_FI_DEV_CLOCKS_EVENT_REASONS\{gpu="1",.*\}) 96$', re.M)
 

@@ -9,7 +9,6 @@ that a mistake in one does not hide in the other.
 from __future__ import annotations
 
 import math
-import subprocess
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +21,7 @@ from tests.support.engine_text import (
     histogram,
     sglang_text,
 )
-from tests.support.proc import PROMTOOL, REPO, require_binary
+from tests.support.proc import REPO, promtool
 
 from inferwatch.engines import ENGINES, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
@@ -419,23 +418,9 @@ def test_lmdeploy_ranks_reasons_and_cache_token_sums() -> None:
 
 # --------------------------------------------------------------------------- NIM
 NIM_TTFT = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10,
-)
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+    0.75, 1.0, 2.5, 5.0, 7.5, 10,
+)  # fmt: skip
 NIM_TPOT = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 NIM_E2E = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 
@@ -580,11 +565,8 @@ def test_tables_export_only_contract_families_with_one_label_set_each(engine: st
 
 def test_alerts_on_signals_an_engine_lacks_stay_silent() -> None:
     """promtool runs alerts/tests/engines-missing-signals.test.yaml against the rule files."""
-    promtool = require_binary(PROMTOOL, "promtool")
     case = REPO / "alerts" / "tests" / "engines-missing-signals.test.yaml"
-    result = subprocess.run(
-        [promtool, "test", "rules", str(case)], capture_output=True, text=True, timeout=120
-    )
+    result = promtool("test", "rules", str(case))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 

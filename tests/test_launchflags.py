@@ -39,18 +39,11 @@ def test_vllm_serve_console_script_as_psutil_sees_it() -> None:
         " --max-num-batched-tokens 8192 --enable-prefix-caching --port 8001 -tp 2 -dp 4"
     )
     assert info == LaunchInfo(
-        engine="vllm",
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        port=8001,
-        max_num_seqs=32,
-        max_model_len=16384,
-        max_num_batched_tokens=8192,
-        gpu_memory_utilization=0.85,
-        prefix_caching="true",
-        tensor_parallel_size=2,
-        data_parallel_size=4,
-        extra=info.extra,
-    )
+        engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", port=8001,
+        max_num_seqs=32, max_model_len=16384, max_num_batched_tokens=8192,
+        gpu_memory_utilization=0.85, prefix_caching="true", tensor_parallel_size=2,
+        data_parallel_size=4, extra=info.extra,
+    )  # fmt: skip
     assert dict(info.extra) == {}
 
 
@@ -59,13 +52,7 @@ def test_vllm_equals_form_underscores_and_no_prefix_caching() -> None:
         "vllm serve Qwen/Qwen2.5-7B --max_num_seqs=64 --port=9000 --no-enable-prefix-caching"
         " --tensor_parallel_size=8 --host=0.0.0.0"
     )
-    assert_fields(
-        info,
-        max_num_seqs=64,
-        port=9000,
-        prefix_caching="false",
-        tensor_parallel_size=8,
-    )
+    assert_fields(info, max_num_seqs=64, port=9000, prefix_caching="false", tensor_parallel_size=8)
     assert info.extra["host"] == "0.0.0.0"
 
 
@@ -74,11 +61,7 @@ def test_vllm_api_server_module_takes_model_from_flag() -> None:
         "python3 -u -m vllm.entrypoints.openai.api_server --model /models/llama --max-num-seqs 16"
     )
     assert_fields(
-        info,
-        engine="vllm",
-        model="/models/llama",
-        max_num_seqs=16,
-        prefix_caching="unknown",
+        info, engine="vllm", model="/models/llama", max_num_seqs=16, prefix_caching="unknown"
     )
 
 
@@ -153,19 +136,10 @@ def test_sglang_launch_server() -> None:
         " --chunked-prefill-size 4096"
     )
     assert_fields(
-        info,
-        engine="sglang",
-        model="Qwen/Qwen2.5-7B-Instruct",
-        max_num_seqs=48,
-        port=30000,
+        info, engine="sglang", model="Qwen/Qwen2.5-7B-Instruct", max_num_seqs=48, port=30000
     )
     assert (info.tensor_parallel_size, info.data_parallel_size) == (2, 2)
-    assert_fields(
-        info,
-        max_model_len=8000,
-        gpu_memory_utilization=0.8,
-        prefix_caching="false",
-    )
+    assert_fields(info, max_model_len=8000, gpu_memory_utilization=0.8, prefix_caching="false")
     assert info.extra["enable_metrics"] == "true"
     assert info.extra["chunked_prefill_size"] == "4096"
     # no vLLM-style per-step token budget is claimed for SGLang
@@ -187,26 +161,14 @@ def test_tgi_flags() -> None:
         "text-generation-launcher --model-id bigscience/bloom-560m --max-concurrent-requests"
         " 128 -p 3000 --num-shard 2 --max-total-tokens 4096 --max-batch-prefill-tokens 8192"
     )
-    assert_fields(
-        info,
-        engine="tgi",
-        model="bigscience/bloom-560m",
-        max_num_seqs=128,
-        port=3000,
-        tensor_parallel_size=2,
-        max_model_len=4096,
-    )
+    assert_fields(info, engine="tgi", model="bigscience/bloom-560m", max_num_seqs=128)
+    assert_fields(info, port=3000, tensor_parallel_size=2, max_model_len=4096)
     assert info.extra["max_batch_prefill_tokens"] == "8192"
 
 
 def test_tgi_environment_fills_what_the_command_line_lacks() -> None:
-    environ = {
-        "MODEL_ID": "from-env",
-        "MAX_CONCURRENT_REQUESTS": "7",
-        "PORT": "8080",
-        "PREFIX_CACHING": "0",
-        "HOSTNAME": "pod-abc",
-    }
+    environ = {"MODEL_ID": "from-env", "MAX_CONCURRENT_REQUESTS": "7", "PORT": "8080"}
+    environ |= {"PREFIX_CACHING": "0", "HOSTNAME": "pod-abc"}
     info = parse("text-generation-launcher", "--port", "3000", environ=environ)
     assert info.model == "from-env"
     assert info.max_num_seqs == 7
@@ -227,12 +189,7 @@ def test_llama_server_short_and_long_options() -> None:
         "/app/llama-server -m /models/q4.gguf -np 4 --port 8080 -a llama,llama-chat -c 16384"
         " -ngl 99"
     )
-    assert_fields(
-        info,
-        engine="llamacpp",
-        model="/models/q4.gguf",
-        served_model_name="llama",
-    )
+    assert_fields(info, engine="llamacpp", model="/models/q4.gguf", served_model_name="llama")
     assert info.extra["served_model_names"] == "llama,llama-chat"
     assert info.max_num_seqs == 4
     assert info.port == 8080
@@ -253,12 +210,7 @@ def test_llama_server_environment_and_hf_repo() -> None:
         "ggml-org/gemma-3-1b-it-GGUF",
         environ={"LLAMA_ARG_N_PARALLEL": "6", "LLAMA_ARG_PORT": "9090"},
     )
-    assert_fields(
-        info,
-        model="ggml-org/gemma-3-1b-it-GGUF",
-        max_num_seqs=6,
-        port=9090,
-    )
+    assert_fields(info, model="ggml-org/gemma-3-1b-it-GGUF", max_num_seqs=6, port=9090)
 
 
 @pytest.mark.parametrize(
@@ -306,10 +258,8 @@ def test_trtllm_serve(head: list[str]) -> None:
         model="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         max_num_seqs=64,
         max_num_batched_tokens=8192,
-        max_model_len=4096,
-        tensor_parallel_size=2,
-        port=8000,
     )
+    assert_fields(info, max_model_len=4096, tensor_parallel_size=2, port=8000)
     # a share of the memory left after the weights: not vLLM's gpu_memory_utilization
     assert info.gpu_memory_utilization is None
     assert info.extra["kv_cache_free_gpu_memory_fraction"] == "0.9"
@@ -332,10 +282,9 @@ def test_lmdeploy_api_server() -> None:
         model="internlm/internlm2_5-7b-chat",
         served_model_name="internlm",
         port=23333,
-        max_num_seqs=128,
-        max_model_len=8192,
-        tensor_parallel_size=2,
-        prefix_caching="true",
+    )
+    assert_fields(
+        info, max_num_seqs=128, max_model_len=8192, tensor_parallel_size=2, prefix_caching="true"
     )
     assert parse_launch(["lmdeploy", "serve", "gradio", "m"]) is None
 

@@ -19,9 +19,7 @@ from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
-from inferwatch.report.model import Period, bands_from_thresholds
-from inferwatch.report.promapi import PrometheusClient
-from inferwatch.report.query import collect
+from inferwatch.report.model import bands_from_thresholds
 
 pytestmark = pytest.mark.slow
 
@@ -40,18 +38,10 @@ def test_the_report_from_prometheus_names_the_loops_the_alerts_raise(
 ) -> None:
     prom = PromOnBlocks(tmp_path, blocks(tmp_path, scenario))
     try:
-        bands = bands_from_thresholds(T)
-        raw = collect(
-            PrometheusClient(prom.url),
-            Period(S.REPORT_END, 1),
-            waste_below=bands.waste_below,
-            healthy_band=(bands.healthy_low, bands.healthy_high),
-            scale_review_above=bands.scale_review_above,
-            thresholds=T,
-        )
+        raw = prom.collect(S.REPORT_END, 1, T)
     finally:
         prom.stop()
-    report = build_report(raw, bands)
+    report = build_report(raw, bands_from_thresholds(T))
     found = {f.id for f in report.findings if f.id}
     assert found == S.expected_loops(scenario), [
         (f.id, f.title, f.evidence) for f in report.findings

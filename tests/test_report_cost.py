@@ -34,13 +34,13 @@ import calendar
 import csv
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.browser import Headless
 from tests.support.proc import REPO
-from tests.support.promblocks import CHROMIUM, PromOnBlocks, create_blocks
+from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.cli import main as cli_main
 
@@ -286,7 +286,7 @@ def test_without_prices_the_section_is_in_gpu_hours(unpriced: Path) -> None:
 
 
 def test_cost_section_renders_at_the_top_in_chromium(priced: Path, tmp_path: Path) -> None:
-    chromium = CHROMIUM or pytest.skip("chromium is not installed (apt-get install chromium)")
+    browser = Headless(tmp_path / "chrome", budget_ms=5000)
     page = (priced / "report.html").read_text()
     probe = priced / "probe-cost.html"
     script = (
@@ -298,37 +298,13 @@ def test_cost_section_renders_at_the_top_in_chromium(priced: Path, tmp_path: Pat
         "rows,items,c?Math.round(c.getBoundingClientRect().height):0].join(' '));});</script>"
     )
     probe.write_text(page.replace("</body>", script + "</body>"))
-    base = [
-        chromium,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chrome'}",
-        "--virtual-time-budget=5000",
-    ]
-    dom = subprocess.run(
-        [*base, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = browser.dom(probe)
     match = re.search(r'data-cost="([^"]*)"', dom.stdout)
     assert match, dom.stderr[-2000:]
     where, rows, items, height = match.group(1).split()
     # first h2 of the page; llama, mistral, qwen, unallocated and the total; three wasters
     assert (where, rows, items) == ("first", "5", "3") and int(height) > 100
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report-cost.png"
-    subprocess.run(
-        [
-            *base,
-            "--window-size=900,1400",
-            f"--screenshot={shot}",
-            (priced / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-    )
+    browser.screenshot(priced / "report.html", shot, "900,1400")
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG")
     shutil.copy(priced / "report.txt", ARTIFACTS / "report-cost.txt")

@@ -39,13 +39,14 @@ from typing import Any
 
 import pytest
 from tests.support import report_fixture as fx
+from tests.support.browser import Headless
 from tests.support.proc import (
     PROMTOOL,
     REPO,
     free_port,
     require_binary,
 )
-from tests.support.promblocks import CHROMIUM, PromOnBlocks
+from tests.support.promblocks import PromOnBlocks
 from tests.support.tls import self_signed_cert
 
 from inferwatch.cli import main as cli_main
@@ -250,20 +251,10 @@ def test_csv_gpu_figures(output: Path, tsdb: tuple[Path, fx.Truth]) -> None:
 def report(prom: PromOnBlocks) -> Any:
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.report.build import build_report
-    from inferwatch.report.model import Period, bands_from_thresholds
-    from inferwatch.report.promapi import PrometheusClient
-    from inferwatch.report.query import collect
+    from inferwatch.report.model import bands_from_thresholds
 
     bands = bands_from_thresholds(load_thresholds())
-    raw = collect(
-        PrometheusClient(prom.url),
-        Period(fx.END, 7),
-        waste_below=bands.waste_below,
-        healthy_band=(bands.healthy_low, bands.healthy_high),
-        scale_review_above=bands.scale_review_above,
-        thresholds=bands.t,
-    )
-    return build_report(raw, bands)
+    return build_report(prom.collect(fx.END, 7, bands.t), bands)
 
 
 def test_alerts_counted_and_timed(report: Any) -> None:
@@ -337,7 +328,7 @@ def test_output_files_and_html_images(output: Path) -> None:
 
 
 def test_html_renders_in_chromium_with_every_image(output: Path, tmp_path: Path) -> None:
-    chromium = CHROMIUM or pytest.skip("chromium is not installed (apt-get install chromium)")
+    browser = Headless(tmp_path / "chrome")
     probe = output / "probe.html"
     script = (
         "<script>window.addEventListener('load',function(){var s=[];"
@@ -346,39 +337,13 @@ def test_html_renders_in_chromium_with_every_image(output: Path, tmp_path: Path)
         "document.body.setAttribute('data-images',s.join(' '));});</script>"
     )
     probe.write_text((output / "report.html").read_text().replace("</body>", script + "</body>"))
-    base = [
-        chromium,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chrome'}",
-        "--hide-scrollbars",
-        "--virtual-time-budget=10000",
-    ]
-    dom = subprocess.run(
-        [*base, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = browser.dom(probe)
     match = re.search(r'data-images="([^"]*)"', dom.stdout)
     assert match, f"no image status in the DOM:\n{dom.stderr[-2000:]}"
     statuses = match.group(1).split()
     assert len(statuses) == 5 and all(s == "ok" for s in statuses), statuses
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report.png"
-    subprocess.run(
-        [
-            *base,
-            "--window-size=900,5400",
-            f"--screenshot={shot}",
-            (output / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-    )
+    browser.screenshot(output / "report.html", shot, "900,5400")
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG")
     print(f"report screenshot: {shot}")
 

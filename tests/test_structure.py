@@ -231,14 +231,16 @@ def imports_of_test_modules(sources: dict[str, str]) -> list[str]:
 
 
 def test_the_test_import_check_finds_a_planted_case() -> None:
-    sources = {
-        "tests/test_a.py": "from tests.test_b import helper\nfrom tests.support.proc import REPO\n",
-        "tests/test_c.py": "import test_report_e2e\nfrom tests import test_d\n",
-        "tests/test_e.py": "def f():\n    from test_f import g\n",
-        "tests/test_g.py": "from . import test_h\nfrom tests.support.x import test_like_name\n",
-        "tests/support/s.py": "from tests.test_i import j\n",
-        "tests/test_ok.py": "import pytest\nfrom tests.support.agentrun import AgentRun\n",
-    }
+    # one file a line: its path, then its source with ";" between statements
+    planted = """
+    tests/test_a.py | from tests.test_b import helper; from tests.support.proc import REPO
+    tests/test_c.py | import test_report_e2e; from tests import test_d
+    tests/test_e.py | if True: from test_f import g
+    tests/test_g.py | from . import test_h; from tests.support.x import test_like_name
+    tests/support/s.py | from tests.test_i import j
+    tests/test_ok.py | import pytest; from tests.support.agentrun import AgentRun
+    """
+    sources = dict(line.strip().split(" | ") for line in planted.strip().splitlines())
     assert imports_of_test_modules(sources) == [
         "tests/support/s.py -> tests.test_i",
         "tests/test_a.py -> tests.test_b",

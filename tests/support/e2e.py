@@ -72,6 +72,17 @@ class AlertmanagerTimers:
     resolve_timeout: str = "1m"
 
 
+def rule_files(t: Thresholds, out: Path) -> list[str]:
+    """Write the recording and alerting rule files generated for ``t`` into ``out``; their paths."""
+    files = rules.generate(t)
+    written = []
+    for rel in (rules.RULES_FILE, rules.ALERTS_FILE):
+        path = out / Path(rel).name
+        path.write_text(files[rel])
+        written.append(str(path))
+    return written
+
+
 def generate_rule_files(t: Thresholds, out: Path) -> Path:
     """Write the alert and recording rule files generated for ``t``; returns their directory.
 

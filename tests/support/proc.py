@@ -140,6 +140,22 @@ class Process:
         return self.popen.returncode
 
 
+def promtool(
+    *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``promtool ARGS`` (the test skips where it is not installed); any exit status returns."""
+    binary = require_binary(PROMTOOL, "promtool")
+    return subprocess.run(
+        [binary, *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def wait_answering(process: Process, url: str, name: str, timeout: float = 60.0) -> None:
     """Poll ``url`` until it answers 200; fail with the end of the log if ``process`` exits."""
 
@@ -154,6 +170,13 @@ def wait_answering(process: Process, url: str, name: str, timeout: float = 60.0)
 def inferwatch_cmd(*args: str) -> list[str]:
     """Command line for the installed package's CLI, run with this interpreter."""
     return [sys.executable, "-m", "inferwatch.cli", *args]
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``inferwatch ARGS`` run to its end, output captured; any exit status returns."""
+    return subprocess.run(
+        inferwatch_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 class Prometheus:
@@ -244,6 +267,21 @@ class Alertmanager:
             self.dir / "alertmanager.log",
         )
         wait_answering(self.process, f"{self.url}/-/ready", "alertmanager")
+
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        """POST alerts (each ``{"labels": {...}, ...}``) to /api/v2/alerts, as Prometheus does."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every alert Alertmanager holds, with its status."""
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=10) as resp:
+            return list(json.load(resp))
 
     def stop(self) -> None:
         self.process.stop()

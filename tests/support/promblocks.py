@@ -27,9 +27,6 @@ from tests.support.proc import (
     wait_until,
 )
 
-#: headless Chromium (Debian's package name), for the reports' HTML
-CHROMIUM = shutil.which("chromium")
-
 
 def create_blocks(openmetrics: Path, data: Path, timeout: float = 300) -> Path:
     """``promtool tsdb create-blocks-from openmetrics`` of one file into ``data``."""
@@ -78,6 +75,22 @@ class PromOnBlocks:
         """Wait until ``promql`` at ``at`` answers something: the blocks are readable."""
         wait_until(lambda: self.query(promql, at), timeout=timeout, message="blocks loaded")
         return self
+
+    def collect(self, end: float, days: int, t: Any) -> Any:
+        """What ``inferwatch report`` reads of these blocks: the ``days`` ending at ``end``."""
+        from inferwatch.report.model import Period, bands_from_thresholds
+        from inferwatch.report.promapi import PrometheusClient
+        from inferwatch.report.query import collect
+
+        bands = bands_from_thresholds(t)
+        return collect(
+            PrometheusClient(self.url),
+            Period(end, days),
+            waste_below=bands.waste_below,
+            healthy_band=(bands.healthy_low, bands.healthy_high),
+            scale_review_above=bands.scale_review_above,
+            thresholds=t,
+        )
 
     def stop(self) -> None:
         self.process.stop()
