@@ -32,6 +32,7 @@ from tests.support.llamaserver import (
 )
 from tests.support.proc import (
     PROMETHEUS,
+    REPO,
     Prometheus,
     http_get,
     require_binary,
@@ -420,7 +421,7 @@ def test_the_server_built_here_writes_the_captured_families(
     """The simulator is held to tests/data/llamacpp/: a new pin must come with a new capture."""
     server = LlamaServer(tmp_path, ["--metrics", "--parallel", "1"])
     parts.append(server.start())
-    captured = (Path(__file__).parent / "data" / "llamacpp" / "metrics-idle.txt").read_text()
+    captured = (REPO / "tests" / "data" / "llamacpp" / "metrics-idle.txt").read_text()
 
     def shape(text: str) -> list[tuple[str, str, str]]:
         return [(f.name, f.type, f.documentation) for f in text_string_to_metric_families(text)]
@@ -430,7 +431,7 @@ def test_the_server_built_here_writes_the_captured_families(
     )
     assert (
         server.props()["build_info"]
-        == json.loads((Path(__file__).parent / "data" / "llamacpp" / "props.json").read_text())[
+        == json.loads((REPO / "tests" / "data" / "llamacpp" / "props.json").read_text())[
             "build_info"
         ]
     )

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.proc import REPO
 
 from inferwatch.advise.agent import Scrape, parse_exposition
 from inferwatch.advise.shadow import load_state, metrics_text, render, step
@@ -373,7 +374,7 @@ def test_prometheus_gives_the_answer_the_samples_give(tmp_path: Path) -> None:
 
 def test_cli_shadow_over_two_recorded_runs(tmp_path: Path) -> None:
     """The real llama-server at 1 then 2 slots: the second pass judges the first's fit."""
-    data = Path(__file__).parent / "data" / "whatif"
+    data = REPO / "tests" / "data" / "whatif"
     state, prom = tmp_path / "state.json", tmp_path / "whatif.prom"
     common = ["--output-tokens", "128", "--shadow", str(state), "--shadow-metrics", str(prom)]
     first = _cli("--trace", str(data / "parallel-1.jsonl.gz"), *common)
