@@ -268,15 +268,6 @@ def test_credentials_never_shown(tmp_path: Path) -> None:
     assert "scraper:***" not in seen[0] and "***@127.0.0.1:1" in seen[0]
 
 
-@pytest.mark.parametrize(
-    ("web", "secret"),
-    [
-        ({"basic_auth_users": "prometheus:hunter2-pass"}, "hunter2-pass"),
-        ({"http_server_config": {"headers": "Authorization: Bearer tok-123"}}, "tok-123"),
-        ({"tls_server_config": "/etc/keys/secret-key.pem"}, "secret-key"),
-        ({"basic_auth_users": {"p": "$2y$10$tooshort"}}, "tooshort"),
-    ],
-)
 def run_with(path: Path, doc: dict, flag: str) -> subprocess.CompletedProcess[str]:
     """``inferwatch run`` given ``doc`` written as YAML to ``path`` through ``flag``."""
     path.write_text(yaml.safe_dump(doc))
@@ -286,6 +277,15 @@ def run_with(path: Path, doc: dict, flag: str) -> subprocess.CompletedProcess[st
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("web", "secret"),
+    [
+        ({"basic_auth_users": "prometheus:hunter2-pass"}, "hunter2-pass"),
+        ({"http_server_config": {"headers": "Authorization: Bearer tok-123"}}, "tok-123"),
+        ({"tls_server_config": "/etc/keys/secret-key.pem"}, "secret-key"),
+        ({"basic_auth_users": {"p": "$2y$10$tooshort"}}, "tooshort"),
+    ],
+)
 def test_web_config_errors_never_echo_the_value(tmp_path: Path, web: dict, secret: str) -> None:
     result = run_with(tmp_path / "web.yml", web, "--web.config.file")
     assert result.returncode == 2
