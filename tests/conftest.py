@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.agentrun import AgentRun, agents
 
 from inferwatch.agent.collectors.nvml import NvmlSource
 
@@ -28,3 +30,10 @@ async def make_source() -> AsyncIterator[Callable[..., NvmlSource]]:
     yield make
     for src in made:
         await src.stop()
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
+    """AgentRun(tmp_path, ...): ``inferwatch run`` as a program, stopped after the test."""
+    with agents(tmp_path) as start:
+        yield start

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.proc import Process, Prometheus, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.scenarios import expected_loops
 
@@ -662,20 +663,16 @@ def advice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Advice]:
                     tmp / f"sim-{name}.log",
                 )
             )  # fmt: skip
-        agent_port = free_port()
-        agent_url = f"http://127.0.0.1:{agent_port}"
-        procs.append(
-            Process(
-                inferwatch_cmd(
-                    "run", "--listen", f"127.0.0.1:{agent_port}",
-                    "--gpu-backend", "fake", "--fake-gpus", str(len(WORKERS)),
-                    "--fake-gpu-state", str(state),
-                    "--collect-interval", "500ms", "--stats-window", "60s",
-                    *(a for name, url in urls.items() for a in ("--worker", f"{name}={url}")),
-                ),
-                tmp / "agent.log",
-            )
+        agent = AgentRun(
+            tmp,
+            "--gpu-backend", "fake", "--fake-gpus", str(len(WORKERS)),
+            "--fake-gpu-state", str(state),
+            "--collect-interval", "500ms", "--stats-window", "60s",
+            *(a for name, url in urls.items() for a in ("--worker", f"{name}={url}")),
+            ready=None,
         )  # fmt: skip
+        procs.append(agent.process)
+        agent_port, agent_url = agent.port, agent.url
 
         def ready() -> bool:
             for p in procs:
@@ -760,18 +757,13 @@ def explain(doc: dict[str, Any], worker: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("source", ["agent", "prometheus"])
 @pytest.mark.parametrize("worker", list(WORKERS))
-def test_each_loop_fires_for_its_scenario_only_from_the_agent(advice: Advice, worker: str) -> None:
-    doc = advice.agent[WORKERS[worker][0]]
-    got = loops_for(doc, worker) - UNCHECKED.get(worker, set())
-    assert got == EXPECTED[worker] | OOM_AT_RISK.get(worker, set()), explain(doc, worker)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("worker", list(WORKERS))
-def test_each_loop_fires_for_its_scenario_only_from_prometheus(advice: Advice, worker: str) -> None:
-    doc = advice.prometheus[WORKERS[worker][0]]
-    got = loops_for(doc, worker) - UNCHECKED_FROM_PROMETHEUS.get(worker, set())
+def test_each_loop_fires_for_its_scenario_only(advice: Advice, worker: str, source: str) -> None:
+    """From the agent's /metrics and from Prometheus, each scenario raises its loops only."""
+    doc = (advice.agent if source == "agent" else advice.prometheus)[WORKERS[worker][0]]
+    unchecked = UNCHECKED if source == "agent" else UNCHECKED_FROM_PROMETHEUS
+    got = loops_for(doc, worker) - unchecked.get(worker, set())
     assert got == EXPECTED[worker] | OOM_AT_RISK.get(worker, set()), explain(doc, worker)
 
 

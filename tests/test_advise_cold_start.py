@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
 from inferwatch.advise import WorkerPicture, advise
@@ -63,8 +64,8 @@ def test_the_since_start_figure_counts_only_within_the_cold_start_window() -> No
 @pytest.mark.slow
 def test_advise_from_the_agent_sees_the_cold_start_the_alert_saw(tmp_path: Path) -> None:
     state = tmp_path / "gpus"
-    sim_port, agent_port = free_port(), free_port()
-    sim_url, agent_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{agent_port}"
+    sim_port = free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
     thresholds = tmp_path / "thresholds.yaml"
     thresholds.write_text(
         yaml.safe_dump(
@@ -86,15 +87,14 @@ def test_advise_from_the_agent_sees_the_cold_start_the_alert_saw(tmp_path: Path)
         ),
         tmp_path / "sim.log",
     )  # fmt: skip
-    agent = Process(
-        inferwatch_cmd(
-            "run", "--listen", f"127.0.0.1:{agent_port}",
-            "--gpu-backend", "fake", "--fake-gpus", "1", "--fake-gpu-state", str(state),
-            "--collect-interval", "500ms", "--stats-window", f"{STATS_WINDOW:g}s",
-            "--worker", f"cold={sim_url}",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path,
+        "--gpu-backend", "fake", "--fake-gpus", "1", "--fake-gpu-state", str(state),
+        "--collect-interval", "500ms", "--stats-window", f"{STATS_WINDOW:g}s",
+        "--worker", f"cold={sim_url}",
+        ready=None,
     )  # fmt: skip
+    agent_url = agent.url
     try:
 
         def metrics() -> str:

@@ -18,15 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support.proc import (
-    Process,
-    Prometheus,
-    free_port,
-    http_get,
-    inferwatch_cmd,
-    running,
-    wait_until,
-)
+from tests.support.agentrun import AgentRun
+from tests.support.proc import Prometheus, running, wait_until
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import TTFT_BUCKETS, EngineValues, render
 
@@ -70,28 +63,15 @@ def test_contract_series_reach_prometheus_and_p99_agrees(tmp_path: Path) -> None
     feed = Feed()
     feed.thread.start()
     stub = StubWorker(feed.text)
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--worker",
-            f"w1={stub.url}",
-            "--gpu-backend",
-            "fake",
-            "--fake-gpus",
-            "2",
-            "--collect-interval",
-            "0.5s",
-            "--stats-window",
-            "10s",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path,
+        *("--worker", f"w1={stub.url}", "--gpu-backend", "fake", "--fake-gpus", "2"),
+        *("--collect-interval", "0.5s", "--stats-window", "10s"),
+        ready="/readyz",
+        timeout=30,
     )
-    agent_url = f"http://127.0.0.1:{port}"
+    port = agent.port
     try:
-        wait_until(lambda: http_get(f"{agent_url}/readyz")[0] == 200, 30, message="agent ready")
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [
@@ -168,12 +148,7 @@ def _cumulative(observations: list[float]) -> list[float]:
 
 @pytest.mark.slow
 def test_agent_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake"),
-        tmp_path / "agent.log",
-    )
-    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200, 30)
+    agent = AgentRun(tmp_path, "--gpu-backend", "fake", timeout=30)
     start = time.monotonic()
     assert agent.stop() == 0
     assert time.monotonic() - start < 10

@@ -19,11 +19,13 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import bcrypt
 import pytest
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.attack import RSS_LIMIT_MB, Probe, rss_mb, slow_connections, start_agent
 from tests.support.proc import http_get, inferwatch_cmd, wait_until
 from tests.support.stubworker import StubWorker
@@ -266,6 +268,15 @@ def test_credentials_never_shown(tmp_path: Path) -> None:
     assert "scraper:***" not in seen[0] and "***@127.0.0.1:1" in seen[0]
 
 
+def run_with(path: Path, doc: dict, flag: str) -> subprocess.CompletedProcess[str]:
+    """``inferwatch run`` given ``doc`` written as YAML to ``path`` through ``flag``."""
+    path.write_text(yaml.safe_dump(doc))
+    return subprocess.run(
+        inferwatch_cmd("run", "--gpu-backend", "none", flag, str(path)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("web", "secret"),
     [
@@ -276,12 +287,7 @@ def test_credentials_never_shown(tmp_path: Path) -> None:
     ],
 )
 def test_web_config_errors_never_echo_the_value(tmp_path: Path, web: dict, secret: str) -> None:
-    path = tmp_path / "web.yml"
-    path.write_text(yaml.safe_dump(web))
-    result = subprocess.run(
-        inferwatch_cmd("run", "--gpu-backend", "none", "--web.config.file", str(path)),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = run_with(tmp_path / "web.yml", web, "--web.config.file")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert secret not in result.stderr
@@ -477,12 +483,7 @@ def test_demo_stops_its_children_when_its_terminal_hangs_up(tmp_path: Path) -> N
     ],
 )
 def test_config_errors_never_echo_a_secret(tmp_path: Path, config: dict, secret: str) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    result = subprocess.run(
-        inferwatch_cmd("run", "--gpu-backend", "none", "--config", str(path)),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = run_with(tmp_path / "config.yaml", config, "--config")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert secret not in result.stderr
@@ -525,10 +526,11 @@ def test_eighty_workers_in_sixty_four_descriptors_still_serve_metrics(tmp_path: 
     assert "Traceback" not in agent.log()
 
 
-def test_sighup_keeps_a_warm_worker_ready_when_the_gate_changes(tmp_path: Path) -> None:
+def test_sighup_keeps_a_warm_worker_ready_when_the_gate_changes(
+    tmp_path: Path, make_agent: Callable[..., AgentRun]
+) -> None:
     from tests.support.proc import Process, free_port
-    from tests.test_warmup import gate_open, readyz, simulator
-    from tests.test_warmup import start_agent as start_gated_agent
+    from tests.support.warmgate import gate_open, gated_agent, readyz, simulator
 
     procs: list[Process] = []
     try:
@@ -536,13 +538,14 @@ def test_sighup_keeps_a_warm_worker_ready_when_the_gate_changes(tmp_path: Path) 
         procs.append(simulator(tmp_path, sim_port, "w0"))
         sim_url = f"http://127.0.0.1:{sim_port}"
         config = {"workers": [{"name": "w0", "url": sim_url}], "warmup": {"interval": "200ms"}}
-        agent_url = start_gated_agent(tmp_path, procs, config)
+        agent = gated_agent(make_agent, config)
+        agent_url = agent.url
         wait_until(lambda: gate_open(agent_url, "w0"), 60, message="the gate to open")
-        path = tmp_path / "agent.yaml"
+        path = agent.config_path
+        assert path is not None
         changed = yaml.safe_load(path.read_text())
         changed["warmup"]["deadline"] = "20m"  # a gate setting changes, the worker does not
         path.write_text(yaml.safe_dump(changed))
-        agent = procs[-1]
         agent.signal(signal.SIGHUP)
         seen: list[int] = []
         wait_until(lambda: seen.append(readyz(agent_url)) or "configuration reloaded" in agent.log(),

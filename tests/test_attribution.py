@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.devices import H200, gpu, host, mig, uuid_of
 from tests.support.proc import free_port, http_get, wait_until
 
 from inferwatch.agent.collectors.attribution import (
@@ -30,58 +31,13 @@ from inferwatch.agent.collectors.attribution import (
     cuda_order,
     gpu_env,
 )
-from inferwatch.agent.collectors.nvml import DeviceReading, NvmlSource, ProcessReading
+from inferwatch.agent.collectors.nvml import DeviceReading, NvmlSource
 from inferwatch.agent.config import load_config
 from inferwatch.agent.exporter import Exporter
 from inferwatch.agent.wiring import Agent
 from inferwatch.errors import ConfigError
 from inferwatch.sim.fakegpu import FakeNvml
 from inferwatch.sim.gpustate import GIB, SimGpuProcess, SimGpuState
-
-H200 = "NVIDIA H200"
-
-
-def uuid_of(i: int) -> str:
-    return f"GPU-{i:x}{i:x}3f937-d72c-4106-c12f-20bd9faed9f{i:x}"
-
-
-def gpu(
-    i: int,
-    *,
-    pids: Sequence[int] = (),
-    name: str = H200,
-    bus: str | None = None,
-    mig_mode: str = "disabled",
-) -> DeviceReading:
-    return DeviceReading(
-        gpu=str(i),
-        uuid=uuid_of(i),
-        name=name,
-        pci_bus_id=bus or f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-        driver_version="550.54.15",
-        mig_mode=mig_mode,
-        up=True,
-        processes=tuple(ProcessReading(p, "python3", GIB, None) for p in pids),
-    )
-
-
-def mig(i: int, instance: int, profile: str, *, pids: Sequence[int] = ()) -> DeviceReading:
-    return DeviceReading(
-        gpu=str(i),
-        uuid=f"MIG-{i}{instance}a1b2c3-5d6e-5f70-8a9b-0c1d2e3f4a5{instance}",
-        name=f"{H200} MIG {profile}",
-        pci_bus_id=gpu(i).pci_bus_id,
-        driver_version="550.54.15",
-        mig_mode="enabled",
-        up=True,
-        gpu_instance=str(instance),
-        mig_profile=profile,
-        processes=tuple(ProcessReading(p, "python3", GIB, None) for p in pids),
-    )
-
-
-def host(n: int, **kw: object) -> list[DeviceReading]:
-    return [gpu(i, **kw) for i in range(n)]  # type: ignore[arg-type]
 
 
 def run(

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.proc import REPO
@@ -102,13 +103,17 @@ def test_committed_table_is_current(results: dict[str, ScenarioScore]) -> None:
 # --------------------------------------------------------------------------- the check can fail
 
 
+def evaluated(stem: str) -> tuple[Any, Any, Any]:
+    """One shipped scenario: loaded, its rules evaluated, and the alerts' facts."""
+    path = next(p for p in scenario_files() if p.stem == stem)
+    sc = load_scenario(path, catalogue(RULES), SCRAPE)
+    timeline = evaluate(sc.series, sc.duration, RULES, SCRAPE, EVALUATION)
+    return sc, timeline, alert_facts(load_thresholds())
+
+
 def test_a_miss_a_false_page_and_a_slow_detection_are_reported() -> None:
     """The overload scenario held to a wrong ground truth: every kind of failure shows."""
-    alerts = catalogue(RULES)
-    path = next(p for p in scenario_files() if p.stem == "overload")
-    sc = load_scenario(path, alerts, SCRAPE)
-    timeline = evaluate(sc.series, sc.duration, RULES, SCRAPE, EVALUATION)
-    facts = alert_facts(load_thresholds())
+    sc, timeline, facts = evaluated("overload")
     wrong = sc.truth
     wrong.allow = []
     wrong.expect = [
@@ -126,11 +131,7 @@ def test_a_miss_a_false_page_and_a_slow_detection_are_reported() -> None:
 
 def test_flaps_are_counted() -> None:
     """A pending alert that resets before its `for` is a flap: the wobbling loop 1 case."""
-    alerts = catalogue(RULES)
-    path = next(p for p in scenario_files() if p.stem == "imbalance-2-wobble")
-    sc = load_scenario(path, alerts, SCRAPE)
-    timeline = evaluate(sc.series, sc.duration, RULES, SCRAPE, EVALUATION)
-    facts = alert_facts(load_thresholds())
+    sc, timeline, facts = evaluated("imbalance-2-wobble")
     s = score(sc.name, sc.source, timeline, sc.truth, facts, SCRAPE, EVALUATION)
     imbalance = s.alerts["InferenceLoadImbalance"]
     assert imbalance.flaps + len(imbalance.detected) >= 1

@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.llamaserver import LlamaServer, require_server
-from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import REPO
 from tests.support.tracerec import StreamingClient, TraceRecorder
 
 from inferwatch.backtest import rule_files, run_backtest
@@ -38,21 +38,14 @@ def test_live_llamacpp_trace_backtests_clean(tmp_path: Path) -> None:
         server = LlamaServer(tmp_path, args=("--metrics", "--parallel", str(SLOTS)), name="llama")
         server.start()
         started.append(server)
-        port = free_port()
-        agent_url = f"http://127.0.0.1:{port}"
         config = {
-            "listen": f"127.0.0.1:{port}",
             "collect_interval": "0.5s",
             "gpu": {"backend": "none"},
             "workers": [{"name": "llama", "url": server.url}],
         }
-        cfg = tmp_path / "agent.yaml"
-        cfg.write_text(yaml.safe_dump(config))
-        agent = Process(inferwatch_cmd("run", "--config", str(cfg)), tmp_path / "agent.log")
+        agent = AgentRun(tmp_path, config=config, ready="/readyz")
         started.append(agent)
-        wait_until(
-            lambda: http_get(agent_url + "/readyz", timeout=2)[0] == 200, 60, message="agent ready"
-        )
+        agent_url = agent.url
         trace = tmp_path / "llamacpp-live.jsonl.gz"
         rec = TraceRecorder(
             trace,

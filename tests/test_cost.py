@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support.proc import PROMTOOL, REPO, inferwatch_cmd, require_binary
+from tests.support.proc import REPO, cli, promtool
 
 from inferwatch.errors import ConfigError
 from inferwatch.pack import rules
 from inferwatch.pack.names import cost_names, names
 from inferwatch.pack.rules import cost
-from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 DATA = REPO / "tests" / "data" / "cost"
 PRICING = DATA / "pricing.yaml"
@@ -28,37 +28,24 @@ def _rules(t: object) -> dict[str, str]:
     }
 
 
-def test_money_rules_pass_their_promtool_case(tmp_path: Path) -> None:
-    promtool = require_binary(PROMTOOL, "promtool")
-    t = load_thresholds(str(PRICING))
+def priced_case(tmp_path: Path, t: Thresholds) -> subprocess.CompletedProcess[str]:
+    """promtool's run of tests/data/pricing/priced.test.yaml over the recording rules of ``t``."""
     (tmp_path / "rules.yaml").write_text(rules.generate(t)[rules.RULES_FILE])
     shutil.copy(DATA / "priced.test.yaml", tmp_path / "priced.test.yaml")
-    result = subprocess.run(
-        [promtool, "test", "rules", str(tmp_path / "priced.test.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return promtool("test", "rules", str(tmp_path / "priced.test.yaml"))
+
+
+def test_money_rules_pass_their_promtool_case(tmp_path: Path) -> None:
+    t = load_thresholds(str(PRICING))
+    result = priced_case(tmp_path, t)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_money_rules_fail_with_another_price(tmp_path: Path) -> None:
     """The priced case can fail: one price changed and promtool says FAILED."""
-    promtool = require_binary(PROMTOOL, "promtool")
     other = tmp_path / "pricing.yaml"
     other.write_text(PRICING.read_text().replace("per_gpu_hour: 2.5", "per_gpu_hour: 3"))
-    (tmp_path / "rules.yaml").write_text(
-        rules.generate(load_thresholds(str(other)))[rules.RULES_FILE]
-    )
-    shutil.copy(DATA / "priced.test.yaml", tmp_path / "priced.test.yaml")
-    result = subprocess.run(
-        [promtool, "test", "rules", str(tmp_path / "priced.test.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = priced_case(tmp_path, load_thresholds(str(other)))
     assert result.returncode != 0 and "FAILED" in result.stdout + result.stderr
 
 
@@ -146,13 +133,7 @@ def test_bad_pricing_is_one_line_naming_file_and_key(
 def test_generate_exits_2_on_bad_pricing(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("pricing:\n  currency: USD\n  prices:\n    - gpu_name: H100\n")
-    result = subprocess.run(
-        inferwatch_cmd("generate", "--thresholds", str(path), "--out", str(tmp_path / "out")),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = cli("generate", "--thresholds", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pricing.prices[0].per_gpu_hour" in lines[0], result.stderr

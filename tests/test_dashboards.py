@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support import pack_readback
-from tests.support.proc import PROMTOOL, REPO, SHARED, require_binary
+from tests.support.proc import REPO, SHARED, promtool
 
 from inferwatch.pack import dashboards as dash
 from inferwatch.pack.dashboards import lint as dashlint
@@ -770,10 +769,26 @@ def test_hardware_optional_declarations_match_panels(boards: dict[str, dict[str,
 # --- the 6.1 classification and the band shares, evaluated by promtool ----------------------------
 
 
+def assert_promtool_passes(
+    tmp_path: Path, rules: dict[str, Any], series: list[Any], checks: list[Any]
+) -> None:
+    """``promtool test rules``: over ``series`` sampled each minute, with ``rules`` (written as
+    rules.yaml) and the pack's recording rules (the bottleneck reads memory pressure and the
+    worker-to-GPU join from them), each of ``checks`` (promql_expr_test items) holds."""
+    tests = {
+        "rule_files": [str(REPO / "alerts" / "inferwatch-rules.yaml"), "rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}],
+    }
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    result = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_bottleneck_and_band_queries_in_promtool(
     tmp_path: Path, thresholds: Thresholds, boards: dict[str, dict[str, Any]]
 ) -> None:
-    promtool = require_binary(PROMTOOL, "promtool")
     from inferwatch.pack.dashboards import overview
 
     all_values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
@@ -832,43 +847,21 @@ def test_bottleneck_and_band_queries_in_promtool(
         {"labels": f"test:bottleneck:code{{{labels.format(h=h)}}}", "value": code}
         for h, code in ((1, 1), (2, 2), (3, 0), (4, 0))
     ]
-    tests = {
-        # the pack's recording rules too: the bottleneck reads memory pressure and the
-        # worker-to-GPU join from them
-        "rule_files": [str(REPO / "alerts" / "inferwatch-rules.yaml"), "rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {"expr": "test:bottleneck:code", "eval_time": "15m", "exp_samples": expected},
-                    {
-                        "expr": "test:bands:sum",
-                        "eval_time": "15m",
-                        "exp_samples": [{"labels": "test:bands:sum", "value": 1}],
-                    },
-                    # of four GPUs one is below the waste line (10% < 30%)
-                    {
-                        "expr": "test:band_waste:ratio",
-                        "eval_time": "15m",
-                        "exp_samples": [{"labels": "test:band_waste:ratio", "value": 0.25}],
-                    },
-                ],
-            }
-        ],
-    }
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    result = subprocess.run(
-        [promtool, "test", "rules", "tests.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    checks = [
+        {"expr": "test:bottleneck:code", "eval_time": "15m", "exp_samples": expected},
+        {
+            "expr": "test:bands:sum",
+            "eval_time": "15m",
+            "exp_samples": [{"labels": "test:bands:sum", "value": 1}],
+        },
+        # of four GPUs one is below the waste line (10% < 30%)
+        {
+            "expr": "test:band_waste:ratio",
+            "eval_time": "15m",
+            "exp_samples": [{"labels": "test:band_waste:ratio", "value": 0.25}],
+        },
+    ]
+    assert_promtool_passes(tmp_path, rules, series, checks)
 
 
 def test_weekly_memory_peak_is_the_kv_cache_of_an_engine_that_pre_allocates(
@@ -878,7 +871,6 @@ def test_weekly_memory_peak_is_the_kv_cache_of_an_engine_that_pre_allocates(
     NVML's VRAM peak was a flat 97 % line all week. The weekly memory curves read the
     memory pressure of the rules: the KV-cache usage where the engine exports it (named
     kv_cache), NVML's level else (gpu_memory)."""
-    promtool = require_binary(PROMTOOL, "promtool")
     weekly = boards["inference-weekly-trends"]
     values = {"job": ".+", "instance": ".+", "gpu": ".+", "model": ".+", "worker": ".+"}
     values |= {"cluster": ".*", "node": ".*", "namespace": ".*", "pod": ".*"}
@@ -929,48 +921,28 @@ def test_weekly_memory_peak_is_the_kv_cache_of_an_engine_that_pre_allocates(
             "values": "0.4x20",
         }
     )
-    tests = {
-        "rule_files": [str(REPO / "alerts" / "inferwatch-rules.yaml"), "rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {
-                        "expr": "test:memory_peak_per_gpu:ratio",
-                        "eval_time": "15m",
-                        "exp_samples": [
-                            {
-                                "labels": 'test:memory_peak_per_gpu:ratio{instance="h1:10127", '
-                                'gpu="0", pressure_from="kv_cache"}',
-                                "value": 0.4,
-                            },
-                            {
-                                "labels": 'test:memory_peak_per_gpu:ratio{instance="h2:10127", '
-                                'gpu="0", pressure_from="gpu_memory"}',
-                                "value": 0.6,
-                            },
-                        ],
-                    },
-                    # the fleet's peak: h2's 60 %, never h1's flat 97 % reservation
-                    {
-                        "expr": "test:memory_peak:ratio",
-                        "eval_time": "15m",
-                        "exp_samples": [{"labels": "test:memory_peak:ratio", "value": 0.6}],
-                    },
-                ],
-            }
-        ],
-    }
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    result = subprocess.run(
-        [promtool, "test", "rules", "tests.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    checks = [
+        {
+            "expr": "test:memory_peak_per_gpu:ratio",
+            "eval_time": "15m",
+            "exp_samples": [
+                {
+                    "labels": 'test:memory_peak_per_gpu:ratio{instance="h1:10127", '
+                    'gpu="0", pressure_from="kv_cache"}',
+                    "value": 0.4,
+                },
+                {
+                    "labels": 'test:memory_peak_per_gpu:ratio{instance="h2:10127", '
+                    'gpu="0", pressure_from="gpu_memory"}',
+                    "value": 0.6,
+                },
+            ],
+        },
+        # the fleet's peak: h2's 60 %, never h1's flat 97 % reservation
+        {
+            "expr": "test:memory_peak:ratio",
+            "eval_time": "15m",
+            "exp_samples": [{"labels": "test:memory_peak:ratio", "value": 0.6}],
+        },
+    ]
+    assert_promtool_passes(tmp_path, rules, series, checks)

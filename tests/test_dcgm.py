@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.agentrun import AgentRun
+from tests.support.dcgm_data import DATA, NEW, OLD
+from tests.support.proc import REPO, free_port, inferwatch_cmd
 from tests.support.stubworker import StubWorker
 
 from inferwatch.agent.collectors.attribution import WorkerGpuInputs
@@ -32,9 +34,6 @@ from inferwatch.agent.collectors.dcgm import (
 from inferwatch.agent.config import load_config
 from inferwatch.errors import ConfigError
 
-DATA = REPO / "tests" / "data" / "dcgm"
-OLD = (DATA / "dcgm-exporter-4.8-h200x2.prom").read_text()
-NEW = (DATA / "dcgm-exporter-4.9-h200x2.prom").read_text()
 #: 4.10's PCIe names, and NVLink as the optional TX/RX profiling fields (no total field)
 NEWEST = (DATA / "dcgm-exporter-4.10-h200x2.prom").read_text()
 MIG = (DATA / "dcgm-exporter-4.8-mig.prom").read_text()
@@ -357,27 +356,13 @@ def test_cli_rejects_a_bad_url_with_exit_2() -> None:
 
 def test_agent_exports_documented_families_from_dcgm_exporter(tmp_path: Path) -> None:
     stub = StubWorker(lambda: NEW)
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--gpu-backend",
-            "dcgm-exporter",
-            "--dcgm-exporter-url",
-            f"{stub.url}/metrics",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path, "--gpu-backend", "dcgm-exporter", "--dcgm-exporter-url", f"{stub.url}/metrics"
     )
     try:
-
-        def body() -> str | None:
-            status, data, _ = http_get(f"http://127.0.0.1:{port}/metrics")
-            text = data.decode()
-            return text if status == 200 and "inferwatch_gpu_up" in text else None
-
-        text = wait_until(body, 30, message="agent serving dcgm-exporter's GPUs")
+        text = agent.until(
+            lambda t: "inferwatch_gpu_up" in t, 30, "agent serving dcgm-exporter's GPUs"
+        )
     finally:
         agent.stop()
         stub.stop()

@@ -17,15 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.support.agentrun import AgentRun
+from tests.support.dcgm_data import NEW, OLD
 from tests.support.e2e import E2E_THRESHOLDS, generate_rule_files
 from tests.support.proc import (
-    REPO,
-    Process,
     Prometheus,
-    free_port,
-    http_get,
-    inferwatch_cmd,
     wait_until,
 )
 from tests.support.stack import render_prometheus_config
@@ -33,9 +29,6 @@ from tests.support.stubworker import StubWorker
 
 from inferwatch.pack.thresholds import load_thresholds
 
-DATA = REPO / "tests" / "data" / "dcgm"
-OLD = (DATA / "dcgm-exporter-4.8-h200x2.prom").read_text()
-NEW = (DATA / "dcgm-exporter-4.9-h200x2.prom").read_text()
 U1 = "GPU-b27e9c40-5a3d-4e8f-8c61-2d4e6f8a0b22"
 _GPU1_EVENTS = re.compile(r'^(DCGM_FI_DEV_CLOCKS_EVENT_REASONS\{gpu="1",.*\}) 96$', re.M)
 
@@ -43,27 +36,13 @@ _GPU1_EVENTS = re.compile(r'^(DCGM_FI_DEV_CLOCKS_EVENT_REASONS\{gpu="1",.*\}) 96
 class Stack:
     def __init__(self, tmp: Path) -> None:
         self.exporter = StubWorker(lambda: NEW)
-        port = free_port()
-        config = tmp / "agent.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "listen": f"127.0.0.1:{port}",
-                    "gpu": {
-                        "backend": "dcgm-exporter",
-                        "dcgm_exporter_url": f"{self.exporter.url}/metrics",
-                        "dcgm_interval": "0.5s",
-                    },
-                }
-            )
-        )
-        self.agent = Process(inferwatch_cmd("run", "--config", str(config)), tmp / "agent.log")
-        target = f"127.0.0.1:{port}"
-        wait_until(
-            lambda: http_get(f"http://{target}/readyz", timeout=2)[0] == 200,
-            30,
-            message="agent ready on dcgm-exporter",
-        )
+        gpu = {
+            "backend": "dcgm-exporter",
+            "dcgm_exporter_url": f"{self.exporter.url}/metrics",
+            "dcgm_interval": "0.5s",
+        }
+        self.agent = AgentRun(tmp, config={"gpu": gpu}, ready="/readyz", timeout=30)
+        target = self.agent.target
         rules_dir = generate_rule_files(load_thresholds(str(E2E_THRESHOLDS)), tmp)
         self.prom = Prometheus(
             tmp, render_prometheus_config(agent_targets=[target], rules_dir=rules_dir)

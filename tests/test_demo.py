@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -77,10 +78,10 @@ def families(text: str) -> set[str]:
     return names
 
 
-@pytest.mark.slow
-def test_demo_runs_and_serves_every_contract_series(tmp_path: Path) -> None:
-    port = free_port()
-    seen: set[str] = set()
+def demo_polled(
+    port: int, take: Callable[[str], None], timeout: float, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``inferwatch demo ARGS --no-live`` on ``port``; each second's /metrics goes to ``take``."""
     stop = threading.Event()
 
     def poll() -> None:
@@ -90,18 +91,31 @@ def test_demo_runs_and_serves_every_contract_series(tmp_path: Path) -> None:
             except OSError:  # not listening yet, or already stopped
                 continue
             if status == 200:
-                seen.update(families(body.decode()))
+                take(body.decode())
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
-    result = subprocess.run(
-        inferwatch_cmd("demo", "--duration", "20", "--no-live", "--listen", f"127.0.0.1:{port}"),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    stop.set()
-    poller.join(5)
+    try:
+        return subprocess.run(
+            inferwatch_cmd("demo", *args, "--no-live", "--listen", f"127.0.0.1:{port}"),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    finally:
+        stop.set()
+        poller.join(5)
+
+
+@pytest.mark.slow
+def test_demo_runs_and_serves_every_contract_series(tmp_path: Path) -> None:
+    port = free_port()
+    seen: set[str] = set()
+
+    def take(body: str) -> None:
+        seen.update(families(body))
+
+    result = demo_polled(port, take, 180, "--duration", "20")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"http://127.0.0.1:{port}/metrics" in result.stdout  # the URLs are printed
     assert "conditions:" in result.stdout  # the status view ran
@@ -294,38 +308,13 @@ LAYOUT_CHECKS = {"tp": _tp, "colocate": _colocate, "host8": _host8, "mig": _mig}
 def test_demo_layout_scenarios_show_their_layout(scenario: str) -> None:
     port = free_port()
     seen: list[list] = []
-    stop = threading.Event()
 
-    def poll() -> None:
-        while not stop.wait(1.0):
-            try:
-                status, body, _ = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
-            except OSError:
-                continue
-            if status == 200:
-                samples = _samples(body.decode())
-                if any(n == "inferwatch_gpu_process_memory_used_bytes" for n, _, _ in samples):
-                    seen.append(samples)
+    def take(body: str) -> None:
+        samples = _samples(body)
+        if any(n == "inferwatch_gpu_process_memory_used_bytes" for n, _, _ in samples):
+            seen.append(samples)
 
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    result = subprocess.run(
-        inferwatch_cmd(
-            "demo",
-            "--scenario",
-            scenario,
-            "--duration",
-            "12",
-            "--no-live",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    stop.set()
-    poller.join(5)
+    result = demo_polled(port, take, 240, "--scenario", scenario, "--duration", "12")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert seen, "the agent never listed a GPU process"
     LAYOUT_CHECKS[scenario](seen[-1], seen)

@@ -19,7 +19,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.agentrun import AgentRun
+from tests.support.proc import REPO, free_port
 from tests.support.stack import docker_build_context, find_tool
 
 from inferwatch.agent.config import DEFAULT_PORT
@@ -203,17 +204,8 @@ def test_healthcheck_passes_against_a_live_agent_and_fails_without_one(
     dead = subprocess.run(argv, env=env, capture_output=True, timeout=30)
     assert dead.returncode != 0, "the HEALTHCHECK passed with no agent listening"
 
-    agent = Process(
-        inferwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake"),
-        tmp_path / "agent.log",
-        env={"INFERWATCH_CONFIG": ""},
-    )
+    agent = AgentRun(tmp_path, "--gpu-backend", "fake", port=port, timeout=30)
     try:
-        wait_until(
-            lambda: http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200,
-            timeout=30,
-            message=f"agent /healthz on :{port}\n{agent.log()[-2000:]}",
-        )
         live = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
         assert live.returncode == 0, live.stderr
     finally:

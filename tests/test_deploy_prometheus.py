@@ -9,7 +9,6 @@ itself is checked by relabelling simulation in test_deploy_kubernetes.py.
 from __future__ import annotations
 
 import contextlib
-import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,15 +16,13 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.proc import (
     PROMTOOL,
     REPO,
     Alertmanager,
-    Process,
     Prometheus,
     free_port,
-    http_get,
-    inferwatch_cmd,
     require_binary,
     wait_until,
 )
@@ -201,10 +198,6 @@ def test_rendered_config_passes_promtool(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- live
 
 
-def _healthy(port: int) -> bool:
-    return http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
-
-
 def _up_by_instance(prom: Prometheus) -> dict[str, float]:
     return {
         r["metric"]["instance"]: float(r["value"][1])
@@ -224,18 +217,9 @@ def test_live_prometheus_scrapes_agents_loads_rules_and_finds_alertmanager(
     """
     ports = [free_port(), free_port()]
     with contextlib.ExitStack() as stack:
-        for i, port in enumerate(ports):
-            agent = Process(
-                inferwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake"),
-                tmp_path / f"agent-{i}.log",
-                env={"INFERWATCH_CONFIG": ""},
-            )
+        for port in ports:
+            agent = AgentRun(tmp_path, "--gpu-backend", "fake", port=port, timeout=30)
             stack.callback(agent.stop)
-            wait_until(
-                functools.partial(_healthy, port),
-                timeout=30,
-                message=f"agent on :{port} (log: {agent.log_path})",
-            )
         am = Alertmanager(
             tmp_path, "route: {receiver: blackhole}\nreceivers:\n  - name: blackhole\n"
         )

@@ -5,14 +5,10 @@ Skipped elsewhere."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.support.proc import REPO
-from tests.test_device_multi_gpu import gpu_count
+from tests.support.nvidia import gpu_count, run_validator
 
 
 @pytest.mark.device
@@ -20,12 +16,7 @@ def test_worker_gpu_info_agrees_with_nvidia_smi(tmp_path: Path) -> None:
     if gpu_count() < 1:
         pytest.skip("needs a host with an NVIDIA GPU (nvidia-smi -L lists none)")
     pytest.importorskip("torch", reason="the worker stand-ins are PyTorch processes")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "agent"))
-    result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "device" / "validate_attribution.py"),
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    result = run_validator("validate_attribution.py", tmp_path, timeout=300)
     record = json.loads((tmp_path / "attribution.json").read_text())
     assert not record["errors"], record["errors"]
     assert record["agent_ok"], record["agent"]

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.proc import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "device" / "validate_h200.py"
 
 pytestmark = pytest.mark.device

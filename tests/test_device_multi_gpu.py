@@ -4,24 +4,10 @@ with nvidia-smi (bench/device/validate_multi_gpu.py). Skipped elsewhere."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.support.proc import REPO
-
-
-def gpu_count() -> int:
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+from tests.support.nvidia import gpu_count, run_validator
 
 
 @pytest.mark.device
@@ -29,12 +15,7 @@ def test_every_gpu_and_process_agrees_with_nvidia_smi(tmp_path: Path) -> None:
     if gpu_count() < 2:
         pytest.skip("needs a host with two or more NVIDIA GPUs (nvidia-smi -L)")
     pytest.importorskip("torch", reason="the GPU load is a PyTorch process")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "agent"))
-    result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "device" / "validate_multi_gpu.py"),
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+    result = run_validator("validate_multi_gpu.py", tmp_path, timeout=600)
     record = json.loads((tmp_path / "multi_gpu.json").read_text())
     assert not record["errors"], record["errors"]
     assert record["gpus"] >= 2

@@ -11,6 +11,7 @@ from tests.support.vllm_text import TTFT_BUCKETS, EngineValues, render
 
 from inferwatch.engines import ENGINES, detect
 from inferwatch.engines.mapping import (
+    Mapped,
     ParseError,
     family_names,
     map_exposition,
@@ -126,18 +127,26 @@ def test_garbage_is_a_parse_error() -> None:
         parse('vllm:num_requests_waiting{model_name="m" 3\n', {"vllm:num_requests_waiting"})
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=400))
-def test_arbitrary_text_never_escapes_as_anything_but_parse_error(text: str) -> None:
-    families = VLLM.source_families()
+def mapped_or_none(text: str) -> Mapped | None:
+    """``text`` mapped as vLLM's, None on a ParseError; counters finite and >= 0, no NaN gauge."""
     try:
         mapped = map_exposition(text, VLLM)
     except ParseError:
-        return
+        return None
     for series in mapped.counters.values():
         assert all(v >= 0 and math.isfinite(v) for v in series.values())
     for series in mapped.gauges.values():
         assert not any(math.isnan(v) for v in series.values())
+    return mapped
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_arbitrary_text_never_escapes_as_anything_but_parse_error(text: str) -> None:
+    families = VLLM.source_families()
+    mapped = mapped_or_none(text)
+    if mapped is None:
+        return
     for hseries in mapped.histograms.values():
         for h in hseries.values():
             assert all(c >= 0 for c in h.counts)
@@ -160,14 +169,7 @@ def test_nan_and_negative_samples_never_reach_counters(name: str, value: float) 
     if name.endswith("_bucket"):
         labels += ',le="+Inf"'
     text = f"{name}{{{labels}}} {value!r}\n".replace("nan", "NaN").replace("inf", "Inf")
-    try:
-        mapped = map_exposition(text, VLLM)
-    except ParseError:
-        return
-    for series in mapped.counters.values():
-        assert all(v >= 0 and math.isfinite(v) for v in series.values())
-    for series in mapped.gauges.values():
-        assert not any(math.isnan(v) for v in series.values())
+    mapped_or_none(text)
 
 
 def _shape(families: object) -> list[tuple[object, ...]]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.proc import REPO, Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.agentrun import AgentRun
+from tests.support.proc import REPO
 from tests.support.stubworker import StubWorker
 
 from inferwatch.engines import ENGINES
@@ -132,29 +133,11 @@ def test_tgi_length_distributions_from_its_token_histograms() -> None:
 
 def test_the_agent_exports_them_and_docs_list_them(tmp_path: Path) -> None:
     stub = StubWorker(vllm_text)
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--worker",
-            f"w={stub.url}",
-            "--gpu-backend",
-            "none",
-            "--collect-interval",
-            "0.2s",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path, "--worker", f"w={stub.url}", "--gpu-backend", "none", "--collect-interval", "0.2s"
     )
     try:
-
-        def body() -> str | None:
-            status, data, _ = http_get(f"http://127.0.0.1:{port}/metrics")
-            text = data.decode()
-            return text if status == 200 and LORA_ACTIVE in text else None
-
-        text = wait_until(body, 30, message="agent exporting the new worker signals")
+        text = agent.until(lambda t: LORA_ACTIVE in t, 30, "agent exporting the new worker signals")
     finally:
         agent.stop()
         stub.stop()

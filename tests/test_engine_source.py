@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.aioapp import serve_app
 from tests.support.proc import free_port
 from tests.support.vllm_text import EngineValues, render
 
@@ -82,11 +83,7 @@ async def stub() -> AsyncIterator[Stub]:
     app = web.Application()
     app.router.add_get("/metrics", s.handle)
     app.router.add_get("/version", version)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    s.url = f"http://127.0.0.1:{port}"
+    runner, s.url = await serve_app(app)
     yield s
     await runner.cleanup()
 

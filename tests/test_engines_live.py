@@ -16,14 +16,14 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.agentrun import AgentRun
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
-from tests.support.stubworker import StubWorker
+from tests.support.stubworker import QuietHandler, StubWorker, ThreadedServer
 
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.stats import EngineSnapshot, FinishedRequest, StepStats
@@ -171,7 +171,7 @@ class Feed:
         self._thread.join(5)
 
 
-class PathWorker:
+class PathWorker(ThreadedServer):
     """Serves an exposition at one path (NIM's /v1/metrics, trtllm-serve's /prometheus/metrics).
 
     Like the real servers, ``/metrics`` answers something that is not the
@@ -181,7 +181,7 @@ class PathWorker:
     def __init__(self, path: str, body: Callable[[], str], json_metrics: bool) -> None:
         worker = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 if self.path == path:
                     data, ctype, status = body().encode(), "text/plain; version=0.0.4", 200
@@ -194,25 +194,10 @@ class PathWorker:
                 else:
                     data, ctype, status = b"not found", "text/plain", 404
                 worker.paths.append(self.path)
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
+                self.reply(status, data, ctype)
 
         self.paths: list[str] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 # ------------------------------------------------------------------ the agent side
@@ -244,27 +229,22 @@ def one(series: Series, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def agent_for(tmp_path: Path) -> Iterator[Callable[[str], str]]:
-    started: list[Process] = []
+def agent_for(make_agent: Callable[..., AgentRun]) -> Iterator[Callable[[str], str]]:
+    started: list[AgentRun] = []
 
     def start(worker_url: str) -> str:
-        port = free_port()
-        proc = Process(
-            inferwatch_cmd(
-                "run", "--listen", f"127.0.0.1:{port}", "--worker", f"w={worker_url}",
-                "--gpu-backend", "none", "--collect-interval", "0.2s", "--stats-window", "5s",
-            ),
-            tmp_path / f"agent-{port}.log",
+        agent = make_agent(
+            "--worker", f"w={worker_url}",
+            "--gpu-backend", "none", "--collect-interval", "0.2s", "--stats-window", "5s",
+            ready="/readyz", timeout=30,
         )  # fmt: skip
-        started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: http_get(url + "/readyz")[0] == 200, 30, message="agent ready")
-        return url
+        started.append(agent)
+        return agent.url
 
     yield start
-    for proc in started:
-        proc.stop()
-        assert "Traceback" not in proc.log(), proc.log()[-3000:]
+    for agent in started:
+        agent.stop()
+        assert "Traceback" not in agent.log(), agent.log()[-3000:]
 
 
 def _serve(engine: str, feed: Feed) -> tuple[str, Callable[[], None], list[str] | None]:

@@ -9,13 +9,19 @@ that a mistake in one does not hide in the other.
 from __future__ import annotations
 
 import math
-import subprocess
-from collections.abc import Iterable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.proc import PROMTOOL, REPO, require_binary
+from tests.support.engine_text import (
+    SGL_TTFT,
+    LabelSet,
+    counter,
+    gauge,
+    histogram,
+    sglang_text,
+)
+from tests.support.proc import REPO, promtool
 
 from inferwatch.engines import ENGINES, detect, metrics_locations, status_hint
 from inferwatch.engines.mapping import (
@@ -25,55 +31,6 @@ from inferwatch.engines.mapping import (
     map_exposition,
     sample_names,
 )
-
-LabelSet = dict[str, str]
-
-
-# --------------------------------------------------------------------------- text helpers
-def _labels(labels: LabelSet, extra: str = "") -> str:
-    parts = [f'{k}="{v}"' for k, v in labels.items()]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _num(v: float) -> str:
-    return repr(float(v))
-
-
-def gauge(name: str, series: Iterable[tuple[LabelSet, float]]) -> str:
-    lines = [f"# HELP {name} g", f"# TYPE {name} gauge"]
-    lines += [f"{name}{_labels(lab)} {_num(v)}" for lab, v in series]
-    return "\n".join(lines) + "\n"
-
-
-def counter(name: str, series: Iterable[tuple[LabelSet, float]], *, suffix: str = "_total") -> str:
-    """``suffix=""`` writes a counter as the Rust crate and prometheus-cpp do (no _total)."""
-    # prometheus_client's 0.0.4 text names the family with its _total, as the samples
-    lines = [f"# HELP {name}{suffix} c", f"# TYPE {name}{suffix} counter"]
-    lines += [f"{name}{suffix}{_labels(lab)} {_num(v)}" for lab, v in series]
-    return "\n".join(lines) + "\n"
-
-
-def histogram(
-    name: str,
-    bounds: Sequence[float],
-    series: Iterable[tuple[LabelSet, Sequence[float]]],
-    *,
-    le: str = "{:g}",
-) -> str:
-    lines = [f"# HELP {name} h", f"# TYPE {name} histogram"]
-    for lab, observations in series:
-        for b in bounds:
-            n = sum(1 for o in observations if o <= b)
-            bound = 'le="' + le.format(b) + '"'
-            lines.append(f"{name}_bucket{_labels(lab, bound)} {_num(n)}")
-        inf = _labels(lab, 'le="+Inf"')
-        lines.append(f"{name}_bucket{inf} {_num(len(observations))}")
-        lines.append(f"{name}_sum{_labels(lab)} {_num(sum(observations))}")
-        lines.append(f"{name}_count{_labels(lab)} {_num(len(observations))}")
-    return "\n".join(lines) + "\n"
-
 
 M = (("model", "m"),)
 
@@ -85,63 +42,6 @@ def only(mapped: Mapped, table: str, target: str) -> float:
 
 
 # --------------------------------------------------------------------------- SGLang
-SGL_TTFT = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-SGL_ITL = (
-    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
-    0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
-)  # fmt: skip
-SGL_E2E = (
-    0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200,
-    1800, 2400,
-)  # fmt: skip
-SGL_QUEUE = (0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60)
-
-
-def sglang_text(*, itl_name: str = "sglang:inter_token_latency_seconds") -> str:
-    """DP 2 x TP 2 with --enable-metrics-for-all-schedulers: every TP rank repeats its gauge."""
-
-    def sched(dp: int, tp: int) -> LabelSet:
-        return {
-            "model_name": "m",
-            "engine_type": "unified",
-            "tp_rank": str(tp),
-            "pp_rank": "0",
-            "moe_ep_rank": "0",
-            "dp_rank": str(dp),
-        }
-
-    ranks = [(dp, tp) for dp in (0, 1) for tp in (0, 1)]
-    queue = {0: 3.0, 1: 4.0}
-    running = {0: 8.0, 1: 6.0}
-    usage = {0: 0.2, 1: 0.6}
-    retracted = {0: 2.0, 1: 1.0}
-    tok = {"model_name": "m", "engine_type": "unified"}
-    return "".join(
-        [
-            gauge("sglang:num_queue_reqs", [(sched(d, t), queue[d]) for d, t in ranks]),
-            gauge("sglang:num_running_reqs", [(sched(d, t), running[d]) for d, t in ranks]),
-            gauge("sglang:token_usage", [(sched(d, t), usage[d]) for d, t in ranks]),
-            gauge("sglang:cache_hit_rate", [(sched(d, t), 0.5) for d, t in ranks]),
-            counter(
-                "sglang:num_retracted_requests", [(sched(d, t), retracted[d]) for d, t in ranks]
-            ),
-            histogram(
-                "sglang:queue_time_seconds", SGL_QUEUE, [(sched(d, t), [0.3]) for d, t in ranks]
-            ),
-            counter("sglang:prompt_tokens", [(tok, 1000)]),
-            counter("sglang:generation_tokens", [(tok, 200)]),
-            # declared, no series: prometheus_client shows a labelled counter's
-            # family before its first increment (no cache hit yet)
-            counter("sglang:cached_tokens", []),
-            counter("sglang:num_requests", [(tok, 10)]),
-            counter("sglang:num_aborted_requests", [(tok, 1)]),
-            histogram("sglang:time_to_first_token_seconds", SGL_TTFT, [(tok, [0.15, 0.5, 3.0])]),
-            histogram(itl_name, SGL_ITL, [(tok, [0.012] * 9 + [0.05])]),
-            histogram("sglang:e2e_request_latency_seconds", SGL_E2E, [(tok, [1.5, 7.0])]),
-        ]
-    )
-
-
 def test_sglang_tensor_parallel_copies_are_not_added_data_parallel_ranks_are() -> None:
     mapped = map_exposition(sglang_text(), ENGINES["sglang"])
     # one copy per DP rank (max over the identical TP copies), then DP ranks add up
@@ -518,23 +418,9 @@ def test_lmdeploy_ranks_reasons_and_cache_token_sums() -> None:
 
 # --------------------------------------------------------------------------- NIM
 NIM_TTFT = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10,
-)
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+    0.75, 1.0, 2.5, 5.0, 7.5, 10,
+)  # fmt: skip
 NIM_TPOT = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 NIM_E2E = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 
@@ -679,11 +565,8 @@ def test_tables_export_only_contract_families_with_one_label_set_each(engine: st
 
 def test_alerts_on_signals_an_engine_lacks_stay_silent() -> None:
     """promtool runs alerts/tests/engines-missing-signals.test.yaml against the rule files."""
-    promtool = require_binary(PROMTOOL, "promtool")
     case = REPO / "alerts" / "tests" / "engines-missing-signals.test.yaml"
-    result = subprocess.run(
-        [promtool, "test", "rules", str(case)], capture_output=True, text=True, timeout=120
-    )
+    result = promtool("test", "rules", str(case))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 

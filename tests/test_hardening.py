@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from tests.support.proc import free_port
+from tests.support.aioapp import serve_app
+from tests.support.engine_text import sglang_text
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
-from tests.test_engines_mapping import sglang_text
 
 from inferwatch.agent.collectors.engine import EngineSource
 from inferwatch.agent.config import ScrapeConfig, load_config
@@ -199,11 +199,7 @@ class Port:
 async def serve_port(port: Port) -> web.AppRunner:
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", port.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    number = free_port()
-    await web.TCPSite(runner, "127.0.0.1", number).start()
-    port.url = f"http://127.0.0.1:{number}"
+    runner, port.url = await serve_app(app)
     return runner
 
 

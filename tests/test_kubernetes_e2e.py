@@ -21,14 +21,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.kubeapi import KubeApi, make_pod
 from tests.support.podresources_server import PodResourcesServer
 from tests.support.proc import (
-    Process,
     Prometheus,
-    free_port,
     http_get,
-    inferwatch_cmd,
     running,
     wait_until,
 )
@@ -134,30 +132,23 @@ def test_a_daemonset_agent_finds_and_attributes_its_nodes_pods(tmp_path: Path) -
         vllm_pod("elsewhere", chat.port) | {"spec": {"nodeName": "gpu-node-2", "containers": []}}
     )
 
-    port = free_port()
-    config = tmp_path / "inferwatch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "listen": f"127.0.0.1:{port}",
-                "collect_interval": "0.5s",
-                "stats_window": "10s",
-                "gpu": {"backend": "fake", "fake_count": 2, "fake_state_dir": str(state)},
-                "kubernetes": {
-                    "api_url": api.url,
-                    "node_name": NODE,
-                    "token_file": str(token),
-                    "ca_file": None,
-                    "pod_resources_socket": str(kubelet.socket_path),
-                    "proc_root": str(tmp_path / "proc"),
-                    "pod_labels": ["app.kubernetes.io/name"],
-                    "interval": "0.5s",
-                },
-            }
-        )
-    )
-    agent = Process(inferwatch_cmd("run", "--config", str(config)), tmp_path / "agent.log")
-    url = f"http://127.0.0.1:{port}"
+    config = {
+        "collect_interval": "0.5s",
+        "stats_window": "10s",
+        "gpu": {"backend": "fake", "fake_count": 2, "fake_state_dir": str(state)},
+        "kubernetes": {
+            "api_url": api.url,
+            "node_name": NODE,
+            "token_file": str(token),
+            "ca_file": None,
+            "pod_resources_socket": str(kubelet.socket_path),
+            "proc_root": str(tmp_path / "proc"),
+            "pod_labels": ["app.kubernetes.io/name"],
+            "interval": "0.5s",
+        },
+    }
+    agent = AgentRun(tmp_path, config=config, ready=None)
+    port, url = agent.port, agent.url
     prom_config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [
@@ -165,7 +156,7 @@ def test_a_daemonset_agent_finds_and_attributes_its_nodes_pods(tmp_path: Path) -
         ],
     }
     try:
-        wait_until(lambda: http_get(f"{url}/readyz")[0] == 200, 60, message="agent ready")
+        agent.wait_for("/readyz", 60)
         prom = Prometheus(tmp_path, yaml.safe_dump(prom_config))
         with running(prom):
             chat_sel = '{namespace="inference",pod="chat-0",container="vllm",worker="inference/chat-0/vllm"}'

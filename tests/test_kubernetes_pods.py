@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 
 import pytest
+from tests.support.devices import gpu, host, mig, uuid_of
 from tests.support.kubeapi import make_pod
-from tests.test_attribution import gpu, host, mig, uuid_of
 
 from inferwatch.agent.collectors import cgroups
 from inferwatch.agent.collectors.attribution import WorkerGpuInputs, attribute

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.support.aioapp import until
 from tests.support.kubeapi import KubeApi, make_pod
 from tests.support.tls import self_signed_cert
 
@@ -20,15 +21,6 @@ from inferwatch.agent.collectors.kubernetes import ApiSettings, PodWatcher
 
 NODE = "gpu-node-1"
 VLLM = {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "ports": [{"containerPort": 8000}]}
-
-
-async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def pod(name: str, node: str = NODE) -> dict:

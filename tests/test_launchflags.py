@@ -19,102 +19,62 @@ def parse(*argv: str, environ: dict[str, str] | None = None) -> LaunchInfo:
     return info
 
 
+def parse_cmd(command: str, *head: str) -> LaunchInfo:
+    """``parse`` of a command line as typed (split on spaces), after ``head``."""
+    return parse(*head, *command.split())
+
+
+def assert_fields(info: LaunchInfo, **want: object) -> None:
+    """Each named field of ``info`` equals its value (all shown at once when some do not)."""
+    assert {name: getattr(info, name) for name in want} == want
+
+
 # -- vLLM --------------------------------------------------------------------
 
 
 def test_vllm_serve_console_script_as_psutil_sees_it() -> None:
-    info = parse(
-        "/usr/bin/python3",
-        "/usr/local/bin/vllm",
-        "serve",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "--max-num-seqs",
-        "32",
-        "--gpu-memory-utilization",
-        "0.85",
-        "--max-model-len",
-        "16384",
-        "--max-num-batched-tokens",
-        "8192",
-        "--enable-prefix-caching",
-        "--port",
-        "8001",
-        "-tp",
-        "2",
-        "-dp",
-        "4",
+    info = parse_cmd(
+        "/usr/bin/python3 /usr/local/bin/vllm serve meta-llama/Llama-3.1-8B-Instruct"
+        " --max-num-seqs 32 --gpu-memory-utilization 0.85 --max-model-len 16384"
+        " --max-num-batched-tokens 8192 --enable-prefix-caching --port 8001 -tp 2 -dp 4"
     )
     assert info == LaunchInfo(
-        engine="vllm",
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        port=8001,
-        max_num_seqs=32,
-        max_model_len=16384,
-        max_num_batched_tokens=8192,
-        gpu_memory_utilization=0.85,
-        prefix_caching="true",
-        tensor_parallel_size=2,
-        data_parallel_size=4,
-        extra=info.extra,
-    )
+        engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", port=8001,
+        max_num_seqs=32, max_model_len=16384, max_num_batched_tokens=8192,
+        gpu_memory_utilization=0.85, prefix_caching="true", tensor_parallel_size=2,
+        data_parallel_size=4, extra=info.extra,
+    )  # fmt: skip
     assert dict(info.extra) == {}
 
 
 def test_vllm_equals_form_underscores_and_no_prefix_caching() -> None:
-    info = parse(
-        "vllm",
-        "serve",
-        "Qwen/Qwen2.5-7B",
-        "--max_num_seqs=64",
-        "--port=9000",
-        "--no-enable-prefix-caching",
-        "--tensor_parallel_size=8",
-        "--host=0.0.0.0",
+    info = parse_cmd(
+        "vllm serve Qwen/Qwen2.5-7B --max_num_seqs=64 --port=9000 --no-enable-prefix-caching"
+        " --tensor_parallel_size=8 --host=0.0.0.0"
     )
-    assert info.max_num_seqs == 64
-    assert info.port == 9000
-    assert info.prefix_caching == "false"
-    assert info.tensor_parallel_size == 8
+    assert_fields(info, max_num_seqs=64, port=9000, prefix_caching="false", tensor_parallel_size=8)
     assert info.extra["host"] == "0.0.0.0"
 
 
 def test_vllm_api_server_module_takes_model_from_flag() -> None:
-    info = parse(
-        "python3",
-        "-u",
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        "/models/llama",
-        "--max-num-seqs",
-        "16",
+    info = parse_cmd(
+        "python3 -u -m vllm.entrypoints.openai.api_server --model /models/llama --max-num-seqs 16"
     )
-    assert info.engine == "vllm"
-    assert info.model == "/models/llama"
-    assert info.max_num_seqs == 16
-    assert info.prefix_caching == "unknown"
+    assert_fields(
+        info, engine="vllm", model="/models/llama", max_num_seqs=16, prefix_caching="unknown"
+    )
 
 
 def test_vllm_api_server_run_as_a_script_path() -> None:
-    info = parse(
-        "python",
-        "/opt/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py",
-        "--model=m",
+    info = parse_cmd(
+        "python /opt/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py"
+        " --model=m"
     )
     assert (info.engine, info.model) == ("vllm", "m")
 
 
 def test_vllm_served_model_name_takes_several_names() -> None:
-    info = parse(
-        "vllm",
-        "serve",
-        "org/model",
-        "--served-model-name",
-        "chat",
-        "chat-v2",
-        "--max-num-seqs",
-        "8",
-    )
+    info = parse_cmd("vllm serve org/model --served-model-name chat chat-v2 --max-num-seqs 8")
     assert info.served_model_name == "chat"
     assert info.extra["served_model_names"] == "chat,chat-v2"
     assert info.label_model == "chat"
@@ -148,18 +108,9 @@ def test_no_default_is_ever_assumed() -> None:
 
 
 def test_bad_values_are_dropped_not_guessed() -> None:
-    info = parse(
-        "vllm",
-        "serve",
-        "m",
-        "--max-num-seqs",
-        "many",
-        "--gpu-memory-utilization",
-        "1.5",
-        "--port",
-        "70000",
-        "--max-model-len",
-        "auto",
+    info = parse_cmd(
+        "vllm serve m --max-num-seqs many --gpu-memory-utilization 1.5 --port 70000"
+        " --max-model-len auto"
     )
     assert info.max_num_seqs is None
     assert info.gpu_memory_utilization is None
@@ -178,37 +129,17 @@ def test_last_occurrence_wins_as_in_argparse() -> None:
 
 
 def test_sglang_launch_server() -> None:
-    info = parse(
-        "python3",
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "--max-running-requests",
-        "48",
-        "--port",
-        "30000",
-        "--tp-size",
-        "2",
-        "--dp-size",
-        "2",
-        "--context-length",
-        "8k",
-        "--mem-fraction-static",
-        "0.8",
-        "--disable-radix-cache",
-        "--enable-metrics",
-        "--chunked-prefill-size",
-        "4096",
+    info = parse_cmd(
+        "python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct"
+        " --max-running-requests 48 --port 30000 --tp-size 2 --dp-size 2 --context-length 8k"
+        " --mem-fraction-static 0.8 --disable-radix-cache --enable-metrics"
+        " --chunked-prefill-size 4096"
     )
-    assert info.engine == "sglang"
-    assert info.model == "Qwen/Qwen2.5-7B-Instruct"
-    assert info.max_num_seqs == 48
-    assert info.port == 30000
+    assert_fields(
+        info, engine="sglang", model="Qwen/Qwen2.5-7B-Instruct", max_num_seqs=48, port=30000
+    )
     assert (info.tensor_parallel_size, info.data_parallel_size) == (2, 2)
-    assert info.max_model_len == 8000
-    assert info.gpu_memory_utilization == 0.8
-    assert info.prefix_caching == "false"
+    assert_fields(info, max_model_len=8000, gpu_memory_utilization=0.8, prefix_caching="false")
     assert info.extra["enable_metrics"] == "true"
     assert info.extra["chunked_prefill_size"] == "4096"
     # no vLLM-style per-step token budget is claimed for SGLang
@@ -226,38 +157,18 @@ def test_sglang_cli_serve_and_aliases() -> None:
 
 
 def test_tgi_flags() -> None:
-    info = parse(
-        "text-generation-launcher",
-        "--model-id",
-        "bigscience/bloom-560m",
-        "--max-concurrent-requests",
-        "128",
-        "-p",
-        "3000",
-        "--num-shard",
-        "2",
-        "--max-total-tokens",
-        "4096",
-        "--max-batch-prefill-tokens",
-        "8192",
+    info = parse_cmd(
+        "text-generation-launcher --model-id bigscience/bloom-560m --max-concurrent-requests"
+        " 128 -p 3000 --num-shard 2 --max-total-tokens 4096 --max-batch-prefill-tokens 8192"
     )
-    assert info.engine == "tgi"
-    assert info.model == "bigscience/bloom-560m"
-    assert info.max_num_seqs == 128
-    assert info.port == 3000
-    assert info.tensor_parallel_size == 2
-    assert info.max_model_len == 4096
+    assert_fields(info, engine="tgi", model="bigscience/bloom-560m", max_num_seqs=128)
+    assert_fields(info, port=3000, tensor_parallel_size=2, max_model_len=4096)
     assert info.extra["max_batch_prefill_tokens"] == "8192"
 
 
 def test_tgi_environment_fills_what_the_command_line_lacks() -> None:
-    environ = {
-        "MODEL_ID": "from-env",
-        "MAX_CONCURRENT_REQUESTS": "7",
-        "PORT": "8080",
-        "PREFIX_CACHING": "0",
-        "HOSTNAME": "pod-abc",
-    }
+    environ = {"MODEL_ID": "from-env", "MAX_CONCURRENT_REQUESTS": "7", "PORT": "8080"}
+    environ |= {"PREFIX_CACHING": "0", "HOSTNAME": "pod-abc"}
     info = parse("text-generation-launcher", "--port", "3000", environ=environ)
     assert info.model == "from-env"
     assert info.max_num_seqs == 7
@@ -274,24 +185,11 @@ def test_environment_is_ignored_when_not_given() -> None:
 
 
 def test_llama_server_short_and_long_options() -> None:
-    info = parse(
-        "/app/llama-server",
-        "-m",
-        "/models/q4.gguf",
-        "-np",
-        "4",
-        "--port",
-        "8080",
-        "-a",
-        "llama,llama-chat",
-        "-c",
-        "16384",
-        "-ngl",
-        "99",
+    info = parse_cmd(
+        "/app/llama-server -m /models/q4.gguf -np 4 --port 8080 -a llama,llama-chat -c 16384"
+        " -ngl 99"
     )
-    assert info.engine == "llamacpp"
-    assert info.model == "/models/q4.gguf"
-    assert info.served_model_name == "llama"
+    assert_fields(info, engine="llamacpp", model="/models/q4.gguf", served_model_name="llama")
     assert info.extra["served_model_names"] == "llama,llama-chat"
     assert info.max_num_seqs == 4
     assert info.port == 8080
@@ -312,9 +210,7 @@ def test_llama_server_environment_and_hf_repo() -> None:
         "ggml-org/gemma-3-1b-it-GGUF",
         environ={"LLAMA_ARG_N_PARALLEL": "6", "LLAMA_ARG_PORT": "9090"},
     )
-    assert info.model == "ggml-org/gemma-3-1b-it-GGUF"
-    assert info.max_num_seqs == 6
-    assert info.port == 9090
+    assert_fields(info, model="ggml-org/gemma-3-1b-it-GGUF", max_num_seqs=6, port=9090)
 
 
 @pytest.mark.parametrize(
@@ -333,15 +229,9 @@ def test_llama_server_metrics_switch_from_the_environment(value: str, on: bool) 
 
 
 def test_tritonserver() -> None:
-    info = parse(
-        "/opt/tritonserver/bin/tritonserver",
-        "--model-repository=/models",
-        "--model-repository=/more",
-        "--http-port",
-        "8000",
-        "--metrics-port=8002",
-        "--load-model",
-        "ensemble",
+    info = parse_cmd(
+        "/opt/tritonserver/bin/tritonserver --model-repository=/models"
+        " --model-repository=/more --http-port 8000 --metrics-port=8002 --load-model ensemble"
     )
     assert info.engine == "triton"
     assert info.port == 8000
@@ -357,29 +247,19 @@ def test_tritonserver() -> None:
     [["trtllm-serve"], ["trtllm-serve", "serve"], ["python3", "-m", "tensorrt_llm.commands.serve"]],
 )
 def test_trtllm_serve(head: list[str]) -> None:
-    info = parse(
+    info = parse_cmd(
+        "TinyLlama/TinyLlama-1.1B-Chat-v1.0 --max_batch_size 64 --max_num_tokens 8192"
+        " --max_seq_len 4096 --tp_size 2 --port 8000 --kv_cache_free_gpu_memory_fraction 0.9",
         *head,
-        "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
-        "--max_batch_size",
-        "64",
-        "--max_num_tokens",
-        "8192",
-        "--max_seq_len",
-        "4096",
-        "--tp_size",
-        "2",
-        "--port",
-        "8000",
-        "--kv_cache_free_gpu_memory_fraction",
-        "0.9",
     )
-    assert info.engine == "trtllm"
-    assert info.model == "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
-    assert info.max_num_seqs == 64
-    assert info.max_num_batched_tokens == 8192
-    assert info.max_model_len == 4096
-    assert info.tensor_parallel_size == 2
-    assert info.port == 8000
+    assert_fields(
+        info,
+        engine="trtllm",
+        model="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        max_num_seqs=64,
+        max_num_batched_tokens=8192,
+    )
+    assert_fields(info, max_model_len=4096, tensor_parallel_size=2, port=8000)
     # a share of the memory left after the weights: not vLLM's gpu_memory_utilization
     assert info.gpu_memory_utilization is None
     assert info.extra["kv_cache_free_gpu_memory_fraction"] == "0.9"
@@ -391,32 +271,21 @@ def test_trtllm_disaggregated_has_no_model() -> None:
 
 
 def test_lmdeploy_api_server() -> None:
-    info = parse(
-        "/usr/bin/python3",
-        "/usr/local/bin/lmdeploy",
-        "serve",
-        "api_server",
-        "internlm/internlm2_5-7b-chat",
-        "--server-port",
-        "23333",
-        "--max-batch-size",
-        "128",
-        "--session-len",
-        "8192",
-        "--tp",
-        "2",
-        "--model-name",
-        "internlm",
-        "--enable-prefix-caching",
+    info = parse_cmd(
+        "/usr/bin/python3 /usr/local/bin/lmdeploy serve api_server"
+        " internlm/internlm2_5-7b-chat --server-port 23333 --max-batch-size 128 --session-len"
+        " 8192 --tp 2 --model-name internlm --enable-prefix-caching"
     )
-    assert info.engine == "lmdeploy"
-    assert info.model == "internlm/internlm2_5-7b-chat"
-    assert info.served_model_name == "internlm"
-    assert info.port == 23333
-    assert info.max_num_seqs == 128
-    assert info.max_model_len == 8192
-    assert info.tensor_parallel_size == 2
-    assert info.prefix_caching == "true"
+    assert_fields(
+        info,
+        engine="lmdeploy",
+        model="internlm/internlm2_5-7b-chat",
+        served_model_name="internlm",
+        port=23333,
+    )
+    assert_fields(
+        info, max_num_seqs=128, max_model_len=8192, tensor_parallel_size=2, prefix_caching="true"
+    )
     assert parse_launch(["lmdeploy", "serve", "gradio", "m"]) is None
 
 

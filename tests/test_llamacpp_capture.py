@@ -9,11 +9,11 @@ requests, its ``/props``, and what the client counted. No server runs here.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.proc import REPO
 
 from inferwatch.agent.collectors import selfdesc
 from inferwatch.engines import ENGINES
@@ -22,7 +22,7 @@ from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo.llamacpp import create
 from inferwatch.sim.stats import EngineSnapshot, FinishedRequest, StepStats
 
-DATA = Path(__file__).parent / "data" / "llamacpp"
+DATA = REPO / "tests" / "data" / "llamacpp"
 FACTS: dict[str, Any] = json.loads((DATA / "capture.json").read_text())
 IDLE = EngineSnapshot(engine=0, running=0, waiting=0)
 BUSY = EngineSnapshot(engine=0, running=1, waiting=0)

@@ -19,8 +19,8 @@ from typing import Any
 
 import psutil
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.agentrun import AgentRun
 from tests.support.e2e import E2E_THRESHOLDS, generate_rule_files
 from tests.support.llamaserver import (
     PROMPTS,
@@ -32,11 +32,9 @@ from tests.support.llamaserver import (
 )
 from tests.support.proc import (
     PROMETHEUS,
-    Process,
+    REPO,
     Prometheus,
-    free_port,
     http_get,
-    inferwatch_cmd,
     require_binary,
     wait_until,
 )
@@ -103,27 +101,15 @@ class Agent:
     """``inferwatch run`` watching some workers, with engine: auto and no capacity set."""
 
     def __init__(self, tmp: Path, workers: dict[str, str], window: str = "30s") -> None:
-        self.port = free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.target}"
         config = {
-            "listen": self.target,
             "collect_interval": "0.5s",
             "stats_window": window,
             "gpu": {"backend": "none"},
             "workers": [{"name": n, "url": u} for n, u in workers.items()],
         }
-        path = tmp / f"agent-{self.port}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.process = Process(inferwatch_cmd("run", "--config", str(path)), tmp / "agent.log")
-        proc = self.process
-
-        def ready() -> bool:
-            if not proc.alive():
-                raise AssertionError(f"the agent exited:\n{proc.log()[-3000:]}")
-            return http_get(self.url + "/readyz", timeout=2)[0] == 200
-
-        wait_until(ready, 60, message="agent ready")
+        self.run = AgentRun(tmp, config=config, ready="/readyz")
+        self.process = self.run.process
+        self.port, self.target, self.url = self.run.port, self.run.target, self.run.url
 
     def scrape(self) -> Series:
         status, body, _ = http_get(self.url + "/metrics")
@@ -435,7 +421,7 @@ def test_the_server_built_here_writes_the_captured_families(
     """The simulator is held to tests/data/llamacpp/: a new pin must come with a new capture."""
     server = LlamaServer(tmp_path, ["--metrics", "--parallel", "1"])
     parts.append(server.start())
-    captured = (Path(__file__).parent / "data" / "llamacpp" / "metrics-idle.txt").read_text()
+    captured = (REPO / "tests" / "data" / "llamacpp" / "metrics-idle.txt").read_text()
 
     def shape(text: str) -> list[tuple[str, str, str]]:
         return [(f.name, f.type, f.documentation) for f in text_string_to_metric_families(text)]
@@ -445,7 +431,7 @@ def test_the_server_built_here_writes_the_captured_families(
     )
     assert (
         server.props()["build_info"]
-        == json.loads((Path(__file__).parent / "data" / "llamacpp" / "props.json").read_text())[
+        == json.loads((REPO / "tests" / "data" / "llamacpp" / "props.json").read_text())[
             "build_info"
         ]
     )

@@ -18,20 +18,19 @@ loops whose alerts fired at any time, suppression applied, must be the expected 
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.support import scenarios as S
+from tests.support.e2e import rule_files
 from tests.support.pack_readback import alert_names
-from tests.support.proc import PROMTOOL, require_binary
+from tests.support.proc import promtool
 
 from inferwatch.advise import advise
 from inferwatch.advise.rules import OOM_RISK, prefix_caching
 from inferwatch.demo.conditions import alert_for, conditions, loops_of
 from inferwatch.pack import loops as L
-from inferwatch.pack import rules
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
 from inferwatch.report.model import bands_from_thresholds
@@ -139,16 +138,6 @@ HORIZON = (
 )
 
 
-def _rule_files(tmp: Path) -> list[str]:
-    files = rules.generate(T)
-    out = []
-    for rel in (rules.RULES_FILE, rules.ALERTS_FILE):
-        path = tmp / Path(rel).name
-        path.write_text(files[rel])
-        out.append(str(path))
-    return out
-
-
 def _fired(loop: L.Loop) -> str:
     """1 where any alert of the loop was firing at any evaluation of the run."""
     names = "|".join(loop.alerts)
@@ -172,7 +161,7 @@ def promtool_disagrees(tmp: Path, scenario: str, expected: frozenset[str]) -> st
         if loop.id in expected or not set(loop.suppressed_by) & expected
     ]
     doc = {
-        "rule_files": _rule_files(tmp),
+        "rule_files": rule_files(T, tmp),
         "evaluation_interval": f"{int(INTERVAL)}s",
         "tests": [
             {
@@ -184,13 +173,7 @@ def promtool_disagrees(tmp: Path, scenario: str, expected: frozenset[str]) -> st
     }
     test_file = tmp / f"{scenario}.test.yaml"
     test_file.write_text(yaml.safe_dump(doc, width=1_000_000))
-    done = subprocess.run(
-        [require_binary(PROMTOOL, "promtool"), "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool("test", "rules", str(test_file))
     return "" if done.returncode == 0 else done.stdout + done.stderr
 
 

@@ -11,16 +11,15 @@ definition that drifts on either side fails here.
 from __future__ import annotations
 
 import math
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.support.proc import PROMTOOL, require_binary
+from tests.support.e2e import rule_files
+from tests.support.proc import promtool
 
 from inferwatch.pack import loops as L
-from inferwatch.pack import rules
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.stats import histogram_quantile
 
@@ -118,14 +117,8 @@ def input_series(workers: list[W]) -> list[dict[str, str]]:
 def promtool_agrees(tmp_path: Path, workers: list[W], alert: str, expected: set[str]) -> str:
     """Run promtool on the generated rules: ``alert`` must fire at EVAL for exactly the
     workers in ``expected``. Returns promtool's output ("" when it agreed)."""
-    files = rules.generate(T)
-    rule_files = []
-    for rel in (rules.RULES_FILE, rules.ALERTS_FILE):
-        path = tmp_path / Path(rel).name
-        path.write_text(files[rel])
-        rule_files.append(str(path))
     doc = {
-        "rule_files": rule_files,
+        "rule_files": rule_files(T, tmp_path),
         "evaluation_interval": f"{STEP}s",
         "tests": [
             {
@@ -147,14 +140,7 @@ def promtool_agrees(tmp_path: Path, workers: list[W], alert: str, expected: set[
     }
     test_file = tmp_path / "loops.test.yaml"
     test_file.write_text(yaml.safe_dump(doc))
-    binary = require_binary(PROMTOOL, "promtool")
-    done = subprocess.run(
-        [binary, "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool("test", "rules", str(test_file))
     return "" if done.returncode == 0 else done.stdout + done.stderr
 
 

@@ -11,19 +11,15 @@ scenario: the report's waste finding lists every GPU in one line.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 from tests.support import scenarios as S
-from tests.support.proc import PROMTOOL, require_binary
+from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
-from inferwatch.report.model import Period, bands_from_thresholds
-from inferwatch.report.promapi import PrometheusClient
-from inferwatch.report.query import collect
-from test_report_e2e import PromOnBlocks
+from inferwatch.report.model import bands_from_thresholds
 
 pytestmark = pytest.mark.slow
 
@@ -31,18 +27,9 @@ T = load_thresholds()
 
 
 def blocks(tmp: Path, scenario: str) -> Path:
-    promtool = require_binary(PROMTOOL, "promtool")
     om = tmp / f"{scenario}.om"
     om.write_text(S.openmetrics(S.run(scenario)))
-    data = tmp / f"data-{scenario}"
-    data.mkdir()
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return data
+    return create_blocks(om, tmp / f"data-{scenario}", timeout=120)
 
 
 @pytest.mark.parametrize("scenario", list(S.SCENARIOS))
@@ -51,18 +38,10 @@ def test_the_report_from_prometheus_names_the_loops_the_alerts_raise(
 ) -> None:
     prom = PromOnBlocks(tmp_path, blocks(tmp_path, scenario))
     try:
-        bands = bands_from_thresholds(T)
-        raw = collect(
-            PrometheusClient(prom.url),
-            Period(S.REPORT_END, 1),
-            waste_below=bands.waste_below,
-            healthy_band=(bands.healthy_low, bands.healthy_high),
-            scale_review_above=bands.scale_review_above,
-            thresholds=T,
-        )
+        raw = prom.collect(S.REPORT_END, 1, T)
     finally:
         prom.stop()
-    report = build_report(raw, bands)
+    report = build_report(raw, bands_from_thresholds(T))
     found = {f.id for f in report.findings if f.id}
     assert found == S.expected_loops(scenario), [
         (f.id, f.title, f.evidence) for f in report.findings

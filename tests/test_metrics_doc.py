@@ -7,14 +7,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.agentrun import AgentRun
 from tests.support.proc import (
     REPO,
     SHARED,
-    Process,
-    free_port,
-    http_get,
-    inferwatch_cmd,
-    wait_until,
 )
 from tests.support.stubworker import StubWorker
 from tests.support.vllm_text import EngineValues, render
@@ -40,31 +36,15 @@ def exported_families(tmp_path: Path) -> set[str]:
         return render("v1", [e])
 
     stub = StubWorker(text)
-    port = free_port()
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--worker",
-            f"w={stub.url}",
-            "--gpu-backend",
-            "fake",
-            "--collect-interval",
-            "0.2s",
-            "--stats-window",
-            "5s",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path,
+        *("--worker", f"w={stub.url}", "--gpu-backend", "fake"),
+        *("--collect-interval", "0.2s", "--stats-window", "5s"),
     )
     try:
-
-        def body() -> str | None:
-            status, data, _ = http_get(f"http://127.0.0.1:{port}/metrics")
-            text_ = data.decode()
-            return text_ if status == 200 and "inferwatch_queue_depth_slope" in text_ else None
-
-        exposition = wait_until(body, 30, message="agent with worker windows")
+        exposition = agent.until(
+            lambda t: "inferwatch_queue_depth_slope" in t, 30, "agent with worker windows"
+        )
     finally:
         agent.stop()
         stub.stop()

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 from tests.support.podresources_server import PodResourcesServer
+from tests.support.proc import REPO
 
 from inferwatch.agent.collectors.podresources import (
     ContainerKey,
@@ -25,7 +26,7 @@ from inferwatch.agent.collectors.podresources import (
 )
 from inferwatch.agent.kubelet import api_pb2
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 GPU0 = "GPU-8a1b2c3d-0000-4000-8000-000000000000"
 MIG1 = "MIG-5d6e7f80-1111-5222-8333-444455556666"
 

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.llamaserver import LlamaServer, require_server
-from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import free_port, http_get, wait_until
 
 from inferwatch.engines.proxy import TPOT_BUCKETS, TTFT_BUCKETS
 from inferwatch.stats import window_quantiles
@@ -33,18 +33,15 @@ PROMPT = "Write a long story about a lighthouse keeper and the sea."
 def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     require_server()
     server = LlamaServer(tmp_path, ["--metrics", "--parallel", "2", "-a", "tiny-alias"]).start()
-    agent_port, proxy_port = free_port(), free_port()
+    proxy_port = free_port()
     config = {
-        "listen": f"127.0.0.1:{agent_port}",
         "collect_interval": "0.5s",
         "gpu": {"backend": "none"},
         "workers": [{"name": "llama", "url": server.url,
                      "proxy": {"listen": f"127.0.0.1:{proxy_port}"}}],
     }  # fmt: skip
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(config))
-    agent = Process(inferwatch_cmd("run", "--config", str(path)), tmp_path / "agent.log")
-    url = f"http://127.0.0.1:{agent_port}"
+    agent = AgentRun(tmp_path, config=config, ready=None)
+    url = agent.url
     wait_until(lambda: 'model="tiny-alias"' in http_get(url + "/metrics")[1].decode(), 60,
                message="the agent reading llama-server")  # fmt: skip
     try:

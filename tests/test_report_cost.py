@@ -32,18 +32,17 @@ from __future__ import annotations
 
 import calendar
 import csv
-import json
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.proc import PROMTOOL, REPO, http_get, require_binary, wait_until
+from tests.support.browser import Headless
+from tests.support.proc import REPO
+from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.cli import main as cli_main
-from test_report_e2e import CHROMIUM, PromOnBlocks
 
 DAY = 86400
 END = calendar.timegm((2026, 11, 23, 0, 0, 0))
@@ -158,7 +157,6 @@ def _lines() -> Iterator[tuple[str, str, str]]:
 def _build(workdir: Path) -> Path:
     """TSDB blocks from one OpenMetrics file per 8 hours (promtool reads its whole input
     once per 2-hour block it writes), each family's series contiguous and in time order."""
-    promtool = require_binary(PROMTOOL, "promtool")
     parts: dict[int, dict[str, list[tuple[str, int, str]]]] = {}
     for family, _kind, line in _lines():
         series, _value, t = line.rsplit(" ", 2)
@@ -170,12 +168,7 @@ def _build(workdir: Path) -> Path:
         path = workdir / f"part-{block:03d}.om"
         body = [line for f in sorted(families) for _, _, line in sorted(families[f])]
         path.write_text("\n".join(body) + "\n# EOF\n")
-        subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(path), str(data)],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
+        create_blocks(path, data)
         path.unlink()
     return data
 
@@ -184,15 +177,7 @@ def _build(workdir: Path) -> Path:
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromOnBlocks]:
     data = _build(tmp_path_factory.mktemp("cost-tsdb"))
     server = PromOnBlocks(tmp_path_factory.mktemp("cost-prom"), data)
-    wait_until(
-        lambda: json.loads(
-            http_get(
-                f"{server.url}/api/v1/query?query=count(inferwatch_worker_gpu_info)&time={END}"
-            )[1]
-        )["data"]["result"],
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_worker_gpu_info)", END)
     yield server
     server.stop()
 
@@ -301,7 +286,7 @@ def test_without_prices_the_section_is_in_gpu_hours(unpriced: Path) -> None:
 
 
 def test_cost_section_renders_at_the_top_in_chromium(priced: Path, tmp_path: Path) -> None:
-    chromium = CHROMIUM or pytest.skip("chromium is not installed (apt-get install chromium)")
+    browser = Headless(tmp_path / "chrome", budget_ms=5000)
     page = (priced / "report.html").read_text()
     probe = priced / "probe-cost.html"
     script = (
@@ -313,37 +298,13 @@ def test_cost_section_renders_at_the_top_in_chromium(priced: Path, tmp_path: Pat
         "rows,items,c?Math.round(c.getBoundingClientRect().height):0].join(' '));});</script>"
     )
     probe.write_text(page.replace("</body>", script + "</body>"))
-    base = [
-        chromium,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chrome'}",
-        "--virtual-time-budget=5000",
-    ]
-    dom = subprocess.run(
-        [*base, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = browser.dom(probe)
     match = re.search(r'data-cost="([^"]*)"', dom.stdout)
     assert match, dom.stderr[-2000:]
     where, rows, items, height = match.group(1).split()
     # first h2 of the page; llama, mistral, qwen, unallocated and the total; three wasters
     assert (where, rows, items) == ("first", "5", "3") and int(height) > 100
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report-cost.png"
-    subprocess.run(
-        [
-            *base,
-            "--window-size=900,1400",
-            f"--screenshot={shot}",
-            (priced / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-    )
+    browser.screenshot(priced / "report.html", shot, "900,1400")
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG")
     shutil.copy(priced / "report.txt", ARTIFACTS / "report-cost.txt")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import email
 import email.policy
-import json
 import math
 import re
 import shlex
@@ -40,22 +39,19 @@ from typing import Any
 
 import pytest
 from tests.support import report_fixture as fx
+from tests.support.browser import Headless
 from tests.support.proc import (
     PROMTOOL,
     REPO,
-    Process,
     free_port,
-    http_get,
     require_binary,
-    wait_until,
 )
+from tests.support.promblocks import PromOnBlocks
 from tests.support.tls import self_signed_cert
 
 from inferwatch.cli import main as cli_main
 from inferwatch.report.query import count_steps
 
-PROMETHEUS = shutil.which("prometheus")
-CHROMIUM = shutil.which("chromium")
 OPENSSL = shutil.which("openssl")
 END_ISO = "2026-11-23T00:00:00Z"
 ARTIFACTS = REPO / "tests" / "artifacts" / "report"
@@ -64,40 +60,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning"),
 ]
-
-
-class PromOnBlocks:
-    """A real Prometheus opening a copy of prepared TSDB blocks (``Prometheus`` in
-    support/proc.py creates its own empty data directory)."""
-
-    def __init__(self, tmp: Path, blocks: Path, *extra: str) -> None:
-        binary = require_binary(PROMETHEUS, "prometheus")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = tmp / f"prometheus-{self.port}"
-        data = self.dir / "data"
-        shutil.copytree(blocks, data)
-        (self.dir / "prometheus.yml").write_text("global: {}\n")
-        self.process = Process(
-            [
-                binary,
-                f"--config.file={self.dir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={data}",
-                "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                *extra,
-            ],
-            self.dir / "prometheus.log",
-        )
-        wait_until(self._ready, timeout=90, message=f"prometheus on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"prometheus exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
-
-    def stop(self) -> None:
-        self.process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -112,16 +74,7 @@ def prom(
 ) -> Iterator[PromOnBlocks]:
     server = PromOnBlocks(tmp_path_factory.mktemp("prom"), tsdb[0])
     # The blocks are readable once a query over the whole span answers.
-    wait_until(
-        lambda: json.loads(
-            http_get(
-                f"{server.url}/api/v1/query?query=count(inferwatch_gpu_utilization_ratio)"
-                f"&time={fx.END}"
-            )[1]
-        )["data"]["result"],
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_gpu_utilization_ratio)", fx.END)
     yield server
     server.stop()
 
@@ -298,20 +251,10 @@ def test_csv_gpu_figures(output: Path, tsdb: tuple[Path, fx.Truth]) -> None:
 def report(prom: PromOnBlocks) -> Any:
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.report.build import build_report
-    from inferwatch.report.model import Period, bands_from_thresholds
-    from inferwatch.report.promapi import PrometheusClient
-    from inferwatch.report.query import collect
+    from inferwatch.report.model import bands_from_thresholds
 
     bands = bands_from_thresholds(load_thresholds())
-    raw = collect(
-        PrometheusClient(prom.url),
-        Period(fx.END, 7),
-        waste_below=bands.waste_below,
-        healthy_band=(bands.healthy_low, bands.healthy_high),
-        scale_review_above=bands.scale_review_above,
-        thresholds=bands.t,
-    )
-    return build_report(raw, bands)
+    return build_report(prom.collect(fx.END, 7, bands.t), bands)
 
 
 def test_alerts_counted_and_timed(report: Any) -> None:
@@ -385,7 +328,7 @@ def test_output_files_and_html_images(output: Path) -> None:
 
 
 def test_html_renders_in_chromium_with_every_image(output: Path, tmp_path: Path) -> None:
-    chromium = CHROMIUM or pytest.skip("chromium is not installed (apt-get install chromium)")
+    browser = Headless(tmp_path / "chrome")
     probe = output / "probe.html"
     script = (
         "<script>window.addEventListener('load',function(){var s=[];"
@@ -394,39 +337,13 @@ def test_html_renders_in_chromium_with_every_image(output: Path, tmp_path: Path)
         "document.body.setAttribute('data-images',s.join(' '));});</script>"
     )
     probe.write_text((output / "report.html").read_text().replace("</body>", script + "</body>"))
-    base = [
-        chromium,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chrome'}",
-        "--hide-scrollbars",
-        "--virtual-time-budget=10000",
-    ]
-    dom = subprocess.run(
-        [*base, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = browser.dom(probe)
     match = re.search(r'data-images="([^"]*)"', dom.stdout)
     assert match, f"no image status in the DOM:\n{dom.stderr[-2000:]}"
     statuses = match.group(1).split()
     assert len(statuses) == 5 and all(s == "ok" for s in statuses), statuses
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report.png"
-    subprocess.run(
-        [
-            *base,
-            "--window-size=900,5400",
-            f"--screenshot={shot}",
-            (output / "report.html").as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-    )
+    browser.screenshot(output / "report.html", shot, "900,5400")
     assert shot.exists() and shot.read_bytes().startswith(b"\x89PNG")
     print(f"report screenshot: {shot}")
 

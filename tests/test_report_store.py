@@ -17,17 +17,16 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import os
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from tests.support import report_fixture as fx
+from tests.support.stubworker import QuietHandler, ThreadedServer
 from tests.support.vm import VictoriaMetrics, VMAuth
 
 from inferwatch.cli import main as cli_main
@@ -194,7 +193,7 @@ def test_credentials_in_the_url_are_refused(capsys: pytest.CaptureFixture[str]) 
 # ---------------------------------------------------------------- stand-ins in front of vmauth
 
 
-class FrontProxy:
+class FrontProxy(ThreadedServer):
     """Forwards GETs to ``backend``; ``decide(n, headers)`` may answer instead (status, body)."""
 
     def __init__(
@@ -206,7 +205,7 @@ class FrontProxy:
         self.requests = 0
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 proxy.requests += 1
                 n = proxy.requests
@@ -225,23 +224,9 @@ class FrontProxy:
                     with urllib.request.urlopen(forward, timeout=10) as resp:
                         answer = (resp.status, resp.read())
                 status, body = answer
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(status, body, "application/json")
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 BEARER = StoreAccess(bearer_token=TOKEN)

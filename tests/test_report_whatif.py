@@ -25,19 +25,16 @@ B and C is 12.5 %. NaN and missing figures read as a dash, never break the repor
 from __future__ import annotations
 
 import calendar
-import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.proc import PROMTOOL, http_get, require_binary, wait_until
+from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.advise import shadow
 from inferwatch.cli import main as cli_main
 from inferwatch.report import whatif
 from inferwatch.report.model import Period
-from test_report_e2e import PromOnBlocks
 
 DAY = 86400
 END = calendar.timegm((2026, 11, 23, 0, 0, 0))
@@ -122,33 +119,11 @@ def _openmetrics() -> str:
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromOnBlocks]:
-    promtool = require_binary(PROMTOOL, "promtool")
     tmp = tmp_path_factory.mktemp("whatif-tsdb")
     (tmp / "whatif.om").write_text(_openmetrics())
-    data = tmp / "data"
-    data.mkdir()
-    subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            "-q",
-            str(tmp / "whatif.om"),
-            str(data),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    data = create_blocks(tmp / "whatif.om", tmp / "data")
     server = PromOnBlocks(tmp_path_factory.mktemp("whatif-prom"), data)
-    wait_until(
-        lambda: json.loads(
-            http_get(f"{server.url}/api/v1/query?query=count(inferwatch_target_up)&time={END}")[1]
-        )["data"]["result"],
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_target_up)", END)
     yield server
     server.stop()
 

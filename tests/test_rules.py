@@ -7,10 +7,8 @@ counters only under rate()/increase(), every metric in METRICS.md.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -620,21 +618,12 @@ def test_inhibition_stays_inside_its_cluster(tmp_path: Path) -> None:
         sent = [{**same, **labels} for labels in posted]
         for labels in sent[3:]:
             labels.pop("worker")
-        body = json.dumps([{"labels": labels} for labels in sent]).encode()
-        request = urllib.request.Request(
-            f"{am.url}/api/v2/alerts",
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        am.post([{"labels": labels} for labels in sent])
 
         def states() -> dict[tuple[str, str], str] | None:
-            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=10) as resp:
-                alerts = json.load(resp)
             result = {
                 (a["labels"]["alertname"], a["labels"]["cluster"]): a["status"]["state"]
-                for a in alerts
+                for a in am.alerts()
             }
             settled = len(result) == len(posted) and "suppressed" in result.values()
             return result if settled else None
@@ -670,21 +659,12 @@ def test_critical_inhibits_warnings_of_the_same_worker(tmp_path: Path) -> None:
                 "instance": "host-b:10127",
             },
         ]
-        body = json.dumps([{"labels": {**common, **labels}} for labels in posted]).encode()
-        request = urllib.request.Request(
-            f"{am.url}/api/v2/alerts",
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        am.post([{"labels": {**common, **labels}} for labels in posted])
 
         def states() -> dict[tuple[str, str], str] | None:
-            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=10) as resp:
-                alerts = json.load(resp)
             result = {
                 (a["labels"]["alertname"], a["labels"].get("worker", "")): a["status"]["state"]
-                for a in alerts
+                for a in am.alerts()
             }
             # the inhibitor reads new alerts asynchronously: wait until it has seen them
             settled = len(result) == len(posted) and list(result.values()).count("suppressed") >= 3

@@ -16,10 +16,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.proc import (
-    Process,
     Prometheus,
-    free_port,
     http_get,
     inferwatch_cmd,
     running,
@@ -30,15 +29,15 @@ from tests.support.tls import self_signed_cert
 PASSWORD = "s3cret-Scrape!"
 
 
-def start_agent(tmp: Path, web_config: dict | None, *args: str) -> tuple[Process, int]:
-    port = free_port()
-    cmd = ["run", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake", *args]
+def start_agent(tmp: Path, web_config: dict | None, *args: str) -> tuple[AgentRun, int]:
+    """The agent on fake GPUs, not waited for (over TLS /healthz needs the test's client)."""
+    cmd = ["--gpu-backend", "fake", *args]
     if web_config is not None:
         path = tmp / "web.yml"
         path.write_text(yaml.safe_dump(web_config))
         cmd += ["--web-config-file", str(path)]
-    proc = Process(inferwatch_cmd(*cmd), tmp / f"agent-{port}.log")
-    return proc, port
+    agent = AgentRun(tmp, *cmd, ready=None)
+    return agent, agent.port
 
 
 def basic(user: str, password: str) -> str:

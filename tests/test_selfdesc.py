@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from tests.support.proc import free_port
+from tests.support.aioapp import serve_app
+from tests.support.proc import REPO
 
 from inferwatch.agent.collectors import selfdesc
 from inferwatch.agent.collectors.engine import EngineSource
@@ -28,7 +28,7 @@ from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo.llamacpp import create
 from inferwatch.sim.stats import EngineSnapshot, StepStats
 
-PROPS = json.loads((Path(__file__).parent / "data" / "llamacpp" / "props.json").read_text())
+PROPS = json.loads((REPO / "tests" / "data" / "llamacpp" / "props.json").read_text())
 
 
 def doc(value: Any) -> bytes:
@@ -136,11 +136,7 @@ async def worker() -> AsyncIterator[Worker]:
     app.router.add_get("/metrics", w.handle_metrics)
     for path in ("/props", "/info"):
         app.router.add_get(path, w.handle_doc)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    w.url = f"http://127.0.0.1:{port}"
+    runner, w.url = await serve_app(app)
     yield w
     await runner.cleanup()
 

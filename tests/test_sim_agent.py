@@ -34,6 +34,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.agentrun import AgentRun
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
 from inferwatch.sim.expo.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
@@ -62,36 +63,23 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     except ImportError as exc:  # pragma: no cover - the agent ships with the package
         pytest.skip(f"the agent is not importable: {exc}")
     state = tmp_path / "gpus"
-    sim_port, agent_port = free_port(), free_port()
+    sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
-    agent_url = f"http://127.0.0.1:{agent_port}"
     sim = Process(
         inferwatch_cmd(
             "simulate", "--port", str(sim_port), "--gpu-state-dir", str(state), *sim_args
         ),
         tmp_path / "sim.log",
     )
-    agent = Process(
-        inferwatch_cmd(
-            "run",
-            "--listen",
-            f"127.0.0.1:{agent_port}",
-            "--gpu-backend",
-            "fake",
-            "--fake-gpus",
-            "1",
-            "--fake-gpu-state",
-            str(state),
-            "--collect-interval",
-            f"{int(COLLECT * 1000)}ms",
-            "--stats-window",
-            "120s",
-            "--worker",
-            f"w0={sim_url}",
-        ),
-        tmp_path / "agent.log",
+    agent = AgentRun(
+        tmp_path,
+        *("--gpu-backend", "fake", "--fake-gpus", "1", "--fake-gpu-state", str(state)),
+        *("--collect-interval", f"{int(COLLECT * 1000)}ms", "--stats-window", "120s"),
+        *("--worker", f"w0={sim_url}"),
+        ready=None,
     )
-    procs = [sim, agent]
+    agent_url = agent.url
+    procs = [sim, agent.process]
 
     def target_up() -> bool:
         for p in procs:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,17 +38,12 @@ def vram_ratio(state: gpustate.SimGpuState) -> float:
     return (state.memory_used_bytes + state.memory_reserved_bytes) / state.memory_total_bytes
 
 
-def state_for(s: EngineSnapshot, busy: float, prefill: float = 0.0) -> gpustate.SimGpuState:
-    return gpu_state(
-        CFG,
-        s,
-        GpuActivity(busy, prefill),
-        gpu_index=0,
-        pid=4242,
-        process_name="python3",
-        temperature=50.0,
-        now=1.0,
-    )
+def state_for(
+    s: EngineSnapshot, busy: float, prefill: float = 0.0, cfg: SimConfig = CFG, **where: Any
+) -> gpustate.SimGpuState:
+    """``gpu_state`` of ``cfg`` in one step; ``where`` overrides GPU 0, pid 4242 at 50 degrees."""
+    place = {"gpu_index": 0, "pid": 4242, "process_name": "python3", "temperature": 50.0}
+    return gpu_state(cfg, s, GpuActivity(busy, prefill), **{**place, "now": 1.0, **where})
 
 
 def test_utilization_follows_batch_occupancy_with_a_floor() -> None:
@@ -88,17 +84,7 @@ def test_a_mig_slice_reserves_its_share_of_the_slice() -> None:
     assert on_slice.device_bytes == 40 * GIB
     assert memory_used(on_slice) == int(0.9 * 40 * GIB)
     assert on_slice.compute_share == 3 / 7
-    st = gpu_state(
-        on_slice,
-        snap(running=5),
-        GpuActivity(1.0, 0.0),
-        gpu_index=2,
-        pid=7,
-        process_name="p",
-        temperature=40,
-        now=0,
-        host="/h",
-    )
+    st = state_for(snap(running=5), 1.0, cfg=on_slice, gpu_index=2, host="/h")
     assert st.mig is not None and st.mig.gpu_instance == 1 and st.mig.profile == "3g.40gb"
     assert st.mig.memory_total_bytes == 40 * GIB and st.memory_total_bytes == 80 * GIB
     assert st.mig.uuid.startswith("MIG-") and st.uuid.startswith("GPU-")
@@ -136,15 +122,10 @@ def test_state_fields_are_plausible() -> None:
     assert busy.sm_active is not None and 0 < busy.sm_active <= busy.utilization_gpu
     assert busy.tensor_active is not None and busy.dram_active is not None
     assert busy.sm_clock_hz > idle.sm_clock_hz
-    no_gpm = gpu_state(
-        dataclasses.replace(CFG, gpu=dataclasses.replace(CFG.gpu, gpm=False)),
+    no_gpm = state_for(
         snap(running=3),
-        GpuActivity(1.0, 0.0),
-        gpu_index=0,
-        pid=1,
-        process_name="p",
-        temperature=40,
-        now=0,
+        1.0,
+        cfg=dataclasses.replace(CFG, gpu=dataclasses.replace(CFG.gpu, gpm=False)),
     )
     assert no_gpm.sm_active is None and no_gpm.dram_active is None
     assert next_temperature(40.0, 1.0, 1000.0) > next_temperature(40.0, 1.0, 1.0) > 40.0

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.aioapp import until as _until
 from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
 from inferwatch.sim.config import SimConfig
@@ -246,16 +247,6 @@ async def test_metrics_follow_requests(worker: SimWorker) -> None:
     assert value(samples, "vllm:inter_token_latency_seconds_count") == 9
     assert value(samples, "http_requests_total", handler="/v1/chat/completions") == 3
     assert value(samples, "http_requests_total", handler="/metrics") == 0  # excluded, like vLLM
-
-
-async def _until(cond: Any, timeout: float = 20.0) -> None:
-    """Await a condition on the running loop (the worker runs in this loop too)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.01)
 
 
 # --- the command line -------------------------------------------------------------------------

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 from tests.support import pack_readback
 from tests.support import report_fixture as fx
-from tests.support.proc import PROMTOOL, REPO, http_get, inferwatch_cmd, require_binary, wait_until
+from tests.support.proc import (
+    PROMTOOL,
+    REPO,
+    cli,
+    http_get,
+    promtool,
+    require_binary,
+    wait_until,
+)
+from tests.support.promblocks import PromOnBlocks
 
 from inferwatch.engines import proxy
 from inferwatch.errors import ConfigError
@@ -98,13 +107,7 @@ def test_cli_exits_2_with_one_line_naming_the_nearest_boundaries(tmp_path: Path)
     path = thresholds_file(
         tmp_path, "slos:\n  default:\n    tpot: {threshold_seconds: 0.12, objective: 0.99}\n"
     )
-    result = subprocess.run(
-        inferwatch_cmd("generate", "--thresholds", path, "--out", str(tmp_path / "out")),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = cli("generate", "--thresholds", path, "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "the nearest are 0.1 or 0.15" in lines[0], result.stderr
@@ -141,14 +144,7 @@ def test_model_entries_inherit_the_default_and_leave_it_the_other_models(
     )
     assert '{slo="ttft",model="meta-llama/Llama-3.1-8B"}) + 0.005)' in budget["expr"]
     files = rules.generate(t)
-    check = subprocess.run(
-        [require_binary(PROMTOOL, "promtool"), "check", "rules", "/dev/stdin"],
-        input=files[rules.RULES_FILE],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    check = promtool("check", "rules", "/dev/stdin", stdin=files[rules.RULES_FILE])
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -184,19 +180,26 @@ WEEK = 7 * fx.DAY
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, fx.Truth]]:
-    from test_report_e2e import PromOnBlocks
-
     blocks, truth = fx.build_tsdb(
         tmp_path_factory.mktemp("tsdb"), require_binary(PROMTOOL, "promtool")
     )
     server = PromOnBlocks(tmp_path_factory.mktemp("prom"), blocks)
-    wait_until(
-        lambda: query(server.url, "count(inferwatch_ttft_seconds_bucket)", fx.END),
-        timeout=60,
-        message="blocks loaded",
-    )
+    server.loaded("count(inferwatch_ttft_seconds_bucket)", fx.END)
     yield server, truth
     server.stop()
+
+
+def good_and_total(
+    truth: fx.Truth, kind: str, bounds: tuple[float, ...], le: float
+) -> tuple[float, float]:
+    """The llama-8b workers' requests of the second week within ``le``, and all of them."""
+    good = total = 0.0
+    for worker in ("vllm-0", "vllm-1"):
+        for day in range(7, 14):
+            counts = truth.buckets[worker][kind][day]
+            total += sum(counts)
+            good += sum(c for b, c in zip(bounds, counts, strict=True) if b <= le)
+    return good, total
 
 
 def query(url: str, promql: str, at: float) -> list[dict[str, object]]:
@@ -238,12 +241,7 @@ def test_sli_over_a_backfilled_week_matches_the_generated_counts(
         )
     )
     for kind, bounds, le in (("ttft", fx.TTFT_LE, 2.5), ("tpot", fx.TPOT_LE, 0.1)):
-        good = total = 0.0
-        for worker in ("vllm-0", "vllm-1"):
-            for day in range(7, 14):
-                counts = truth.buckets[worker][kind][day]
-                total += sum(counts)
-                good += sum(c for b, c in zip(bounds, counts, strict=True) if b <= le)
+        good, total = good_and_total(truth, kind, bounds, le)
         expected = 1 - good / total
         assert expected > 0 and math.isclose(results[kind], expected, rel_tol=1e-9), kind
     # the slow tail from Friday on spends the TTFT budget: more than 1% of this week is bad
@@ -297,12 +295,7 @@ def test_report_error_budget_section_over_the_backfilled_week(
         ("ttft", "TTFT", fx.TTFT_LE, 2.5),
         ("tpot", "TPOT", fx.TPOT_LE, 0.1),
     ):
-        good = total = 0.0
-        for worker in ("vllm-0", "vllm-1"):
-            for day in range(7, 14):
-                counts = truth.buckets[worker][kind][day]
-                total += sum(counts)
-                good += sum(c for b, c in zip(bounds, counts, strict=True) if b <= le)
+        good, total = good_and_total(truth, kind, bounds, le)
         burn = (1 - good / total) / 0.01
         line = rows[("llama-8b", title)]
         assert f"{burn:.2f}x" in line and f"{burn * 7 / 30 * 100:.1f}%" in line, line
@@ -371,8 +364,6 @@ def test_a_budget_page_mutes_only_its_own_ticket(tmp_path: Path) -> None:
     """deploy/alertmanager/alertmanager.yml with a real Alertmanager: the burn-rate alerts
     carry no instance/worker/gpu, so the generic critical-mutes-warning rule must not
     apply to them; their own rule pairs a page with the same model's and SLO's ticket."""
-    import json
-    import urllib.request
 
     from tests.support.proc import Alertmanager, running
 
@@ -393,17 +384,10 @@ def test_a_budget_page_mutes_only_its_own_ticket(tmp_path: Path) -> None:
             else:
                 labels |= {"instance": "host-a:10127", "gpu": "0", "uuid": "G0"}
             alerts.append({"labels": labels})
-        request = urllib.request.Request(
-            f"{am.url}/api/v2/alerts",
-            data=json.dumps(alerts).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        am.post(alerts)
 
         def states() -> dict[tuple[str, str, str], str] | None:
-            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=10) as resp:
-                got = json.load(resp)
+            got = am.alerts()
             result = {
                 (
                     a["labels"]["alertname"],

@@ -199,3 +199,63 @@ def test_the_layout_table_lists_every_module_and_nothing_gone() -> None:
     assert not missing, f"docs/development.md has no row for {sorted(missing)}"
     gone = {p for p in named if not (REPO / p).exists()}
     assert not gone, f"docs/development.md names files that are gone: {sorted(gone)}"
+
+
+# Test modules share helpers through tests/support/ only: a test module that imports
+# another runs (and collects) the other's module-level code, and ties the two files
+# together where a move or a split would break both.
+TESTS = REPO / "tests"
+
+
+def _names_a_test_module(module: str) -> bool:
+    return any(part.startswith("test_") for part in module.split("."))
+
+
+def imports_of_test_modules(sources: dict[str, str]) -> list[str]:
+    """Every import of a test module (``test_*``) in the given files, as "file -> module"."""
+    found: list[str] = []
+    for path, source in sorted(sources.items()):
+        for node in ast.walk(ast.parse(source)):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if _names_a_test_module(module):
+                    targets = [module]
+                elif (node.level or module.split(".")[0] == "tests") and "support" not in module:
+                    # "from tests import test_x" and "from . import test_x" name it last
+                    targets = [f"{module}.{a.name}".lstrip(".") for a in node.names]
+            found += [f"{path} -> {t}" for t in targets if _names_a_test_module(t)]
+    return sorted(set(found))
+
+
+def test_the_test_import_check_finds_a_planted_case() -> None:
+    # one file a line: its path, then its source with ";" between statements
+    planted = """
+    tests/test_a.py | from tests.test_b import helper; from tests.support.proc import REPO
+    tests/test_c.py | import test_report_e2e; from tests import test_d
+    tests/test_e.py | if True: from test_f import g
+    tests/test_g.py | from . import test_h; from tests.support.x import test_like_name
+    tests/support/s.py | from tests.test_i import j
+    tests/test_ok.py | import pytest; from tests.support.agentrun import AgentRun
+    """
+    sources = dict(line.strip().split(" | ") for line in planted.strip().splitlines())
+    assert imports_of_test_modules(sources) == [
+        "tests/support/s.py -> tests.test_i",
+        "tests/test_a.py -> tests.test_b",
+        "tests/test_c.py -> test_report_e2e",
+        "tests/test_c.py -> tests.test_d",
+        "tests/test_e.py -> test_f",
+        "tests/test_g.py -> test_h",
+    ]
+
+
+def test_no_test_module_imports_another() -> None:
+    sources = {
+        str(p.relative_to(REPO)): p.read_text(encoding="utf-8")
+        for root in (TESTS, REPO / "bench")
+        for p in root.rglob("*.py")
+    }
+    assert len(sources) > 100  # the tests were read
+    assert imports_of_test_modules(sources) == []

@@ -30,23 +30,16 @@ def write(tmp_path: Path, text: str) -> str:
 def test_defaults_are_the_documented_numbers() -> None:
     t = load_thresholds()
     assert t.source == "defaults"
-    assert t.gpu_utilization.waste_below == 0.30
-    assert t.gpu_utilization.waste_for == 1800.0
-    assert t.gpu_utilization.scale_review_above == 0.85
-    assert t.gpu_utilization.scale_review_for == 900.0
-    assert t.gpu_utilization.healthy_band == (0.60, 0.85)
-    assert t.gpu_utilization.idle_below == 0.40
-    assert t.vram.squeeze_above == 0.85
-    assert t.vram.squeeze_p99_ok_seconds == 0.5
-    assert t.vram.scale_above == 0.92
+    u = t.gpu_utilization
+    assert (u.waste_below, u.waste_for, u.idle_below) == (0.30, 1800.0, 0.40)
+    assert (u.scale_review_above, u.scale_review_for, u.healthy_band) == (0.85, 900.0, (0.60, 0.85))
+    v = t.vram
+    assert (v.squeeze_above, v.squeeze_p99_ok_seconds, v.scale_above) == (0.85, 0.5, 0.92)
     assert t.queue.over_capacity_samples == 3
-    assert t.ttft.p99_slo_seconds == 2.0
-    assert t.ttft.warmup_p95_seconds == 2.0
+    assert (t.ttft.p99_slo_seconds, t.ttft.warmup_p95_seconds) == (2.0, 2.0)
     assert t.tpot.p99_slo_seconds == 0.1
-    assert t.latency.tail_ratio == 5
-    assert t.cold_start.within == 600.0
-    assert t.cold_start.warmup_deadline_for == 60.0
-    assert t.errors.ratio_above == 0.01
+    assert (t.latency.tail_ratio, t.errors.ratio_above) == (5, 0.01)
+    assert (t.cold_start.within, t.cold_start.warmup_deadline_for) == (600.0, 60.0)
     assert {48, 79} <= set(t.gpu_health.xid_critical)
     assert t.pack.selector() == '{job="inferwatch"}'
     assert t.pack.window == "5m"

@@ -13,14 +13,24 @@ import json
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
-from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.agentrun import AgentRun
+from tests.support.proc import Process, free_port, inferwatch_cmd, wait_until
+from tests.support.warmgate import (
+    COLD_DELAY,
+    MODEL,
+    gate_open,
+    gated_agent,
+    metrics,
+    readyz,
+    sample,
+    simulator,
+)
 
 from inferwatch.agent.collectors.warmup import (
     RestartWatch,
@@ -31,10 +41,6 @@ from inferwatch.agent.collectors.warmup import (
 from inferwatch.agent.config import load_config
 from inferwatch.errors import ConfigError
 
-TIME_SCALE = 0.1
-COLD_SECONDS = 15.0  # x 0.1: the first request waits 1.5 s, the second 0.75 s
-COLD_DELAY = COLD_SECONDS * TIME_SCALE
-MODEL = "sim-warm"
 SYSTEM_PROMPT = " ".join(f"rule{i} answer briefly and politely" for i in range(40))
 
 
@@ -153,50 +159,6 @@ def test_restart_watch_counts_one_restart_once() -> None:
 # --------------------------------------------------------------------------- live
 
 
-def metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    status, body, _ = http_get(f"{url}/metrics")
-    assert status == 200
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for fam in text_string_to_metric_families(body.decode())
-        for s in fam.samples
-    }
-
-
-def sample(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float | None:
-    want = set(labels.items())
-    found = [v for (n, ls), v in samples.items() if n == name and want <= ls]
-    return sum(found) if found else None
-
-
-def readyz(url: str) -> int:
-    return http_get(f"{url}/readyz", timeout=2)[0]
-
-
-def gate_open(agent: str, worker: str, metric: str = "inferwatch_worker_ready") -> bool:
-    """/readyz answers 200 and the exposition (rebuilt after each gate pass) shows it."""
-    return readyz(agent) == 200 and sample(metrics(agent), metric, worker=worker) == 1
-
-
-def simulator(tmp_path: Path, port: int, tag: str) -> Process:
-    sim = Process(
-        inferwatch_cmd(
-            "simulate", "--port", str(port), "--model", MODEL,
-            "--time-scale", str(TIME_SCALE),
-            "--cold-start-requests", "2", "--cold-start-seconds", str(COLD_SECONDS),
-        ),
-        tmp_path / f"sim-{tag}.log",
-    )  # fmt: skip
-    wait_until(
-        lambda: sim.alive() and http_get(f"http://127.0.0.1:{port}/health", timeout=2)[0] == 200,
-        timeout=30,
-        message=f"simulator {tag} on :{port}",
-    )
-    return sim
-
-
 def served(sim_url: str) -> float:
     """Requests the simulator has finished (every finish reason)."""
     return sample(metrics(sim_url), "vllm:request_success_total") or 0.0
@@ -227,43 +189,18 @@ def procs() -> Iterator[list[Process]]:
         p.stop()
 
 
-def start_agent(tmp_path: Path, procs: list[Process], config: dict[str, Any]) -> str:
-    port = free_port()
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "collect_interval": "500ms",
-        "process_interval": "1s",
-        "gpu": {"backend": "none"},
-        **config,
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(config))
-    agent = Process(inferwatch_cmd("run", "--config", str(path)), tmp_path / "agent.log")
-    procs.append(agent)
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if not agent.alive():
-            raise AssertionError(f"agent exited:\n{agent.log()[-3000:]}")
-        return http_get(f"{url}/healthz", timeout=2)[0] == 200
-
-    wait_until(up, timeout=30, message="agent")
-    return url
-
-
 def test_gate_opens_after_warmup_first_request_is_fast_and_a_restart_recloses_it(
-    tmp_path: Path, procs: list[Process]
+    tmp_path: Path, procs: list[Process], make_agent: Callable[..., AgentRun]
 ) -> None:
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
-    agent = start_agent(
-        tmp_path,
-        procs,
+    agent = gated_agent(
+        make_agent,
         {
             "workers": [{"name": "w0", "url": sim_url}],
             "warmup": {"interval": "200ms", "system_prompts": [SYSTEM_PROMPT]},
         },
-    )
+    ).url
 
     # 1. The worker is not up yet: the gate is shut and says so.
     def shut() -> bool:
@@ -324,14 +261,13 @@ def test_gate_opens_after_warmup_first_request_is_fast_and_a_restart_recloses_it
 
 
 def test_deadline_opens_the_gate_with_a_warning_and_failures_are_counted(
-    tmp_path: Path, procs: list[Process]
+    tmp_path: Path, procs: list[Process], make_agent: Callable[..., AgentRun]
 ) -> None:
     sim_port = free_port()
     procs.append(simulator(tmp_path, sim_port, "wrong-model"))
     nothing = f"http://127.0.0.1:{free_port()}"  # nothing listens here
-    agent = start_agent(
-        tmp_path,
-        procs,
+    run = gated_agent(
+        make_agent,
         {
             "workers": [
                 {"name": "silent", "url": nothing},
@@ -341,6 +277,7 @@ def test_deadline_opens_the_gate_with_a_warning_and_failures_are_counted(
             "warmup": {"interval": "200ms", "deadline": "3s", "model": "no-such-model"},
         },
     )
+    agent = run.url
     wait_until(
         lambda: (
             gate_open(agent, "silent", "inferwatch_warmup_deadline_exceeded")
@@ -359,5 +296,5 @@ def test_deadline_opens_the_gate_with_a_warning_and_failures_are_counted(
     ) >= 1
     # waiting for /health is not a failure: the silent worker never got a request
     assert sample(got, "inferwatch_warmup_failures_total", worker="silent") == 0
-    log = procs[-1].log()
+    log = run.log()
     assert "worker silent: not warm after 3s; the gate opens anyway" in log

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.proc import REPO
 
 from inferwatch.advise.agent import Scrape, parse_exposition
 from inferwatch.advise.shadow import load_state, metrics_text, render, step
@@ -341,18 +342,8 @@ def test_cli_reads_a_trace_and_answers_in_json(tmp_path: Path) -> None:
 
 def test_prometheus_gives_the_answer_the_samples_give(tmp_path: Path) -> None:
     """The same samples backfilled into a real Prometheus: --prometheus-url answers alike."""
-    from tests.support.proc import (
-        PROMETHEUS,
-        PROMTOOL,
-        Process,
-        free_port,
-        http_get,
-        require_binary,
-        wait_until,
-    )
+    from tests.support.promblocks import PromOnBlocks, create_blocks
 
-    promtool = require_binary(PROMTOOL, "promtool")
-    binary = require_binary(PROMETHEUS, "prometheus")
     t0 = 1_795_000_000.0  # 2026-11-18
     data = samples(RAMP * 2, queue=0, slots=8, dt=15.0)
     families: dict[str, list[str]] = {}
@@ -363,30 +354,11 @@ def test_prometheus_gives_the_answer_the_samples_give(tmp_path: Path) -> None:
             families.setdefault(name, []).append(f"{name}{{{sel}}} {value} {t0 + t:.3f}")
     om = tmp_path / "data.om"
     om.write_text("\n".join(line for lines in families.values() for line in lines) + "\n# EOF\n")
-    blocks = tmp_path / "data"
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(blocks)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    port = free_port()
-    (tmp_path / "prometheus.yml").write_text("global: {}\n")
-    prom = Process(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={blocks}",
-            "--storage.tsdb.retention.time=100y",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        tmp_path / "prometheus.log",
-    )
+    prom = PromOnBlocks(tmp_path, create_blocks(om, tmp_path / "data", timeout=120))
     try:
-        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/-/ready", timeout=2)[0] == 200, 90)
         end = t0 + data[-1][0]
         done = _cli(
-            "--prometheus-url", f"http://127.0.0.1:{port}", "--start", f"{t0:.0f}",
+            "--prometheus-url", prom.url, "--start", f"{t0:.0f}",
             "--end", f"{end:.0f}", "--what-if", "max-num-seqs=4", "--json",
         )  # fmt: skip
     finally:
@@ -402,7 +374,7 @@ def test_prometheus_gives_the_answer_the_samples_give(tmp_path: Path) -> None:
 
 def test_cli_shadow_over_two_recorded_runs(tmp_path: Path) -> None:
     """The real llama-server at 1 then 2 slots: the second pass judges the first's fit."""
-    data = Path(__file__).parent / "data" / "whatif"
+    data = REPO / "tests" / "data" / "whatif"
     state, prom = tmp_path / "state.json", tmp_path / "whatif.prom"
     common = ["--output-tokens", "128", "--shadow", str(state), "--shadow-metrics", str(prom)]
     first = _cli("--trace", str(data / "parallel-1.jsonl.gz"), *common)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import yaml
-from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.agentrun import AgentRun
+from tests.support.proc import Process
 
 from inferwatch.agent.config import ServerConfig
 
@@ -35,22 +35,9 @@ def start_agent(
     nofile: int | None = None,
     name: str = "agent",
 ) -> tuple[Process, int]:
-    """``inferwatch run`` on a free loopback port; ``nofile`` caps its descriptors."""
-    port = free_port()
-    cmd = inferwatch_cmd("run", "--listen", f"127.0.0.1:{port}", *args)
-    if config is not None:
-        path = tmp / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        cmd += ["--config", str(path)]
-    if nofile is not None:
-        cmd = ["prlimit", f"--nofile={nofile}:{nofile}", *cmd]
-    proc = Process(cmd, tmp / f"{name}-{port}.log")
-    wait_until(
-        lambda: http_get(f"http://127.0.0.1:{port}/healthz", timeout=2)[0] == 200,
-        60,
-        message="agent answering /healthz",
-    )
-    return proc, port
+    """``inferwatch run`` (support/agentrun.py) answering /healthz; ``nofile`` caps descriptors."""
+    agent = AgentRun(tmp, *args, config=config, nofile=nofile, name=name)
+    return agent.process, agent.port
 
 
 def rss_mb(proc: Process) -> float:

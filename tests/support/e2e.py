@@ -25,7 +25,6 @@ import contextlib
 import json
 import math
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.proc import (
     REPO,
     Alertmanager,
@@ -42,6 +42,7 @@ from tests.support.proc import (
     free_port,
     http_get,
     inferwatch_cmd,
+    wait_answering,
     wait_until,
 )
 from tests.support.stack import parse_duration, render_prometheus_config
@@ -69,6 +70,17 @@ class AlertmanagerTimers:
     group_interval: str = "1s"
     repeat_interval: str = "1h"
     resolve_timeout: str = "1m"
+
+
+def rule_files(t: Thresholds, out: Path) -> list[str]:
+    """Write the recording and alerting rule files generated for ``t`` into ``out``; their paths."""
+    files = rules.generate(t)
+    written = []
+    for rel in (rules.RULES_FILE, rules.ALERTS_FILE):
+        path = out / Path(rel).name
+        path.write_text(files[rel])
+        written.append(str(path))
+    return written
 
 
 def generate_rule_files(t: Thresholds, out: Path) -> Path:
@@ -197,23 +209,14 @@ class SimWorker:
         log = self._log_dir / f"{self.name}.{self._starts}.log"
         self.started_at = time.time()
         self.process = Process(self.command(), log)
-        proc = self.process
-
-        def healthy() -> bool:
-            if not proc.alive():
-                raise AssertionError(f"{self.name} exited:\n{proc.log()[-3000:]}")
-            return http_get(f"{self.url}/health", timeout=2)[0] == 200
-
-        wait_until(healthy, timeout, message=f"{self.name} on :{self.port}")
+        wait_answering(self.process, f"{self.url}/health", self.name, timeout)
 
     def kill(self) -> None:
         """SIGKILL: the worker dies without closing anything, as an OOM kill does."""
         if self.process is None or not self.process.alive():
             raise AssertionError(f"{self.name} is not running")
         self.killed_at = time.time()
-        self.process.signal(signal.SIGKILL)
-        self.process.popen.wait(10)
-        self.process.stop()
+        self.process.kill()
 
     def stop(self) -> None:
         if self.process is not None:
@@ -265,7 +268,7 @@ class Stack:
         self.gpu_count = gpu_count if gpu_count is not None else len(self.workers)
         if len(self.workers) != len(workers):
             raise ValueError("worker names must be unique")
-        self.agent: Process | None = None
+        self.agent: AgentRun | None = None
         self.alertmanager: Alertmanager | None = None
         self.prometheus: Prometheus | None = None
         self._loads: list[Process] = []
@@ -280,11 +283,7 @@ class Stack:
         # is a worker down (InferenceWorkerDown after a few seconds with short `for`s)
         for worker in self.workers.values():
             worker.start()
-        self.agent_port = free_port()
-        self.agent_target = f"127.0.0.1:{self.agent_port}"
-        self.agent_url = f"http://{self.agent_target}"
         config = {
-            "listen": self.agent_target,
             "collect_interval": COLLECT_INTERVAL,
             "stats_window": STATS_WINDOW,
             "gpu": self._gpu
@@ -308,19 +307,9 @@ class Stack:
         }
         if self._warmup is not None:
             config["warmup"] = self._warmup
-        config_path = self.tmp / "agent.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.agent = Process(
-            inferwatch_cmd("run", "--config", str(config_path)), self.logs / "agent.log"
-        )
-        agent = self.agent
-
-        def agent_ready() -> bool:
-            if not agent.alive():
-                raise AssertionError(f"the agent exited:\n{agent.log()[-3000:]}")
-            return http_get(f"{self.agent_url}/readyz", timeout=2)[0] == 200
-
-        wait_until(agent_ready, 60, message="agent ready")
+        self.agent = AgentRun(self.tmp, config=config, ready="/readyz", log=self.logs / "agent.log")
+        self.agent_port, self.agent_target = self.agent.port, self.agent.target
+        self.agent_url = self.agent.url
         if webhook is not None:
             self.alertmanager = Alertmanager(self.tmp, render_alertmanager_config(webhook, timers))
         prom_config = render_prometheus_config(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import threading
 import urllib.request
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.proc import REPO, Process, free_port, http_get, wait_until
+from tests.support.proc import REPO, Process, free_port, http_get, wait_answering
 
 BUILD = REPO / ".llama-server"
 SERVER = BUILD / "llama-server"
@@ -81,13 +80,7 @@ class LlamaServer:
         self._starts += 1
         proc = Process(self.command(), self.log_dir / f"{self.name}.{self._starts}.log", self.env)
         self.process = proc
-
-        def healthy() -> bool:
-            if not proc.alive():
-                raise AssertionError(f"{self.name} exited:\n{proc.log()[-3000:]}")
-            return http_get(f"{self.url}/health", timeout=2)[0] == 200
-
-        wait_until(healthy, timeout, interval=0.2, message=f"{self.name} healthy on :{self.port}")
+        wait_answering(proc, f"{self.url}/health", self.name, timeout)
         return self
 
     @property
@@ -98,9 +91,7 @@ class LlamaServer:
     def kill(self) -> None:
         """SIGKILL, as an OOM kill does."""
         assert self.process is not None and self.process.alive(), f"{self.name} is not running"
-        self.process.signal(signal.SIGKILL)
-        self.process.popen.wait(10)
-        self.process.stop()
+        self.process.kill()
 
     def stop(self) -> None:
         if self.process is not None:

@@ -122,6 +122,12 @@ class Process:
         if self.alive():
             self.popen.send_signal(sig)
 
+    def kill(self) -> None:
+        """SIGKILL, as an OOM kill does: wait for the exit, close the log."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait(10)
+        self.stop()
+
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.alive():
             self.popen.send_signal(signal.SIGTERM)
@@ -134,9 +140,43 @@ class Process:
         return self.popen.returncode
 
 
+def promtool(
+    *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``promtool ARGS`` (the test skips where it is not installed); any exit status returns."""
+    binary = require_binary(PROMTOOL, "promtool")
+    return subprocess.run(
+        [binary, *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_answering(process: Process, url: str, name: str, timeout: float = 60.0) -> None:
+    """Poll ``url`` until it answers 200; fail with the end of the log if ``process`` exits."""
+
+    def answers() -> bool:
+        if not process.alive():
+            raise AssertionError(f"{name} exited:\n{process.log()[-3000:]}")
+        return http_get(url, timeout=2)[0] == 200
+
+    wait_until(answers, timeout, interval=0.2, message=f"{name} answering {url}")
+
+
 def inferwatch_cmd(*args: str) -> list[str]:
     """Command line for the installed package's CLI, run with this interpreter."""
     return [sys.executable, "-m", "inferwatch.cli", *args]
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``inferwatch ARGS`` run to its end, output captured; any exit status returns."""
+    return subprocess.run(
+        inferwatch_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 class Prometheus:
@@ -165,12 +205,7 @@ class Prometheus:
             ],
             self.dir / "prometheus.log",
         )
-        wait_until(self._ready, timeout=60, message=f"prometheus on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"prometheus exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+        wait_answering(self.process, f"{self.url}/-/ready", "prometheus")
 
     def api(self, path: str, **params: Any) -> Any:
         query = urllib.parse.urlencode(params)
@@ -231,12 +266,22 @@ class Alertmanager:
             ],
             self.dir / "alertmanager.log",
         )
-        wait_until(self._ready, timeout=60, message=f"alertmanager on :{self.port}")
+        wait_answering(self.process, f"{self.url}/-/ready", "alertmanager")
 
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"alertmanager exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/-/ready", timeout=2)[0] == 200
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        """POST alerts (each ``{"labels": {...}, ...}``) to /api/v2/alerts, as Prometheus does."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every alert Alertmanager holds, with its status."""
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=10) as resp:
+            return list(json.load(resp))
 
     def stop(self) -> None:
         self.process.stop()

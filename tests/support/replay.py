@@ -35,9 +35,10 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from tests.support.stubworker import QuietHandler, ThreadedServer
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "agent-capture-vllm.prom"
 
@@ -261,7 +262,7 @@ class ReplayHost:
         return len(self._lines)
 
 
-class ReplayServer:
+class ReplayServer(ThreadedServer):
     """Serves every host's exposition at ``/hosts/<name>/metrics``, in a thread."""
 
     def __init__(self, hosts: Iterable[ReplayHost]) -> None:
@@ -270,7 +271,7 @@ class ReplayServer:
         self.scrapes = 0
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
@@ -281,25 +282,10 @@ class ReplayServer:
                     return
                 server.scrapes += 1
                 data = host.render(time.time(), server.started).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(200, data, "text/plain; version=0.0.4; charset=utf-8")
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
+        self.serve(Handler)
         self.address = f"127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def scrape_targets(

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support.proc import Process, free_port, http_get, wait_until
+from tests.support.proc import Process, free_port, http_get, wait_answering
 
 VICTORIA_METRICS = shutil.which("victoria-metrics")
 VMALERT = shutil.which("vmalert")
@@ -36,10 +36,9 @@ class _Server:
     process: Process
     url: str
 
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"{self.name} exited:\n{self.process.log()[-3000:]}")
-        return http_get(f"{self.url}/health", timeout=2)[0] == 200
+    def _wait_ready(self) -> None:
+        # vmauth answers its own /health without a user too; anything else needs one
+        wait_answering(self.process, f"{self.url}/health", self.name)
 
     def stop(self) -> None:
         self.process.stop()
@@ -73,7 +72,7 @@ class VictoriaMetrics(_Server):
             ],
             self.dir / "victoria-metrics.log",
         )
-        wait_until(self._ready, timeout=60, message=f"victoria-metrics on :{self.port}")
+        self._wait_ready()
 
     def import_prometheus(self, lines: Sequence[str]) -> None:
         """Samples in the text format with millisecond timestamps (``/api/v1/import/prometheus``),
@@ -145,7 +144,7 @@ class VMAlert(_Server):
             *extra_args,
         ]
         self.process = Process(args, self.dir / "vmalert.log")
-        wait_until(self._ready, timeout=60, message=f"vmalert on :{self.port}")
+        self._wait_ready()
 
     def groups(self) -> list[dict[str, Any]]:
         status, body, _ = http_get(f"{self.url}/api/v1/rules", timeout=10)
@@ -184,10 +183,4 @@ class VMAuth(_Server):
             [binary, f"-auth.config={config}", f"-httpListenAddr=127.0.0.1:{self.port}"],
             self.dir / "vmauth.log",
         )
-        wait_until(self._ready, timeout=60, message=f"vmauth on :{self.port}")
-
-    def _ready(self) -> bool:
-        if not self.process.alive():
-            raise AssertionError(f"vmauth exited:\n{self.process.log()[-3000:]}")
-        # vmauth answers its own /health without a user; anything else needs one
-        return http_get(f"{self.url}/health", timeout=2)[0] == 200
+        self._wait_ready()

@@ -1,0 +1,32 @@
+"""The device tests' parts: the host's NVIDIA GPUs as ``nvidia-smi -L`` lists them (the
+tests skip without), and a run of one of bench/device/'s validators."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.proc import REPO
+
+
+def gpu_count() -> int:
+    """How many GPUs ``nvidia-smi -L`` lists (0 without nvidia-smi or when it fails)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def run_validator(script: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``bench/device/<script> --out <out>`` with this interpreter and this checkout's agent."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "agent"))
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "device" / script), "--out", str(out)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
