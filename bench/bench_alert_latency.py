@@ -1,6 +1,6 @@
 """Detection latency of the inferwatch alerts, end to end on a live stack (issue 4, item 7).
 
-Runs the scenarios of ``tests/test_e2e_alerts.py`` (the same code,
+Runs the scenarios of ``tests/live/test_e2e_alerts.py`` (the same code,
 ``tests/support/e2e.py``) on the same stack: simulated workers, the agent, a
 real Prometheus with the rules generated from ``tests/data/e2e-thresholds.yaml``
 and a real Alertmanager with the shipped routing, sending to a webhook in this

@@ -4,7 +4,7 @@ workers and clients, on loopback.
 For each attack it prints what a legitimate client sees meanwhile (latency of
 ``/healthz`` or ``/metrics``), the agent's RSS and its log volume. Run it on
 the code before a change too (``INFERWATCH_SRC=/path/to/old/agent``) for the
-before/after table. Nothing here asserts: tests/test_attacks.py holds budgets.
+before/after table. Nothing here asserts: tests/live/test_attacks.py holds budgets.
 
     PYTHONPATH=agent python3 bench/bench_attacks.py [--only NAME ...] [--seconds 15]
 """

@@ -539,7 +539,7 @@ def wait_resolved(
         raise AssertionError(f"{exc}\n{_describe(stack, hook)}") from None
 
 
-#: The workers of the alert scenarios (tests/test_e2e_alerts.py, bench/bench_alert_latency.py)
+#: The workers of the alert scenarios (tests/live/test_e2e_alerts.py, bench/bench_alert_latency.py)
 OVER, COLD, IDLE, DOWN = "w-over", "w-cold", "w-idle", "w-down"
 ALERT_WORKERS = (
     # the simulator's defaults (max_num_seqs 20, 1702 KV blocks), four times faster so

@@ -3,8 +3,8 @@
 ``gauge``, ``counter`` and ``histogram`` write one family each in Prometheus
 text format 0.0.4 as the engine's own client library does; ``sglang_text`` is
 SGLang's DP 2 x TP 2 exposition (every TP rank repeats its scheduler gauges).
-Used by tests/test_engines_mapping.py (every engine onto the contract) and
-tests/test_hardening.py (a worker whose text changes engine).
+Used by tests/unit/test_engines_mapping.py (every engine onto the contract) and
+tests/unit/test_hardening.py (a worker whose text changes engine).
 """
 
 from __future__ import annotations

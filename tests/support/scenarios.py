@@ -10,7 +10,7 @@ would read: per-second samples of the gauges and every request's latencies.
 
 ``expected_loops(scenario)`` is the set of ``pack.loops`` ids the alerts of
 ``pack.rules`` raise on that scenario (``SCENARIO_ALERTS``, with the loops'
-suppression applied): the advise and the report legs of tests/test_loops_agree.py
+suppression applied): the advise and the report legs of tests/unit/test_loops_agree.py
 hold their findings to it; a live-Prometheus leg can hold the rules to it too.
 """
 
@@ -33,7 +33,7 @@ from inferwatch.sim.scenarios import SCENARIOS, Scenario
 from inferwatch.stats import histogram_quantile
 
 #: the alerts whose conditions hold on each scenario (the `for` of each aside; sustained,
-#: the loops the firing ones stand for are ``expected_loops``: tests/test_loops_agree.py)
+#: the loops the firing ones stand for are ``expected_loops``: tests/unit/test_loops_agree.py)
 SCENARIO_ALERTS: dict[str, frozenset[str]] = {
     # a trickle: the GPU idles in the waste band, nothing else
     "idle": frozenset({"InferenceGPUUnderutilized"}),
@@ -66,7 +66,7 @@ def expected_loops(scenario: str) -> frozenset[str]:
     return loops_of_alerts(SCENARIO_ALERTS[scenario])
 
 
-#: simulator settings per scenario, as tests/test_advise.py launches them
+#: simulator settings per scenario, as tests/live/test_advise.py launches them
 MAX_NUM_SEQS = 20
 CONFIG: dict[str, dict[str, object]] = {
     "cold-start": {"enable_prefix_caching": False, "cold_start_requests": 3},

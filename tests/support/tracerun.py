@@ -5,7 +5,7 @@ load (a fixed seed: the same send times at every slot count) of streamed
 completions with fixed prompt and answer lengths; the agent's and the server's
 ``/metrics`` every ``scrape_interval`` seconds and every request's client-side
 TTFT, TPOT and end-to-end time go into a trace (:mod:`inferwatch.traces`).
-Used by ``bench/bench_whatif.py record`` and ``tests/test_whatif_live.py``.
+Used by ``bench/bench_whatif.py record`` and ``tests/live/test_whatif_live.py``.
 """
 
 from __future__ import annotations

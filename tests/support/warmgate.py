@@ -3,8 +3,8 @@
 The simulator's first requests wait an extra delay before their first token
 (``--cold-start-requests``, ``--cold-start-seconds``), as an unwarmed vLLM
 does; the sleeps of that delay are lower bounds, so "the cold TTFT is at least
-the delay" holds on any machine. Used by tests/test_warmup.py and the SIGHUP
-case of tests/test_attacks.py.
+the delay" holds on any machine. Used by tests/live/test_warmup.py and the SIGHUP
+case of tests/live/test_attacks.py.
 """
 
 from __future__ import annotations

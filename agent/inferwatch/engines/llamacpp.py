@@ -4,7 +4,7 @@ Read in the llama.cpp that the llama-cpp-python 0.3.36 sdist vendors
 (``vendor/llama.cpp/tools/server/server-task.cpp``,
 ``server_task_result_metrics::to_metrics``; ``server-context.cpp`` for when
 each counter moves) and checked against that server running
-(``tests/test_llamacpp_live.py``). Only with ``--metrics`` (or
+(``tests/live/test_llamacpp_live.py``). Only with ``--metrics`` (or
 ``LLAMA_ARG_ENDPOINT_METRICS``); otherwise ``/metrics`` answers HTTP 501.
 Every family is written by hand as ``llamacpp:<name>`` with no labels:
 

@@ -14,8 +14,8 @@ and writes to ``tests/data/llamacpp/``:
 - ``capture.json``: what the client counted (prompt lengths from ``/tokenize``,
   ``n_predict``), the build and the command line.
 
-``tests/test_llamacpp_capture.py`` holds the simulator's writer to these files;
-``tests/test_llamacpp_live.py`` checks that the server built now still writes
+``tests/unit/test_llamacpp_capture.py`` holds the simulator's writer to these files;
+``tests/live/test_llamacpp_live.py`` checks that the server built now still writes
 the same families.
 """
 

@@ -18,7 +18,7 @@ line gives a capacity (llama.cpp picks its slot count itself without
 Sources: vLLM ``vllm/entrypoints/openai/api_server.py`` (``show_version``);
 llama.cpp: the server that llama-cpp-python 0.3.36 vendors
 (``tools/server/server-context.cpp``, ``get_res_props``), also read from the
-running server by ``tests/test_llamacpp_live.py``; SGLang
+running server by ``tests/live/test_llamacpp_live.py``; SGLang
 ``python/sglang/srt/entrypoints/http_server.py`` @
 0025436eab0556737d615b36a4dd3e1e26e82f3d (``get_server_info``: the server
 arguments, the scheduler's info and ``version``); TGI ``router/src/lib.rs`` @

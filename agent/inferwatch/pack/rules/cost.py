@@ -158,7 +158,7 @@ def rule_exprs(t: Thresholds) -> CostExprs:
 def raw_util_expr(t: Thresholds, selector: str = "") -> str:
     """The main group's ``gpu:...:avg5m`` expression on the raw gauges (for the report).
 
-    It must stay the same PromQL as the rule (``tests/test_cost.py`` compares them):
+    It must stay the same PromQL as the rule (``tests/unit/test_cost.py`` compares them):
     utilization averaged over ``pack.rate_window``, or GPM SM activity on a MIG device.
     """
     w = t.pack.window

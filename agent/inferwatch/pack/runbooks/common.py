@@ -151,7 +151,7 @@ BALANCING = (
 
 
 #: what a page's condition (its header, "Fires when") must say about a series its alert's
-#: query reads, so the header cannot drift from the query under it (tests/test_runbooks.py)
+#: query reads, so the header cannot drift from the query under it (tests/unit/test_runbooks.py)
 def expr_terms(n: Names) -> dict[str, str]:
     return {
         n.worker_gpu_pressure: "memory pressure",

@@ -6,7 +6,7 @@ C++ stream prints them (six significant digits). Names, help texts, order and
 counting moments follow the server that llama-cpp-python 0.3.36 vendors
 (``tools/server/server-task.cpp`` ``to_metrics``, ``server-context.cpp``) and
 are held to a capture of that server running
-(``tests/data/llamacpp/metrics-*.txt``, ``tests/test_llamacpp_capture.py``):
+(``tests/data/llamacpp/metrics-*.txt``, ``tests/unit/test_llamacpp_capture.py``):
 
 - prompt tokens are counted when the prompt is decoded (evaluated ones) or
   loaded from the slot's cache (cached ones), i.e. at prefill, not at finish;

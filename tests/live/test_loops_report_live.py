@@ -1,6 +1,6 @@
 """The report's leg of the agreement, through a real Prometheus.
 
-tests/test_loops_agree.py gives the report the figures its queries would return;
+tests/unit/test_loops_agree.py gives the report the figures its queries would return;
 this test runs the queries. Each scenario's virtual-time run (tests/support/
 scenarios.py) is stored as the series an agent scraped every second would have
 left (``promtool tsdb create-blocks-from openmetrics``), a real Prometheus opens

@@ -2,7 +2,7 @@
 
 The samples are agent expositions written from a known step-time law (a fixed cost
 per step, a cost per sequence, a cost per prompt token) and a known load, so the
-fit has a truth to recover; the real engine's check is tests/test_whatif_live.py.
+fit has a truth to recover; the real engine's check is tests/live/test_whatif_live.py.
 """
 
 from __future__ import annotations

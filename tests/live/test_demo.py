@@ -41,9 +41,9 @@ NOT_IN_DEMO = {
     "inferwatch_worker_gpu_info": "the demo's agent has no attribution source on the fake backend",
     "inferwatch_lora_adapter_active": "the simulated vLLM serves no LoRA adapters",
     "inferwatch_lora_max_adapters": "the simulated vLLM serves no LoRA adapters",
-    "inferwatch_kubernetes_workers": "only with kubernetes: discovery (tests/test_kubernetes_e2e.py)",
+    "inferwatch_kubernetes_workers": "only with kubernetes: discovery (tests/live/test_kubernetes_e2e.py)",
 }
-# the measuring proxy's families exist only for a worker with `proxy:` (tests/test_proxy.py);
+# the measuring proxy's families exist only for a worker with `proxy:` (tests/live/test_proxy.py);
 # the demo's load goes to the simulated workers directly
 NOT_IN_DEMO.update(
     {

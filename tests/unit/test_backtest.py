@@ -226,7 +226,7 @@ def test_a_trace_replays_with_its_phases_as_ground_truth(tmp_path: Path) -> None
         "kind": "inferwatch-trace",
         "version": 1,
         "scrape_interval_s": SCRAPE,
-        "source": "tests/test_backtest.py",
+        "source": "tests/unit/test_backtest.py",
         "phases": [
             {"name": "steady", "start": t0, "end": t0 + 300},
             {"name": "overload", "start": t0 + 300, "end": t0 + 900},

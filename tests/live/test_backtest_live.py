@@ -52,7 +52,7 @@ def test_live_llamacpp_trace_backtests_clean(tmp_path: Path) -> None:
             agent_url,
             server.url,
             {"llama": {"engine": "llamacpp", "slots": SLOTS}},
-            "tests/test_backtest_live.py: llama-server (CPU, tiny model) + inferwatch run",
+            "tests/live/test_backtest_live.py: llama-server (CPU, tiny model) + inferwatch run",
         ).start()
         client = StreamingClient(rec, server.url, "llama", PROMPT, n_predict=48)
         rec.phase("idle", 20)

@@ -579,13 +579,13 @@ OOM_AT_RISK = {name: {"oom_risk"} for name in WORKERS if name != "cold-start"}
 #: loops left unchecked for a worker. idle serves a handful of requests in the window, so
 #: its TTFT P99 is its slowest request: one first token delayed by a busy host makes a P99
 #: five times the P50, which the rules (InferenceLatencyLongTail has no minimum count)
-#: would call a long tail too. The virtual-time runs (tests/test_loops_agree.py) check it.
+#: would call a long tail too. The virtual-time runs (tests/unit/test_loops_agree.py) check it.
 UNCHECKED = {"idle": {"long_tail"}}
 #: and in the range read from Prometheus only. That range holds the load's idle edges
 #: (the drain and the closing scrape: about 2 s of 11), so long-tail's busy share (38 %
 #: over the scenario in virtual time) lands a few points from the 30 % waste line: 29.7 %
 #: was seen on the shared 2-core host. The agent's reading, taken inside the load, and
-#: the virtual-time runs of tests/test_loops_agree.py still hold it to "no waste".
+#: the virtual-time runs of tests/unit/test_loops_agree.py still hold it to "no waste".
 UNCHECKED_FROM_PROMETHEUS = {**UNCHECKED, "long-tail": {"consolidate"}}
 
 

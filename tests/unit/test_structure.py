@@ -259,3 +259,20 @@ def test_no_test_module_imports_another() -> None:
     }
     assert len(sources) > 100  # the tests were read
     assert imports_of_test_modules(sources) == []
+
+
+TEST_GROUPS = ("unit", "live", "deploy", "device")
+
+
+def test_every_test_module_is_in_a_group() -> None:
+    """docs/development.md's test groups: each test module in tests/<group>/, nowhere else."""
+    modules = sorted(TESTS.rglob("test_*.py"))
+    assert len(modules) > 80  # the tests were found
+    outside = [
+        str(p.relative_to(TESTS))
+        for p in modules
+        if p.parent.parent != TESTS or p.parent.name not in TEST_GROUPS
+    ]
+    assert outside == []
+    for group in TEST_GROUPS:
+        assert f"`tests/{group}/`" in (REPO / "docs" / "development.md").read_text()

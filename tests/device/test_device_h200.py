@@ -7,7 +7,7 @@ states for it, and that GPM activity matches the phase. Skipped where there is
 no NVIDIA GPU, driver or PyTorch (CI, laptops). On the device machine:
 
     INFERWATCH_VALIDATION_OUT=$OUT INFERWATCH_VALIDATION_BENCH=1 \\
-        PYTHONPATH=agent python3 -m pytest tests/test_device_h200.py -q -s
+        PYTHONPATH=agent python3 -m pytest tests/device/test_device_h200.py -q -s
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The gate's requests land in the engine's TTFT histogram; the agent exports each 
 time to first token in ``inferwatch_warmup_requests_ttft_seconds`` (from zero, before
 the first warm-up), and the SLO rules subtract it per worker and bucket (the promtool
 cases in alerts/tests/warmup-slo.yaml). Live: the real agent and the simulated vLLM with
-its cold start, as in tests/test_warmup.py.
+its cold start, as in tests/live/test_warmup.py.
 """
 
 from __future__ import annotations
