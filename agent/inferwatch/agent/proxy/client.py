@@ -1,0 +1,459 @@
+"""One client connection on the proxy: its requests one at a time, each forwarded to
+the worker as it arrives, the answer passed back, errors answered, ends measured."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol, cast
+
+from inferwatch.agent.config import ProxySpec
+from inferwatch.agent.proxy.limits import (
+    LINGER_S,
+    MAX_HEAD_BYTES,
+    MAX_PENDING_BYTES,
+    MEASURED_PATHS,
+    WRITE_BUFFER_BYTES,
+)
+from inferwatch.agent.proxy.measure import Measure, ProxyStats
+from inferwatch.agent.proxy.upstream import UpstreamConn, defect
+from inferwatch.agent.proxy.wire import (
+    RETRYABLE,
+    Chunked,
+    HTTPError,
+    RequestHead,
+    error_answer,
+    forward_headers,
+    head_bytes,
+    parse_request_head,
+)
+
+
+class Proxy(Protocol):
+    """The proxy server, as one of its client connections sees it."""
+
+    spec: ProxySpec
+    stats: ProxyStats
+    host_header: str
+    prefix: str
+    announces: bool | None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def admit(self, conn: ClientConn) -> bool: ...
+
+    def release(self, conn: ClientConn) -> None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
+
+    async def connect(self) -> UpstreamConn: ...
+
+    def pool_get(self, method: str, has_body: bool) -> UpstreamConn | None: ...
+
+    def pool_put(self, up: UpstreamConn, retryable: bool) -> None: ...
+
+
+class ClientConn(asyncio.Protocol):
+    """One client connection: its requests one at a time, each forwarded as it arrives."""
+
+    def __init__(self, server: Proxy) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.state = "head"  # head, body, wait (for the answer), linger, closed
+        self.busy = False
+        self.last_active = 0.0  # loop clock: the sweeper's idle and head time-outs
+        self.req: RequestHead | None = None
+        self.body_left = 0
+        self.body_chunked: Chunked | None = None
+        self.pending: list[bytes] | None = None  # bytes for a worker connection not open yet
+        self.pending_size = 0
+        self.up: UpstreamConn | None = None
+        self.connecting: asyncio.Task[None] | None = None
+        self.measure: Measure | None = None
+        self.started = 0.0
+        self.status = 502
+        self.answered = False  # the answer's head went out
+        self.keep = True
+        self.dechunk = False
+        self.extra = b""  # a pipelined next request, read when this one ends
+        self.reading = True
+        self.up_paused = False
+        self.retried = False
+        self.fresh = True  # no request yet: its head is due within header_timeout
+        self.gen = 0  # the request's number on this connection
+
+    # ------------------------------------------------------------ asyncio protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+        self.last_active = self.server.loop.time()
+        if not self.server.admit(self):
+            self.state = "closed"
+            transport.abort()
+            return
+        with contextlib.suppress(OSError):
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            state = self.state
+            if state == "body":
+                self._body(data)
+            elif state == "head":
+                self._head_bytes(data)
+            elif state == "linger" or state == "closed":
+                return
+            else:  # wait: a pipelined request, read when this answer ends
+                self.extra += data
+                self._pause_client()
+        except Exception as exc:  # a defect: one connection, one fixed line
+            defect(exc, self.transport)
+
+    def eof_received(self) -> bool | None:
+        # the client half-closed: an answer under way still goes out, then the
+        # connection closes
+        self.keep = False
+        if not self.busy:
+            self._close()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        prior = self.state
+        self.state = "closed"
+        self.server.release(self)
+        if self.busy and prior != "linger":
+            # the client went away before the answer's end: cancel the upstream request
+            self._end(aborted=True)
+
+    def pause_writing(self) -> None:
+        up = self.up
+        if up is not None and up.transport is not None and not self.up_paused:
+            self.up_paused = True
+            up.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        up = self.up
+        if up is not None and up.transport is not None and self.up_paused:
+            self.up_paused = False
+            up.transport.resume_reading()
+
+    # ------------------------------------------------------------ the request
+    def _head_bytes(self, data: bytes) -> None:
+        buf = self.buf
+        if not buf:
+            self.last_active = self.server.loop.time()  # the head time-out runs from here
+        start = max(0, len(buf) - 3)
+        buf += data
+        end = buf.find(b"\r\n\r\n", start)
+        if end < 0:
+            if len(buf) > MAX_HEAD_BYTES:
+                self._refuse(431, "request head too large\n")
+            return
+        if end > MAX_HEAD_BYTES:
+            self._refuse(431, "request head too large\n")
+            return
+        raw, rest = bytes(buf[:end]), bytes(buf[end + 4 :])
+        self.buf = bytearray()
+        self._request(raw)
+        if rest:
+            self.data_received(rest)
+        if self.up is not None and self.pending is not None:
+            self._flush()  # the head and the body that came with it, in one write
+
+    def _request(self, raw: bytes) -> None:
+        server = self.server
+        self.started = time.monotonic()
+        try:
+            req = parse_request_head(raw)
+        except HTTPError as err:
+            self._refuse(err.status, err.text)
+            return
+        spec = server.spec
+        if req.length is not None and req.length > spec.max_body_bytes:
+            server.stats.rejected["too_large"] += 1
+            self._refuse(413, "request body too large\n")
+            return
+        self.req = req
+        self.gen += 1
+        self.fresh = False
+        self.busy = True
+        server.stats.in_flight += 1
+        self.status = 502
+        self.answered = False
+        self.retried = False
+        self.keep = req.keep_alive
+        path = req.target.split("?", 1)[0]
+        self.measure = (
+            Measure(server.stats, self.started)
+            if req.method == "POST" and path in MEASURED_PATHS
+            else None
+        )
+        headers = [("Host", server.host_header), *forward_headers(req.headers, req.connection)]
+        retryable = req.method in RETRYABLE and not req.has_body
+        if server.announces is False and not retryable:
+            # a worker that announces no keep-alive gets this connection back only for
+            # a request that could be sent again: it closes this one itself (as nginx's
+            # default), so the closed sockets wait on its side, not on the proxy's
+            headers.append(("Connection", "close"))
+        if req.chunked:
+            headers.append(("Transfer-Encoding", "chunked"))
+            self.body_chunked = Chunked()
+        elif req.length is not None:
+            headers.append(("Content-Length", str(req.length)))
+            self.body_left = req.length
+            self.body_chunked = None
+        head = head_bytes(f"{req.method} {server.prefix}{req.target} HTTP/1.1", headers)
+        if req.expect_continue and req.has_body:
+            assert self.transport is not None
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.state = "body" if req.has_body else "wait"
+        self.pending = [head]
+        self.pending_size = len(head)
+        up = server.pool_get(req.method, req.has_body)
+        if up is not None:
+            self._attach(up)  # the head goes when the bytes that came with it are read
+        else:
+            self.connecting = server.spawn(self._connect(self.gen))
+
+    def _body(self, data: bytes) -> None:
+        limit = self.server.spec.max_body_bytes
+        rest = b""
+        dec = self.body_chunked
+        if dec is not None:
+            try:
+                end = dec.feed(data, None)
+            except HTTPError as err:
+                self._fail_request(err.status, err.text)
+                return
+            if dec.size > limit:
+                self.server.stats.rejected["too_large"] += 1
+                self._fail_request(413, "request body too large\n", measured=False)
+                return
+            if end >= 0:
+                data, rest = data[:end], data[end:]
+                self.state = "wait"
+        else:
+            left = self.body_left
+            if len(data) >= left:
+                data, rest = data[:left], data[left:]
+                self.state = "wait"
+            self.body_left = left - len(data)
+        up = self.up
+        if self.pending is not None:
+            self.pending.append(data)
+            self.pending_size += len(data)
+            if self.pending_size > MAX_PENDING_BYTES:
+                self._pause_client()
+        elif up is not None:
+            up.send(data)
+        if rest:
+            self.extra += rest
+            self._pause_client()
+
+    async def _connect(self, gen: int) -> None:
+        """A new connection to the worker for request ``gen``. Never cancelled while it
+        connects (a cancelled connect can lose the connection it made): a request that
+        ended meanwhile (the client went away) closes it here."""
+        server = self.server
+        try:
+            up = await server.connect()
+        except (asyncio.TimeoutError, OSError) as exc:
+            if gen != self.gen or not self.busy:
+                return
+            self.connecting = None
+            if isinstance(exc, asyncio.TimeoutError):
+                server.stats.upstream_errors["timeout"] += 1
+                self._fail_request(504, "worker did not answer in time\n")
+            else:
+                server.stats.upstream_errors["connect"] += 1
+                self._fail_request(502, "worker unreachable\n")
+            return
+        if gen != self.gen or not self.busy or self.state in ("closed", "linger", "failed"):
+            up.close()
+            return
+        self.connecting = None
+        self._attach(up)
+        self._flush()
+
+    def _flush(self) -> None:
+        """What waited for the worker's connection goes out in one write."""
+        pending, self.pending = self.pending or [], None
+        self.pending_size = 0
+        if self.up is not None:
+            self.up.send(b"".join(pending))
+        if not self.reading and not self.extra:
+            self._resume_client()
+
+    def _attach(self, up: UpstreamConn) -> None:
+        self.up = up
+        up.owner = self
+        up.last_read = time.monotonic()
+
+    # ------------------------------------------------------------ the answer
+    def answer_head(self, status: int, reason: str, headers: list[tuple[str, str]],
+                    read: dict[str, list[str]], connection: set[str],
+                    length: int | None, chunked: bool, until_close: bool, *,
+                    declared_chunked: bool) -> None:  # fmt: skip
+        """The worker's answer head: passed on with its framing as it came."""
+        req = self.req
+        assert req is not None and self.transport is not None
+        self.status = status
+        self.answered = True
+        out = forward_headers(headers, connection)
+        keep = self.keep and not until_close and self.state == "wait"
+        self.dechunk = chunked and req.http10
+        if length is not None:
+            out.append(("Content-Length", str(length)))
+        elif declared_chunked and not self.dechunk:
+            out.append(("Transfer-Encoding", "chunked"))
+        elif self.dechunk:
+            keep = False
+        if not keep:
+            out.append(("Connection", "close"))
+        self.keep = keep
+        if self.measure is not None:
+            ctype = read.get("content-type", [""])[-1]
+            cenc = ",".join(read.get("content-encoding", ()))
+            self.measure.answer(ctype, cenc.strip().lower())
+        self.transport.write(head_bytes(f"HTTP/1.1 {status} {reason}", out))
+
+    def answer_done(self) -> None:
+        """The answer's last byte went out."""
+        self._end(aborted=False)
+        if self.state == "closed":
+            return
+        if not self.keep or self.state != "wait":
+            self._close()
+            return
+        self.state = "head"
+        self.last_active = self.server.loop.time()
+        extra, self.extra = self.extra, b""
+        if not self.reading:
+            self._resume_client()
+        if extra:
+            self._head_bytes(extra)
+
+    def upstream_failed(self, up: UpstreamConn, reason: str, timed_out: bool) -> None:
+        """The worker's connection broke (or timed out) before the answer's end."""
+        server = self.server
+        if self.up is not up:
+            return
+        self.up = None
+        if (not self.answered and not timed_out and up.reused and not up.got_bytes
+                and not self.retried and self.req is not None
+                and self.req.method in RETRYABLE and not self.req.has_body):  # fmt: skip
+            # a kept-alive connection the worker had closed: a request that can be sent
+            # again goes once more on a fresh connection
+            self.retried = True
+            assert self.req is not None
+            req = self.req
+            headers = [("Host", server.host_header), *forward_headers(req.headers, req.connection)]
+            head = head_bytes(f"{self.req.method} {server.prefix}{self.req.target} HTTP/1.1",
+                         headers)  # fmt: skip
+            self.pending = [head]
+            self.connecting = server.spawn(self._connect(self.gen))
+            return
+        server.stats.upstream_errors[reason] += 1
+        if timed_out:
+            self._fail_request(504, "worker did not answer in time\n")
+        else:
+            self._fail_request(502, "worker connection failed\n")
+
+    # ------------------------------------------------------------ ends
+    def _end(self, *, aborted: bool) -> None:
+        """The exchange is over: measure it, free or drop the worker's connection."""
+        if not self.busy:
+            return
+        self.busy = False
+        self.server.stats.in_flight -= 1
+        self.connecting = None  # it finishes on its own, and closes what it opened
+        self.pending = None
+        up, self.up = self.up, None
+        if up is not None:
+            up.owner = None
+            if self.up_paused and up.transport is not None and not up.closed:
+                # paused for this client's back-pressure: the next user reads again
+                up.transport.resume_reading()
+            req = self.req
+            if aborted or not up.done or self.state != "wait" or req is None:
+                up.close()
+            else:
+                self.server.pool_put(up, req.method in RETRYABLE and not req.has_body)
+        self.up_paused = False
+        measure, self.measure = self.measure, None
+        if measure is not None:
+            measure.finish(self.status, time.monotonic(), aborted=aborted)
+
+    def _fail_request(self, status: int, text: str, *, measured: bool = True) -> None:
+        """An error answer, or, once the answer's head is out, the connection cut so
+        the client sees a broken answer rather than a well-formed short one."""
+        if not measured:
+            self.measure = None
+        answered = self.answered
+        self.status = status
+        body_unread = self.state == "body"
+        self.state = "failed"
+        self._end(aborted=False)
+        if self.transport is None or self.transport.is_closing():
+            return
+        if answered:
+            self._close()
+            return
+        self.transport.write(error_answer(status, text, close=True))
+        if body_unread:
+            self._linger()
+        else:
+            self._close()
+
+    def _refuse(self, status: int, text: str) -> None:
+        """A request refused before it was forwarded; its body (if any) left unread."""
+        if self.transport is None:
+            return
+        self.transport.write(error_answer(status, text, close=True))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Half-close, and read the rest of the client's bytes for a while, so that the
+        client reads the answer rather than a reset."""
+        self.state = "linger"
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not self.reading:
+            self._resume_client()
+        with contextlib.suppress(OSError, RuntimeError):
+            if transport.can_write_eof():
+                transport.write_eof()
+        self.server.loop.call_later(LINGER_S, self._close)
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _pause_client(self) -> None:
+        if self.reading and self.transport is not None and not self.transport.is_closing():
+            self.reading = False
+            self.transport.pause_reading()
+
+    def _resume_client(self) -> None:
+        if not self.reading and self.transport is not None and not self.transport.is_closing():
+            self.reading = True
+            self.transport.resume_reading()
+
+    def upstream_paused(self, paused: bool) -> None:
+        """The worker's connection's write buffer is full (or drained): the request
+        body waits in the client's socket meanwhile."""
+        if self.state != "body":
+            return
+        if paused:
+            self._pause_client()
+        elif not self.extra:
+            self._resume_client()
