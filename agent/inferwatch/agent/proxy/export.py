@@ -23,6 +23,7 @@ from inferwatch.agent.proxy.server import ProxyServer
 from inferwatch.engines.mapping import Histogram
 from inferwatch.errors import UsageError
 
+#: one logger for the whole proxy package (its lines keep the name they always had)
 log = logging.getLogger("inferwatch.agent.proxy")
 
 #: contract histogram -> the proxy's family of the same measurement

@@ -21,6 +21,7 @@ from inferwatch.agent.proxy.upstream import UpstreamConn, reuse_window
 from inferwatch.agent.proxy.wire import RETRYABLE
 from inferwatch.errors import UsageError
 
+#: one logger for the whole proxy package (its lines keep the name they always had)
 log = logging.getLogger("inferwatch.agent.proxy")
 
 

@@ -22,6 +22,7 @@ from inferwatch.agent.proxy.wire import (
     tokens,
 )
 
+#: one logger for the whole proxy package (its lines keep the name they always had)
 log = logging.getLogger("inferwatch.agent.proxy")
 
 
