@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from tests.support.agentrun import AgentRun, agents
+from tests.support.proc import Process
 
 from inferwatch.agent.collectors.nvml import NvmlSource
 
@@ -37,3 +38,12 @@ def make_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     """AgentRun(tmp_path, ...): ``inferwatch run`` as a program, stopped after the test."""
     with agents(tmp_path) as start:
         yield start
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Process]]:
+    """Processes a test starts (append them); stopped after it, the last started first."""
+    started: list[Process] = []
+    yield started
+    for p in reversed(started):
+        p.stop()

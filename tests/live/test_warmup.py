@@ -13,7 +13,7 @@ import json
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,14 +179,6 @@ def first_token_seconds(url: str, body: dict[str, Any], path: str = "/v1/complet
                 if choice.get("text") or (choice.get("delta") or {}).get("content"):
                     return time.monotonic() - started
     raise AssertionError("no token in the stream")
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for p in reversed(started):
-        p.stop()
 
 
 def test_gate_opens_after_warmup_first_request_is_fast_and_a_restart_recloses_it(

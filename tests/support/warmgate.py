@@ -52,13 +52,13 @@ def gate_open(agent: str, worker: str, metric: str = "inferwatch_worker_ready") 
     return readyz(agent) == 200 and sample(metrics(agent), metric, worker=worker) == 1
 
 
-def simulator(tmp_path: Path, port: int, tag: str) -> Process:
-    """``inferwatch simulate`` serving MODEL with a cold start, answering /health."""
+def simulator(tmp_path: Path, port: int, tag: str, cold_requests: int = 2) -> Process:
+    """``inferwatch simulate`` serving MODEL with ``cold_requests`` cold, answering /health."""
     sim = Process(
         inferwatch_cmd(
             "simulate", "--port", str(port), "--model", MODEL,
             "--time-scale", str(TIME_SCALE),
-            "--cold-start-requests", "2", "--cold-start-seconds", str(COLD_SECONDS),
+            "--cold-start-requests", str(cold_requests), "--cold-start-seconds", str(COLD_SECONDS),
         ),
         tmp_path / f"sim-{tag}.log",
     )  # fmt: skip
