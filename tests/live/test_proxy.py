@@ -8,6 +8,7 @@ OpenAI-compatible server (the real llama-server is in test_proxy_llamacpp.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import subprocess
@@ -505,27 +506,33 @@ class _DropsKeptAlive:
             writer.close()
 
 
-async def test_a_worker_that_drops_kept_alive_connections_fails_no_request() -> None:
-    worker = _DropsKeptAlive()
+@contextlib.asynccontextmanager
+async def _proxy_before(worker: _DropsKeptAlive) -> AsyncIterator[ProxyServer]:
+    """The proxy in front of ``worker`` (started here), both stopped after."""
     port = await worker.start()
     spec = ProxySpec("127.0.0.1", 0)
     server = ProxyServer(
         WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec), spec, ProxyStats()
     )
     await server.start()
-    statuses = []
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(20):
-                async with session.post(
-                    server.url + COMPLETIONS, json={"model": "m", "prompt": "x"}
-                ) as resp:
-                    await resp.read()
-                    statuses.append(resp.status)
+        yield server
     finally:
         await server.stop()
         assert worker.server is not None
         worker.server.close()
+
+
+async def test_a_worker_that_drops_kept_alive_connections_fails_no_request() -> None:
+    worker = _DropsKeptAlive()
+    statuses = []
+    async with _proxy_before(worker) as server, aiohttp.ClientSession() as session:
+        for _ in range(20):
+            async with session.post(
+                server.url + COMPLETIONS, json={"model": "m", "prompt": "x"}
+            ) as resp:
+                await resp.read()
+                statuses.append(resp.status)
     assert statuses == [200] * 20
     assert worker.answered == 20 and worker.dropped == 0
 
@@ -675,23 +682,12 @@ async def test_a_get_on_a_connection_the_worker_dropped_is_sent_once_more() -> N
     when the worker drops it instead of answering, the GET goes once more on a new
     connection (a completion never would: it may not be sent twice)."""
     worker = _DropsKeptAlive()
-    port = await worker.start()
-    spec = ProxySpec("127.0.0.1", 0)
-    server = ProxyServer(
-        WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec), spec, ProxyStats()
-    )
-    await server.start()
     statuses = []
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(5):
-                async with session.get(server.url + "/health") as resp:
-                    await resp.read()
-                    statuses.append(resp.status)
-    finally:
-        await server.stop()
-        assert worker.server is not None
-        worker.server.close()
+    async with _proxy_before(worker) as server, aiohttp.ClientSession() as session:
+        for _ in range(5):
+            async with session.get(server.url + "/health") as resp:
+                await resp.read()
+                statuses.append(resp.status)
     assert statuses == [200] * 5
     assert worker.answered == 5 and worker.dropped == 4  # each reuse dropped, each resent
     assert server.stats.upstream_errors["reset"] == 0
