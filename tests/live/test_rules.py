@@ -153,6 +153,8 @@ HELD_PENDING = {
     "a short busy spell resets the 30m",
     "two consecutive samples over capacity do not fire",
     "agents that are up, or that recover within 5m, do not page",
+    # pending at 15m, firing from 20m (checked on ALERTS in its promql_expr_test)
+    "loop 1 with the model's average wobbling around 40% over 20-minute periods opens a ticket and keeps it",
 }
 WITH_FOR = {r["alert"] for r in ALERT_RULES if "for" in r}
 
