@@ -213,6 +213,15 @@ def parse_listen(value: Any, source: str, key: str) -> tuple[str, int]:
     return host, port
 
 
+def local_url(host: str, port: int, scheme: str = "http") -> str:
+    """The URL that reaches a listener on ``host:port`` from this host: the wildcard
+    address (0.0.0.0, or none given) is reached on loopback; IPv6 hosts in brackets."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"{scheme}://{shown}:{port}"
+
+
 def parse_url(value: Any, source: str, key: str) -> str:
     """An http(s) base URL with a host; a trailing slash is dropped."""
     expected = "an http:// or https:// URL with a host, such as http://127.0.0.1:8000"

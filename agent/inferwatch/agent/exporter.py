@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from inferwatch import __version__
-from inferwatch.agent.config import AgentConfig
+from inferwatch.agent.config import AgentConfig, local_url
 from inferwatch.agent.connguard import ConnectionGuard, GuardedProtocol
 from inferwatch.agent.fdbudget import descriptor_limit, inbound_budget
 from inferwatch.agent.httpio import MAX_HEAD, BadRequest, RequestHead, parse_request_head
@@ -542,11 +542,7 @@ class Exporter:
             why = "in use by another program" if exc.errno == errno.EADDRINUSE else exc.strerror
             raise UsageError(f"listen address {self.config.listen}: cannot listen: {why}") from None
         scheme = "https" if self.web.ssl_context else "http"
-        host = self.config.listen_host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        if ":" in shown:
-            shown = f"[{shown}]"
-        self.url = f"{scheme}://{shown}:{self.config.listen_port}"
+        self.url = local_url(self.config.listen_host, self.config.listen_port, scheme)
         return self.url
 
     async def stop(self, grace: float = 5.0) -> None:

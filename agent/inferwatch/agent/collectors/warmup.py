@@ -58,7 +58,7 @@ from prometheus_client.utils import floatToGoString
 
 from inferwatch import validate
 from inferwatch.agent.collectors.base import Source
-from inferwatch.agent.config import AgentConfig, WorkerSpec
+from inferwatch.agent.config import AgentConfig, WorkerSpec, local_url
 from inferwatch.agent.httpio import Client, HttpError
 from inferwatch.engines import lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
 from inferwatch.errors import ConfigError
@@ -745,12 +745,7 @@ def _base_url(spec: WorkerSpec) -> str:
     (its latency histograms are the proxy's), else to the worker."""
     if spec.proxy is None:
         return spec.url
-    host = spec.proxy.listen_host
-    if host in ("0.0.0.0", "", "::"):
-        host = "127.0.0.1"
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{spec.proxy.listen_port}"
+    return local_url(spec.proxy.listen_host, spec.proxy.listen_port)
 
 
 def engine_progress(engine: EngineSource, worker: str) -> float | None:

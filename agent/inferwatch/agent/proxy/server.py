@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
-from inferwatch.agent.config import ProxySpec, WorkerSpec
+from inferwatch.agent.config import ProxySpec, WorkerSpec, local_url
 from inferwatch.agent.proxy.client import ClientConn
 from inferwatch.agent.proxy.limits import MAX_POOLED
 from inferwatch.agent.proxy.measure import ProxyStats
@@ -81,9 +81,7 @@ class ProxyServer:
             ) from None
         self._sweeper = loop.create_task(self._sweep())
         port = self._server.sockets[0].getsockname()[1]
-        host = self.spec.listen_host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        self.url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}"
+        self.url = local_url(self.spec.listen_host, port)
         return self.url
 
     async def stop(self) -> None:
