@@ -25,6 +25,7 @@ from typing import ClassVar
 
 import psutil
 import pytest
+from tests.support.agentrun import LOOPS
 from tests.support.attack import start_agent
 from tests.support.proc import http_get, wait_until
 from tests.support.stubworker import StubWorker
@@ -71,12 +72,19 @@ def test_the_agent_without_a_proxy_never_loads_aiohttp(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- the server
-@pytest.fixture(scope="module")
-def agent_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+@pytest.fixture(scope="module", params=sorted(LOOPS))
+def agent_port(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, int]]:
+    """The agent on each event loop it runs on: asyncio's (the base install) and uvloop's
+    (``inferwatch[fast]``; its transports are no asyncio.Transport subclass)."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop comes with inferwatch[fast] (test extra)")
     tmp = tmp_path_factory.mktemp("server")
     agent, port = start_agent(
-        tmp, "--gpu-backend", "fake", config={"server": {"idle_timeout": "2s"}}
-    )
+        tmp, "--gpu-backend", "fake", config={"server": {"idle_timeout": "2s"}},
+        env={"INFERWATCH_UVLOOP": LOOPS[request.param]},
+    )  # fmt: skip
     try:
         yield port, agent.popen.pid
     finally:

@@ -26,8 +26,14 @@ from tests.support.proc import (
     wait_until,
 )
 
-#: the environment every test agent starts with: no configuration file from the caller's shell
-QUIET_ENV = {"INFERWATCH_CONFIG": ""}
+#: the environment every test agent starts with: no configuration file from the caller's
+#: shell, and asyncio's event loop as the base install runs it (``inferwatch[fast]``, which
+#: the test extra installs, would pick uvloop: tests/live/test_lean_server.py runs its
+#: server tests on both loops with ``LOOPS``)
+QUIET_ENV = {"INFERWATCH_CONFIG": "", "INFERWATCH_UVLOOP": "0"}
+
+#: INFERWATCH_UVLOOP per event loop the agent can run on
+LOOPS = {"asyncio": "0", "uvloop": "1"}
 
 
 class AgentRun:

@@ -34,9 +34,10 @@ def start_agent(
     config: dict | None = None,
     nofile: int | None = None,
     name: str = "agent",
+    env: dict[str, str] | None = None,
 ) -> tuple[Process, int]:
     """``inferwatch run`` (support/agentrun.py) answering /healthz; ``nofile`` caps descriptors."""
-    agent = AgentRun(tmp, *args, config=config, nofile=nofile, name=name)
+    agent = AgentRun(tmp, *args, config=config, nofile=nofile, name=name, env=env)
     return agent.process, agent.port
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ class GuardedProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         if not self.guard.admit(self):

@@ -31,7 +31,7 @@ import html
 import logging
 import socket
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -197,8 +197,8 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
         self.server.connections.add(self)
         # no idle timer yet: the guard closes it unless a request head comes in time
 
