@@ -43,7 +43,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.samples import Sample
 
 from inferwatch.agent.collectors.attribution import Answer, DeviceLike, WorkerGpuInputs, attribute
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.collectors.dcgm_fields import (
     CLOCK_EVENT_FIELDS,
     COUNTERS,
@@ -137,10 +137,8 @@ HELP: dict[str, str] = {
 }
 
 
-class DcgmScrapeError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class DcgmScrapeError(ReasonError):
+    """The dcgm-exporter could not be read or parsed."""
 
 
 @dataclass(frozen=True)

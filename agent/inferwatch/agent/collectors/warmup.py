@@ -57,7 +57,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from inferwatch import validate
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.config import AgentConfig, WorkerSpec, local_url
 from inferwatch.agent.httpio import Client, HttpError
 from inferwatch.engines import lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
@@ -372,10 +372,8 @@ class RestartWatch:
 # --------------------------------------------------------------------------- the gate
 
 
-class _Failure(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class _Failure(ReasonError):
+    """A warm-up attempt failed."""
 
 
 @dataclass
