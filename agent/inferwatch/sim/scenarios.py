@@ -15,6 +15,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from inferwatch import validate
 from inferwatch.errors import ConfigError
 
 
@@ -131,12 +132,8 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def get_scenario(name: str) -> Scenario:
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise ConfigError(
-            "inferwatch loadgen", "--scenario", f"one of {', '.join(SCENARIOS)}", name
-        ) from None
+    """The scenario of that name (any case); ConfigError naming --scenario otherwise."""
+    return SCENARIOS[validate.choice(*SCENARIOS)(name, "inferwatch loadgen", "--scenario")]
 
 
 def parse_length(text: str, flag: str) -> LengthDist:
