@@ -78,7 +78,8 @@ _MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
 
 
 class DeviceLike(Protocol):
-    """What attribution needs of one NVML device (``nvml.DeviceReading`` has it)."""
+    """One GPU or MIG device as a pass read it (NVML's ``DeviceReading``, dcgm-exporter's
+    ``DcgmDevice``): what attribution and ``inferwatch_gpu_info`` need of it."""
 
     @property
     def gpu(self) -> str: ...
@@ -91,6 +92,9 @@ class DeviceLike(Protocol):
 
     @property
     def pci_bus_id(self) -> str: ...
+
+    @property
+    def driver_version(self) -> str: ...
 
     @property
     def mig_mode(self) -> str: ...
