@@ -1,7 +1,9 @@
 """A kubelet pod-resources server for tests: the real v1 proto, on a Unix socket.
 
-Serves ``v1.PodResourcesLister`` from the modules generated from
-agent/inferwatch/agent/kubelet/api.proto, with the answer the test sets.
+Serves ``v1.PodResourcesLister/List`` with the messages generated from
+agent/inferwatch/agent/kubelet/api.proto (grpc's generic handler and the message
+classes' (de)serializers, as the client calls it), with the answer the test sets;
+the service's other methods answer UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import grpc
 
-from inferwatch.agent.kubelet import api_pb2, api_pb2_grpc
+from inferwatch.agent.collectors.podresources import LIST_METHOD
+from inferwatch.agent.kubelet import api_pb2
 
 #: (namespace, pod) -> container -> [(resource name, device IDs)]
 Layout = Mapping[tuple[str, str], Mapping[str, Sequence[tuple[str, Sequence[str]]]]]
@@ -45,14 +48,22 @@ def response(layout: Layout) -> api_pb2.ListPodResourcesResponse:
     return api_pb2.ListPodResourcesResponse(pod_resources=pods)
 
 
-class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
+class PodResourcesServer:
     def __init__(self, socket_path: Path, layout: Layout | None = None) -> None:
         self.socket_path = socket_path
         self.layout: Layout = layout or {}
         self.calls = 0
         self.fail: grpc.StatusCode | None = None
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(self, self.server)
+        service, method = LIST_METHOD.strip("/").split("/")
+        handler = grpc.unary_unary_rpc_method_handler(
+            self.List,
+            request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+            response_serializer=api_pb2.ListPodResourcesResponse.SerializeToString,
+        )
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service, {method: handler}),)
+        )
         self.server.add_insecure_port(f"unix://{socket_path}")
         self.server.start()
 

@@ -1,8 +1,8 @@
 """The kubelet pod-resources client against a server of the real v1 proto on a Unix socket.
 
-The server (tests/support/podresources_server.py) is built from the modules
-generated from agent/inferwatch/agent/kubelet/api.proto, and the first test holds those
-committed modules to the .proto: grpc_tools compiles it again and the file
+The server (tests/support/podresources_server.py) is built from the messages module
+generated from agent/inferwatch/agent/kubelet/api.proto, and the first test holds that
+committed module to the .proto: grpc_tools compiles it again and the file
 descriptors must be the same.
 """
 
@@ -19,6 +19,7 @@ from tests.support.podresources_server import PodResourcesServer
 from tests.support.proc import REPO
 
 from inferwatch.agent.collectors.podresources import (
+    LIST_METHOD,
     ContainerKey,
     PodResourcesClient,
     PodResourcesError,
@@ -46,6 +47,8 @@ def test_committed_modules_are_the_proto_compiled(tmp_path: Path) -> None:
     assert committed == fresh, "regenerate the modules: see the comment in api.proto"
     assert fresh.package == "v1"
     assert [m.name for m in fresh.service[0].method] == ["List", "GetAllocatableResources", "Get"]
+    # the client names the method itself (no generated stub): the proto's path for it
+    assert f"/{fresh.package}.{fresh.service[0].name}/List" == LIST_METHOD
 
 
 @pytest.fixture

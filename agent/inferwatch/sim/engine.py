@@ -412,6 +412,14 @@ def _blocks_for(tokens: int, block_size: int) -> int:
     return math.ceil(tokens / block_size)
 
 
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task (None: there is none) and wait until it has stopped."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class EngineLoop:
     """Runs an :class:`EngineCore` in real time on the running asyncio loop."""
 
@@ -430,11 +438,8 @@ class EngineLoop:
         )
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def submit(self, req: SimRequest) -> None:
         self.core.add_request(req)

@@ -413,6 +413,16 @@ class FakeNvml:
         mig = migs[handle.mig]
         return mig.state, mig
 
+    def _enter_device(
+        self, function: str, handle: FakeHandle, *, fault_key: str | None = None
+    ) -> tuple[_Gpu, SimGpuState, _Mig | None]:
+        """:meth:`_enter` for a call on a device handle: its GPU, the state the handle
+        reads (the whole GPU's or its MIG slice's) and the slice, if any."""
+        gpu = self._enter(function, handle, fault_key=fault_key)
+        assert gpu is not None
+        state, mig = self._target(gpu, handle)
+        return gpu, state, mig
+
     def _whole_gpu(self, function: str, handle: FakeHandle) -> SimGpuState:
         """For calls that a MIG device handle does not answer (as on real hardware)."""
         gpu = self._enter(function, handle)
@@ -476,17 +486,13 @@ class FakeNvml:
         return handle.index
 
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
-        gpu = self._enter("nvmlDeviceGetName", handle)
-        assert gpu is not None
-        state, mig = self._target(gpu, handle)
+        gpu, state, mig = self._enter_device("nvmlDeviceGetName", handle)
         if mig is not None:
             return f"{self._state(gpu).name} MIG {mig.profile}"
         return state.name
 
     def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
-        gpu = self._enter("nvmlDeviceGetUUID", handle)
-        assert gpu is not None
-        state, mig = self._target(gpu, handle)
+        gpu, state, mig = self._enter_device("nvmlDeviceGetUUID", handle)
         if mig is not None:
             return mig.state.uuid
         return state.uuid or default_uuid(gpu.index)
@@ -510,9 +516,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> Any:
         key = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
-        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle, fault_key=key)
-        assert gpu is not None
-        state, _ = self._target(gpu, handle)
+        _, state, _ = self._enter_device("nvmlDeviceGetMemoryInfo", handle, fault_key=key)
         total, reserved, used = (
             state.memory_total_bytes,
             state.memory_reserved_bytes,
@@ -606,9 +610,7 @@ class FakeNvml:
     # ------------------------------------------------------------------ processes
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:
-        gpu = self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
-        assert gpu is not None
-        state, mig = self._target(gpu, handle)
+        _, state, mig = self._enter_device("nvmlDeviceGetComputeRunningProcesses", handle)
         gi = mig.gpu_instance if mig is not None else _NO_INSTANCE
         return [
             SimpleNamespace(
@@ -658,9 +660,7 @@ class FakeNvml:
         return int(handle.mig is not None)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: FakeHandle) -> int:
-        gpu = self._enter("nvmlDeviceGetGpuInstanceId", handle)
-        assert gpu is not None
-        _, mig = self._target(gpu, handle)
+        _, _, mig = self._enter_device("nvmlDeviceGetGpuInstanceId", handle)
         if mig is None:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return mig.gpu_instance

@@ -32,7 +32,6 @@ The model, and where it departs from a real card:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 
 from inferwatch.sim import gpustate
 from inferwatch.sim.config import SimConfig
-from inferwatch.sim.engine import EngineLoop
+from inferwatch.sim.engine import EngineLoop, cancel_and_wait
 from inferwatch.sim.gpustate import (
     FULL_LOAD_TEMPERATURE,
     IDLE_TEMPERATURE,
@@ -248,11 +247,8 @@ class GpuStatePublisher:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-gpu-state")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self.withdraw()
 
     async def _run(self) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 
+from inferwatch.engines.stream import data_payloads
 from inferwatch.errors import ConfigError
 from inferwatch.sim.scenarios import Scenario, get_scenario
 
@@ -279,13 +280,7 @@ async def _send(
             if resp.status != 200:
                 text = (await resp.text())[:200]
                 return record(f"http_{resp.status}", text)
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
+            async for data in data_payloads(resp.content):
                 chunk = json.loads(data)
                 usage = chunk.get("usage")
                 if usage:

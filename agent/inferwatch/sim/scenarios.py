@@ -15,6 +15,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from inferwatch import validate
 from inferwatch.errors import ConfigError
 
 
@@ -56,87 +57,69 @@ class Scenario:
     min_targets: int = 1
 
 
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario(
-            name="idle",
-            description="a trickle of short requests: the GPU sits far below 30 %",
-            rate=0.2,
-            duration=60,
-            prompt=LengthDist(64, 0.3, 8, 256),
-            output=LengthDist(32, 0.3, 4, 128),
-            system_prompt_tokens=256,
-            system_prompt_share=0.8,
-        ),
-        Scenario(
-            name="steady",
-            description="chat traffic the worker absorbs: a third of the batch busy, no queue, "
-            "most prompts share a 512-token system prompt",
-            rate=2.0,
-            duration=60,
-            prompt=LengthDist(200, 0.5, 16, 1500),
-            output=LengthDist(160, 0.5, 8, 600),
-            system_prompt_tokens=512,
-            system_prompt_share=0.9,
-        ),
-        Scenario(
-            name="overload",
-            description="long prompts faster than the worker serves them: the queue climbs "
-            "past max_num_seqs and the KV cache fills (preemptions)",
-            rate=5.0,
-            duration=60,
-            prompt=LengthDist(1200, 0.25, 400, 2400),
-            output=LengthDist(300, 0.3, 64, 800),
-            system_prompt_tokens=256,
-            system_prompt_share=0.5,
-        ),
-        Scenario(
-            name="long-tail",
-            description="short requests with 5 % very long ones: end-to-end P99 is many times P50",
-            rate=1.5,
-            duration=60,
-            prompt=LengthDist(150, 0.4, 16, 800),
-            output=LengthDist(60, 0.3, 8, 200),
-            system_prompt_tokens=256,
-            system_prompt_share=0.8,
-            long_share=0.05,
-            long_prompt=LengthDist(2800, 0.1, 2000, 3000),
-            long_output=LengthDist(700, 0.1, 500, 700),
-        ),
-        Scenario(
-            name="cold-start",
-            description="light traffic against a freshly started worker: the first requests "
-            "wait for warm-up (guide 5.2), later ones do not",
-            rate=0.5,
-            duration=30,
-            prompt=LengthDist(100, 0.3, 16, 400),
-            output=LengthDist(32, 0.3, 4, 128),
-        ),
-        Scenario(
-            name="imbalance",
-            description="two workers, 90 % of the traffic to the first: one busy, one idle, "
-            "their average utilization low",
-            rate=3.0,
-            duration=60,
-            prompt=LengthDist(200, 0.4, 16, 1000),
-            output=LengthDist(120, 0.4, 8, 400),
-            system_prompt_tokens=256,
-            system_prompt_share=0.8,
-            hot_share=0.9,
-            min_targets=2,
-        ),
-    )
+#: What each scenario shows (``--scenario``'s help).
+_DESCRIPTIONS = {
+    "idle": "a trickle of short requests: the GPU sits far below 30 %",
+    "steady": "chat traffic the worker absorbs: a third of the batch busy, no queue, "
+    "most prompts share a 512-token system prompt",
+    "overload": "long prompts faster than the worker serves them: the queue climbs "
+    "past max_num_seqs and the KV cache fills (preemptions)",
+    "long-tail": "short requests with 5 % very long ones: end-to-end P99 is many times P50",
+    "cold-start": "light traffic against a freshly started worker: the first requests "
+    "wait for warm-up (guide 5.2), later ones do not",
+    "imbalance": "two workers, 90 % of the traffic to the first: one busy, one idle, "
+    "their average utilization low",
 }
+
+#: (median, sigma, minimum, maximum) tokens of a :class:`LengthDist`
+_Length = tuple[int, float, int, int]
+
+#: Each scenario's load: name, requests per second, seconds, prompt and output lengths,
+#: the shared system prompt (tokens, share of the requests that carry it).
+_LOADS: tuple[tuple[str, float, float, _Length, _Length, tuple[int, float]], ...] = (
+    ("idle", 0.2, 60, (64, 0.3, 8, 256), (32, 0.3, 4, 128), (256, 0.8)),
+    ("steady", 2.0, 60, (200, 0.5, 16, 1500), (160, 0.5, 8, 600), (512, 0.9)),
+    ("overload", 5.0, 60, (1200, 0.25, 400, 2400), (300, 0.3, 64, 800), (256, 0.5)),
+    ("long-tail", 1.5, 60, (150, 0.4, 16, 800), (60, 0.3, 8, 200), (256, 0.8)),
+    ("cold-start", 0.5, 30, (100, 0.3, 16, 400), (32, 0.3, 4, 128), (0, 0.0)),
+    ("imbalance", 3.0, 60, (200, 0.4, 16, 1000), (120, 0.4, 8, 400), (256, 0.8)),
+)
+
+
+def _scenario(
+    name: str,
+    rate: float,
+    duration: float,
+    prompt: _Length,
+    output: _Length,
+    system_prompt: tuple[int, float],
+) -> Scenario:
+    return Scenario(
+        name=name,
+        description=_DESCRIPTIONS[name],
+        rate=rate,
+        duration=duration,
+        prompt=LengthDist(*prompt),
+        output=LengthDist(*output),
+        system_prompt_tokens=system_prompt[0],
+        system_prompt_share=system_prompt[1],
+    )
+
+
+SCENARIOS: dict[str, Scenario] = {row[0]: _scenario(*row) for row in _LOADS}
+# What two of them add to that: long-tail's 5 % of long requests, imbalance's hot target.
+SCENARIOS["long-tail"] = dataclasses.replace(
+    SCENARIOS["long-tail"],
+    long_share=0.05,
+    long_prompt=LengthDist(2800, 0.1, 2000, 3000),
+    long_output=LengthDist(700, 0.1, 500, 700),
+)
+SCENARIOS["imbalance"] = dataclasses.replace(SCENARIOS["imbalance"], hot_share=0.9, min_targets=2)
 
 
 def get_scenario(name: str) -> Scenario:
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise ConfigError(
-            "inferwatch loadgen", "--scenario", f"one of {', '.join(SCENARIOS)}", name
-        ) from None
+    """The scenario of that name (any case); ConfigError naming --scenario otherwise."""
+    return SCENARIOS[validate.choice(*SCENARIOS)(name, "inferwatch loadgen", "--scenario")]
 
 
 def parse_length(text: str, flag: str) -> LengthDist:

@@ -22,7 +22,6 @@ A client that disconnects aborts its request (finish reason ``abort``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gzip
 import json
@@ -37,7 +36,13 @@ from typing import Any
 from aiohttp import web
 
 from inferwatch.sim.config import SimConfig
-from inferwatch.sim.engine import EngineCore, EngineLoop, SimRequest, TokenOutput
+from inferwatch.sim.engine import (
+    EngineCore,
+    EngineLoop,
+    SimRequest,
+    TokenOutput,
+    cancel_and_wait,
+)
 from inferwatch.sim.expo import MetricsWriter, create_writer
 from inferwatch.sim.gpu import GpuStatePublisher
 from inferwatch.sim.ranks import RankProcesses
@@ -147,9 +152,7 @@ class SimWorker:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._tasks.clear()
         # Finish every request first, so open streams end instead of holding the shutdown.
         for loop in self.loops:

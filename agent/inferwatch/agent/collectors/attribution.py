@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,7 +78,8 @@ _MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
 
 
 class DeviceLike(Protocol):
-    """What attribution needs of one NVML device (``nvml.DeviceReading`` has it)."""
+    """One GPU or MIG device as a pass read it (NVML's ``DeviceReading``, dcgm-exporter's
+    ``DcgmDevice``): what attribution and ``inferwatch_gpu_info`` need of it."""
 
     @property
     def gpu(self) -> str: ...
@@ -91,6 +92,9 @@ class DeviceLike(Protocol):
 
     @property
     def pci_bus_id(self) -> str: ...
+
+    @property
+    def driver_version(self) -> str: ...
 
     @property
     def mig_mode(self) -> str: ...
@@ -270,22 +274,31 @@ def visible_to_runtime(
     if text.lower() in ("none", "void", ""):
         # none: driver libraries without a GPU; void or empty: no GPU support at all
         return _Resolution([])
+    entries = [(entry, f"NVIDIA_VISIBLE_DEVICES entry {entry!r}") for entry in _entries(text)]
+    out, notes = _host_devices(entries, devices, host_indices=host_indices)
+    return _Resolution(out, notes)
+
+
+def _host_devices(
+    entries: Iterable[tuple[str, str]], devices: Sequence[DeviceLike], *, host_indices: bool
+) -> tuple[list[DeviceLike], list[str]]:
+    """The devices host-level IDs name (each with how a note shows it), MIG slices of a
+    named GPU included, without repeats; a note for each ID skipped."""
     out: list[DeviceLike] = []
     notes: list[str] = []
-    for entry in _entries(text):
+    for entry, shown in entries:
         if entry.isdigit() and not host_indices:
             notes.append(
-                f"NVIDIA_VISIBLE_DEVICES entry {entry!r} is a host GPU index, and this "
-                "agent's own devices are restricted, so its NVML indices are not the "
-                "host's; skipped (UUIDs are exact)"
+                f"{shown} is a host GPU index, and this agent's own devices are restricted, "
+                "so its NVML indices are not the host's; skipped (UUIDs are exact)"
             )
             continue
         dev = _host_device(entry, devices)
         if dev is None:
-            notes.append(f"NVIDIA_VISIBLE_DEVICES entry {entry!r} names no device NVML lists")
+            notes.append(f"{shown} names no device NVML lists")
             continue
         out.extend(_expand(dev, devices))
-    return _Resolution(_dedup(out), notes)
+    return _dedup(out), notes
 
 
 def _host_device(entry: str, devices: Sequence[DeviceLike]) -> DeviceLike | None:
@@ -466,22 +479,9 @@ def from_device_ids(
     """
     if not ids:
         return _Resolution(None)
-    out: list[DeviceLike] = []
-    notes: list[str] = []
-    for raw in ids:
-        entry = raw.split("::", 1)[0].strip()
-        if entry.isdigit() and not host_indices:
-            notes.append(
-                f"pod-resources device ID {raw!r} is a host GPU index, and this agent's "
-                "own devices are restricted; skipped"
-            )
-            continue
-        dev = _host_device(entry, devices)
-        if dev is None:
-            notes.append(f"pod-resources device ID {raw!r} names no device NVML lists")
-            continue
-        out.extend(_expand(dev, devices))
-    return _Resolution(_dedup(out) or None, notes)
+    entries = [(raw.split("::", 1)[0].strip(), f"pod-resources device ID {raw!r}") for raw in ids]
+    out, notes = _host_devices(entries, devices, host_indices=host_indices)
+    return _Resolution(out or None, notes)
 
 
 # ---------------------------------------------------------------------- all sources

@@ -19,6 +19,14 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger(__name__)
 
 
+class ReasonError(Exception):
+    """A failure with its reason: the ``reason`` label of the error counter it counts in."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class SourceHealth:
     """Errors, durations and freshness of one source, for the agent's own metrics.
 

@@ -43,9 +43,10 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.samples import Sample
 
 from inferwatch.agent.collectors.attribution import Answer, DeviceLike, WorkerGpuInputs, attribute
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.collectors.dcgm_fields import (
     CLOCK_EVENT_FIELDS,
+    COUNTERS,
     DRIVER_LABELS,
     FIELDS,
     FREE_FIELDS,
@@ -66,9 +67,6 @@ from inferwatch.engines.mapping import ParseError, parse
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:9400/metrics"
-
-#: Families that are counters (exported with _total).
-_COUNTERS = {f.target for f in FIELDS if f.counter}
 
 #: Ratios clamped to 0..1 (DCGM's profiling averages can overshoot by rounding).
 _CLAMPED = (
@@ -139,10 +137,8 @@ HELP: dict[str, str] = {
 }
 
 
-class DcgmScrapeError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class DcgmScrapeError(ReasonError):
+    """The dcgm-exporter could not be read or parsed."""
 
 
 @dataclass(frozen=True)
@@ -368,7 +364,7 @@ def build_families(
         if not dev.up:
             continue
         for (name, fixed), value in dev.values.items():
-            add(name, {**base, **dict(fixed)}, value, counter=name in _COUNTERS)
+            add(name, {**base, **dict(fixed)}, value, counter=name in COUNTERS)
         for reason, value in dev.clock_events.items():
             add("inferwatch_gpu_clock_event_active", {**base, "reason": reason}, value)
     for worker, device in sorted(worker_gpus, key=lambda pair: (pair[0], pair[1].gpu)):

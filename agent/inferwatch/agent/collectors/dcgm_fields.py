@@ -44,143 +44,132 @@ from dataclasses import dataclass
 
 MIB = 1024 * 1024
 
+#: (dcgm-exporter metric name, factor to the contract's base unit), newest name first
+Names = tuple[tuple[str, float], ...]
+#: fixed labels a family gets (``direction``, ``type``)
+Labels = tuple[tuple[str, str], ...]
+
 
 @dataclass(frozen=True)
 class FieldMap:
-    """One contract family read from the first of ``names`` a device reports.
-
-    ``names`` are (dcgm-exporter metric name, factor to the contract's base unit).
-    ``labels`` are fixed labels the family gets (``direction``, ``type``).
-    """
+    """One contract family (with its fixed labels) read from the first of ``names`` a
+    device reports."""
 
     target: str
-    names: tuple[tuple[str, float], ...]
-    labels: tuple[tuple[str, str], ...] = ()
-    counter: bool = False
+    names: Names
+    labels: Labels = ()
 
 
-#: Every dcgm-exporter field the agent reads, newest name first.
-FIELDS: tuple[FieldMap, ...] = (
-    FieldMap(
-        "inferwatch_gpu_utilization_ratio",
-        (("DCGM_FI_DEV_GPU_UTIL_RATIO", 1.0), ("DCGM_FI_DEV_GPU_UTIL", 0.01)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_memory_busy_ratio",
-        (("DCGM_FI_DEV_MEMORY_UTIL_RATIO", 1.0), ("DCGM_FI_DEV_MEM_COPY_UTIL", 0.01)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_sm_active_ratio",
-        (("DCGM_FI_PROF_SM_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_SM_ACTIVE", 1.0)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_sm_occupancy_ratio",
-        (("DCGM_FI_PROF_SM_OCCUPANCY_RATIO", 1.0), ("DCGM_FI_PROF_SM_OCCUPANCY", 1.0)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_tensor_active_ratio",
-        (("DCGM_FI_PROF_TENSOR_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1.0)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_dram_active_ratio",
-        (("DCGM_FI_PROF_DRAM_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_DRAM_ACTIVE", 1.0)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_graphics_active_ratio",
-        (("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", 1.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1.0)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_memory_used_bytes",
-        (("DCGM_FI_DEV_FB_USED_BYTES", 1.0), ("DCGM_FI_DEV_FB_USED", MIB)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_memory_reserved_bytes",
-        (("DCGM_FI_DEV_FB_RESERVED_BYTES", 1.0), ("DCGM_FI_DEV_FB_RESERVED", MIB)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_memory_total_bytes",
-        (("DCGM_FI_DEV_FB_CAPACITY_BYTES", 1.0), ("DCGM_FI_DEV_FB_TOTAL", MIB)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_power_watts",
-        (("DCGM_FI_DEV_BOARD_POWER_WATTS", 1.0), ("DCGM_FI_DEV_POWER_USAGE", 1.0)),
-    ),
-    FieldMap("inferwatch_gpu_power_limit_watts", (("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 1.0),)),
-    FieldMap(
-        "inferwatch_gpu_energy_joules",
-        (
-            ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1.0),
-            ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 0.001),
-        ),
-        counter=True,
-    ),
-    FieldMap(
-        "inferwatch_gpu_temperature_celsius",
-        (("DCGM_FI_DEV_GPU_TEMP_CELSIUS", 1.0), ("DCGM_FI_DEV_GPU_TEMP", 1.0)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_sm_clock_hertz",
-        (("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1.0), ("DCGM_FI_DEV_SM_CLOCK", 1e6)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_memory_clock_hertz",
-        (("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", 1.0), ("DCGM_FI_DEV_MEM_CLOCK", 1e6)),
-    ),
-    FieldMap(
-        "inferwatch_gpu_ecc_errors",
-        (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1.0),),
-        labels=(("type", "corrected"),),
-        counter=True,
-    ),
-    FieldMap(
-        "inferwatch_gpu_ecc_errors",
-        (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1.0),),
-        labels=(("type", "uncorrected"),),
-        counter=True,
-    ),
+# The renamed fields, (newest name, an older name), by the change of unit: DCGM 4.7's
+# renames as dcgm-exporter 4.9.0 ships them and 4.10.0's profiling renames. The newest
+# name is in the contract's base unit.
+_SAME_UNIT = (
+    ("DCGM_FI_PROF_SM_UTIL_RATIO", "DCGM_FI_PROF_SM_ACTIVE"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY_RATIO", "DCGM_FI_PROF_SM_OCCUPANCY"),
+    ("DCGM_FI_PROF_TENSOR_UTIL_RATIO", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+    ("DCGM_FI_PROF_DRAM_UTIL_RATIO", "DCGM_FI_PROF_DRAM_ACTIVE"),
+    ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+    ("DCGM_FI_DEV_BOARD_POWER_WATTS", "DCGM_FI_DEV_POWER_USAGE"),
+    ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_DEV_GPU_TEMP"),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND", "DCGM_FI_PROF_NVLINK_TX_BYTES"),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", "DCGM_FI_PROF_NVLINK_RX_BYTES"),
+)
+_PERCENT_TO_RATIO = (
+    ("DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_GPU_UTIL"),
+    ("DCGM_FI_DEV_MEMORY_UTIL_RATIO", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+    ("DCGM_FI_DEV_FAN_SPEED_RATIO", "DCGM_FI_DEV_FAN_SPEED"),
+)
+_MIB_TO_BYTES = (
+    ("DCGM_FI_DEV_FB_USED_BYTES", "DCGM_FI_DEV_FB_USED"),
+    ("DCGM_FI_DEV_FB_RESERVED_BYTES", "DCGM_FI_DEV_FB_RESERVED"),
+    ("DCGM_FI_DEV_FB_CAPACITY_BYTES", "DCGM_FI_DEV_FB_TOTAL"),
+    ("DCGM_FI_DEV_FB_FREE_BYTES", "DCGM_FI_DEV_FB_FREE"),
+)
+_MHZ_TO_HZ = (
+    ("DCGM_FI_DEV_SM_CLOCK_HERTZ", "DCGM_FI_DEV_SM_CLOCK"),
+    ("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "DCGM_FI_DEV_MEM_CLOCK"),
+)
+_MJ_TO_J = (("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),)
+#: NVLink's total, MB/s -> bytes/s: two older names, the first present wins
+_MB_TO_BYTES = (
+    ("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL"),
+    ("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),
+)
+#: (factor from the older name's unit to the newest's, the renames)
+_RENAMES: tuple[tuple[float, tuple[tuple[str, str], ...]], ...] = (
+    (1.0, _SAME_UNIT),
+    (0.01, _PERCENT_TO_RATIO),
+    (MIB, _MIB_TO_BYTES),
+    (1e6, _MHZ_TO_HZ),
+    (0.001, _MJ_TO_J),
+    (1e6, _MB_TO_BYTES),
+)
+
+
+def names(newest: str) -> Names:
+    """A field's names, newest first, each with its factor to the contract's base unit."""
+    older = [(old, f) for f, pairs in _RENAMES for new, old in pairs if new == newest]
+    return ((newest, 1.0), *older)
+
+
+#: Families that are counters (exported with ``_total``).
+COUNTERS = frozenset({"inferwatch_gpu_energy_joules", "inferwatch_gpu_ecc_errors"})
+
+_PCIE = "inferwatch_gpu_pcie_throughput_bytes_per_second"
+
+#: Every contract family read from a field: (family, the field's newest name, fixed labels).
+_FAMILIES: tuple[tuple[str, str, Labels], ...] = (
+    ("inferwatch_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL_RATIO", ()),
+    ("inferwatch_gpu_memory_busy_ratio", "DCGM_FI_DEV_MEMORY_UTIL_RATIO", ()),
+    ("inferwatch_gpu_sm_active_ratio", "DCGM_FI_PROF_SM_UTIL_RATIO", ()),
+    ("inferwatch_gpu_sm_occupancy_ratio", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", ()),
+    ("inferwatch_gpu_tensor_active_ratio", "DCGM_FI_PROF_TENSOR_UTIL_RATIO", ()),
+    ("inferwatch_gpu_dram_active_ratio", "DCGM_FI_PROF_DRAM_UTIL_RATIO", ()),
+    ("inferwatch_gpu_graphics_active_ratio", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", ()),
+    ("inferwatch_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED_BYTES", ()),
+    ("inferwatch_gpu_memory_reserved_bytes", "DCGM_FI_DEV_FB_RESERVED_BYTES", ()),
+    ("inferwatch_gpu_memory_total_bytes", "DCGM_FI_DEV_FB_CAPACITY_BYTES", ()),
+    ("inferwatch_gpu_power_watts", "DCGM_FI_DEV_BOARD_POWER_WATTS", ()),
+    ("inferwatch_gpu_power_limit_watts", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", ()),
+    ("inferwatch_gpu_energy_joules", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", ()),
+    ("inferwatch_gpu_temperature_celsius", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", ()),
+    ("inferwatch_gpu_sm_clock_hertz", "DCGM_FI_DEV_SM_CLOCK_HERTZ", ()),
+    ("inferwatch_gpu_memory_clock_hertz", "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", ()),
+    ("inferwatch_gpu_ecc_errors", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", (("type", "corrected"),)),
+    ("inferwatch_gpu_ecc_errors", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", (("type", "uncorrected"),)),
     # The signals of issue 23 item 3 (the GPU dashboard's PCIe/NVLink, P-state, fan).
-    FieldMap(
-        "inferwatch_gpu_pcie_throughput_bytes_per_second",
-        (("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0)),
-        labels=(("direction", "tx"),),
-    ),
-    FieldMap(
-        "inferwatch_gpu_pcie_throughput_bytes_per_second",
-        (("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0)),
-        labels=(("direction", "rx"),),
-    ),
-    FieldMap(
+    (_PCIE, "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", (("direction", "tx"),)),
+    (_PCIE, "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", (("direction", "rx"),)),
+    (
         "inferwatch_gpu_nvlink_throughput_bytes_per_second",
-        (
-            ("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", 1.0),
-            ("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", 1e6),
-            ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 1e6),
-        ),
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+        (),
     ),
-    FieldMap("inferwatch_gpu_performance_state", (("DCGM_FI_DEV_GPU_PSTATE", 1.0),)),
-    FieldMap(
-        "inferwatch_gpu_fan_speed_ratio",
-        (("DCGM_FI_DEV_FAN_SPEED_RATIO", 1.0), ("DCGM_FI_DEV_FAN_SPEED", 0.01)),
-    ),
+    ("inferwatch_gpu_performance_state", "DCGM_FI_DEV_GPU_PSTATE", ()),
+    ("inferwatch_gpu_fan_speed_ratio", "DCGM_FI_DEV_FAN_SPEED_RATIO", ()),
+)
+
+#: Every dcgm-exporter field the agent reads as a contract family, newest name first.
+FIELDS: tuple[FieldMap, ...] = tuple(
+    FieldMap(target, names(newest), labels) for target, newest, labels in _FAMILIES
 )
 
 #: The clock-event bitmask (same bits as NVML's clock event reasons), newest name first.
-CLOCK_EVENT_FIELDS: tuple[str, ...] = (
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+CLOCK_EVENT_FIELDS: tuple[str, ...] = tuple(
+    name for name, _ in names("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 )
 #: NVLink traffic by direction (profiling fields, optional in the counters CSV), newest
 #: name first: summed into the NVLink total where a device reports no total field.
-NVLINK_DIRECTION_FIELDS: tuple[tuple[tuple[str, float], ...], ...] = (
-    (("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_NVLINK_TX_BYTES", 1.0)),
-    (("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", 1.0), ("DCGM_FI_PROF_NVLINK_RX_BYTES", 1.0)),
+NVLINK_DIRECTION_FIELDS: tuple[Names, ...] = (
+    names("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND"),
+    names("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND"),
 )
 #: Free framebuffer, for the total where no capacity field is collected (total = used +
 #: reserved + free, as NVML's v2 memory info adds up).
-FREE_FIELDS: tuple[tuple[str, float], ...] = (
-    ("DCGM_FI_DEV_FB_FREE_BYTES", 1.0),
-    ("DCGM_FI_DEV_FB_FREE", MIB),
-)
+FREE_FIELDS: Names = names("DCGM_FI_DEV_FB_FREE_BYTES")
 
 #: Labels dcgm-exporter puts on a GPU entity's series, by role; the first present wins.
 #: ``UUID`` by default, ``uuid`` with --use-old-namespace; ``modelName`` on GPU series,

@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.utils import floatToGoString
 
 from inferwatch.agent.collectors import selfdesc
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
 from inferwatch.agent.fdbudget import descriptor_limit, outbound_budget
 from inferwatch.agent.httpio import Client, HttpError, TooLarge, basic_auth
@@ -133,10 +133,8 @@ HELP: dict[str, str] = {
 }
 
 
-class ScrapeError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class ScrapeError(ReasonError):
+    """A worker's /metrics could not be read or parsed."""
 
 
 @dataclass

@@ -49,7 +49,7 @@ from urllib.parse import quote
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from inferwatch.agent.collectors import cgroups
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.collectors.podresources import ContainerKey
 from inferwatch.agent.collectors.podworkers import PodWorker, Skipped, pod_workers
 from inferwatch.agent.config import KubernetesConfig
@@ -112,10 +112,8 @@ class Gone(Exception):
     """410: the resource version is too old; list again."""
 
 
-class ApiError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class ApiError(ReasonError):
+    """The Kubernetes API could not be asked or answered an error."""
 
 
 class PodWatcher:

@@ -25,6 +25,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+#: the one method asked: ``/<package>.<service>/<method>`` of api.proto
+LIST_METHOD = "/v1.PodResourcesLister/List"
 #: resource names whose device IDs are GPUs (``nvidia.com/gpu.shared``: time-slicing with
 #: renameByDefault; ``nvidia.com/mig-`` is a prefix for every MIG profile)
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-")
@@ -67,18 +69,24 @@ class PodResourcesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout: float = 5.0) -> None:
         import grpc
 
-        from inferwatch.agent.kubelet import api_pb2, api_pb2_grpc
+        from inferwatch.agent.kubelet import api_pb2
 
         self.socket_path = socket_path
         self.timeout = timeout
         self._grpc = grpc
         self._request = api_pb2.ListPodResourcesRequest  # type: ignore[attr-defined]
         self._channel = grpc.insecure_channel(f"unix://{socket_path}")
-        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        # the channel's own unary call with the message classes' (de)serializers: all a
+        # generated service stub would add for the one method asked
+        self._list = self._channel.unary_unary(
+            LIST_METHOD,
+            request_serializer=self._request.SerializeToString,
+            response_deserializer=api_pb2.ListPodResourcesResponse.FromString,  # type: ignore[attr-defined]
+        )
 
     def list_sync(self) -> dict[ContainerKey, tuple[str, ...]]:
         try:
-            response = self._stub.List(self._request(), timeout=self.timeout)
+            response = self._list(self._request(), timeout=self.timeout)
         except self._grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             name = code.name if code is not None else "error"

@@ -40,7 +40,6 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from urllib.parse import urlsplit
 
 import psutil
@@ -50,6 +49,7 @@ from prometheus_client.samples import Sample
 
 from inferwatch.agent.collectors.attribution import gpu_env
 from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.config import WorkerSpec
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS, LaunchInfo, parse_launch
 
 log = logging.getLogger(__name__)
@@ -63,25 +63,6 @@ _MAX_DEPTH = 64
 
 INFO_LABELS = ("worker", "engine", "model", "pid", "version", *WORKER_INFO_FLAGS)
 SERIES_LABELS = ("worker", "engine", "model")
-
-
-class WorkerLike(Protocol):
-    """What the process source needs of a worker's configuration (``config.WorkerSpec``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def engine(self) -> str: ...
-
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def cmd_match(self) -> str | None: ...
 
 
 EngineFacts = Callable[[str], Mapping[str, str]]
@@ -259,7 +240,7 @@ class ProcessSource(Source):
 
     def __init__(
         self,
-        workers: Sequence[WorkerLike],
+        workers: Sequence[WorkerSpec],
         *,
         interval: float = 5.0,
         engine_facts: EngineFacts = _no_facts,
@@ -277,9 +258,9 @@ class ProcessSource(Source):
         self._locality: dict[str, tuple[float, bool]] = {}
         self._self_pid = os.getpid()
         self._lock = asyncio.Lock()
-        self._pending: tuple[WorkerLike, ...] | None = None
+        self._pending: tuple[WorkerSpec, ...] | None = None
 
-    def set_workers(self, workers: Sequence[WorkerLike]) -> None:
+    def set_workers(self, workers: Sequence[WorkerSpec]) -> None:
         """Replace the worker list (Kubernetes discovery); applied at the next pass. A
         worker that is gone leaves the snapshot at once; one whose pid changed (a
         restarted container) is looked for again."""
@@ -367,7 +348,7 @@ class ProcessSource(Source):
 
     def _watch(
         self,
-        spec: WorkerLike,
+        spec: WorkerSpec,
         table: _Table,
         get_listeners: Callable[[], Listeners],
         problems: list[_Problem],
@@ -448,7 +429,7 @@ class ProcessSource(Source):
 
     def _find(
         self,
-        spec: WorkerLike,
+        spec: WorkerSpec,
         table: _Table,
         get_listeners: Callable[[], Listeners],
         problems: list[_Problem],

@@ -57,10 +57,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from inferwatch import validate
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.config import AgentConfig, WorkerSpec, local_url
 from inferwatch.agent.httpio import Client, HttpError
 from inferwatch.engines import lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
+from inferwatch.engines.stream import data_payloads
 from inferwatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -371,10 +372,8 @@ class RestartWatch:
 # --------------------------------------------------------------------------- the gate
 
 
-class _Failure(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class _Failure(ReasonError):
+    """A warm-up attempt failed."""
 
 
 @dataclass
@@ -642,13 +641,7 @@ class WarmupGate(Source):
                 if resp.status != 200:
                     text = (await resp.read(64 << 10)).decode("utf-8", "replace")[:200].strip()
                     raise _Failure("http_status", f"{url} answered HTTP {resp.status}: {text}")
-                async for raw in resp.lines():
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
+                async for data in data_payloads(resp.lines()):
                     if first is None:
                         try:
                             chunk = json.loads(data)

@@ -1,1 +1,1 @@
-"""Generated gRPC modules of the kubelet pod-resources API (api.proto beside this file)."""
+"""The generated messages of the kubelet pod-resources API (api.proto beside this file)."""

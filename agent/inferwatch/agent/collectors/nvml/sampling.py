@@ -86,22 +86,33 @@ class Sampler:
         self.devices.discover_mig(gpu)
 
     def _ecc(self, gpu: Device) -> dict[str, float]:
-        ecc: dict[str, float] = {}
-        for label, error_type in (
-            ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-        ):
-            count = self.calls.call(
-                gpu,
-                f"ecc_{label}",
-                "nvmlDeviceGetTotalEccErrors",
-                gpu.handle,
-                error_type,
-                pynvml.NVML_VOLATILE_ECC,
-            )
-            if count is not SKIP:
-                ecc[label] = float(count)
-        return ecc
+        volatile = pynvml.NVML_VOLATILE_ECC
+        return self._by_label(
+            gpu,
+            "ecc",
+            "nvmlDeviceGetTotalEccErrors",
+            (
+                ("corrected", (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile)),
+                ("uncorrected", (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, volatile)),
+            ),
+        )
+
+    def _by_label(
+        self,
+        gpu: Device,
+        key: str,
+        function: str,
+        variants: tuple[tuple[str, tuple[Any, ...]], ...],
+        scale: float = 1.0,
+    ) -> dict[str, float]:
+        """One call of ``function`` per (label, arguments after the handle); what each
+        answered, times ``scale``, by label (a call that is skipped: no entry)."""
+        out: dict[str, float] = {}
+        for label, args in variants:
+            value = self.calls.call(gpu, f"{key}_{label}", function, gpu.handle, *args)
+            if value is not SKIP:
+                out[label] = float(value) * scale
+        return out
 
     # ------------------------------------------------------------------ every pass
 
@@ -216,17 +227,13 @@ class Sampler:
     # ------------------------------------------------------------------ activity cadence
 
     def _pcie(self, gpu: Device) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for direction, counter in (
-            ("tx", pynvml.NVML_PCIE_UTIL_TX_BYTES),
-            ("rx", pynvml.NVML_PCIE_UTIL_RX_BYTES),
-        ):
-            kb = self.calls.call(
-                gpu, f"pcie_{direction}", "nvmlDeviceGetPcieThroughput", gpu.handle, counter
-            )
-            if kb is not SKIP:
-                out[direction] = kb * _PCIE_KB
-        return out
+        return self._by_label(
+            gpu,
+            "pcie",
+            "nvmlDeviceGetPcieThroughput",
+            (("tx", (pynvml.NVML_PCIE_UTIL_TX_BYTES,)), ("rx", (pynvml.NVML_PCIE_UTIL_RX_BYTES,))),
+            scale=_PCIE_KB,
+        )
 
     def _gpm(self, dev: Device, function: str, *args: Any) -> dict[str, float]:
         current = dev.gpm_samples[dev.gpm_next]

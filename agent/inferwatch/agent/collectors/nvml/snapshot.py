@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -141,25 +140,7 @@ class NvmlSnapshot:
     xid: tuple[tuple[str, str, str, int, float], ...] = ()
 
 
-class Described(Protocol):
-    """A GPU or MIG device as ``inferwatch_gpu_info`` describes it (NVML's or DCGM's)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def pci_bus_id(self) -> str: ...
-
-    @property
-    def driver_version(self) -> str: ...
-
-    @property
-    def mig_mode(self) -> str: ...
-
-    def labels(self) -> dict[str, str]: ...
-
-
-def info_labels(dev: Described) -> dict[str, str]:
+def info_labels(dev: DeviceLike) -> dict[str, str]:
     """The labels of ``inferwatch_gpu_info``: the device's own, then its description."""
     return {
         **dev.labels(),
