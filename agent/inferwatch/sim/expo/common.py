@@ -86,8 +86,12 @@ class WithoutCreated:
 class PerRequest:
     """Histograms that each observe one number of every finished request."""
 
-    def __init__(self, observed: Iterable[tuple[RequestField, Histogram]]) -> None:
-        self._observed = tuple(observed)
+    def __init__(self, observed: Iterable[tuple[RequestField, Histogram]] = ()) -> None:
+        self._observed = list(observed)
+
+    def add(self, field: RequestField, histogram: Histogram) -> Histogram:
+        self._observed.append((field, histogram))
+        return histogram
 
     @property
     def histograms(self) -> tuple[Histogram, ...]:
