@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+if TYPE_CHECKING:  # only for the checker: Unpack is in typing from Python 3.11
+    from typing_extensions import Unpack
 
 Kind = Literal["gauge", "counter", "histogram"]
 Combine = Literal["sum", "avg", "max"]
@@ -61,6 +64,47 @@ class Signal:
     fallback: bool = False
 
 
+class SignalOptions(TypedDict, total=False):
+    """The optional fields of a :class:`Signal`, for :func:`gauge`, :func:`counter` and
+    :func:`histogram` (see the fields for what each means)."""
+
+    combine: Combine
+    labels: Mapping[str, str]
+    scale: float
+    select: Mapping[str, str | tuple[str, ...]]
+    duplicates: tuple[str, ...]
+    export: bool
+    values: Mapping[str, Mapping[str, str]]
+    const: Mapping[str, str]
+    part: Part
+    fallback: bool
+
+
+#: how per-rank copies of a contract gauge combine where they do not add up: a share
+#: of each rank's own pool averages, a capacity every rank states takes the max
+GAUGE_COMBINE: Mapping[str, Combine] = {
+    "inferwatch_kv_cache_usage_ratio": "avg",
+    "inferwatch_max_num_seqs": "max",
+    "inferwatch_lora_max_adapters": "max",
+}
+
+
+def gauge(target: str, *sources: str, **options: Unpack[SignalOptions]) -> Signal:
+    """A gauge signal from ``sources`` (current name first), combined as GAUGE_COMBINE says."""
+    options.setdefault("combine", GAUGE_COMBINE.get(target, "sum"))
+    return Signal(target, "gauge", sources, **options)
+
+
+def counter(target: str, *sources: str, **options: Unpack[SignalOptions]) -> Signal:
+    """A counter signal from ``sources`` (names without ``_total``, current name first)."""
+    return Signal(target, "counter", sources, **options)
+
+
+def histogram(target: str, *sources: str, **options: Unpack[SignalOptions]) -> Signal:
+    """A histogram signal from ``sources`` (current name first)."""
+    return Signal(target, "histogram", sources, **options)
+
+
 @dataclass(frozen=True)
 class Ratio:
     """A contract gauge computed as increase(numerator) / increase(denominator) over the window.
@@ -77,6 +121,17 @@ class Ratio:
     #: a numerator family that is declared but has no series yet counts as 0 (engines
     #: that create a labelled counter's series on its first increment)
     zero_numerator: bool = False
+
+
+def prefix_cache_hit_ratio(denominator: str, *, zero_numerator: bool = False) -> Ratio:
+    """``inferwatch_prefix_cache_hit_ratio``: the mapped ``inferwatch_prefix_cache_hits``
+    over ``denominator`` (the cache's queries, or the prompt tokens they are part of)."""
+    return Ratio(
+        "inferwatch_prefix_cache_hit_ratio",
+        "inferwatch_prefix_cache_hits",
+        denominator,
+        zero_numerator=zero_numerator,
+    )
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,13 @@ SGLANG = EngineFlags(
     ),
 )
 
+
+def _clap(names: tuple[str, ...], key: str, kind: Kind = "str") -> Flag:
+    """A TGI launcher option and its variable: clap's ``#[clap(long, env)]`` names the
+    variable after the field, upper case (``--max-batch-size``: ``MAX_BATCH_SIZE``)."""
+    return Flag(names, key, kind, env=(names[0].removeprefix("--").replace("-", "_").upper(),))
+
+
 # TGI. Option names: huggingface/text-generation-inference launcher/src/main.rs
 # @ 009c4e0b945b2c111368afdc2c9813c32db0a9b7 (clap `#[clap(long, env)]`: the option is
 # the field name in kebab case, the environment variable the field name in upper case;
@@ -197,38 +204,18 @@ SGLANG = EngineFlags(
 TGI = EngineFlags(
     "tgi",
     (
-        Flag(("--model-id",), "model", env=("MODEL_ID",)),
-        Flag(("--port", "-p"), "port", "int", env=("PORT",)),
+        _clap(("--model-id",), "model"),
+        _clap(("--port", "-p"), "port", "int"),
         Flag(("--hostname",), "host"),
-        Flag(
-            ("--max-concurrent-requests",),
-            "max_num_seqs",
-            "int",
-            env=("MAX_CONCURRENT_REQUESTS",),
-        ),
-        Flag(("--max-total-tokens",), "max_model_len", "int", env=("MAX_TOTAL_TOKENS",)),
-        Flag(
-            ("--cuda-memory-fraction",),
-            "gpu_memory_utilization",
-            "float",
-            env=("CUDA_MEMORY_FRACTION",),
-        ),
-        Flag(("--num-shard",), "tensor_parallel_size", "int", env=("NUM_SHARD",)),
-        Flag(("--max-input-tokens",), "max_input_tokens", "int", env=("MAX_INPUT_TOKENS",)),
-        Flag(("--max-input-length",), "max_input_length", "int", env=("MAX_INPUT_LENGTH",)),
-        Flag(
-            ("--max-batch-prefill-tokens",),
-            "max_batch_prefill_tokens",
-            "int",
-            env=("MAX_BATCH_PREFILL_TOKENS",),
-        ),
-        Flag(
-            ("--max-batch-total-tokens",),
-            "max_batch_total_tokens",
-            "int",
-            env=("MAX_BATCH_TOTAL_TOKENS",),
-        ),
-        Flag(("--max-batch-size",), "max_batch_size", "int", env=("MAX_BATCH_SIZE",)),
+        _clap(("--max-concurrent-requests",), "max_num_seqs", "int"),
+        _clap(("--max-total-tokens",), "max_model_len", "int"),
+        _clap(("--cuda-memory-fraction",), "gpu_memory_utilization", "float"),
+        _clap(("--num-shard",), "tensor_parallel_size", "int"),
+        _clap(("--max-input-tokens",), "max_input_tokens", "int"),
+        _clap(("--max-input-length",), "max_input_length", "int"),
+        _clap(("--max-batch-prefill-tokens",), "max_batch_prefill_tokens", "int"),
+        _clap(("--max-batch-total-tokens",), "max_batch_total_tokens", "int"),
+        _clap(("--max-batch-size",), "max_batch_size", "int"),
     ),
     env_only=MappingProxyType({"PREFIX_CACHING": "prefix_caching"}),
 )

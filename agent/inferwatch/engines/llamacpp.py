@@ -39,7 +39,7 @@ distributions, queue, prefill or decode time, no LoRA series.
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, Signal
+from inferwatch.engines.base import EngineMap, Ratio, counter, gauge, prefix_cache_hit_ratio
 
 LLAMACPP = EngineMap(
     name="llamacpp",
@@ -48,31 +48,17 @@ LLAMACPP = EngineMap(
     # get_metrics answers ERROR_TYPE_NOT_SUPPORTED (HTTP 501) unless metrics are on
     status_hints={501: "llama-server without --metrics (or LLAMA_ARG_ENDPOINT_METRICS=1)"},
     signals=(
-        Signal("inferwatch_queue_depth", "gauge", ("llamacpp:requests_deferred",)),
-        Signal("inferwatch_requests_running", "gauge", ("llamacpp:requests_processing",)),
+        gauge("inferwatch_queue_depth", "llamacpp:requests_deferred"),
+        gauge("inferwatch_requests_running", "llamacpp:requests_processing"),
         # evaluated + cached: two signals of one target add up
-        Signal("inferwatch_prompt_tokens", "counter", ("llamacpp:prompt_tokens",)),
-        Signal("inferwatch_prompt_tokens", "counter", ("llamacpp:prompt_tokens_cached",)),
-        Signal(
-            "inferwatch_prefix_cache_hits",
-            "counter",
-            ("llamacpp:prompt_tokens_cached",),
-            export=False,
-        ),
-        Signal("inferwatch_generation_tokens", "counter", ("llamacpp:tokens_predicted",)),
-        Signal(
-            "inferwatch_generation_seconds",
-            "counter",
-            ("llamacpp:tokens_predicted_seconds",),
-            export=False,
-        ),
+        counter("inferwatch_prompt_tokens", "llamacpp:prompt_tokens"),
+        counter("inferwatch_prompt_tokens", "llamacpp:prompt_tokens_cached"),
+        counter("inferwatch_prefix_cache_hits", "llamacpp:prompt_tokens_cached", export=False),
+        counter("inferwatch_generation_tokens", "llamacpp:tokens_predicted"),
+        counter("inferwatch_generation_seconds", "llamacpp:tokens_predicted_seconds", export=False),
     ),
     ratios=(
-        Ratio(
-            "inferwatch_prefix_cache_hit_ratio",
-            "inferwatch_prefix_cache_hits",
-            "inferwatch_prompt_tokens",
-        ),
+        prefix_cache_hit_ratio("inferwatch_prompt_tokens"),
         Ratio(
             "inferwatch_tpot_mean_seconds",
             "inferwatch_generation_seconds",

@@ -35,7 +35,13 @@ not documented as a queue-limit refusal; it is counted as an error).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, Signal
+from inferwatch.engines.base import (
+    EngineMap,
+    counter,
+    gauge,
+    histogram,
+    prefix_cache_hit_ratio,
+)
 
 #: ResponseType members -> contract finish reasons
 _REASONS = {
@@ -58,75 +64,43 @@ LMDEPLOY = EngineMap(
     name="lmdeploy",
     prefixes=("lmdeploy:",),
     signals=(
-        Signal("inferwatch_queue_depth", "gauge", ("lmdeploy:num_requests_waiting",)),
-        Signal("inferwatch_requests_running", "gauge", ("lmdeploy:num_requests_running",)),
-        Signal(
-            "inferwatch_kv_cache_usage_ratio",
-            "gauge",
-            ("lmdeploy:gpu_cache_usage_perc",),
-            combine="avg",
-        ),
-        Signal("inferwatch_prompt_tokens", "counter", ("lmdeploy:prompt_tokens",)),
-        Signal("inferwatch_generation_tokens", "counter", ("lmdeploy:generation_tokens",)),
-        Signal(
+        gauge("inferwatch_queue_depth", "lmdeploy:num_requests_waiting"),
+        gauge("inferwatch_requests_running", "lmdeploy:num_requests_running"),
+        gauge("inferwatch_kv_cache_usage_ratio", "lmdeploy:gpu_cache_usage_perc"),
+        counter("inferwatch_prompt_tokens", "lmdeploy:prompt_tokens"),
+        counter("inferwatch_generation_tokens", "lmdeploy:generation_tokens"),
+        counter(
             "inferwatch_requests_finished",
-            "counter",
-            ("lmdeploy:request_success",),
+            "lmdeploy:request_success",
             labels={"finished_reason": "reason"},
             values={"finished_reason": _REASONS},
         ),
-        Signal(
+        counter(
             "inferwatch_request_prompt_tokens",
-            "counter",
-            ("lmdeploy:request_prompt_tokens",),
+            "lmdeploy:request_prompt_tokens",
             part="sum",
             export=False,
         ),
-        Signal(
+        counter(
             "inferwatch_prefix_cache_hits",
-            "counter",
-            ("lmdeploy:request_cached_tokens",),
+            "lmdeploy:request_cached_tokens",
             part="sum",
             export=False,
         ),
-        Signal("inferwatch_ttft_seconds", "histogram", ("lmdeploy:time_to_first_token_seconds",)),
-        Signal(
+        histogram("inferwatch_ttft_seconds", "lmdeploy:time_to_first_token_seconds"),
+        histogram(
             "inferwatch_tpot_seconds",
-            "histogram",
-            ("lmdeploy:iter_token_latency", "lmdeploy:time_per_output_token_seconds"),
+            "lmdeploy:iter_token_latency",
+            "lmdeploy:time_per_output_token_seconds",
         ),
-        Signal(
-            "inferwatch_e2e_latency_seconds",
-            "histogram",
-            ("lmdeploy:e2e_request_latency_seconds",),
-        ),
-        Signal(
-            "inferwatch_queue_time_seconds",
-            "histogram",
-            ("lmdeploy:request_queue_time_seconds",),
-        ),
-        Signal(
-            "inferwatch_prefill_time_seconds",
-            "histogram",
-            ("lmdeploy:request_prefill_time_seconds",),
-        ),
-        Signal(
-            "inferwatch_decode_time_seconds", "histogram", ("lmdeploy:request_decode_time_seconds",)
-        ),
-        Signal("inferwatch_prompt_length_tokens", "histogram", ("lmdeploy:request_prompt_tokens",)),
-        Signal(
-            "inferwatch_generation_length_tokens",
-            "histogram",
-            ("lmdeploy:request_generation_tokens",),
-        ),
+        histogram("inferwatch_e2e_latency_seconds", "lmdeploy:e2e_request_latency_seconds"),
+        histogram("inferwatch_queue_time_seconds", "lmdeploy:request_queue_time_seconds"),
+        histogram("inferwatch_prefill_time_seconds", "lmdeploy:request_prefill_time_seconds"),
+        histogram("inferwatch_decode_time_seconds", "lmdeploy:request_decode_time_seconds"),
+        histogram("inferwatch_prompt_length_tokens", "lmdeploy:request_prompt_tokens"),
+        histogram("inferwatch_generation_length_tokens", "lmdeploy:request_generation_tokens"),
     ),
-    ratios=(
-        Ratio(
-            "inferwatch_prefix_cache_hit_ratio",
-            "inferwatch_prefix_cache_hits",
-            "inferwatch_request_prompt_tokens",
-        ),
-    ),
+    ratios=(prefix_cache_hit_ratio("inferwatch_request_prompt_tokens"),),
 )
 
 # Histogram bucket bounds of the engine's own /metrics (the simulator writes them,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
@@ -418,26 +418,41 @@ def _wanted_sample(name: str, family: object, signal: Signal) -> bool:
     return name.endswith("_total") or family.type == "unknown"  # type: ignore[attr-defined]
 
 
-def _map_scalar(family: object, signal: Signal, model_label: str | None) -> dict[LabelKey, float]:
-    counter = signal.kind == "counter"
-    ratio = not counter and signal.target.endswith("_ratio")
-    grouped: dict[LabelKey, dict[LabelKey, list[float]]] = {}
+def _readings(
+    family: object, signal: Signal, model_label: str | None
+) -> Iterator[tuple[str, float, Mapping[str, str], LabelKey, LabelKey]]:
+    """(sample name, value, labels, contract series, rank) of each sample that carries
+    the signal's value and passes its selector.
+
+    Every contract family fed by an engine is a count, a share or a histogram: a
+    non-finite or negative value is a broken engine, not a reading.
+    """
     for sample in family.samples:  # type: ignore[attr-defined]
         name = sample.name
         if not _wanted_sample(name, family, signal):
             continue
         value = float(sample.value)
-        # Every contract gauge fed by an engine is a count or a share: a non-finite or
-        # negative value, or a ratio above 1, is a broken engine, not a reading.
         if not math.isfinite(value) or value < 0:
-            continue
-        if ratio and value * signal.scale > 1.0:
             continue
         labels = sample.labels
         if not _selected(labels, signal):
             continue
-        key = _key(labels, signal, model_label)
-        rank = _rank(labels, signal, model_label)
+        yield (
+            name,
+            value,
+            labels,
+            _key(labels, signal, model_label),
+            _rank(labels, signal, model_label),
+        )
+
+
+def _map_scalar(family: object, signal: Signal, model_label: str | None) -> dict[LabelKey, float]:
+    counter = signal.kind == "counter"
+    ratio = not counter and signal.target.endswith("_ratio")
+    grouped: dict[LabelKey, dict[LabelKey, list[float]]] = {}
+    for _name, value, _labels, key, rank in _readings(family, signal, model_label):
+        if ratio and value * signal.scale > 1.0:
+            continue  # a share above 1 is no reading either
         grouped.setdefault(key, {}).setdefault(rank, []).append(value * signal.scale)
     return _reduce(grouped, "sum" if counter else signal.combine)
 
@@ -447,16 +462,7 @@ def _map_histogram(
 ) -> dict[LabelKey, Histogram]:
     buckets: dict[LabelKey, dict[float, dict[LabelKey, list[float]]]] = {}
     sums: dict[LabelKey, dict[LabelKey, list[float]]] = {}
-    for sample in family.samples:  # type: ignore[attr-defined]
-        name = sample.name
-        value = float(sample.value)
-        if not math.isfinite(value) or value < 0:
-            continue
-        labels = sample.labels
-        if not _selected(labels, signal):
-            continue
-        key = _key(labels, signal, model_label)
-        rank = _rank(labels, signal, model_label)
+    for name, value, labels, key, rank in _readings(family, signal, model_label):
         if name.endswith("_bucket"):
             try:
                 bound = float(labels["le"])

@@ -31,7 +31,7 @@ series (none in the page's table or the capture).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Signal
+from inferwatch.engines.base import EngineMap, counter, gauge, histogram
 
 NIM = EngineMap(
     name="nim",
@@ -48,31 +48,21 @@ NIM = EngineMap(
         "e2e_request_latency_seconds",
     ),
     signals=(
-        Signal("inferwatch_queue_depth", "gauge", ("num_requests_waiting",)),
-        Signal("inferwatch_requests_running", "gauge", ("num_requests_running",)),
-        Signal("inferwatch_max_num_seqs", "gauge", ("num_request_max",), combine="max"),
-        Signal(
-            "inferwatch_kv_cache_usage_ratio", "gauge", ("gpu_cache_usage_perc",), combine="avg"
+        gauge("inferwatch_queue_depth", "num_requests_waiting"),
+        gauge("inferwatch_requests_running", "num_requests_running"),
+        gauge("inferwatch_max_num_seqs", "num_request_max"),
+        gauge("inferwatch_kv_cache_usage_ratio", "gpu_cache_usage_perc"),
+        counter("inferwatch_prompt_tokens", "prompt_tokens"),
+        counter("inferwatch_generation_tokens", "generation_tokens"),
+        counter(
+            "inferwatch_requests_finished", "request_finish", labels={"finished_reason": "reason"}
         ),
-        Signal("inferwatch_prompt_tokens", "counter", ("prompt_tokens",)),
-        Signal("inferwatch_generation_tokens", "counter", ("generation_tokens",)),
-        Signal(
-            "inferwatch_requests_finished",
-            "counter",
-            ("request_finish",),
-            labels={"finished_reason": "reason"},
-        ),
-        Signal(
-            "inferwatch_requests_finished",
-            "counter",
-            ("request_failure",),
-            const={"reason": "error"},
-        ),
-        Signal("inferwatch_ttft_seconds", "histogram", ("time_to_first_token_seconds",)),
-        Signal("inferwatch_tpot_seconds", "histogram", ("time_per_output_token_seconds",)),
-        Signal("inferwatch_e2e_latency_seconds", "histogram", ("e2e_request_latency_seconds",)),
-        Signal("inferwatch_prompt_length_tokens", "histogram", ("request_prompt_tokens",)),
-        Signal("inferwatch_generation_length_tokens", "histogram", ("request_generation_tokens",)),
+        counter("inferwatch_requests_finished", "request_failure", const={"reason": "error"}),
+        histogram("inferwatch_ttft_seconds", "time_to_first_token_seconds"),
+        histogram("inferwatch_tpot_seconds", "time_per_output_token_seconds"),
+        histogram("inferwatch_e2e_latency_seconds", "e2e_request_latency_seconds"),
+        histogram("inferwatch_prompt_length_tokens", "request_prompt_tokens"),
+        histogram("inferwatch_generation_length_tokens", "request_generation_tokens"),
     ),
 )
 

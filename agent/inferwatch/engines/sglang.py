@@ -48,7 +48,13 @@ is empty here.
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, Signal
+from inferwatch.engines.base import (
+    EngineMap,
+    counter,
+    gauge,
+    histogram,
+    prefix_cache_hit_ratio,
+)
 
 #: copies of one series reported by every tensor/pipeline/expert-parallel rank
 _RANK_COPIES = ("pid", "tp_rank", "pp_rank", "moe_ep_rank")
@@ -57,76 +63,35 @@ SGLANG = EngineMap(
     name="sglang",
     prefixes=("sglang:",),
     signals=(
-        Signal(
-            "inferwatch_queue_depth", "gauge", ("sglang:num_queue_reqs",), duplicates=_RANK_COPIES
-        ),
-        Signal(
-            "inferwatch_requests_running",
-            "gauge",
-            ("sglang:num_running_reqs",),
-            duplicates=_RANK_COPIES,
-        ),
-        Signal(
-            "inferwatch_kv_cache_usage_ratio",
-            "gauge",
-            ("sglang:token_usage",),
-            combine="avg",
-            duplicates=_RANK_COPIES,
-        ),
-        Signal(
-            "inferwatch_preemptions",
-            "counter",
-            ("sglang:num_retracted_requests",),
-            duplicates=_RANK_COPIES,
-        ),
-        Signal("inferwatch_prompt_tokens", "counter", ("sglang:prompt_tokens",)),
-        Signal("inferwatch_generation_tokens", "counter", ("sglang:generation_tokens",)),
-        Signal(
-            "inferwatch_requests_finished",
-            "counter",
-            ("sglang:num_requests",),
-            const={"reason": "unknown"},
-        ),
-        Signal("inferwatch_prefix_cache_hits", "counter", ("sglang:cached_tokens",), export=False),
-        Signal("inferwatch_ttft_seconds", "histogram", ("sglang:time_to_first_token_seconds",)),
-        Signal(
+        gauge("inferwatch_queue_depth", "sglang:num_queue_reqs", duplicates=_RANK_COPIES),
+        gauge("inferwatch_requests_running", "sglang:num_running_reqs", duplicates=_RANK_COPIES),
+        gauge("inferwatch_kv_cache_usage_ratio", "sglang:token_usage", duplicates=_RANK_COPIES),
+        counter("inferwatch_preemptions", "sglang:num_retracted_requests", duplicates=_RANK_COPIES),
+        counter("inferwatch_prompt_tokens", "sglang:prompt_tokens"),
+        counter("inferwatch_generation_tokens", "sglang:generation_tokens"),
+        counter("inferwatch_requests_finished", "sglang:num_requests", const={"reason": "unknown"}),
+        counter("inferwatch_prefix_cache_hits", "sglang:cached_tokens", export=False),
+        histogram("inferwatch_ttft_seconds", "sglang:time_to_first_token_seconds"),
+        histogram(
             "inferwatch_tpot_seconds",
-            "histogram",
-            ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+            "sglang:inter_token_latency_seconds",
+            "sglang:time_per_output_token_seconds",
         ),
-        Signal(
-            "inferwatch_e2e_latency_seconds", "histogram", ("sglang:e2e_request_latency_seconds",)
-        ),
-        Signal(
-            "inferwatch_queue_time_seconds",
-            "histogram",
-            ("sglang:queue_time_seconds",),
-            duplicates=_RANK_COPIES,
+        histogram("inferwatch_e2e_latency_seconds", "sglang:e2e_request_latency_seconds"),
+        histogram(
+            "inferwatch_queue_time_seconds", "sglang:queue_time_seconds", duplicates=_RANK_COPIES
         ),
         # SchedulerMetricsCollector with --enable-lora: the adapters one batch can hold
-        Signal(
-            "inferwatch_lora_max_adapters",
-            "gauge",
-            ("sglang:lora_pool_slots_total",),
-            combine="max",
-            duplicates=_RANK_COPIES,
+        gauge(
+            "inferwatch_lora_max_adapters", "sglang:lora_pool_slots_total", duplicates=_RANK_COPIES
         ),
         # issue 23 item 3 (TokenizerMetricsCollector, --collect-tokens-histogram)
-        Signal("inferwatch_prompt_length_tokens", "histogram", ("sglang:prompt_tokens_histogram",)),
-        Signal(
-            "inferwatch_generation_length_tokens",
-            "histogram",
-            ("sglang:generation_tokens_histogram",),
-        ),
+        histogram("inferwatch_prompt_length_tokens", "sglang:prompt_tokens_histogram"),
+        histogram("inferwatch_generation_length_tokens", "sglang:generation_tokens_histogram"),
     ),
     ratios=(
         # cached prompt tokens / prompt tokens, both counted per finished request
-        Ratio(
-            "inferwatch_prefix_cache_hit_ratio",
-            "inferwatch_prefix_cache_hits",
-            "inferwatch_prompt_tokens",
-            zero_numerator=True,
-        ),
+        prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),
     ),
 )
 

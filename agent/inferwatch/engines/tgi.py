@@ -32,53 +32,33 @@ whole), per-adapter LoRA series.
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Signal
+from inferwatch.engines.base import EngineMap, counter, gauge, histogram
 
 TGI = EngineMap(
     name="tgi",
     prefixes=("tgi_",),
     model_label=None,
     signals=(
-        Signal("inferwatch_queue_depth", "gauge", ("tgi_queue_size",)),
-        Signal("inferwatch_requests_running", "gauge", ("tgi_batch_current_size",)),
-        Signal("inferwatch_prompt_tokens", "counter", ("tgi_request_input_length",), part="sum"),
-        Signal(
-            "inferwatch_generation_tokens",
-            "counter",
-            ("tgi_request_generated_tokens",),
-            part="sum",
-        ),
-        Signal(
+        gauge("inferwatch_queue_depth", "tgi_queue_size"),
+        gauge("inferwatch_requests_running", "tgi_batch_current_size"),
+        counter("inferwatch_prompt_tokens", "tgi_request_input_length", part="sum"),
+        counter("inferwatch_generation_tokens", "tgi_request_generated_tokens", part="sum"),
+        counter("inferwatch_requests_finished", "tgi_request_success", const={"reason": "success"}),
+        counter(
             "inferwatch_requests_finished",
-            "counter",
-            ("tgi_request_success",),
-            const={"reason": "success"},
-        ),
-        Signal(
-            "inferwatch_requests_finished",
-            "counter",
-            ("tgi_request_failure",),
+            "tgi_request_failure",
             select={"err": ("generation", "dropped", "incomplete")},
             const={"reason": "error"},
         ),
-        Signal(
-            "inferwatch_requests_rejected",
-            "counter",
-            ("tgi_request_failure",),
-            select={"err": "overloaded"},
+        counter(
+            "inferwatch_requests_rejected", "tgi_request_failure", select={"err": "overloaded"}
         ),
-        Signal(
-            "inferwatch_tpot_seconds", "histogram", ("tgi_request_mean_time_per_token_duration",)
-        ),
-        Signal("inferwatch_e2e_latency_seconds", "histogram", ("tgi_request_duration",)),
-        Signal("inferwatch_queue_time_seconds", "histogram", ("tgi_request_queue_duration",)),
+        histogram("inferwatch_tpot_seconds", "tgi_request_mean_time_per_token_duration"),
+        histogram("inferwatch_e2e_latency_seconds", "tgi_request_duration"),
+        histogram("inferwatch_queue_time_seconds", "tgi_request_queue_duration"),
         # the same token histograms as distributions (issue 23 item 3)
-        Signal("inferwatch_prompt_length_tokens", "histogram", ("tgi_request_input_length",)),
-        Signal(
-            "inferwatch_generation_length_tokens",
-            "histogram",
-            ("tgi_request_generated_tokens",),
-        ),
+        histogram("inferwatch_prompt_length_tokens", "tgi_request_input_length"),
+        histogram("inferwatch_generation_length_tokens", "tgi_request_generated_tokens"),
     ),
 )
 

@@ -51,7 +51,7 @@ executor's queued requests was read from the label name and README, not from
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, Signal
+from inferwatch.engines.base import EngineMap, Ratio, counter, gauge, histogram
 
 _TRT_REQUESTS = "nv_trt_llm_request_metrics"
 
@@ -61,90 +61,53 @@ TRITON = EngineMap(
     model_label="model",
     metrics_port=8002,
     signals=(
-        Signal(
-            "inferwatch_queue_depth",
-            "gauge",
-            (_TRT_REQUESTS,),
-            select={"request_type": "waiting"},
-        ),
-        Signal(
-            "inferwatch_queue_depth",
-            "gauge",
-            ("nv_inference_pending_request_count",),
-            fallback=True,
-        ),
-        Signal(
-            "inferwatch_requests_running",
-            "gauge",
-            (_TRT_REQUESTS,),
-            select={"request_type": "active"},
-        ),
-        Signal(
-            "inferwatch_max_num_seqs",
-            "gauge",
-            (_TRT_REQUESTS,),
-            select={"request_type": "max"},
-            combine="max",
-        ),
-        Signal(
+        gauge("inferwatch_queue_depth", _TRT_REQUESTS, select={"request_type": "waiting"}),
+        gauge("inferwatch_queue_depth", "nv_inference_pending_request_count", fallback=True),
+        gauge("inferwatch_requests_running", _TRT_REQUESTS, select={"request_type": "active"}),
+        gauge("inferwatch_max_num_seqs", _TRT_REQUESTS, select={"request_type": "max"}),
+        gauge(
             "inferwatch_kv_cache_usage_ratio",
-            "gauge",
-            ("nv_trt_llm_kv_cache_block_metrics",),
+            "nv_trt_llm_kv_cache_block_metrics",
             select={"kv_cache_block_type": "fraction"},
-            combine="avg",
         ),
-        Signal(
+        counter(
             "inferwatch_prompt_tokens",
-            "counter",
-            ("nv_llm_input_token_len",),
+            "nv_llm_input_token_len",
             select={"response_metric_type": "total_input_tokens"},
             part="sum",
         ),
-        Signal(
+        counter(
             "inferwatch_generation_tokens",
-            "counter",
-            ("nv_llm_output_token_len",),
+            "nv_llm_output_token_len",
             select={"response_metric_type": "total_output_tokens"},
             part="sum",
         ),
-        Signal(
+        counter(
             "inferwatch_requests_finished",
-            "counter",
-            ("nv_inference_request_success",),
+            "nv_inference_request_success",
             const={"reason": "success"},
         ),
-        Signal(
+        counter(
             "inferwatch_requests_finished",
-            "counter",
-            ("nv_inference_request_failure",),
+            "nv_inference_request_failure",
             select={"reason": ("CANCELED", "BACKEND", "OTHER")},
             labels={"reason": "reason"},
             values={"reason": {"CANCELED": "abort", "BACKEND": "error", "OTHER": "error"}},
         ),
-        Signal(
+        counter(
             "inferwatch_requests_rejected",
-            "counter",
-            ("nv_inference_request_failure",),
+            "nv_inference_request_failure",
             select={"reason": "REJECTED"},
         ),
-        Signal(
+        counter(
             "inferwatch_request_seconds",
-            "counter",
-            ("nv_inference_request_duration_us",),
+            "nv_inference_request_duration_us",
             scale=1e-6,
             export=False,
         ),
-        Signal(
-            "inferwatch_requests_succeeded",
-            "counter",
-            ("nv_inference_request_success",),
-            export=False,
-        ),
-        Signal(
-            "inferwatch_ttft_seconds",
-            "histogram",
-            ("nv_inference_first_response_histogram_ms",),
-            scale=1e-3,
+        counter("inferwatch_requests_succeeded", "nv_inference_request_success", export=False),
+        histogram(
+            "inferwatch_ttft_seconds", "nv_inference_first_response_histogram_ms", scale=1e-3
         ),
     ),
     ratios=(

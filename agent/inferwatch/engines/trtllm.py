@@ -37,64 +37,43 @@ counts HTTP errors by code, not queue-limit rejections; not mapped).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, Signal
+from inferwatch.engines.base import (
+    EngineMap,
+    counter,
+    gauge,
+    histogram,
+    prefix_cache_hit_ratio,
+)
 
 TRTLLM = EngineMap(
     name="trtllm",
     prefixes=("trtllm_",),
     metrics_path="/prometheus/metrics",
     signals=(
-        Signal("inferwatch_queue_depth", "gauge", ("trtllm_num_requests_waiting",)),
-        Signal("inferwatch_requests_running", "gauge", ("trtllm_num_requests_running",)),
-        Signal(
-            "inferwatch_kv_cache_usage_ratio",
-            "gauge",
-            ("trtllm_kv_cache_utilization",),
-            combine="avg",
-        ),
-        Signal(
+        gauge("inferwatch_queue_depth", "trtllm_num_requests_waiting"),
+        gauge("inferwatch_requests_running", "trtllm_num_requests_running"),
+        gauge("inferwatch_kv_cache_usage_ratio", "trtllm_kv_cache_utilization"),
+        gauge(
             "inferwatch_max_num_seqs",
-            "gauge",
-            ("trtllm_max_batch_size_static", "trtllm_max_num_active_requests"),
-            combine="max",
+            "trtllm_max_batch_size_static",
+            "trtllm_max_num_active_requests",
         ),
-        Signal("inferwatch_prompt_tokens", "counter", ("trtllm_prompt_tokens",)),
-        Signal("inferwatch_generation_tokens", "counter", ("trtllm_generation_tokens",)),
-        Signal(
-            "inferwatch_prefix_cache_hits",
-            "counter",
-            ("trtllm_prompt_cached_tokens",),
-            export=False,
-        ),
-        Signal(
+        counter("inferwatch_prompt_tokens", "trtllm_prompt_tokens"),
+        counter("inferwatch_generation_tokens", "trtllm_generation_tokens"),
+        counter("inferwatch_prefix_cache_hits", "trtllm_prompt_cached_tokens", export=False),
+        counter(
             "inferwatch_requests_finished",
-            "counter",
-            ("trtllm_request_success",),
+            "trtllm_request_success",
             labels={"finished_reason": "reason"},
         ),
-        Signal("inferwatch_ttft_seconds", "histogram", ("trtllm_time_to_first_token_seconds",)),
-        Signal("inferwatch_tpot_seconds", "histogram", ("trtllm_time_per_output_token_seconds",)),
-        Signal(
-            "inferwatch_e2e_latency_seconds", "histogram", ("trtllm_e2e_request_latency_seconds",)
-        ),
-        Signal(
-            "inferwatch_queue_time_seconds", "histogram", ("trtllm_request_queue_time_seconds",)
-        ),
-        Signal(
-            "inferwatch_prefill_time_seconds", "histogram", ("trtllm_request_prefill_time_seconds",)
-        ),
-        Signal(
-            "inferwatch_decode_time_seconds", "histogram", ("trtllm_request_decode_time_seconds",)
-        ),
+        histogram("inferwatch_ttft_seconds", "trtllm_time_to_first_token_seconds"),
+        histogram("inferwatch_tpot_seconds", "trtllm_time_per_output_token_seconds"),
+        histogram("inferwatch_e2e_latency_seconds", "trtllm_e2e_request_latency_seconds"),
+        histogram("inferwatch_queue_time_seconds", "trtllm_request_queue_time_seconds"),
+        histogram("inferwatch_prefill_time_seconds", "trtllm_request_prefill_time_seconds"),
+        histogram("inferwatch_decode_time_seconds", "trtllm_request_decode_time_seconds"),
     ),
-    ratios=(
-        Ratio(
-            "inferwatch_prefix_cache_hit_ratio",
-            "inferwatch_prefix_cache_hits",
-            "inferwatch_prompt_tokens",
-            zero_numerator=True,
-        ),
-    ),
+    ratios=(prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),),
 )
 
 # Histogram bucket bounds of the engine's own /metrics (the simulator writes them,

@@ -9,74 +9,64 @@ per API-server ``pid`` (max is right: idle processes report 0).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, InfoFamily, LoraFamily, Ratio, Signal
+from inferwatch.engines.base import (
+    EngineMap,
+    InfoFamily,
+    LoraFamily,
+    counter,
+    gauge,
+    histogram,
+    prefix_cache_hit_ratio,
+)
 
 VLLM = EngineMap(
     name="vllm",
     prefixes=("vllm:",),
     signals=(
-        Signal("inferwatch_queue_depth", "gauge", ("vllm:num_requests_waiting",)),
-        Signal("inferwatch_requests_running", "gauge", ("vllm:num_requests_running",)),
-        Signal(
+        gauge("inferwatch_queue_depth", "vllm:num_requests_waiting"),
+        gauge("inferwatch_requests_running", "vllm:num_requests_running"),
+        gauge(
             "inferwatch_kv_cache_usage_ratio",
-            "gauge",
-            ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-            combine="avg",
+            "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc",
         ),
-        Signal("inferwatch_preemptions", "counter", ("vllm:num_preemptions",)),
-        Signal("inferwatch_prompt_tokens", "counter", ("vllm:prompt_tokens",)),
-        Signal("inferwatch_generation_tokens", "counter", ("vllm:generation_tokens",)),
-        Signal(
+        counter("inferwatch_preemptions", "vllm:num_preemptions"),
+        counter("inferwatch_prompt_tokens", "vllm:prompt_tokens"),
+        counter("inferwatch_generation_tokens", "vllm:generation_tokens"),
+        counter(
             "inferwatch_requests_finished",
-            "counter",
-            ("vllm:request_success",),
+            "vllm:request_success",
             labels={"finished_reason": "reason"},
         ),
-        Signal("inferwatch_requests_rejected", "counter", ("vllm:admission_rejections",)),
-        Signal(
+        counter("inferwatch_requests_rejected", "vllm:admission_rejections"),
+        counter(
             "inferwatch_prefix_cache_queries",
-            "counter",
-            ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+            "vllm:prefix_cache_queries",
+            "vllm:gpu_prefix_cache_queries",
             export=False,
         ),
-        Signal(
+        counter(
             "inferwatch_prefix_cache_hits",
-            "counter",
-            ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+            "vllm:prefix_cache_hits",
+            "vllm:gpu_prefix_cache_hits",
             export=False,
         ),
-        Signal("inferwatch_ttft_seconds", "histogram", ("vllm:time_to_first_token_seconds",)),
-        Signal(
+        histogram("inferwatch_ttft_seconds", "vllm:time_to_first_token_seconds"),
+        histogram(
             "inferwatch_tpot_seconds",
-            "histogram",
-            ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+            "vllm:inter_token_latency_seconds",
+            "vllm:time_per_output_token_seconds",
         ),
-        Signal(
-            "inferwatch_e2e_latency_seconds", "histogram", ("vllm:e2e_request_latency_seconds",)
-        ),
-        Signal("inferwatch_queue_time_seconds", "histogram", ("vllm:request_queue_time_seconds",)),
+        histogram("inferwatch_e2e_latency_seconds", "vllm:e2e_request_latency_seconds"),
+        histogram("inferwatch_queue_time_seconds", "vllm:request_queue_time_seconds"),
         # issue 23 item 3: what vLLM's own dashboard shows (one observation per finished
         # request; token histograms on 1-2-5 buckets up to max_model_len)
-        Signal(
-            "inferwatch_prefill_time_seconds", "histogram", ("vllm:request_prefill_time_seconds",)
-        ),
-        Signal(
-            "inferwatch_decode_time_seconds", "histogram", ("vllm:request_decode_time_seconds",)
-        ),
-        Signal("inferwatch_prompt_length_tokens", "histogram", ("vllm:request_prompt_tokens",)),
-        Signal(
-            "inferwatch_generation_length_tokens",
-            "histogram",
-            ("vllm:request_generation_tokens",),
-        ),
+        histogram("inferwatch_prefill_time_seconds", "vllm:request_prefill_time_seconds"),
+        histogram("inferwatch_decode_time_seconds", "vllm:request_decode_time_seconds"),
+        histogram("inferwatch_prompt_length_tokens", "vllm:request_prompt_tokens"),
+        histogram("inferwatch_generation_length_tokens", "vllm:request_generation_tokens"),
     ),
-    ratios=(
-        Ratio(
-            "inferwatch_prefix_cache_hit_ratio",
-            "inferwatch_prefix_cache_hits",
-            "inferwatch_prefix_cache_queries",
-        ),
-    ),
+    ratios=(prefix_cache_hit_ratio("inferwatch_prefix_cache_queries"),),
     # CacheConfig as labels: the effective settings, also when the command line
     # left them at vLLM's defaults (which differ across versions)
     info=InfoFamily(

@@ -15,6 +15,9 @@ and add the name to :data:`WRITERS`. ``inferwatch simulate --engine NAME
 --format F`` then serves it. A writer whose engine serves metrics somewhere
 else sets ``metrics_path`` (NIM ``/v1/metrics``, trtllm-serve
 ``/prometheus/metrics``); the OpenAI-compatible API stays the same for all.
+An engine that writes with prometheus_client subclasses
+:class:`~inferwatch.sim.expo.common.RegistryWriter` (its registry, family makers,
+text exposition and no-op handlers) and lists its per-request histograms as rows.
 """
 
 from __future__ import annotations

@@ -15,17 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    GCCollector,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-)
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-
 from inferwatch.engines.nim import (  # the engine's own bounds, defined once
     E2E_BUCKETS,
     TOKEN_BUCKETS,
@@ -34,87 +23,71 @@ from inferwatch.engines.nim import (  # the engine's own bounds, defined once
 )
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
-from inferwatch.sim.expo.common import WithoutCreated
-from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
+from inferwatch.sim.expo.common import (
+    E2E_HELP,
+    RegistryWriter,
+    WithoutCreated,
+    observe_latencies,
+    process_collectors,
+)
+from inferwatch.sim.stats import EngineSnapshot, StepStats
 
 FORMATS = ("v1",)
 
 
-class NimWriter:
+class NimWriter(RegistryWriter):
     metrics_path = "/v1/metrics"
-    supports_gzip = True
+    labels = ("model_name",)
 
     def __init__(self, cfg: SimConfig) -> None:
-        self.cfg = cfg
-        reg = self.registry = CollectorRegistry()
-        GCCollector(registry=reg)
-        PlatformCollector(registry=reg)
-        ProcessCollector(registry=reg)
-        lab = ["model_name"]
+        super().__init__(cfg)
+        process_collectors(self.registry)
         self.lv = (cfg.model,)
-        self.running = Gauge("num_requests_running", "Number of requests currently running on GPU.",
-                             lab, registry=reg)  # fmt: skip
-        self.waiting = Gauge("num_requests_waiting", "Number of requests waiting to be processed.",
-                             lab, registry=reg)  # fmt: skip
-        self.max = Gauge("num_request_max", "Max number of concurrently running requests.", lab,
-                         registry=reg)  # fmt: skip
-        self.kv = Gauge("gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.",
-                        lab, registry=reg)  # fmt: skip
-        self.prompt = Counter("prompt_tokens", "Number of prefill tokens processed.", lab,
-                              registry=reg)  # fmt: skip
-        self.generation = Counter("generation_tokens", "Number of generation tokens processed.",
-                                  lab, registry=reg)  # fmt: skip
-        self.ttft = Histogram("time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", lab,
-                              buckets=TTFT_BUCKETS, registry=reg)  # fmt: skip
-        self.tpot = Histogram("time_per_output_token_seconds",
-                              "Histogram of time per output token in seconds.", lab,
-                              buckets=TPOT_BUCKETS, registry=reg)  # fmt: skip
-        self.e2e = Histogram("e2e_request_latency_seconds",
-                             "Histogram of end to end request latency in seconds.", lab,
-                             buckets=E2E_BUCKETS, registry=reg)  # fmt: skip
-        self.req_prompt = Histogram("request_prompt_tokens", "Number of prefill tokens processed.",
-                                    lab, buckets=TOKEN_BUCKETS, registry=reg)  # fmt: skip
-        self.req_gen = Histogram("request_generation_tokens",
-                                 "Number of generation tokens processed.", lab,
-                                 buckets=TOKEN_BUCKETS, registry=reg)  # fmt: skip
-        self.finish = Counter("request_finish",
-                              "Count of finished requests, differentiated by finish reason as "
-                              "label.", [*lab, "finished_reason"], registry=reg)  # fmt: skip
-        self.success = Counter("request_success", "Count of successful requests.", lab,
-                               registry=reg)  # fmt: skip
-        self.failure = Counter("request_failure", "Count of failed requests.", lab,
-                               registry=reg)  # fmt: skip
+        self.running = self.gauge("num_requests_running",
+                                  "Number of requests currently running on GPU.")  # fmt: skip
+        self.waiting = self.gauge("num_requests_waiting",
+                                  "Number of requests waiting to be processed.")  # fmt: skip
+        self.max = self.gauge("num_request_max", "Max number of concurrently running requests.")
+        self.kv = self.gauge("gpu_cache_usage_perc",
+                             "GPU KV-cache usage. 1 means 100 percent usage.")  # fmt: skip
+        self.prompt = self.counter("prompt_tokens", "Number of prefill tokens processed.")
+        self.generation = self.counter("generation_tokens",
+                                       "Number of generation tokens processed.")  # fmt: skip
+        self.ttft, self.tpot = self.ttft_tpot(TTFT_BUCKETS, TPOT_BUCKETS)
+        self.finished = self.per_request((
+            ("e2e", "e2e_request_latency_seconds", E2E_BUCKETS, E2E_HELP),
+            ("prompt_tokens", "request_prompt_tokens", TOKEN_BUCKETS,
+             "Number of prefill tokens processed."),
+            ("generation_tokens", "request_generation_tokens", TOKEN_BUCKETS,
+             "Number of generation tokens processed."),
+        ))  # fmt: skip
+        self.finish = self.counter("request_finish",
+                                   "Count of finished requests, differentiated by finish reason "
+                                   "as label.", [*self.labels, "finished_reason"])  # fmt: skip
+        self.success = self.counter("request_success", "Count of successful requests.")
+        self.failure = self.counter("request_failure", "Count of failed requests.")
         for c in (self.prompt, self.generation, self.success, self.failure):
             c.labels(*self.lv)
-        for h in (self.ttft, self.tpot, self.e2e, self.req_prompt, self.req_gen):
+        for h in (self.ttft, self.tpot, *self.finished.histograms):
             h.labels(*self.lv)
-        self._view = WithoutCreated(reg)
+        self._view = WithoutCreated(self.registry)
 
     def on_step(self, engine: int, stats: StepStats) -> None:
         lv = self.lv
         if stats.step:
             self.prompt.labels(*lv).inc(stats.prompt_tokens)
             self.generation.labels(*lv).inc(stats.generation_tokens)
-        for v in stats.ttfts:
-            self.ttft.labels(*lv).observe(v)
-        for v in stats.itls:
-            self.tpot.labels(*lv).observe(v)
+        observe_latencies(stats, lv, self.ttft, self.tpot)
         for req in stats.finished:
             if req.finish_reason == "error":
                 self.failure.labels(*lv).inc()
                 continue
             self.finish.labels(*lv, req.finish_reason).inc()
             self.success.labels(*lv).inc()
-            self.e2e.labels(*lv).observe(req.e2e)
-            self.req_prompt.labels(*lv).observe(req.prompt_tokens)
-            self.req_gen.labels(*lv).observe(req.generation_tokens)
+            self.finished.observe(lv, req)
 
     def on_rejection(self, reason: str) -> None:
         self.failure.labels(*self.lv).inc()
-
-    def on_http(self, record: HttpRecord) -> None:
-        """Not simulated for NIM."""
 
     def render(self, states: Sequence[EngineSnapshot], accept: str = "") -> Exposition:
         lv = self.lv
@@ -124,10 +97,7 @@ class NimWriter:
         used = sum(s.blocks_in_use for s in states)
         total = sum(s.num_gpu_blocks for s in states)
         self.kv.labels(*lv).set(used / total if total else 0.0)
-        # Always the 0.0.4 text format: prometheus_client's OpenMetrics encoder rewrites
-        # ":" in sample names but not in TYPE lines, which no parser accepts.
-        encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
-        return Exposition(encoder(self._view), content_type)
+        return self.text(self._view)
 
 
 def create(cfg: SimConfig) -> NimWriter:

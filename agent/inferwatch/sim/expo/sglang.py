@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import Gauge
 
 from inferwatch.engines.sglang import (  # the engine's own bounds, defined once
     E2E_BUCKETS,
@@ -34,26 +33,28 @@ from inferwatch.engines.sglang import (  # the engine's own bounds, defined once
 )
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
-from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
+from inferwatch.sim.expo.common import TTFT_HELP, RegistryWriter, observe_latencies
+from inferwatch.sim.stats import EngineSnapshot, StepStats
 
 FORMATS = ("tp1", "tp2")
 
 SCHEDULER_LABELS = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
-TOKENIZER_LABELS = ["model_name", "engine_type"]
+TOKENIZER_LABELS = ("model_name", "engine_type")
 
 
-class SglangWriter:
-    metrics_path = "/metrics"
-    supports_gzip = True
+class SglangWriter(RegistryWriter):
+    """No admission rejections: SGLang has no counter for them."""
+
+    labels = TOKENIZER_LABELS
 
     def __init__(self, cfg: SimConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg)
         self.tp = 2 if cfg.format == "tp2" else 1
         self.dp = cfg.data_parallel > 1
-        reg = self.registry = CollectorRegistry()
+        reg = self.registry
         sched = SCHEDULER_LABELS + (["dp_rank"] if self.dp else [])
-        tok = TOKENIZER_LABELS
         self.tok = (cfg.model, "unified")
+        counter, hist = self.counter, self.histogram
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, sched, registry=reg, multiprocess_mode="mostrecent")
@@ -65,43 +66,30 @@ class SglangWriter:
         self.max_tokens = gauge(
             "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."
         )
-        self.retracted = Counter(
-            "sglang:num_retracted_requests_total", "Total number of retracted requests.", sched,
-            registry=reg,
-        )  # fmt: skip
-        self.queue_time = Histogram(
-            "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", sched,
-            buckets=QUEUE_BUCKETS, registry=reg,
-        )  # fmt: skip
-        self.prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.",
-                              tok, registry=reg)  # fmt: skip
-        self.generation = Counter("sglang:generation_tokens_total",
-                                  "Number of generation tokens processed.", tok,
-                                  registry=reg)  # fmt: skip
-        self.cached = Counter("sglang:cached_tokens_total", "Number of cached prompt tokens.",
-                              tok, registry=reg)  # fmt: skip
-        self.requests = Counter("sglang:num_requests_total", "Number of requests processed.",
-                                tok, registry=reg)  # fmt: skip
-        self.aborted = Counter("sglang:num_aborted_requests_total", "Number of requests aborted.",
-                               tok, registry=reg)  # fmt: skip
-        self.ttft = Histogram("sglang:time_to_first_token_seconds",
-                              "Histogram of time to first token in seconds.", tok,
-                              buckets=TTFT_BUCKETS, registry=reg)  # fmt: skip
-        self.itl = Histogram("sglang:inter_token_latency_seconds",
-                             "Histogram of inter-token latency in seconds.", tok,
-                             buckets=ITL_BUCKETS, registry=reg)  # fmt: skip
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds",
-                             "Histogram of End-to-end request latency in seconds", tok,
-                             buckets=E2E_BUCKETS, registry=reg)  # fmt: skip
-        self.prompt_lengths = Histogram("sglang:prompt_tokens_histogram",
-                                        "Histogram of prompt token length.", tok,
-                                        buckets=TOKEN_BUCKETS, registry=reg)  # fmt: skip
-        self.generation_lengths = Histogram("sglang:generation_tokens_histogram",
-                                            "Histogram of generation token length.", tok,
-                                            buckets=TOKEN_BUCKETS, registry=reg)  # fmt: skip
+        self.retracted = counter("sglang:num_retracted_requests_total",
+                                 "Total number of retracted requests.", sched)  # fmt: skip
+        self.queue_time = hist("sglang:queue_time_seconds", "Histogram of queueing time in seconds.",
+                               QUEUE_BUCKETS, sched)  # fmt: skip
+        self.prompt = counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.")
+        self.generation = counter("sglang:generation_tokens_total",
+                                  "Number of generation tokens processed.")  # fmt: skip
+        self.cached = counter("sglang:cached_tokens_total", "Number of cached prompt tokens.")
+        self.requests = counter("sglang:num_requests_total", "Number of requests processed.")
+        self.aborted = counter("sglang:num_aborted_requests_total", "Number of requests aborted.")
+        self.ttft = hist("sglang:time_to_first_token_seconds", TTFT_HELP, TTFT_BUCKETS)
+        self.itl = hist("sglang:inter_token_latency_seconds",
+                        "Histogram of inter-token latency in seconds.", ITL_BUCKETS)  # fmt: skip
+        self.finished = self.per_request((
+            ("e2e", "sglang:e2e_request_latency_seconds", E2E_BUCKETS,
+             "Histogram of End-to-end request latency in seconds"),
+            ("prompt_tokens", "sglang:prompt_tokens_histogram", TOKEN_BUCKETS,
+             "Histogram of prompt token length."),
+            ("generation_tokens", "sglang:generation_tokens_histogram", TOKEN_BUCKETS,
+             "Histogram of generation token length."),
+        ))  # fmt: skip
         for c in (self.prompt, self.generation, self.requests, self.aborted):
             c.labels(*self.tok)
-        for h in (self.ttft, self.itl, self.e2e, self.prompt_lengths, self.generation_lengths):
+        for h in (self.ttft, self.itl, *self.finished.histograms):
             h.labels(*self.tok)
         for e in range(cfg.data_parallel):
             for lv in self._sched(e):
@@ -120,10 +108,7 @@ class SglangWriter:
             for req in stats.finished:
                 self.queue_time.labels(*lv).observe(req.queue_time)
         tok = self.tok
-        for v in stats.ttfts:
-            self.ttft.labels(*tok).observe(v)
-        for v in stats.itls:
-            self.itl.labels(*tok).observe(v)
+        observe_latencies(stats, tok, self.ttft, self.itl)
         for req in stats.finished:
             if req.finish_reason == "abort":
                 self.aborted.labels(*tok).inc()
@@ -133,15 +118,7 @@ class SglangWriter:
             if req.cached_tokens > 0:
                 self.cached.labels(*tok).inc(req.cached_tokens)
             self.requests.labels(*tok).inc()
-            self.e2e.labels(*tok).observe(req.e2e)
-            self.prompt_lengths.labels(*tok).observe(req.prompt_tokens)
-            self.generation_lengths.labels(*tok).observe(req.generation_tokens)
-
-    def on_rejection(self, reason: str) -> None:
-        """SGLang has no admission-rejection counter."""
-
-    def on_http(self, record: HttpRecord) -> None:
-        """Not simulated for SGLang."""
+            self.finished.observe(tok, req)
 
     def render(self, states: Sequence[EngineSnapshot], accept: str = "") -> Exposition:
         block = self.cfg.block_size
@@ -152,10 +129,7 @@ class SglangWriter:
                 self.usage.labels(*lv).set(s.kv_usage)
                 self.used_tokens.labels(*lv).set(s.blocks_in_use * block)
                 self.max_tokens.labels(*lv).set(s.num_gpu_blocks * block)
-        # Always the 0.0.4 text format: prometheus_client's OpenMetrics encoder rewrites
-        # ":" in sample names but not in TYPE lines, which no parser accepts.
-        encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
-        return Exposition(encoder(self.registry), content_type)
+        return self.text(self.registry)
 
 
 def create(cfg: SimConfig) -> SglangWriter:

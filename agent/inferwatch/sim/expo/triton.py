@@ -41,6 +41,19 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Triton's failure reasons (FailureReason in src/infer_stats.h)
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
+#: (name, HELP) of the core's cumulative counters, in Triton's order
+CORE_COUNTERS = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    ("nv_inference_request_duration_us",
+     "Cumulative inference request duration in microseconds (includes cached requests)"),
+    ("nv_inference_queue_duration_us",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)"),
+    ("nv_inference_compute_infer_duration_us",
+     "Cumulative compute inference duration in microseconds"),
+)  # fmt: skip
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -102,6 +115,13 @@ def scalar_lines(name: str, series: Mapping[Labels, float]) -> list[str]:
     return [f"{name}{label_text(lab)} {number(v)}" for lab, v in series.items()]
 
 
+def scalar_family(
+    name: str, kind: str, help_text: str, series: Mapping[Labels, float]
+) -> list[str]:
+    """A counter or gauge family with one sample per series."""
+    return family(name, kind, help_text, scalar_lines(name, series))
+
+
 class TritonWriter:
     metrics_path = "/metrics"
     supports_gzip = False
@@ -159,43 +179,16 @@ class TritonWriter:
 
     # -- exposition out -------------------------------------------------------------
     def render(self, states: Sequence[EngineSnapshot], accept: str = "") -> Exposition:
+        counters = (self.success, self.failure, self.success, self.duration_us, self.queue_us,
+                    self.infer_us)  # fmt: skip
         lines: list[str] = []
-        lines += family(
-            "nv_inference_request_success", "counter",
-            "Number of successful inference requests, all batch sizes",
-            scalar_lines("nv_inference_request_success", self.success),
-        )  # fmt: skip
-        lines += family(
-            "nv_inference_request_failure", "counter",
-            "Number of failed inference requests, all batch sizes",
-            scalar_lines("nv_inference_request_failure", self.failure),
-        )  # fmt: skip
-        lines += family(
-            "nv_inference_count", "counter",
-            "Number of inferences performed (does not include cached requests)",
-            scalar_lines("nv_inference_count", self.success),
-        )  # fmt: skip
-        lines += family(
-            "nv_inference_request_duration_us", "counter",
-            "Cumulative inference request duration in microseconds (includes cached requests)",
-            scalar_lines("nv_inference_request_duration_us", self.duration_us),
-        )  # fmt: skip
-        lines += family(
-            "nv_inference_queue_duration_us", "counter",
-            "Cumulative inference queuing duration in microseconds (includes cached requests)",
-            scalar_lines("nv_inference_queue_duration_us", self.queue_us),
-        )  # fmt: skip
-        lines += family(
-            "nv_inference_compute_infer_duration_us", "counter",
-            "Cumulative compute inference duration in microseconds",
-            scalar_lines("nv_inference_compute_infer_duration_us", self.infer_us),
-        )  # fmt: skip
+        for (name, help_text), series in zip(CORE_COUNTERS, counters, strict=True):
+            lines += scalar_family(name, "counter", help_text, series)
         # requests wait inside the TensorRT-LLM executor, not in Triton's scheduler
         pending = {self._instance(s.engine): 0.0 for s in states}
-        lines += family(
+        lines += scalar_family(
             "nv_inference_pending_request_count", "gauge",
-            "Instantaneous number of pending requests awaiting execution per-model.",
-            scalar_lines("nv_inference_pending_request_count", pending),
+            "Instantaneous number of pending requests awaiting execution per-model.", pending,
         )  # fmt: skip
         if self.histograms:
             hist_lines: list[str] = []
@@ -224,32 +217,20 @@ class TritonWriter:
             "max": total, "free": total - used, "used": used, "tokens_per": self.cfg.block_size,
             "reused": 0, "fraction": used / total if total else 0.0,
         }  # fmt: skip
-        lines = family(
+        lines = scalar_family(
             "nv_trt_llm_request_metrics", "gauge", "TRT LLM request metrics",
-            scalar_lines("nv_trt_llm_request_metrics", {
-                (*self.model, ("request_type", k)): float(v) for k, v in requests.items()
-            }),
+            {(*self.model, ("request_type", k)): float(v) for k, v in requests.items()},
         )  # fmt: skip
-        lines += family(
+        lines += scalar_family(
             "nv_trt_llm_kv_cache_block_metrics", "gauge", "TRT LLM KV cache block metrics",
-            scalar_lines("nv_trt_llm_kv_cache_block_metrics", {
-                (*self.model, ("kv_cache_block_type", k)): float(v) for k, v in blocks.items()
-            }),
+            {(*self.model, ("kv_cache_block_type", k)): float(v) for k, v in blocks.items()},
         )  # fmt: skip
-        lines += family(
-            "nv_llm_input_token_len", "histogram", "TRT LLM response metrics",
-            self.input_len.lines(
-                "nv_llm_input_token_len",
-                (*self.model, ("response_metric_type", "total_input_tokens")),
-            ),
-        )  # fmt: skip
-        lines += family(
-            "nv_llm_output_token_len", "histogram", "TRT LLM response metrics",
-            self.output_len.lines(
-                "nv_llm_output_token_len",
-                (*self.model, ("response_metric_type", "total_output_tokens")),
-            ),
-        )  # fmt: skip
+        for name, hist, response_type in (
+            ("nv_llm_input_token_len", self.input_len, "total_input_tokens"),
+            ("nv_llm_output_token_len", self.output_len, "total_output_tokens"),
+        ):
+            labels = (*self.model, ("response_metric_type", response_type))
+            lines += family(name, "histogram", "TRT LLM response metrics", hist.lines(name, labels))
         return lines
 
 

@@ -25,18 +25,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    GCCollector,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    Summary,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
@@ -52,7 +43,13 @@ from inferwatch.engines.vllm import (  # the engine's own bounds, defined once
 )
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.expo import Exposition
-from inferwatch.sim.expo.common import WithoutCreated, buckets_1_2_5
+from inferwatch.sim.expo.common import (
+    PerRequest,
+    RequestField,
+    WithoutCreated,
+    buckets_1_2_5,
+    process_collectors,
+)
 from inferwatch.sim.stats import FINISH_REASONS, EngineSnapshot, HttpRecord, StepStats
 
 FORMATS = ("v1", "v0", "multiprocess")
@@ -64,6 +61,16 @@ WAITING_REASONS = ("capacity", "deferred")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 #: V0 logged its throughput averages over this interval
 V0_THROUGHPUT_INTERVAL = 5.0
+#: the per-request phase histograms (end-to-end buckets): (what each observes, name, HELP)
+LATENCY_HISTOGRAMS: tuple[tuple[RequestField, str, str], ...] = (
+    ("e2e", "vllm:e2e_request_latency_seconds", "End-to-end latency."),
+    ("queue_time", "vllm:request_queue_time_seconds", "Time waiting before first scheduled."),
+    ("inference_time", "vllm:request_inference_time_seconds",
+     "Time from first scheduled to last token."),
+    ("prefill_time", "vllm:request_prefill_time_seconds",
+     "Time from first scheduled to first token."),
+    ("decode_time", "vllm:request_decode_time_seconds", "Time from first to last token."),
+)  # fmt: skip
 
 
 def cache_config_labels(cfg: SimConfig) -> dict[str, str]:
@@ -124,13 +131,12 @@ class VllmWriter:
         self._v0 = cfg.format == "v0"
         self._multiprocess = cfg.format == "multiprocess"
         if not self._multiprocess:
-            # The default registry's collectors, in the order prometheus_client creates them.
-            GCCollector(registry=self.registry)
-            PlatformCollector(registry=self.registry)
-            ProcessCollector(registry=self.registry)
+            process_collectors(self.registry)
         self.engines = list(range(cfg.data_parallel))
         self.kv_usage: Gauge | None = None
         self.kv_usage_per_pid: _PerPidGauge | None = None
+        #: the histograms observed once per finished request
+        self.finished = PerRequest()
         self.stats_enabled = not cfg.disable_log_stats
         if self.stats_enabled:
             if self._v0:
@@ -158,17 +164,36 @@ class VllmWriter:
             multiprocess_mode="mostrecent",
         )
 
-    def _counter(self, name: str, doc: str, extra: Sequence[str] = ()) -> Counter:
+    def _each(self, values: Sequence[str]) -> Iterator[tuple[str, ...]]:
+        """Every engine's label values with each of ``values`` of one more label."""
+        for e in self.engines:
+            for value in values:
+                yield (*self._lv(e), value)
+
+    def _counter(
+        self, name: str, doc: str, extra: Sequence[str] = (), values: Sequence[str] = ()
+    ) -> Counter:
+        """A counter whose zero series exist from the start: one per engine, or with an
+        ``extra`` label one per engine and each of its ``values``."""
         counter = Counter(name, doc, [*self._labels(), *extra], registry=self.registry)
-        if not extra:
-            for e in self.engines:
-                counter.labels(*self._lv(e))  # the zero series exist from the start
+        for lv in self._each(values) if extra else map(self._lv, self.engines):
+            counter.labels(*lv)
         return counter
 
-    def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+    def _histogram(
+        self,
+        name: str,
+        doc: str,
+        buckets: Sequence[float],
+        observes: RequestField | None = None,
+    ) -> Histogram:
+        """A histogram with a series per engine; with ``observes``, one that observes
+        that number of every finished request."""
         hist = Histogram(name, doc, self._labels(), buckets=buckets, registry=self.registry)
         for e in self.engines:
             hist.labels(*self._lv(e))
+        if observes is not None:
+            self.finished.add(observes, hist)
         return hist
 
     def _build_v1(self) -> None:
@@ -185,9 +210,8 @@ class VllmWriter:
             "Engine sleep state (1 for the current one).",
             ["sleep_state"],
         )
-        for e in self.engines:
-            for state in SLEEP_STATES:
-                self.sleep_state.labels(*self._lv(e), state).set(1 if state == "awake" else 0)
+        for lv in self._each(SLEEP_STATES):
+            self.sleep_state.labels(*lv).set(1 if lv[-1] == "awake" else 0)
         kv_doc = "Share of KV-cache blocks in use (0..1)."
         if self._multiprocess:
             # No multiprocess_mode on this gauge: each process writes its own copy.
@@ -216,30 +240,30 @@ class VllmWriter:
             "vllm:prompt_tokens_by_source",
             "Prompt tokens by where their KV came from.",
             ["source"],
+            PROMPT_SOURCES,
         )
-        for e in self.engines:
-            for source in PROMPT_SOURCES:
-                self.prompt_by_source.labels(*self._lv(e), source)
         self.prompt_cached = self._counter(
             "vllm:prompt_tokens_cached", "Prompt tokens served from a cache."
         )
         self.generation_tokens = self._counter("vllm:generation_tokens", "Generated tokens.")
         self.success = self._counter(
-            "vllm:request_success", "Finished requests by finish reason.", ["finished_reason"]
+            "vllm:request_success",
+            "Finished requests by finish reason.",
+            ["finished_reason"],
+            FINISH_REASONS,
         )
-        for e in self.engines:
-            for reason in FINISH_REASONS:
-                self.success.labels(*self._lv(e), reason)
         self._token_histograms()
-        self.prefill_kv = self._histogram(
+        self._histogram(
             "vllm:request_prefill_kv_computed_tokens",
             "Prompt tokens whose KV was computed (not cached), per request.",
             buckets_1_2_5(cfg.max_model_len),
+            observes="computed_prompt_tokens",
         )
-        self.request_preemptions = self._histogram(
+        self._histogram(
             "vllm:request_num_preemptions",
             "Preemptions per finished request.",
             PREEMPTION_BUCKETS,
+            observes="preemptions",
         )
         self.ttft = self._histogram(
             "vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS
@@ -312,15 +336,17 @@ class VllmWriter:
 
     def _token_histograms(self) -> None:
         max_len = self.cfg.max_model_len
-        self.req_prompt = self._histogram(
+        self._histogram(
             "vllm:request_prompt_tokens",
             "Prompt length of each finished request.",
             buckets_1_2_5(max_len),
+            observes="prompt_tokens",
         )
-        self.req_generation = self._histogram(
+        self._histogram(
             "vllm:request_generation_tokens",
             "Generated tokens of each finished request.",
             buckets_1_2_5(max_len),
+            observes="generation_tokens",
         )
         self.iteration_tokens = self._histogram(
             "vllm:iteration_tokens_total",
@@ -342,20 +368,8 @@ class VllmWriter:
         )
 
     def _latency_histograms(self) -> None:
-        b = REQUEST_LATENCY_BUCKETS
-        self.e2e = self._histogram("vllm:e2e_request_latency_seconds", "End-to-end latency.", b)
-        self.queue_time = self._histogram(
-            "vllm:request_queue_time_seconds", "Time waiting before first scheduled.", b
-        )
-        self.inference_time = self._histogram(
-            "vllm:request_inference_time_seconds", "Time from first scheduled to last token.", b
-        )
-        self.prefill_time = self._histogram(
-            "vllm:request_prefill_time_seconds", "Time from first scheduled to first token.", b
-        )
-        self.decode_time = self._histogram(
-            "vllm:request_decode_time_seconds", "Time from first to last token.", b
-        )
+        for field, name, doc in LATENCY_HISTOGRAMS:
+            self._histogram(name, doc, REQUEST_LATENCY_BUCKETS, observes=field)
 
     def _cache_config_info(self) -> None:
         labels = cache_config_labels(self.cfg)
@@ -443,17 +457,9 @@ class VllmWriter:
                 self.success.labels(self.cfg.model, req.finish_reason).inc()
             else:
                 self.success.labels(*lv, req.finish_reason).inc()
-                self.prefill_kv.labels(*lv).observe(req.computed_prompt_tokens)
-                self.request_preemptions.labels(*lv).observe(req.preemptions)
                 if req.generation_tokens > 1:
                     self.tpot.labels(*lv).observe(req.mean_tpot)
-            self.e2e.labels(*lv).observe(req.e2e)
-            self.queue_time.labels(*lv).observe(req.queue_time)
-            self.prefill_time.labels(*lv).observe(req.prefill_time)
-            self.inference_time.labels(*lv).observe(req.inference_time)
-            self.decode_time.labels(*lv).observe(req.decode_time)
-            self.req_prompt.labels(*lv).observe(req.prompt_tokens)
-            self.req_generation.labels(*lv).observe(req.generation_tokens)
+            self.finished.observe(lv, req)
             if req.max_tokens_param:
                 self.params_max_tokens.labels(*lv).observe(req.max_tokens_param)
 
