@@ -15,24 +15,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 log = logging.getLogger(__name__)
 
 _HEAD_END = b"\r\n\r\n"
 
 
-class ConnectionGuard:
-    def __init__(self, max_connections: int, header_timeout: float) -> None:
-        self.max_connections = max_connections
-        self.header_timeout = header_timeout
-        self.open: dict[GuardedProtocol, None] = {}  # insertion order: oldest first
-        self.by_transport: dict[object, GuardedProtocol] = {}
+class _Evictable(Protocol):
+    busy: Any  # a count or a flag: true while the connection serves a request
+    last_active: float
+
+    def abort(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Evictable)
+
+
+class Admission(Generic[C]):
+    """The open connections of one listener, under a cap (the exporter's and each proxy's).
+
+    At the cap, the connection quiet longest among those not serving a request (an
+    idle keep-alive, a slow head) is aborted to make room; when every one is busy the
+    new one is refused and counted."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open: dict[C, None] = {}  # insertion order: oldest first
         #: connections refused at the cap
         self.refused = 0
 
-    def admit(self, conn: GuardedProtocol) -> bool:
-        if len(self.open) >= self.max_connections:
+    def admit(self, conn: C) -> bool:
+        if len(self.open) >= self.cap:
             victim = min(
                 (c for c in self.open if not c.busy),
                 key=lambda c: c.last_active,
@@ -46,11 +60,28 @@ class ConnectionGuard:
             self.release(victim)
             victim.abort()
         self.open[conn] = None
+        return True
+
+    def release(self, conn: C) -> None:
+        self.open.pop(conn, None)
+
+
+class ConnectionGuard(Admission["GuardedProtocol"]):
+    """The exporter's connections: the cap, and each one's request head on a clock."""
+
+    def __init__(self, max_connections: int, header_timeout: float) -> None:
+        super().__init__(max_connections)
+        self.header_timeout = header_timeout
+        self.by_transport: dict[object, GuardedProtocol] = {}
+
+    def admit(self, conn: GuardedProtocol) -> bool:
+        if not super().admit(conn):
+            return False
         self.by_transport[conn.transport] = conn
         return True
 
     def release(self, conn: GuardedProtocol) -> None:
-        self.open.pop(conn, None)
+        super().release(conn)
         self.by_transport.pop(conn.transport, None)
 
     def request_started(self, transport: object) -> None:

@@ -508,6 +508,15 @@ class Client:
         async def readuntil(sep: bytes) -> bytes:
             return await _timed(reader.readuntil(sep), deadline)
 
+        async def pieces(left: int) -> AsyncIterator[bytes]:
+            """The next ``left`` bytes, as they come (at most 64 KiB a piece)."""
+            while left:
+                data = await read(min(left, 1 << 16))
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", left)
+                left -= len(data)
+                yield data
+
         try:
             if "chunked" in fields.get("transfer-encoding", "").lower():
                 while True:
@@ -523,11 +532,7 @@ class Client:
                         while (await readuntil(b"\r\n")) != b"\r\n":
                             pass  # trailer fields, ignored
                         return
-                    while size:
-                        data = await read(min(size, 1 << 16))
-                        if not data:
-                            raise asyncio.IncompleteReadError(b"", size)
-                        size -= len(data)
+                    async for data in pieces(size):
                         yield data
                     if await _timed(reader.readexactly(2), deadline) != b"\r\n":
                         raise HttpError("a malformed chunk")
@@ -538,11 +543,7 @@ class Client:
                     raise HttpError("a malformed Content-Length") from None
                 if left < 0:
                     raise HttpError("a malformed Content-Length")
-                while left:
-                    data = await read(min(left, 1 << 16))
-                    if not data:
-                        raise asyncio.IncompleteReadError(b"", left)
-                    left -= len(data)
+                async for data in pieces(left):
                     yield data
             else:
                 while data := await read(1 << 16):

@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, cast
 
 from inferwatch.agent.config import ProxySpec
+from inferwatch.agent.connguard import Admission
 from inferwatch.agent.proxy.limits import (
     LINGER_S,
     MAX_HEAD_BYTES,
@@ -40,13 +41,10 @@ class Proxy(Protocol):
     host_header: str
     prefix: str
     announces: bool | None
+    clients: Admission[ClientConn]
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    def admit(self, conn: ClientConn) -> bool: ...
-
-    def release(self, conn: ClientConn) -> None: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
@@ -93,7 +91,7 @@ class ClientConn(asyncio.Protocol):
         self.transport = transport = cast(asyncio.Transport, transport)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         self.last_active = self.server.loop.time()
-        if not self.server.admit(self):
+        if not self.server.clients.admit(self):
             self.state = "closed"
             transport.abort()
             return
@@ -125,10 +123,15 @@ class ClientConn(asyncio.Protocol):
             self._close()
         return True
 
+    def abort(self) -> None:
+        """Made room for a newer connection at the cap (connguard.Admission)."""
+        if self.transport is not None:
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         prior = self.state
         self.state = "closed"
-        self.server.release(self)
+        self.server.clients.release(self)
         if self.busy and prior != "linger":
             # the client went away before the answer's end: cancel the upstream request
             self._end(aborted=True)

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from inferwatch.agent.config import ProxySpec, WorkerSpec, local_url
+from inferwatch.agent.connguard import Admission
 from inferwatch.agent.proxy.client import ClientConn
 from inferwatch.agent.proxy.limits import MAX_POOLED
 from inferwatch.agent.proxy.measure import ProxyStats
@@ -38,8 +39,8 @@ class ProxyServer:
         self.up_port = parts.port or (443 if self.scheme == "https" else 80)
         self.host_header = parts.netloc.rpartition("@")[2]
         self.prefix = parts.path.rstrip("/")
-        self.open: dict[ClientConn, None] = {}  # insertion order: oldest first
-        self.refused = 0
+        #: the clients' connections under ``max_connections``
+        self.clients: Admission[ClientConn] = Admission(spec.max_connections)
         self.idle: list[UpstreamConn] = []
         #: whether the worker's last answer announced its keep-alive (None: no answer yet)
         self.announces: bool | None = None
@@ -52,7 +53,7 @@ class ProxyServer:
 
     @property
     def connections(self) -> int:
-        return len(self.open)
+        return len(self.clients.open)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -91,7 +92,7 @@ class ProxyServer:
         if self._server is not None:
             self._server.close()
             self._server = None
-        for conn in list(self.open):
+        for conn in list(self.clients.open):
             if conn.transport is not None:
                 conn.transport.abort()
         for up in list(self.idle):
@@ -102,27 +103,6 @@ class ProxyServer:
         await asyncio.sleep(0)
 
     # ------------------------------------------------------------ client connections
-    def admit(self, conn: ClientConn) -> bool:
-        """At the cap, the quietest connection not serving a request makes room (an
-        idle keep-alive, a slow head); when every one is busy the new one is refused."""
-        if len(self.open) >= self.spec.max_connections:
-            victim = min(
-                (c for c in self.open if not c.busy),
-                key=lambda c: c.last_active,
-                default=None,
-            )
-            if victim is None:
-                self.refused += 1
-                return False
-            self.release(victim)
-            if victim.transport is not None:
-                victim.transport.abort()
-        self.open[conn] = None
-        return True
-
-    def release(self, conn: ClientConn) -> None:
-        self.open.pop(conn, None)
-
     # ------------------------------------------------------------ the worker's connections
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """A connect under way: kept until it ends (cancelled only when the proxy stops)."""
@@ -200,7 +180,7 @@ class ProxyServer:
 
     def _sweep_once(self, now: float, mono: float) -> None:
         spec = self.spec
-        for conn in list(self.open):
+        for conn in list(self.clients.open):
             if conn.state == "head" and not conn.busy:
                 limit = spec.header_timeout if conn.buf or conn.fresh else spec.idle_timeout
                 if now - conn.last_active > limit and conn.transport is not None:

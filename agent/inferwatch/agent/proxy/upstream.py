@@ -62,16 +62,9 @@ class UpstreamConn(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.owner: Owner | None = None
-        self.buf = bytearray()
-        self.in_head = True
-        self.length: int | None = None
-        self.chunked: Chunked | None = None
-        self.until_close = False
-        self.done = False
-        self.reusable = False
+        self._new_answer()
         self.closed = False
         self.reused = False
-        self.got_bytes = False
         self.uses = 0
         #: the keep-alive the worker announced: (seconds, requests), or None
         self.announced: tuple[float, int] | None = None
@@ -93,15 +86,19 @@ class UpstreamConn(asyncio.Protocol):
 
     def start(self) -> None:
         """A request goes out on this connection."""
+        self._new_answer()
+        self.uses += 1
+
+    def _new_answer(self) -> None:
+        """Nothing read yet of the answer to the request going out."""
         self.buf = bytearray()
         self.in_head = True
+        self.length: int | None = None
+        self.chunked: Chunked | None = None
+        self.until_close = False
         self.done = False
         self.reusable = False
         self.got_bytes = False
-        self.length = None
-        self.chunked = None
-        self.until_close = False
-        self.uses += 1
 
     def data_received(self, data: bytes) -> None:
         owner = self.owner
