@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tests.support.agentrun import AgentRun
 from tests.support.llamaserver import LlamaServer
-from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import http_get
 
 from inferwatch.traces import write_trace
 
@@ -55,28 +55,15 @@ class OpenLoad:
         return f"Request {i}: " + " ".join(rng.choice(words) for _ in range(self.prompt_words))
 
 
-class Agent:
-    """``inferwatch run`` watching one worker (no GPU)."""
-
-    def __init__(self, tmp: Path, worker: str, url: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {
-            "listen": f"127.0.0.1:{self.port}",
-            "collect_interval": "0.5s",
-            "stats_window": "30s",
-            "gpu": {"backend": "none"},
-            "workers": [{"name": worker, "url": url}],
-        }
-        path = tmp / f"agent-{self.port}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.process = Process(inferwatch_cmd("run", "--config", str(path)), tmp / "agent.log")
-        wait_until(
-            lambda: http_get(self.url + "/readyz", timeout=2)[0] == 200, 60, message="agent ready"
-        )
-
-    def stop(self) -> None:
-        self.process.stop()
+def watching(tmp: Path, worker: str, url: str) -> AgentRun:
+    """``inferwatch run`` watching one worker (no GPU), answering /readyz."""
+    config = {
+        "collect_interval": "0.5s",
+        "stats_window": "30s",
+        "gpu": {"backend": "none"},
+        "workers": [{"name": worker, "url": url}],
+    }
+    return AgentRun(tmp, config=config, ready="/readyz")
 
 
 def stream_completion(
@@ -160,7 +147,7 @@ def record(
     tmp.mkdir(parents=True, exist_ok=True)
     server = LlamaServer(tmp, ("--metrics", "--parallel", str(slots)), name=f"llama-p{slots}")
     server.start()
-    agent = Agent(tmp, worker, server.url)
+    agent = watching(tmp, worker, server.url)
     lock = threading.Lock()
     records: list[tuple[float, str, Any]] = []
     stop = threading.Event()
