@@ -36,15 +36,14 @@ _SCALE_CHOICES = (
 
 def _gpu_underutilized(c: Ctx) -> Page:
     g = c.t.gpu_utilization
-    a = c.variants[0]
     return Page(
         condition=(
             f"a GPU's utilization, averaged over {c.t.pack.window}, stays below "
-            f"{pct(g.waste_below)} for {dur(a.for_seconds)}"
+            f"{pct(g.waste_below)} for {c.hold}"
         ),
         meaning=(
             f"The GPU ran kernels less than {pct(g.waste_below)} of the time for "
-            f"{dur(a.for_seconds)}. The field guide treats this as a resource-waste reminder "
+            f"{c.hold}. The field guide treats this as a resource-waste reminder "
             "[6.1]: inference GPUs commonly idle at 30-50% without tuning [1]. The healthy "
             f"band configured here is {pct(g.healthy_band[0])}-{pct(g.healthy_band[1])} "
             "(the guide: 70-85% [4], and 60-75% is healthier than 90% or more [6.1])."
@@ -86,15 +85,14 @@ def _gpu_underutilized(c: Ctx) -> Page:
 
 def _gpu_scale_review(c: Ctx) -> Page:
     g = c.t.gpu_utilization
-    a = c.variants[0]
     return Page(
         condition=(
             f"a GPU's utilization, averaged over {c.t.pack.window}, stays above "
-            f"{pct(g.scale_review_above)} for {dur(a.for_seconds)}"
+            f"{pct(g.scale_review_above)} for {c.hold}"
         ),
         meaning=(
             f"The GPU has been busy more than {pct(g.scale_review_above)} of the time for "
-            f"{dur(a.for_seconds)}. The guide calls for a scale-out review at this level "
+            f"{c.hold}. The guide calls for a scale-out review at this level "
             "[6.1]: 60-75% is healthier than 90% or more, because the spare time absorbs "
             "bursts; near saturation the queue is already forming and tail latency getting "
             "worse."
@@ -133,11 +131,10 @@ def _gpu_scale_review(c: Ctx) -> Page:
 
 
 def _gpu_lost(c: Ctx) -> Page:
-    a = c.variants[0]
     source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=f"the agent reports the GPU as unreadable (`inferwatch_gpu_up == 0`) for "
-        f"{dur(a.for_seconds)}",
+        f"{c.hold}",
         meaning=(
             "The agent's GPU source stopped giving readings for this GPU: NVML, the NVIDIA "
             "management library (the default backend), or dcgm-exporter with "
@@ -179,14 +176,13 @@ def _gpu_lost(c: Ctx) -> Page:
 
 
 def _gpu_telemetry_down(c: Ctx) -> Page:
-    a = c.variants[0]
     source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=(
             "the agent has not finished a pass over its GPU source (NVML, or dcgm-exporter) "
             f"for {dur(c.t.availability.gpu_lost_for)}, "
             "or reports errors from it and has never finished one, for "
-            f"{dur(a.for_seconds)}"
+            f"{c.hold}"
         ),
         meaning=(
             "The agent cannot read its GPU source at all. With NVML (the default backend): the "
@@ -282,11 +278,10 @@ def _xid(c: Ctx) -> Page:
 
 
 def _thermal(c: Ctx) -> Page:
-    a = c.variants[0]
     return Page(
         condition=(
             "a thermal or power-brake clock event (hw_slowdown, hw_thermal, power_brake, "
-            f"sw_thermal) stays active on a GPU for {dur(a.for_seconds)}"
+            f"sw_thermal) stays active on a GPU for {c.hold}"
         ),
         meaning=(
             "The GPU lowered its clocks to protect itself: it is too hot, or the system "
