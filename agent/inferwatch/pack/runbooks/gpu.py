@@ -34,13 +34,27 @@ _SCALE_CHOICES = (
 )
 
 
+#: the matcher of the agent's GPU sources in its own series (label collector)
+_GPU_SOURCES = 'collector=~"nvml|dcgm"'
+
+
+def _utilization_stays(c: Ctx, side: str, line: float) -> str:
+    """The condition of the two utilization alerts: ``side`` is below or above."""
+    return (
+        f"a GPU's utilization, averaged over {c.t.pack.window}, stays {side} "
+        f"{pct(line)} for {c.hold}"
+    )
+
+
+def _source_errors(c: Ctx) -> str:
+    """The agent's errors reading its GPU source (NVML or dcgm-exporter), by reason."""
+    return f"increase(inferwatch_collect_errors_total{c.s(_GPU_SOURCES)}[10m])"
+
+
 def _gpu_underutilized(c: Ctx) -> Page:
     g = c.t.gpu_utilization
     return Page(
-        condition=(
-            f"a GPU's utilization, averaged over {c.t.pack.window}, stays below "
-            f"{pct(g.waste_below)} for {c.hold}"
-        ),
+        condition=_utilization_stays(c, "below", g.waste_below),
         meaning=(
             f"The GPU ran kernels less than {pct(g.waste_below)} of the time for "
             f"{c.hold}. The field guide treats this as a resource-waste reminder "
@@ -86,10 +100,7 @@ def _gpu_underutilized(c: Ctx) -> Page:
 def _gpu_scale_review(c: Ctx) -> Page:
     g = c.t.gpu_utilization
     return Page(
-        condition=(
-            f"a GPU's utilization, averaged over {c.t.pack.window}, stays above "
-            f"{pct(g.scale_review_above)} for {c.hold}"
-        ),
+        condition=_utilization_stays(c, "above", g.scale_review_above),
         meaning=(
             f"The GPU has been busy more than {pct(g.scale_review_above)} of the time for "
             f"{c.hold}. The guide calls for a scale-out review at this level "
@@ -131,7 +142,6 @@ def _gpu_scale_review(c: Ctx) -> Page:
 
 
 def _gpu_lost(c: Ctx) -> Page:
-    source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=f"the agent reports the GPU as unreadable (`inferwatch_gpu_up == 0`) for "
         f"{c.hold}",
@@ -150,7 +160,7 @@ def _gpu_lost(c: Ctx) -> Page:
             " to see which GPU and why the agent could not read it:"
             + promql(
                 f"inferwatch_gpu_up{c.sel} == 0",
-                f"increase(inferwatch_collect_errors_total{source}[10m])",
+                _source_errors(c),
             )
             + "2. On the host:"
             + sh(
@@ -176,7 +186,6 @@ def _gpu_lost(c: Ctx) -> Page:
 
 
 def _gpu_telemetry_down(c: Ctx) -> Page:
-    source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=(
             "the agent has not finished a pass over its GPU source (NVML, or dcgm-exporter) "
@@ -201,7 +210,7 @@ def _gpu_telemetry_down(c: Ctx) -> Page:
             "`reason`: `library_not_found`, `driver_not_loaded`, `timeout` for NVML, "
             "`connect`, `http_status`, `timeout`, `no_gpu_metrics` for dcgm-exporter). "
             "Paste into Prometheus:"
-            + promql(f"increase(inferwatch_collect_errors_total{source}[10m])")
+            + promql(_source_errors(c))
             + "2. On the host, does the driver answer?"
             + sh("nvidia-smi")
             + "3. Read the agent's log for the line that names the error:"
