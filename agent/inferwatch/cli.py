@@ -100,7 +100,7 @@ def add_options(parser: argparse._ActionsContainer, *options: Option) -> None:
     """
     for flag, metavar, help_text, *default in options:
         parser.add_argument(
-            flag, metavar=metavar, help=help_text, default=next(iter(default), None)
+            flag, metavar=metavar, help=help_text, default=default[0] if default else None
         )
 
 
