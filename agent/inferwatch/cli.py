@@ -87,6 +87,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: an option that takes one string: its flag, the value's name in ``--help`` (metavar),
+#: its help text and, where it has one, its default (else None)
+Option = tuple[str, str, str] | tuple[str, str, str, str]
+
+
+def add_options(parser: argparse._ActionsContainer, *options: Option) -> None:
+    """Add ``(flag, metavar, help[, default])`` rows to a parser or an argument group.
+
+    Most flags of the commands are of this one kind; their rows read as a table, and
+    flags with a type or an action keep their own ``add_argument``.
+    """
+    for flag, metavar, help_text, *default in options:
+        parser.add_argument(
+            flag, metavar=metavar, help=help_text, default=default[0] if default else None
+        )
+
+
 def _extra_for(command: str, exc: ModuleNotFoundError) -> str | None:
     """The extra whose library ``exc`` says is missing, or None: not one of ours."""
     top = (exc.name or "").split(".")[0]

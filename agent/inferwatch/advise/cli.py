@@ -15,6 +15,7 @@ from inferwatch.advise.model import Unreachable
 from inferwatch.advise.prometheus import read_prometheus
 from inferwatch.advise.render import age, render_capacity, render_rich, render_text, report_dict
 from inferwatch.advise.rules import advise
+from inferwatch.cli import add_options
 from inferwatch.errors import ConfigError, UsageError
 
 #: where flag values come from, in error messages
@@ -65,20 +66,17 @@ def prometheus_range(args: Any, thresholds: Any) -> tuple[float, float, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--agent-url",
-        metavar="URL",
-        help="read an agent's /metrics (e.g. http://127.0.0.1:10127)",
-    )
-    parser.add_argument(
-        "--prometheus-url", metavar="URL", help="read Prometheus over --start .. --end instead"
-    )
-    parser.add_argument("--start", metavar="T", help="range start (default now-1h)")
-    parser.add_argument("--end", metavar="T", help="range end (default now)")
-    parser.add_argument(
-        "--selector",
-        metavar="MATCHERS",
-        help="label matchers of the agents' series (default: pack.agent_selector of thresholds)",
+    add_options(
+        parser,
+        ("--agent-url", "URL", "read an agent's /metrics (e.g. http://127.0.0.1:10127)"),
+        ("--prometheus-url", "URL", "read Prometheus over --start .. --end instead"),
+        ("--start", "T", "range start (default now-1h)"),
+        ("--end", "T", "range end (default now)"),
+        (
+            "--selector",
+            "MATCHERS",
+            "label matchers of the agents' series (default: pack.agent_selector of thresholds)",
+        ),
     )
     parser.add_argument(
         "--samples",
@@ -89,17 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "last are advice.min_rate_span of thresholds apart at least (10s), so rates "
         "come from counter deltas",
     )
-    parser.add_argument(
-        "--every",
-        metavar="DURATION",
-        default="1s",
-        help="agent mode: time between scrapes (default 1s)",
+    add_options(
+        parser,
+        ("--every", "DURATION", "agent mode: time between scrapes (default 1s)", "1s"),
+        ("--worker", "NAME", "only recommendations for this worker"),
     )
-    parser.add_argument("--worker", metavar="NAME", help="only recommendations for this worker")
     parser.add_argument("--json", action="store_true", help="JSON for tools")
-    parser.add_argument(
-        "--thresholds", metavar="FILE", help="thresholds.yaml overrides (default: packaged)"
-    )
+    add_options(parser, ("--thresholds", "FILE", "thresholds.yaml overrides (default: packaged)"))
     add_what_if_arguments(parser)
     sub = parser.add_subparsers(dest="advise_mode", metavar="MODE")
     cap = sub.add_parser(
@@ -110,23 +104,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "GiB unless suffixed (24, 24GiB, 80GB, 512MiB).",
     )
     cap.add_argument("--gpu-memory", metavar="SIZE", required=True, help="GPU memory (24 = 24 GiB)")
-    cap.add_argument("--model-config", metavar="FILE", help="the model's config.json")
-    cap.add_argument("--layers", type=int, metavar="N", help="num_hidden_layers")
-    cap.add_argument("--kv-heads", type=int, metavar="N", help="num_key_value_heads")
-    cap.add_argument("--head-dim", type=int, metavar="N", help="head_dim")
-    cap.add_argument("--dtype", metavar="DTYPE", help="weights dtype (default: config.json's)")
-    cap.add_argument(
-        "--weights", metavar="SIZE", help="weights size (default: estimated from config.json)"
+    add_options(cap, ("--model-config", "FILE", "the model's config.json"))
+    # the model's shape, as config.json names it
+    for flag, key in (
+        ("--layers", "num_hidden_layers"),
+        ("--kv-heads", "num_key_value_heads"),
+        ("--head-dim", "head_dim"),
+    ):
+        cap.add_argument(flag, type=int, metavar="N", help=key)
+    add_options(
+        cap,
+        ("--dtype", "DTYPE", "weights dtype (default: config.json's)"),
+        ("--weights", "SIZE", "weights size (default: estimated from config.json)"),
     )
     cap.add_argument("--context", type=int, metavar="TOKENS", help="expected tokens per sequence")
-    cap.add_argument(
-        "--kv-dtype",
-        metavar="DTYPE",
-        default="auto",
-        help="KV cache dtype: auto (the weights' dtype), fp16, bf16, fp8 (default auto)",
-    )
-    cap.add_argument(
-        "--kv-per-seq", metavar="SIZE", help="KV per sequence, instead of shape and context"
+    add_options(
+        cap,
+        (
+            "--kv-dtype",
+            "DTYPE",
+            "KV cache dtype: auto (the weights' dtype), fp16, bf16, fp8 (default auto)",
+            "auto",
+        ),
+        ("--kv-per-seq", "SIZE", "KV per sequence, instead of shape and context"),
     )
     cap.add_argument(
         "--usable", type=float, default=0.8, help="share of VRAM for weights + KV (default 0.8)"
@@ -136,33 +136,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_what_if_arguments(parser: argparse.ArgumentParser) -> None:
     """``--what-if`` and ``--shadow`` (the capacity twin, docs/advise.md "What-if")."""
-    parser.add_argument(
-        "--what-if",
-        metavar="FLAG=VALUE",
-        help="predict throughput, TTFT, queue, GPU and KV at FLAG=VALUE (max-num-seqs or "
-        "parallel, max-num-batched-tokens, gpu-memory-utilization, replicas); `suggest` "
-        "picks the lever",
-    )
-    parser.add_argument(
-        "--shadow",
-        metavar="STATE",
-        help="shadow mode: record the twin's fit in STATE (JSON); when a worker's launch "
-        "flags change, compare its prediction with what followed",
-    )
-    parser.add_argument(
-        "--shadow-metrics",
-        metavar="FILE",
-        help="shadow mode: write inferwatch_whatif_* gauges to FILE (textfile collector format)",
-    )
-    parser.add_argument("--trace", metavar="FILE", help="what-if: read a recorded trace instead")
-    parser.add_argument(
-        "--phase", metavar="NAME", help="what-if: the trace's phase (default: first)"
-    )
-    parser.add_argument(
-        "--span",
-        metavar="DURATION",
-        default="60s",
-        help="what-if, agent mode: how long to observe (default 60s)",
+    add_options(
+        parser,
+        (
+            "--what-if",
+            "FLAG=VALUE",
+            "predict throughput, TTFT, queue, GPU and KV at FLAG=VALUE (max-num-seqs or "
+            "parallel, max-num-batched-tokens, gpu-memory-utilization, replicas); `suggest` "
+            "picks the lever",
+        ),
+        (
+            "--shadow",
+            "STATE",
+            "shadow mode: record the twin's fit in STATE (JSON); when a worker's launch "
+            "flags change, compare its prediction with what followed",
+        ),
+        (
+            "--shadow-metrics",
+            "FILE",
+            "shadow mode: write inferwatch_whatif_* gauges to FILE (textfile collector format)",
+        ),
+        ("--trace", "FILE", "what-if: read a recorded trace instead"),
+        ("--phase", "NAME", "what-if: the trace's phase (default: first)"),
+        ("--span", "DURATION", "what-if, agent mode: how long to observe (default 60s)", "60s"),
     )
     parser.add_argument(
         "--output-tokens",
@@ -170,13 +166,14 @@ def add_what_if_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="what-if: mean answer length, for engines that count no requests (llama.cpp)",
     )
-    parser.add_argument(
-        "--weights",
-        metavar="SIZE",
-        help="what-if gpu-memory-utilization: the model's weights (24GiB), for the exact KV pool",
-    )
-    parser.add_argument(
-        "--instance", metavar="HOST:PORT", help="what-if, Prometheus: the agent's instance"
+    add_options(
+        parser,
+        (
+            "--weights",
+            "SIZE",
+            "what-if gpu-memory-utilization: the model's weights (24GiB), for the exact KV pool",
+        ),
+        ("--instance", "HOST:PORT", "what-if, Prometheus: the agent's instance"),
     )
 
 

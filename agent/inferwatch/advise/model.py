@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -126,6 +127,18 @@ def name_pictures(pictures: Sequence[WorkerPicture]) -> list[WorkerPicture]:
         replace(p, name=p.worker if counts[p.worker] == 1 else f"{p.worker}@{p.instance}")
         for p in pictures
     ]
+
+
+def finite(value: Any) -> Any:
+    """``value`` with infinities and NaNs as None, in its dicts, lists and tuples too: JSON
+    has no number for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def fmt(value: float, unit: str) -> str:

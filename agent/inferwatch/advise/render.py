@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from inferwatch.advise.model import Recommendation, WorkerPicture, fmt
+from inferwatch.advise.model import Recommendation, WorkerPicture, finite, fmt
 
 if TYPE_CHECKING:
     from inferwatch.advise.capacity import CapacityPlan
@@ -18,17 +17,6 @@ def age(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with infinities and NaNs as None: JSON has no number for them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def report_dict(
@@ -43,7 +31,7 @@ def report_dict(
         "workers": [p.as_dict() for p in pictures],
         "recommendations": [r.as_dict(i + 1) for i, r in enumerate(recs)],
     }
-    return dict(_finite(doc))
+    return dict(finite(doc))
 
 
 def _opt(value: float | None, unit: str) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, _values
+from inferwatch.advise.model import finite
 from inferwatch.advise.twin import StepFit
 from inferwatch.advise.whatif import Observed, predict
 from inferwatch.errors import ConfigError
@@ -74,10 +75,6 @@ def outcome(obs: Observed, last: Scrape) -> dict[str, float | None]:
     }
 
 
-def _finite(v: Any) -> Any:
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
 def step(
     state: dict[str, Any], obs: Observed, fit: StepFit, last: Scrape, now: float | None = None
 ) -> dict[str, Any] | None:
@@ -107,7 +104,7 @@ def step(
             )
             pred = predict(old_obs, WATCHED[flag], value, old_fit)
             measured = outcome(obs, last)
-            predicted = {k: _finite(getattr(pred.new, k)) for k in FIGURES}
+            predicted = {k: finite(getattr(pred.new, k)) for k in FIGURES}
             errors = {
                 k: (predicted[k] - measured[k]) / measured[k]
                 for k in FIGURES
@@ -121,7 +118,7 @@ def step(
                 "to": flags_now[flag],
                 "fitted_at": before["at"],
                 "predicted": predicted,
-                "measured": {k: _finite(v) for k, v in measured.items()},
+                "measured": {k: finite(v) for k, v in measured.items()},
                 "error": errors,
                 "range": pred.range_note,
             }

@@ -197,23 +197,18 @@ def _predict_into(row: dict[str, Any], obs: Any, fit: Any, arrivals: list[float]
     _fill(row, pred, fit)
 
 
+def _figures(of: Any, *names: str) -> dict[str, Any]:
+    """The figures a row compares (``TARGET``'s), then ``names``, read off ``of``."""
+    return {k: getattr(of, k) for k in (*TARGET, *names)}
+
+
 def _measured_row(meas: Measured) -> dict[str, Any]:
-    return {
-        "throughput": meas.throughput,
-        "ttft_p50": meas.ttft_p50,
-        "ttft_p95": meas.ttft_p95,
-        "requests": meas.requests,
-        "failed": meas.failed,
-    }
+    return _figures(meas, "requests", "failed")
 
 
 def _fill(row: dict[str, Any], pred: Any, fit: Any) -> None:
     """A prediction's figures, its error against the measured ones, the range, the fit."""
-    row["predicted"] = {
-        "throughput": pred.new.throughput,
-        "ttft_p50": pred.new.ttft_p50,
-        "ttft_p95": pred.new.ttft_p95,
-    }
+    row["predicted"] = _figures(pred.new)
     row["error"] = {
         k: (row["predicted"][k] - row["measured"][k]) / row["measured"][k]
         for k in TARGET
@@ -221,10 +216,7 @@ def _fill(row: dict[str, Any], pred: Any, fit: Any) -> None:
     }
     row["extrapolated"] = pred.band is not None
     if pred.band is not None:
-        row["band"] = [
-            {"throughput": b.throughput, "ttft_p50": b.ttft_p50, "ttft_p95": b.ttft_p95}
-            for b in pred.band
-        ]
+        row["band"] = [_figures(b) for b in pred.band]
     row["fit"] = {
         "a_ms": fit.a * 1e3,
         "k_ms": fit.k * 1e3,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, _sum, _values, maximum, mean
@@ -617,11 +617,9 @@ class Suggestion:
     prediction: Prediction | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """Its fields, the prediction's as that one's own ``as_dict``."""
         return {
-            "lever": self.lever,
-            "reason": self.reason,
-            "flag": self.flag,
-            "value": self.value,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
             "prediction": self.prediction.as_dict() if self.prediction else None,
         }
 

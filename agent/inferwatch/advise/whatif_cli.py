@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, fetch_exposition, metrics_url
-from inferwatch.advise.model import Unreachable, fmt
+from inferwatch.advise.model import Unreachable, finite, fmt
 from inferwatch.advise.twin import NotEnough
 from inferwatch.advise.whatif import (
     SOURCE,
@@ -165,16 +165,6 @@ def render_suggestion(s: Suggestion) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _clean(doc: Any) -> Any:
-    if isinstance(doc, float) and not math.isfinite(doc):
-        return None
-    if isinstance(doc, dict):
-        return {k: _clean(v) for k, v in doc.items()}
-    if isinstance(doc, (list, tuple)):
-        return [_clean(v) for v in doc]
-    return doc
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -241,7 +231,7 @@ def main_what_if(args: Any, prometheus_range: Range) -> int:
     except NotEnough as exc:
         raise UsageError(f"--what-if: {exc}") from None
     if args.json:
-        print(json.dumps(_clean(doc), indent=2, allow_nan=False))
+        print(json.dumps(finite(doc), indent=2, allow_nan=False))
     else:
         sys.stdout.write(text)
     return 0
@@ -278,7 +268,7 @@ def main_shadow(args: Any, prometheus_range: Range) -> int:
 
         Path(args.shadow_metrics).write_text(shadow.metrics_text(state))
     if args.json:
-        print(json.dumps(_clean({"changes": state["changes"], "skipped": skipped}), indent=2))
+        print(json.dumps(finite({"changes": state["changes"], "skipped": skipped}), indent=2))
     else:
         sys.stdout.write(shadow.render(state))
         for line in skipped:

@@ -24,6 +24,7 @@ from inferwatch.backtest.scenario import Scenario, load_scenario, scenario_files
 from inferwatch.backtest.score import ScenarioScore, markdown, score, summarize, text_table
 from inferwatch.backtest.trace import load_trace
 from inferwatch.backtest.truth import alert_facts
+from inferwatch.cli import add_options
 from inferwatch.errors import ConfigError, UsageError
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
@@ -49,28 +50,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every built-in scenario, and the traces under tests/data/traces when present",
     )
-    p.add_argument(
-        "--rules",
-        metavar="DIR",
-        help="the rule files' directory (default: alerts/ of the checkout)",
-    )
-    p.add_argument(
-        "--scrape-interval",
-        metavar="DURATION",
-        help="default: global.scrape_interval of deploy/prometheus/prometheus.yml (15s)",
-    )
-    p.add_argument(
-        "--evaluation-interval",
-        metavar="DURATION",
-        help="default: global.evaluation_interval of deploy/prometheus/prometheus.yml (15s)",
+    add_options(
+        p,
+        ("--rules", "DIR", "the rule files' directory (default: alerts/ of the checkout)"),
+        *(
+            (f"--{name}", "DURATION", f"default: global.{key} of {PROMETHEUS_CONFIG} (15s)")
+            for name, key in (
+                ("scrape-interval", "scrape_interval"),
+                ("evaluation-interval", "evaluation_interval"),
+            )
+        ),
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="per scenario and per alert, as JSON")
     out.add_argument("--markdown", action="store_true", help="the table for docs/alerts.md")
-    out.add_argument(
-        "--markdown-into",
-        metavar="FILE",
-        help="replace the table between the backtest markers of FILE (docs/alerts.md)",
+    add_options(
+        out,
+        (
+            "--markdown-into",
+            "FILE",
+            "replace the table between the backtest markers of FILE (docs/alerts.md)",
+        ),
     )
     p.add_argument(
         "--check",
@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="exit 1 on a false critical page, a miss or a slow detection (xfail scenarios aside)",
     )
     p.add_argument("--jobs", type=int, default=2, help="promtool runs at once (default 2)")
-    p.add_argument("--keep", metavar="DIR", help="keep each scenario's promtool test file here")
+    add_options(p, ("--keep", "DIR", "keep each scenario's promtool test file here"))
 
 
 def _interval(flag: str | None, key: str, name: str) -> float:

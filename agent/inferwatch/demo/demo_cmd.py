@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from inferwatch.agent.config import parse_listen
+from inferwatch.cli import add_options
 from inferwatch.demo.conditions import (
     FIRING,
     AlertState,
@@ -78,11 +79,14 @@ def alertmanager_config(shipped: str | None) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:10127",
-        help="where the demo's agent serves /metrics (default 127.0.0.1:10127)",
+    add_options(
+        parser,
+        (
+            "--listen",
+            "HOST:PORT",
+            "where the demo's agent serves /metrics (default 127.0.0.1:10127)",
+            "127.0.0.1:10127",
+        ),
     )
     parser.add_argument(
         "--duration",
@@ -110,10 +114,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also start Prometheus and Alertmanager with the generated rules",
     )
-    parser.add_argument(
-        "--thresholds",
-        metavar="FILE",
-        help="thresholds file for the alert conditions shown (default: packaged)",
+    add_options(
+        parser,
+        (
+            "--thresholds",
+            "FILE",
+            "thresholds file for the alert conditions shown (default: packaged)",
+        ),
     )
     parser.add_argument(
         "--no-live",

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferwatch.cli import add_options
 from inferwatch.errors import UsageError
 
 if TYPE_CHECKING:
@@ -28,11 +29,14 @@ EXIT_OUTPUT = 7
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--prometheus-url",
-        metavar="URL",
-        help="base URL of a Prometheus-compatible query API "
-        "(e.g. http://prometheus:9090); report.prometheus_url in --config",
+    add_options(
+        parser,
+        (
+            "--prometheus-url",
+            "URL",
+            "base URL of a Prometheus-compatible query API "
+            "(e.g. http://prometheus:9090); report.prometheus_url in --config",
+        ),
     )
     store = parser.add_argument_group(
         "store access",
@@ -40,32 +44,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the token and password themselves only from INFERWATCH_PROMETHEUS_BEARER_TOKEN / "
         "INFERWATCH_PROMETHEUS_PASSWORD or a file, never from a flag",
     )
-    store.add_argument(
-        "--bearer-token-file",
-        metavar="FILE",
-        help="send the token in FILE as 'Authorization: Bearer' (report.prometheus_bearer_token_file)",
-    )
-    store.add_argument(
-        "--basic-auth-user",
-        metavar="USER",
-        help="basic auth user; the password from INFERWATCH_PROMETHEUS_PASSWORD or "
-        "--basic-auth-password-file (report.prometheus_username)",
-    )
-    store.add_argument(
-        "--basic-auth-password-file",
-        metavar="FILE",
-        help="basic auth password file (report.prometheus_password_file)",
-    )
-    store.add_argument(
-        "--tenant",
-        metavar="ID",
-        help="tenant id sent in --tenant-header on every query (report.prometheus_tenant)",
-    )
-    store.add_argument(
-        "--tenant-header",
-        metavar="NAME",
-        help="header carrying the tenant (default X-Scope-OrgID: Mimir, Cortex; "
-        "report.prometheus_tenant_header)",
+    add_options(
+        store,
+        (
+            "--bearer-token-file",
+            "FILE",
+            "send the token in FILE as 'Authorization: Bearer' (report.prometheus_bearer_token_file)",
+        ),
+        (
+            "--basic-auth-user",
+            "USER",
+            "basic auth user; the password from INFERWATCH_PROMETHEUS_PASSWORD or "
+            "--basic-auth-password-file (report.prometheus_username)",
+        ),
+        (
+            "--basic-auth-password-file",
+            "FILE",
+            "basic auth password file (report.prometheus_password_file)",
+        ),
+        (
+            "--tenant",
+            "ID",
+            "tenant id sent in --tenant-header on every query (report.prometheus_tenant)",
+        ),
+        (
+            "--tenant-header",
+            "NAME",
+            "header carrying the tenant (default X-Scope-OrgID: Mimir, Cortex; "
+            "report.prometheus_tenant_header)",
+        ),
     )
     store.add_argument(
         "--retries",
@@ -75,13 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tries again N times after an answer 5xx, a time-out or a refused connection, "
         "waiting 0.5 s, 1 s, 2 s ... (default 3)",
     )
-    parser.add_argument(
-        "--end",
-        metavar="TIME",
-        default="now",
-        help="end of the period: ISO 8601 (2026-11-23, 2026-11-23T06:00:00Z; "
-        "UTC unless an offset is given), unix seconds, today (00:00 UTC today, so the "
-        "period is whole days) or now (default)",
+    add_options(
+        parser,
+        (
+            "--end",
+            "TIME",
+            "end of the period: ISO 8601 (2026-11-23, 2026-11-23T06:00:00Z; "
+            "UTC unless an offset is given), unix seconds, today (00:00 UTC today, so the "
+            "period is whole days) or now (default)",
+            "now",
+        ),
     )
     parser.add_argument(
         "--days",
@@ -90,24 +100,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="length of the period in days, compared with the N days before "
         "(default 7; report.days in --config)",
     )
-    parser.add_argument(
-        "--output",
-        metavar="DIR",
-        help="write report.html, the charts (PNG), report.txt and daily.csv here",
+    add_options(
+        parser,
+        ("--output", "DIR", "write report.html, the charts (PNG), report.txt and daily.csv here"),
     )
     parser.add_argument(
         "--send",
         action="store_true",
         help="mail the report (SMTP settings from --config and INFERWATCH_SMTP_* variables)",
     )
-    parser.add_argument(
-        "--config", metavar="FILE", help="inferwatch YAML config file; its report: section is read"
-    )
-    parser.add_argument(
-        "--thresholds",
-        metavar="FILE",
-        help="thresholds.yaml overriding the packaged defaults "
-        "(report.thresholds_file in --config)",
+    add_options(
+        parser,
+        ("--config", "FILE", "inferwatch YAML config file; its report: section is read"),
+        (
+            "--thresholds",
+            "FILE",
+            "thresholds.yaml overriding the packaged defaults (report.thresholds_file in --config)",
+        ),
     )
     parser.add_argument(
         "--timeout",

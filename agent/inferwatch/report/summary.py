@@ -36,12 +36,7 @@ from inferwatch.report.model import (
 )
 
 BANDS = ("waste", "low", "healthy", "scale_review")
-BAND_NAMES = {
-    "waste": "waste",
-    "low": "low",
-    "healthy": "healthy",
-    "scale_review": "scale review",
-}
+BAND_NAMES = {b: b.replace("_", " ") for b in BANDS}
 
 
 @dataclass(frozen=True)

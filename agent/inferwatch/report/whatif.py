@@ -28,14 +28,14 @@ from inferwatch.report.model import DAY, Period
 from inferwatch.report.promapi import PrometheusClient
 
 #: the figures the shadow records, in its order (advise.shadow.FIGURES; the report does
-#: not import advise)
-FIGURES = ("throughput", "queue", "ttft_p50", "ttft_p95")
+#: not import advise), and their names in the report
 FIGURE_NAMES = {
     "throughput": "Throughput (tokens/s)",
     "queue": "Queue (requests)",
     "ttft_p50": "TTFT P50",
     "ttft_p95": "TTFT P95",
 }
+FIGURES = tuple(FIGURE_NAMES)
 KEY = ("worker", "flag", "from", "to")
 SERIES = {
     "predicted": "inferwatch_whatif_predicted",

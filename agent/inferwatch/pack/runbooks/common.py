@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from inferwatch.pack import loops as L
 from inferwatch.pack.names import Names
 from inferwatch.pack.rules.alert import Alert
+from inferwatch.pack.rules.common import dur
 from inferwatch.pack.thresholds import Thresholds
 
 DASHBOARD_TITLES = {
@@ -57,6 +58,11 @@ class Ctx:
 
     def _matchers(self, keys: tuple[str, ...]) -> list[str]:
         return [f'{k}="{PLACEHOLDERS[k]}"' for k in keys]
+
+    @property
+    def hold(self) -> str:
+        """The alert's ``for`` in words (``10m``): how long its condition holds before it fires."""
+        return dur(self.variants[0].for_seconds)
 
     @property
     def sel(self) -> str:

@@ -34,17 +34,30 @@ _SCALE_CHOICES = (
 )
 
 
+#: the matcher of the agent's GPU sources in its own series (label collector)
+_GPU_SOURCES = 'collector=~"nvml|dcgm"'
+
+
+def _utilization_stays(c: Ctx, side: str, line: float) -> str:
+    """The condition of the two utilization alerts: ``side`` is below or above."""
+    return (
+        f"a GPU's utilization, averaged over {c.t.pack.window}, stays {side} "
+        f"{pct(line)} for {c.hold}"
+    )
+
+
+def _source_errors(c: Ctx) -> str:
+    """The agent's errors reading its GPU source (NVML or dcgm-exporter), by reason."""
+    return f"increase(inferwatch_collect_errors_total{c.s(_GPU_SOURCES)}[10m])"
+
+
 def _gpu_underutilized(c: Ctx) -> Page:
     g = c.t.gpu_utilization
-    a = c.variants[0]
     return Page(
-        condition=(
-            f"a GPU's utilization, averaged over {c.t.pack.window}, stays below "
-            f"{pct(g.waste_below)} for {dur(a.for_seconds)}"
-        ),
+        condition=_utilization_stays(c, "below", g.waste_below),
         meaning=(
             f"The GPU ran kernels less than {pct(g.waste_below)} of the time for "
-            f"{dur(a.for_seconds)}. The field guide treats this as a resource-waste reminder "
+            f"{c.hold}. The field guide treats this as a resource-waste reminder "
             "[6.1]: inference GPUs commonly idle at 30-50% without tuning [1]. The healthy "
             f"band configured here is {pct(g.healthy_band[0])}-{pct(g.healthy_band[1])} "
             "(the guide: 70-85% [4], and 60-75% is healthier than 90% or more [6.1])."
@@ -86,15 +99,11 @@ def _gpu_underutilized(c: Ctx) -> Page:
 
 def _gpu_scale_review(c: Ctx) -> Page:
     g = c.t.gpu_utilization
-    a = c.variants[0]
     return Page(
-        condition=(
-            f"a GPU's utilization, averaged over {c.t.pack.window}, stays above "
-            f"{pct(g.scale_review_above)} for {dur(a.for_seconds)}"
-        ),
+        condition=_utilization_stays(c, "above", g.scale_review_above),
         meaning=(
             f"The GPU has been busy more than {pct(g.scale_review_above)} of the time for "
-            f"{dur(a.for_seconds)}. The guide calls for a scale-out review at this level "
+            f"{c.hold}. The guide calls for a scale-out review at this level "
             "[6.1]: 60-75% is healthier than 90% or more, because the spare time absorbs "
             "bursts; near saturation the queue is already forming and tail latency getting "
             "worse."
@@ -133,11 +142,9 @@ def _gpu_scale_review(c: Ctx) -> Page:
 
 
 def _gpu_lost(c: Ctx) -> Page:
-    a = c.variants[0]
-    source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=f"the agent reports the GPU as unreadable (`inferwatch_gpu_up == 0`) for "
-        f"{dur(a.for_seconds)}",
+        f"{c.hold}",
         meaning=(
             "The agent's GPU source stopped giving readings for this GPU: NVML, the NVIDIA "
             "management library (the default backend), or dcgm-exporter with "
@@ -153,7 +160,7 @@ def _gpu_lost(c: Ctx) -> Page:
             " to see which GPU and why the agent could not read it:"
             + promql(
                 f"inferwatch_gpu_up{c.sel} == 0",
-                f"increase(inferwatch_collect_errors_total{source}[10m])",
+                _source_errors(c),
             )
             + "2. On the host:"
             + sh(
@@ -179,14 +186,12 @@ def _gpu_lost(c: Ctx) -> Page:
 
 
 def _gpu_telemetry_down(c: Ctx) -> Page:
-    a = c.variants[0]
-    source = c.s('collector=~"nvml|dcgm"')
     return Page(
         condition=(
             "the agent has not finished a pass over its GPU source (NVML, or dcgm-exporter) "
             f"for {dur(c.t.availability.gpu_lost_for)}, "
             "or reports errors from it and has never finished one, for "
-            f"{dur(a.for_seconds)}"
+            f"{c.hold}"
         ),
         meaning=(
             "The agent cannot read its GPU source at all. With NVML (the default backend): the "
@@ -205,7 +210,7 @@ def _gpu_telemetry_down(c: Ctx) -> Page:
             "`reason`: `library_not_found`, `driver_not_loaded`, `timeout` for NVML, "
             "`connect`, `http_status`, `timeout`, `no_gpu_metrics` for dcgm-exporter). "
             "Paste into Prometheus:"
-            + promql(f"increase(inferwatch_collect_errors_total{source}[10m])")
+            + promql(_source_errors(c))
             + "2. On the host, does the driver answer?"
             + sh("nvidia-smi")
             + "3. Read the agent's log for the line that names the error:"
@@ -282,11 +287,10 @@ def _xid(c: Ctx) -> Page:
 
 
 def _thermal(c: Ctx) -> Page:
-    a = c.variants[0]
     return Page(
         condition=(
             "a thermal or power-brake clock event (hw_slowdown, hw_thermal, power_brake, "
-            f"sw_thermal) stays active on a GPU for {dur(a.for_seconds)}"
+            f"sw_thermal) stays active on a GPU for {c.hold}"
         ),
         meaning=(
             "The GPU lowered its clocks to protect itself: it is too hot, or the system "

@@ -13,12 +13,11 @@ from inferwatch.pack.runbooks.common import Ctx, Page, md, promql, sh
 
 def _request_errors(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"more than {pct(t.errors.ratio_above)} of a worker's requests over "
             f"{t.pack.window} finish with an error or are rejected (HTTP 503), for "
-            f"{dur(a.for_seconds)}"
+            f"{c.hold}"
         ),
         meaning=(
             "Requests fail: the engine reported them finished with reason `error`, or "
@@ -59,11 +58,10 @@ def _request_errors(c: Ctx) -> Page:
 
 
 def _worker_down(c: Ctx) -> Page:
-    a = c.variants[0]
     return Page(
         condition=(
             "the agent's last scrapes of a worker failed or carried no engine metrics "
-            f"(`inferwatch_target_up == 0`) for {dur(a.for_seconds)}"
+            f"(`inferwatch_target_up == 0`) for {c.hold}"
         ),
         meaning=(
             "The agent next to the worker cannot read the inference server's `/metrics`: "
@@ -157,12 +155,11 @@ def _agent_down(c: Ctx) -> Page:
 
 
 def _worker_unattributed(c: Ctx) -> Page:
-    a = c.variants[0]
     return Page(
         condition=(
             "the agent reads a worker (`inferwatch_target_up == 1`) and its host's GPUs "
             "(`inferwatch_gpu_up`) but has no `inferwatch_worker_gpu_info` for the worker, "
-            f"for {dur(a.for_seconds)}"
+            f"for {c.hold}"
         ),
         meaning=(
             "The agent does not know which GPUs the worker runs on: none of its attribution "

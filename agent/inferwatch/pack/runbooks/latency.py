@@ -83,13 +83,12 @@ def _queue_over_capacity(c: Ctx) -> Page:
 
 def _ttft_high_gpu_idle(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker's TTFT P95 over {t.pack.window} is above "
             f"{secs(t.ttft.warmup_p95_seconds)} while its own GPUs (those the agent "
             f"attributes to it) average below {pct(t.gpu_utilization.idle_below)} "
-            f"utilization over {t.pack.window}, for {dur(a.for_seconds)} (not within "
+            f"utilization over {t.pack.window}, for {c.hold} (not within "
             f"{dur(t.cold_start.within)} of a start: that is InferenceWorkerColdStart)"
         ),
         meaning=(
@@ -137,11 +136,10 @@ def _ttft_high_gpu_idle(c: Ctx) -> Page:
 
 def _ttft_slo(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker's TTFT P99 over {t.pack.window} is above "
-            f"{secs(t.ttft.p99_slo_seconds)} for {dur(a.for_seconds)}"
+            f"{secs(t.ttft.p99_slo_seconds)} for {c.hold}"
         ),
         meaning=(
             "TTFT (time to first token) is how long a user waits before the answer starts "
@@ -191,11 +189,10 @@ def _ttft_slo(c: Ctx) -> Page:
 
 def _tpot_slo(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker's TPOT P99 over {t.pack.window} is above "
-            f"{secs(t.tpot.p99_slo_seconds)} for {dur(a.for_seconds)}"
+            f"{secs(t.tpot.p99_slo_seconds)} for {c.hold}"
         ),
         meaning=(
             "TPOT (time per output token) is the gap between streamed tokens once the answer "
@@ -238,11 +235,10 @@ def _tpot_slo(c: Ctx) -> Page:
 
 def _long_tail(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker's TTFT P99 or its TPOT P99 over {t.pack.window} is at least "
-            f"{num(t.latency.tail_ratio)} times its P50, for {dur(a.for_seconds)} (end-to-end "
+            f"{num(t.latency.tail_ratio)} times its P50, for {c.hold} (end-to-end "
             "latency is not judged: it grows with the answer's length)"
         ),
         meaning=(
@@ -290,7 +286,6 @@ def _long_tail(c: Ctx) -> Page:
 def _load_imbalance(c: Ctx) -> Page:
     t = c.t
     lb = t.load_imbalance
-    a = c.variants[0]
     return Page(
         condition=(
             "a worker's utilization of its own GPUs (above "
@@ -300,7 +295,7 @@ def _load_imbalance(c: Ctx) -> Page:
             "average of the other workers of the same model, while that model's own GPUs "
             f"average below {pct(t.gpu_utilization.idle_below)} over the last "
             f"{dur(lb.idle_window)} and its TTFT P99 is within "
-            f"{secs(t.ttft.p99_slo_seconds)}, for {dur(a.for_seconds)}"
+            f"{secs(t.ttft.p99_slo_seconds)}, for {c.hold}"
         ),
         meaning=(
             "Requests are not spread across the workers of one model: one builds a queue "

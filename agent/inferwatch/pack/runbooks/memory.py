@@ -84,14 +84,13 @@ def _kv_remedies(c: Ctx, *, pool_first: bool) -> str:
 
 def _vram_pressure(c: Ctx) -> Page:
     v = c.t.vram
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker's memory pressure on one of its own GPUs (its KV-cache usage where "
             "the engine exports it, else the GPU's memory used ratio, averaged over "
             f"{c.t.pack.window}) is above {pct(v.scale_above)} while that worker's queue "
             f"rises by more than {num(c.t.queue.rising_min_per_minute)} request a minute "
-            f"(its slope over {dur(c.t.queue.rising_window)}), for {dur(a.for_seconds)}"
+            f"(its slope over {dur(c.t.queue.rising_window)}), for {c.hold}"
         ),
         meaning=(
             f"The worker's KV cache is above {pct(v.scale_above)} full (for an engine that "
@@ -135,11 +134,10 @@ def _vram_pressure(c: Ctx) -> Page:
 
 def _kv_preemptions(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker preempts requests (rate over {t.pack.window} above "
-            f"{num(t.kv_cache.preemption_rate_above)} per second) for {dur(a.for_seconds)}"
+            f"{num(t.kv_cache.preemption_rate_above)} per second) for {c.hold}"
         ),
         meaning=(
             "vLLM ran out of KV cache (the GPU memory that holds each running request's "

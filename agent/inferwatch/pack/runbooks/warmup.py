@@ -39,12 +39,11 @@ def _warmup_gate_checks(c: Ctx, step: int) -> str:
 
 def _cold_start(c: Ctx) -> Page:
     t = c.t
-    a = c.variants[0]
     return Page(
         condition=(
             f"a worker's TTFT P95 over {t.pack.window} is above "
             f"{secs(t.ttft.warmup_p95_seconds)} within {dur(t.cold_start.within)} of its "
-            f"process start, for {dur(a.for_seconds)}; silent while the agent's warm-up gate "
+            f"process start, for {c.hold}; silent while the agent's warm-up gate "
             "holds or has warmed the worker"
         ),
         meaning=(
@@ -109,12 +108,11 @@ def _cold_start(c: Ctx) -> Page:
 
 
 def _warmup_deadline(c: Ctx) -> Page:
-    a = c.variants[0]
     return Page(
         condition=(
             "the agent's warm-up gate reports `inferwatch_warmup_deadline_exceeded == 1` for "
             "a worker (the gate opened on `warmup.deadline` without a completed warm-up) for "
-            f"{dur(a.for_seconds)}"
+            f"{c.hold}"
         ),
         meaning=(
             "The agent's warm-up gate (`warmup:` in its configuration, docs/warmup.md) holds "

@@ -6,7 +6,8 @@ the mail, a file name next to the HTML on disk.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from html import escape
 
 from inferwatch.report import fmt
@@ -121,53 +122,33 @@ def _findings(report: Report) -> str:
 
 
 def _scope_row(s: ScopeFigures, bold: bool) -> str:
-    name = s.worker or "all workers"
+    def cell(
+        show: Callable[[float | None], str], change: Change | None, kind: str, better: str | None
+    ) -> str:
+        """A figure and its change against the week before; a dash where the scope has none."""
+        if change is None:
+            return td(fmt.DASH, bold=bold)
+        return td(show(change.current), change, kind, better, bold=bold)
+
+    lat = {name: s.latency.get(name) for name in ("ttft", "tpot", "e2e")}
     cells = [
-        td(name, bold=bold, align="left"),
-        td(fmt.count(s.requests.current), s.requests, "rel", None, bold=bold),
-        td(fmt.count(s.prompt.current), s.prompt, "rel", None, bold=bold),
-        td(fmt.count(s.generation.current), s.generation, "rel", None, bold=bold),
+        td(s.worker or "all workers", bold=bold, align="left"),
+        cell(fmt.count, s.requests, "rel", None),
+        cell(fmt.count, s.prompt, "rel", None),
+        cell(fmt.count, s.generation, "rel", None),
+        *(
+            cell(fmt.seconds, None if x is None else x.week[0.99], "rel", "lower")
+            for x in lat.values()
+        ),
+        *(
+            cell(
+                partial(fmt.percent, digits=1), None if x is None else x.attainment, "pts", "higher"
+            )
+            for x in (lat["ttft"], lat["tpot"])
+        ),
+        cell(fmt.count, s.queue_peak, "abs_count", "lower"),
+        cell(fmt.duration, s.over_capacity, "abs_seconds", "lower"),
     ]
-    for name_ in ("ttft", "tpot", "e2e"):
-        lat = s.latency.get(name_)
-        if lat is None:
-            cells.append(td(fmt.DASH, bold=bold))
-        else:
-            cells.append(
-                td(fmt.seconds(lat.week[0.99].current), lat.week[0.99], "rel", "lower", bold=bold)
-            )
-    for name_ in ("ttft", "tpot"):
-        lat = s.latency.get(name_)
-        if lat is None or lat.attainment is None:
-            cells.append(td(fmt.DASH, bold=bold))
-        else:
-            cells.append(
-                td(
-                    fmt.percent(lat.attainment.current, 1),
-                    lat.attainment,
-                    "pts",
-                    "higher",
-                    bold=bold,
-                )
-            )
-    cells.append(
-        td(
-            fmt.count(s.queue_peak.current) if s.queue_peak else fmt.DASH,
-            s.queue_peak,
-            "abs_count",
-            "lower",
-            bold=bold,
-        )
-    )
-    cells.append(
-        td(
-            fmt.duration(s.over_capacity.current) if s.over_capacity else fmt.DASH,
-            s.over_capacity,
-            "abs_seconds",
-            "lower",
-            bold=bold,
-        )
-    )
     return "<tr>" + "".join(cells) + "</tr>"
 
 
