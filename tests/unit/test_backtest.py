@@ -35,6 +35,7 @@ from inferwatch.backtest.engine import evaluate
 from inferwatch.backtest.scenario import Expect, load_scenario, scenario_files
 from inferwatch.backtest.score import ScenarioScore, markdown, score, summarize
 from inferwatch.backtest.truth import alert_facts
+from inferwatch.engines import proxy
 from inferwatch.pack.thresholds import load_thresholds
 
 SCRAPE = EVALUATION = 15.0  # deploy/prometheus/prometheus.yml
@@ -247,3 +248,33 @@ def test_a_trace_replays_with_its_phases_as_ground_truth(tmp_path: Path) -> None
     assert s.scenario == "trace:t"
     assert not s.failures, s.failures
     assert s.alerts["InferenceQueueOverCapacity"].detected[0] <= 90.0
+
+
+def test_llamacpp_latency_comes_only_from_the_proxy(tmp_path: Path) -> None:
+    """llama.cpp exports no latency histogram: without ``proxy: true`` its scenario has no
+    TTFT/TPOT/E2E buckets (so no TTFT page could fire, as on the H200 before issue 30);
+    with it, the buckets are the proxy's bounds, and the scenario's pages come from them."""
+    path = REPO / "agent/inferwatch/backtest/scenarios/llamacpp-proxy.yaml"
+    alerts = catalogue(RULES)
+
+    def bucket_bounds(scenario_path: Path) -> dict[str, set[str]]:
+        got: dict[str, set[str]] = {}
+        for selector in load_scenario(scenario_path, alerts, SCRAPE).series:
+            name = selector.split("{", 1)[0]
+            if name.endswith("_bucket"):
+                got.setdefault(name, set()).add(selector.split('le="', 1)[1].split('"', 1)[0])
+        return got
+
+    with_proxy = bucket_bounds(path)
+    assert set(with_proxy) == {
+        "inferwatch_ttft_seconds_bucket",
+        "inferwatch_tpot_seconds_bucket",
+        "inferwatch_e2e_latency_seconds_bucket",
+    }
+    assert with_proxy["inferwatch_ttft_seconds_bucket"] == {
+        *(repr(float(b)) for b in proxy.TTFT_BUCKETS),
+        "+Inf",
+    }
+    direct = tmp_path / "llamacpp-direct.yaml"
+    direct.write_text(path.read_text().replace("proxy: true, ", ""))
+    assert bucket_bounds(direct) == {}

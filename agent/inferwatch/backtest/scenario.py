@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from inferwatch.engines import ENGINES, proxy
 from inferwatch.engines.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from inferwatch.errors import ConfigError
 from inferwatch.validate import duration_seconds
@@ -50,6 +51,21 @@ HISTOGRAMS = {
     "tpot": ("inferwatch_tpot_seconds", ITL_BUCKETS),
     "e2e": ("inferwatch_e2e_latency_seconds", REQUEST_LATENCY_BUCKETS),
 }
+#: the bounds of the same histograms where the agent's measuring proxy fills them
+#: (a worker with ``proxy: true``, e.g. llama.cpp, whose engine exports none)
+PROXY_BOUNDS = {"ttft": proxy.TTFT_BUCKETS, "tpot": proxy.TPOT_BUCKETS, "e2e": proxy.E2E_BUCKETS}
+
+
+def latency_histograms(worker: Worker) -> dict[str, tuple[str, tuple[float, ...]]]:
+    """The latency histograms the agent exports for ``worker``: the proxy's (its bounds)
+    where it measures, else those of HISTOGRAMS the worker's engine maps (llama.cpp: none)."""
+    if worker.proxy:
+        return {key: (metric, PROXY_BOUNDS[key]) for key, (metric, _) in HISTOGRAMS.items()}
+    engine = ENGINES.get(worker.engine)
+    if engine is None:
+        return dict(HISTOGRAMS)
+    mapped = {signal.target for signal in engine.signals}
+    return {key: spec for key, spec in HISTOGRAMS.items() if spec[0] in mapped}
 NUMERIC = ("util", "vram", "waiting", "running", "kv", "rps", "errors", "preempt")
 FLAGS = ("up", "gpu_up", "nvml", "agent_up", "throttle")
 RATIOS = ("util", "vram", "kv", "errors")
@@ -92,6 +108,8 @@ class Worker:
     #: the agent places it on its GPUs (inferwatch_worker_gpu_info)
     attributed: bool = True
     mig: bool = False
+    #: its latency histograms come from the agent's measuring proxy (PROXY_BOUNDS)
+    proxy: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +221,7 @@ def _workers(doc: dict[str, Any], where: str) -> list[Worker]:
             "start",
             "attributed",
             "mig",
+            "proxy",
         }
         if unknown:
             raise ConfigError(where, f"{key}.{sorted(unknown)[0]}", "a known worker key")
@@ -224,6 +243,7 @@ def _workers(doc: dict[str, Any], where: str) -> list[Worker]:
                 start=None if start is None else _duration(start, where, f"{key}.start"),
                 attributed=bool(spec.get("attributed", True)),
                 mig=bool(spec.get("mig", False)),
+                proxy=bool(spec.get("proxy", False)),
             )
         )
     return out
@@ -502,7 +522,7 @@ def synthesize(
             # the gate's warm-up requests (max_tokens 1): in the engine's TTFT histogram too
             warm = (val("warmup") or 0.0) * scrape if s["gate"] is not None else 0.0
             wdist = s["warmup_ttft"]
-            for key, (metric, bounds) in HISTOGRAMS.items():
+            for key, (metric, bounds) in latency_histograms(w).items():
                 dist = s[key]
                 # one token per TPOT observation: a request's output tokens, about 100
                 n = done * (100.0 if key == "tpot" else 1.0)
