@@ -191,6 +191,21 @@ def test_missing_promtool_is_one_line(tmp_path: Path) -> None:
     _one_error_line(done, "promtool not found")
 
 
+def test_a_promtool_past_its_time_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A promtool that does not finish (here: given 10 ms) ends the run with one line
+    naming the scenario's length and what to do, not a traceback."""
+    from inferwatch.backtest import engine
+    from inferwatch.errors import UsageError
+
+    path = next(p for p in scenario_files() if p.stem == "steady")
+    sc = load_scenario(path, catalogue(RULES), SCRAPE)
+    monkeypatch.setattr(engine, "PROMTOOL_TIMEOUT", 0.01)
+    with pytest.raises(UsageError) as err:
+        evaluate(sc.series, sc.duration, RULES, SCRAPE, EVALUATION)
+    message = str(err.value)
+    assert "\n" not in message and "did not finish a 2h backtest within 0.01 s" in message
+
+
 # --------------------------------------------------------------------------- traces
 
 

@@ -22,6 +22,9 @@ import yaml
 from inferwatch.errors import UsageError
 from inferwatch.validate import format_duration
 
+#: a guard against a hung promtool, not a speed limit: a day-long scenario takes minutes
+PROMTOOL_TIMEOUT = 1800
+
 _EXPR = re.compile(r'^\s*expr: "ALERTS", time: (\S+),\s*$')
 _SERIES = re.compile(r"\{((?:[^{}\"]|\"(?:[^\"\\]|\\.)*\")*)\} [-+0-9.eEInfNa]+")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -158,13 +161,19 @@ def evaluate(
         test.write_text(yaml.safe_dump(doc, sort_keys=False, width=1 << 30))
         if keep is not None:
             keep.write_text(test.read_text())
-        done = subprocess.run(
-            [binary, "test", "rules", str(test)],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                [binary, "test", "rules", str(test)],
+                capture_output=True,
+                text=True,
+                timeout=PROMTOOL_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise UsageError(
+                f"promtool did not finish a {format_duration(duration)} backtest within "
+                f"{PROMTOOL_TIMEOUT} s (a busy machine: fewer --jobs, or a shorter scenario)"
+            ) from None
     out = done.stdout + done.stderr
     if done.returncode != 0 and 'expr: "ALERTS"' not in out:
         first = next((line.strip() for line in out.splitlines() if line.strip()), "no output")
