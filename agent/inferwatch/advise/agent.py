@@ -15,6 +15,7 @@ from inferwatch.advise.model import (
     WorkerPicture,
     name_pictures,
 )
+from inferwatch.engines.base import TTFT
 from inferwatch.pack import loops as L
 
 Scrape = list[tuple[str, dict[str, str], float]]
@@ -87,7 +88,7 @@ def maximum(values: Iterable[float | None]) -> float | None:
     return max(known) if known else None
 
 
-TTFT_BUCKETS = "inferwatch_ttft_seconds_bucket"
+TTFT_BUCKETS = f"{TTFT}_bucket"
 
 
 def since_start(scrape: Scrape, worker: str, q: float = 0.95) -> tuple[float | None, float | None]:

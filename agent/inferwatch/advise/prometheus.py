@@ -15,6 +15,7 @@ from inferwatch.advise.model import (
     WorkerPicture,
     name_pictures,
 )
+from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.pack import loops as L
 
 #: picture fields read per (instance, worker) straight from one query each
@@ -56,13 +57,13 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
         return f"{agg} by (instance, worker) ({fn}({inner}{s}[{window}]))"
 
     return {
-        "ttft_p50": hq(0.5, "inferwatch_ttft_seconds"),
-        "ttft_p95": hq(0.95, "inferwatch_ttft_seconds"),
-        "ttft_p99": hq(0.99, "inferwatch_ttft_seconds"),
-        "tpot_p50": hq(0.5, "inferwatch_tpot_seconds"),
-        "tpot_p99": hq(0.99, "inferwatch_tpot_seconds"),
-        "e2e_p50": hq(0.5, "inferwatch_e2e_latency_seconds"),
-        "e2e_p99": hq(0.99, "inferwatch_e2e_latency_seconds"),
+        "ttft_p50": hq(0.5, TTFT),
+        "ttft_p95": hq(0.95, TTFT),
+        "ttft_p99": hq(0.99, TTFT),
+        "tpot_p50": hq(0.5, TPOT),
+        "tpot_p99": hq(0.99, TPOT),
+        "e2e_p50": hq(0.5, E2E),
+        "e2e_p99": hq(0.99, E2E),
         "queue_depth": by("avg_over_time", "inferwatch_queue_depth"),
         "queue_depth_max": by("max_over_time", "inferwatch_queue_depth"),
         # the slope the rules read (deriv), over the whole range
@@ -81,7 +82,7 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
         # the rest keep labels the join needs
         "prompt_buckets": f"sum by (instance, worker, le) "
         f"(increase(inferwatch_prompt_length_tokens_bucket{s}[{window}]))",
-        "model_ttft_p99": hq(0.99, "inferwatch_ttft_seconds", "model"),
+        "model_ttft_p99": hq(0.99, TTFT, "model"),
         "identity": f"group by (instance, worker, model, engine) "
         f"(last_over_time(inferwatch_requests_running{s}[{window}]))",
         "info": f"last_over_time(inferwatch_worker_info{s}[{window}])",

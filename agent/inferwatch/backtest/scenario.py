@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from inferwatch.engines import ENGINES, proxy
+from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from inferwatch.errors import ConfigError
 from inferwatch.validate import duration_seconds
@@ -47,9 +48,9 @@ SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
 #: (upper bound, ...) per latency histogram the agent exports
 HISTOGRAMS = {
-    "ttft": ("inferwatch_ttft_seconds", TTFT_BUCKETS),
-    "tpot": ("inferwatch_tpot_seconds", ITL_BUCKETS),
-    "e2e": ("inferwatch_e2e_latency_seconds", REQUEST_LATENCY_BUCKETS),
+    "ttft": (TTFT, TTFT_BUCKETS),
+    "tpot": (TPOT, ITL_BUCKETS),
+    "e2e": (E2E, REQUEST_LATENCY_BUCKETS),
 }
 #: the bounds of the same histograms where the agent's measuring proxy fills them
 #: (a worker with ``proxy: true``, e.g. llama.cpp, whose engine exports none)
@@ -66,6 +67,8 @@ def latency_histograms(worker: Worker) -> dict[str, tuple[str, tuple[float, ...]
         return dict(HISTOGRAMS)
     mapped = {signal.target for signal in engine.signals}
     return {key: spec for key, spec in HISTOGRAMS.items() if spec[0] in mapped}
+
+
 NUMERIC = ("util", "vram", "waiting", "running", "kv", "rps", "errors", "preempt")
 FLAGS = ("up", "gpu_up", "nvml", "agent_up", "throttle")
 RATIOS = ("util", "vram", "kv", "errors")

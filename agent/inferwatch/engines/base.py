@@ -22,6 +22,13 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 if TYPE_CHECKING:  # only for the checker: Unpack is in typing from Python 3.11
     from typing_extensions import Unpack
 
+#: the contract's latency histograms (METRICS.md), written once: the engine tables map
+#: onto them, the measuring proxy fills them, and the pack's rules (pack.names), the
+#: report and advise read them
+TTFT = "inferwatch_ttft_seconds"
+TPOT = "inferwatch_tpot_seconds"
+E2E = "inferwatch_e2e_latency_seconds"
+
 Kind = Literal["gauge", "counter", "histogram"]
 Combine = Literal["sum", "avg", "max"]
 #: which samples of an engine family a counter reads: its value, or the ``_sum`` /

@@ -8,6 +8,8 @@ pack's defaults is a boundary: TTFT 2 s (``ttft.p99_slo_seconds``,
 
 from __future__ import annotations
 
+from inferwatch.engines.base import E2E, TPOT, TTFT
+
 TTFT_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
     1.5, 2.0, 2.5, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
@@ -22,11 +24,7 @@ E2E_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 #: the contract's latency histograms the proxy measures
-HISTOGRAMS = (
-    "inferwatch_ttft_seconds",
-    "inferwatch_tpot_seconds",
-    "inferwatch_e2e_latency_seconds",
-)
+HISTOGRAMS = (TTFT, TPOT, E2E)
 #: the contract's counters it measures (``requests_finished`` by ``reason``)
 COUNTERS = (
     "inferwatch_prompt_tokens",

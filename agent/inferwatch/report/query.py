@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
 from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration, load_thresholds
@@ -58,9 +59,9 @@ ALERT_STEP = 60
 HOUR = 3600.0
 
 HISTOGRAMS = {
-    "ttft": "inferwatch_ttft_seconds",
-    "tpot": "inferwatch_tpot_seconds",
-    "e2e": "inferwatch_e2e_latency_seconds",
+    "ttft": TTFT,
+    "tpot": TPOT,
+    "e2e": E2E,
 }
 WORKER_KEY = ("model", "worker")
 
@@ -266,7 +267,7 @@ class Collector:
         # InferenceTTFTSLOBreach leaves the first cold_start.within after a start to
         # InferenceWorkerColdStart: those first tokens are counted apart
         cold_ttft = self._buckets(
-            f"sum by ({by}, le) (sum_over_time((increase(inferwatch_ttft_seconds_bucket"
+            f"sum by ({by}, le) (sum_over_time((increase({TTFT}_bucket"
             f"[{SUBQUERY_STEP}s]) and on ({AGENT_WORKER}) {young})[1d:{SUBQUERY_STEP}s]))"
         )
         # the data's age: no latency observed by a day's end is longer than the time since
@@ -586,11 +587,7 @@ class Collector:
         self.step("hourly trend")
         start = self.period.start + HOUR
         end = self.period.end
-        metric, name = (
-            ("inferwatch_ttft_seconds", "TTFT")
-            if has_ttft
-            else ("inferwatch_e2e_latency_seconds", "End-to-end")
-        )
+        metric, name = (TTFT, "TTFT") if has_ttft else (E2E, "End-to-end")
         times = tuple(start + i * HOUR for i in range(int((end - start) // HOUR) + 1))
 
         def one(expr: str) -> tuple[float | None, ...]:

@@ -33,6 +33,7 @@ from inferwatch.agent.fdbudget import descriptor_limit, outbound_budget
 from inferwatch.agent.httpio import Client, HttpError, TooLarge, basic_auth
 from inferwatch.agent.redact import redact_url
 from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
+from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.mapping import (
     LORA_ACTIVE,
     LORA_MAX,
@@ -64,9 +65,9 @@ SCRAPE_ERROR_REASONS = (
 QUANTILES = (0.5, 0.95, 0.99)
 #: histogram family -> its window-quantile gauge
 QUANTILE_GAUGES = {
-    "inferwatch_ttft_seconds": "inferwatch_ttft_quantile_seconds",
-    "inferwatch_tpot_seconds": "inferwatch_tpot_quantile_seconds",
-    "inferwatch_e2e_latency_seconds": "inferwatch_e2e_latency_quantile_seconds",
+    TTFT: "inferwatch_ttft_quantile_seconds",
+    TPOT: "inferwatch_tpot_quantile_seconds",
+    E2E: "inferwatch_e2e_latency_quantile_seconds",
 }
 
 HELP: dict[str, str] = {
@@ -98,9 +99,9 @@ HELP: dict[str, str] = {
     "inferwatch_generation_tokens": "Tokens generated.",
     "inferwatch_requests_finished": "Requests finished, by reason (stop, length, abort, error, ...).",
     "inferwatch_requests_rejected": "Requests rejected at admission (HTTP 503 from queue limits).",
-    "inferwatch_ttft_seconds": "Time to first token, the engine's buckets passed through.",
-    "inferwatch_tpot_seconds": "Time per output token (inter-token latency), engine buckets.",
-    "inferwatch_e2e_latency_seconds": "End-to-end request latency, engine buckets.",
+    TTFT: "Time to first token, the engine's buckets passed through.",
+    TPOT: "Time per output token (inter-token latency), engine buckets.",
+    E2E: "End-to-end request latency, engine buckets.",
     "inferwatch_queue_time_seconds": "Time requests waited before being scheduled, engine buckets.",
     "inferwatch_prefill_time_seconds": (
         "Time a finished request spent in prefill (prompt processing), engine buckets."

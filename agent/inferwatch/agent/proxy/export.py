@@ -20,6 +20,7 @@ from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import WorkerSpec
 from inferwatch.agent.proxy.measure import ModelStats, ProxyStats
 from inferwatch.agent.proxy.server import ProxyServer
+from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.mapping import Histogram
 from inferwatch.errors import UsageError
 
@@ -28,9 +29,9 @@ log = logging.getLogger("inferwatch.agent.proxy")
 
 #: contract histogram -> the proxy's family of the same measurement
 PROXY_HISTOGRAMS = {
-    "inferwatch_ttft_seconds": "inferwatch_proxy_ttft_seconds",
-    "inferwatch_tpot_seconds": "inferwatch_proxy_tpot_seconds",
-    "inferwatch_e2e_latency_seconds": "inferwatch_proxy_e2e_latency_seconds",
+    TTFT: "inferwatch_proxy_ttft_seconds",
+    TPOT: "inferwatch_proxy_tpot_seconds",
+    E2E: "inferwatch_proxy_e2e_latency_seconds",
 }
 #: contract counter -> the proxy's
 PROXY_COUNTERS = {

@@ -13,6 +13,7 @@ from inferwatch.agent.proxy.limits import (
     MAX_MODEL_CHARS,
     MAX_MODELS,
 )
+from inferwatch.engines.base import TPOT, TTFT
 from inferwatch.engines.mapping import Histogram
 from inferwatch.engines.proxy import E2E_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 
@@ -68,9 +69,9 @@ class ModelStats:
     finished: dict[str, int] = field(default_factory=dict)
 
     def histogram(self, target: str) -> Buckets:
-        if target == "inferwatch_ttft_seconds":
+        if target == TTFT:
             return self.ttft
-        if target == "inferwatch_tpot_seconds":
+        if target == TPOT:
             return self.tpot
         return self.e2e
 
