@@ -242,6 +242,26 @@ def stat(
     )
 
 
+def flag_stat(
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    *,
+    off: tuple[str, str],
+    on: tuple[str, str],
+) -> g.Stat:
+    """A 0/1 gauge as a word and its colour: ``off`` and ``on`` are (text, colour)."""
+    return stat(
+        title,
+        description,
+        queries,
+        unit="none",
+        graph=False,
+        mappings=value_mappings({0: off, 1: on}),
+        thresholds=steps(off[1], (1, on[1])),
+    )
+
+
 def state_timeline(
     title: str,
     description: str,

@@ -17,7 +17,7 @@ from inferwatch.pack.dashboards.common import (
     worker_buckets,
     worker_only,
 )
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps, worker_sel
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, worker_sel
 from inferwatch.pack.dashboards.warmup_row import warmup_section
 from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds
@@ -125,15 +125,13 @@ def now_section(t: Thresholds) -> Section:
         "Worker now",
         [
             Cell(
-                p.stat(
+                p.flag_stat(
                     "Engine reachable",
                     "1 when the agent's last scrape of the worker's /metrics succeeded and "
                     "carried engine data (the lowest of the selected workers).",
                     [Query(f"min(inferwatch_target_up{worker_only()})")],
-                    unit="none",
-                    graph=False,
-                    mappings=p.value_mappings({0: ("down", "red"), 1: ("up", "green")}),
-                    thresholds=steps("red", (1, "green")),
+                    off=("down", "red"),
+                    on=("up", "green"),
                 ),
                 4,
                 4,
