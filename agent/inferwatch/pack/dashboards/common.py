@@ -20,6 +20,7 @@ from grafanalib import core as g
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import plain
 from inferwatch.pack.dashboards.panels import (
+    Cell,
     Query,
     Section,
     Step,
@@ -122,6 +123,25 @@ def quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Q
     ]
 
 
+def rate_query(metric: str, by: str, suffix: str = "", selector: str | None = None) -> Query:
+    """A counter's per-second rate summed by the labels ``by``; the legend names them
+    (then ``suffix``). ``selector`` defaults to the worker selector."""
+    sel = worker_sel() if selector is None else selector
+    legend = " ".join("{{" + label + "}}" for label in by.split(", "))
+    return Query(f"sum by ({by}) (rate({metric}{sel}[$__rate_interval]))", legend + suffix)
+
+
+def mean_utilization_stat(t: Thresholds, title: str) -> Any:
+    """The selected GPUs' mean utilization (the overview and the GPU dashboard)."""
+    return p.stat(
+        title,
+        "Mean utilization of the selected GPUs. " + util_text(t),
+        [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
+        unit="percentunit",
+        thresholds=utilization_steps(t),
+    )
+
+
 def gpus_up_stat() -> Any:
     """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
     return p.stat(
@@ -185,6 +205,18 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
     )
 
 
+def slo_latency_cells(t: Thresholds, by: str) -> list[Cell]:
+    """TTFT and TPOT quantiles per ``by``, each with its P99 SLO line, side by side."""
+    return [
+        Cell(
+            latency_panel(t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, by), 12, 8
+        ),
+        Cell(
+            latency_panel(t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, by), 12, 8
+        ),
+    ]
+
+
 def gpu_state_panel(t: Thresholds) -> Any:
     return p.state_timeline(
         "GPU state",
@@ -232,13 +264,7 @@ def rejected_panel(by: str) -> Any:
     return p.timeseries(
         "Rejected requests",
         "Requests refused at admission (HTTP 503 from queue limits), per second.",
-        [
-            Query(
-                f"sum by ({by}) (rate(inferwatch_requests_rejected_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}}",
-            )
-        ],
+        [rate_query("inferwatch_requests_rejected_total", by)],
         unit="reqps",
         min_value=0,
     )
@@ -249,16 +275,8 @@ def tokens_panel(by: str) -> Any:
         "Tokens per second",
         "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
         [
-            Query(
-                f"sum by ({by}) (rate(inferwatch_prompt_tokens_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}} prompt",
-            ),
-            Query(
-                f"sum by ({by}) (rate(inferwatch_generation_tokens_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}} generated",
-            ),
+            rate_query("inferwatch_prompt_tokens_total", by, " prompt"),
+            rate_query("inferwatch_generation_tokens_total", by, " generated"),
         ],
         unit="short",
         axis_label="tokens/s",

@@ -11,8 +11,7 @@ from inferwatch.pack.dashboards.common import (
     gpu_state_panel,
     gpu_utilization_panel,
     gpus_up_stat,
-    util_text,
-    utilization_steps,
+    mean_utilization_stat,
     vram_steps,
     vram_text,
 )
@@ -44,17 +43,7 @@ def now_section(t: Thresholds) -> Section:
                 5,
                 4,
             ),
-            Cell(
-                p.stat(
-                    "Mean utilization",
-                    "Mean utilization of the selected GPUs. " + util_text(t),
-                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=utilization_steps(t),
-                ),
-                5,
-                4,
-            ),
+            Cell(mean_utilization_stat(t, "Mean utilization"), 5, 4),
             Cell(
                 p.stat(
                     "Highest VRAM level",

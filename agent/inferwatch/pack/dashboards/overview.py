@@ -16,12 +16,12 @@ from inferwatch.pack.dashboards.common import (
     gpu_state_panel,
     gpu_utilization_panel,
     gpus_up_stat,
-    latency_panel,
+    mean_utilization_stat,
     pct,
+    rate_query,
     rejected_panel,
+    slo_latency_cells,
     tokens_panel,
-    util_text,
-    utilization_steps,
     vram_steps,
     vram_text,
     worker_only,
@@ -161,13 +161,7 @@ def requests_panel(by: str) -> Any:
     return p.timeseries(
         "Requests per second",
         "Finished requests per second (every finish reason).",
-        [
-            Query(
-                f"sum by ({by}) (rate(inferwatch_requests_finished_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}}",
-            )
-        ],
+        [rate_query("inferwatch_requests_finished_total", by)],
         unit="reqps",
         min_value=0,
     )
@@ -177,17 +171,7 @@ def now_section(t: Thresholds) -> Section:
     return Section(
         "Fleet now",
         [
-            Cell(
-                p.stat(
-                    "Mean GPU utilization",
-                    "Mean utilization of the selected GPUs. " + util_text(t),
-                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=utilization_steps(t),
-                ),
-                4,
-                4,
-            ),
+            Cell(mean_utilization_stat(t, "Mean GPU utilization"), 4, 4),
             Cell(
                 p.stat(
                     "Highest memory pressure",
@@ -261,20 +245,7 @@ def lifelines_section(t: Thresholds) -> Section:
             Cell(gpu_utilization_panel(t), 8, 8),
             Cell(memory_pressure_panel(t), 8, 8),
             Cell(queue_panel(t), 8, 8),
-            Cell(
-                latency_panel(
-                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "model"
-                ),
-                12,
-                8,
-            ),
-            Cell(
-                latency_panel(
-                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "model"
-                ),
-                12,
-                8,
-            ),
+            *slo_latency_cells(t, "model"),
         ],
     )
 

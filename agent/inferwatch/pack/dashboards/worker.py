@@ -10,8 +10,10 @@ from inferwatch.pack.dashboards.common import (
     dashboard,
     error_ratio_panel,
     latency_panel,
+    rate_query,
     rejected_panel,
     secs,
+    slo_latency_cells,
     slo_steps,
     tokens_panel,
     worker_buckets,
@@ -198,20 +200,7 @@ def latency_section(t: Thresholds) -> Section:
     return Section(
         "Latency",
         [
-            Cell(
-                latency_panel(
-                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "worker"
-                ),
-                12,
-                8,
-            ),
-            Cell(
-                latency_panel(
-                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "worker"
-                ),
-                12,
-                8,
-            ),
+            *slo_latency_cells(t, "worker"),
             Cell(
                 latency_panel(
                     t, "End-to-end latency", "inferwatch_e2e_latency_seconds", None, "worker"
@@ -342,13 +331,7 @@ def batch_section(t: Thresholds) -> Section:
                     "Preemptions",
                     "Requests preempted per second to free KV-cache space. Sustained preemption "
                     "means the KV cache is too small for the batch.",
-                    [
-                        Query(
-                            f"sum by (worker) (rate(inferwatch_preemptions_total{worker_sel()}"
-                            "[$__rate_interval]))",
-                            "{{worker}}",
-                        )
-                    ],
+                    [rate_query("inferwatch_preemptions_total", "worker")],
                     unit="short",
                     axis_label="preemptions/s",
                     min_value=0,
@@ -457,10 +440,8 @@ def process_section(t: Thresholds) -> Section:
                     "Process CPU",
                     "CPU time of the worker's process tree per second (100% = one core).",
                     [
-                        Query(
-                            f"sum by (worker) (rate(inferwatch_worker_cpu_seconds_total{worker_only()}"
-                            "[$__rate_interval]))",
-                            "{{worker}}",
+                        rate_query(
+                            "inferwatch_worker_cpu_seconds_total", "worker", selector=worker_only()
                         )
                     ],
                     unit="percentunit",
@@ -509,10 +490,10 @@ def process_section(t: Thresholds) -> Section:
                     "Failed scrapes of the worker's /metrics per second, by reason (connect, "
                     "timeout, http_status, too_large, parse, no_engine_metrics).",
                     [
-                        Query(
-                            f"sum by (worker, reason) (rate(inferwatch_target_scrape_errors_total"
-                            f"{worker_only()}[$__rate_interval]))",
-                            "{{worker}} {{reason}}",
+                        rate_query(
+                            "inferwatch_target_scrape_errors_total",
+                            "worker, reason",
+                            selector=worker_only(),
                         )
                     ],
                     unit="short",
