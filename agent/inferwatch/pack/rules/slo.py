@@ -345,7 +345,6 @@ def alert_fields(t: Thresholds) -> list[dict[str, Any]]:
                         "last {{ $labels.burn_window }}, confirmed over the short window "
                         f"({what} pairs: {pairs})."
                     ),
-                    "dashboard": "overview",
                 }
             )
     return out
