@@ -154,17 +154,46 @@ def gpus_up_stat() -> Any:
     )
 
 
-def gpu_utilization_panel(t: Thresholds) -> Any:
+def ratio_chart(
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    thresholds: Sequence[Step],
+    threshold_style: str,
+    fill: int,
+) -> Any:
+    """A share from 0 to 100% over threshold steps."""
     return p.timeseries(
-        "GPU utilization",
-        "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
-        [Query(f"inferwatch_gpu_utilization_ratio{gpu_sel()}", gpu_label())],
+        title,
+        description,
+        queries,
         unit="percentunit",
         min_value=0,
         max_value=1,
-        thresholds=utilization_steps(t),
-        threshold_style="line+area",
-        fill=0,
+        thresholds=thresholds,
+        threshold_style=threshold_style,
+        fill=fill,
+    )
+
+
+def utilization_chart(t: Thresholds, title: str, description: str, queries: Sequence[Query]) -> Any:
+    """GPU utilization over the shaded threshold bands (:func:`utilization_steps`)."""
+    return ratio_chart(title, description, queries, utilization_steps(t), "line+area", 0)
+
+
+def memory_chart(
+    t: Thresholds, title: str, description: str, queries: Sequence[Query], *, fill: int = 10
+) -> Any:
+    """A memory level with the squeeze and scale lines dashed (:func:`vram_steps`)."""
+    return ratio_chart(title, description, queries, vram_steps(t), "dashed", fill)
+
+
+def gpu_utilization_panel(t: Thresholds) -> Any:
+    return utilization_chart(
+        t,
+        "GPU utilization",
+        "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
+        [Query(f"inferwatch_gpu_utilization_ratio{gpu_sel()}", gpu_label())],
     )
 
 

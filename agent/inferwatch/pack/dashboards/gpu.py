@@ -12,6 +12,7 @@ from inferwatch.pack.dashboards.common import (
     gpu_utilization_panel,
     gpus_up_stat,
     mean_utilization_stat,
+    memory_chart,
     vram_steps,
     vram_text,
 )
@@ -20,17 +21,13 @@ from inferwatch.pack.thresholds import Thresholds
 
 
 def vram_panel(t: Thresholds) -> Any:
-    return p.timeseries(
+    return memory_chart(
+        t,
         "VRAM level",
         "(used + reserved) / total memory of each GPU (NVML). For an engine that "
         "pre-allocates its share of the card this stays flat: the Memory pressure panel "
         "shows its KV cache. " + vram_text(t),
         [Query(f"inferwatch_gpu_memory_used_ratio{gpu_sel()}", gpu_label())],
-        unit="percentunit",
-        min_value=0,
-        max_value=1,
-        thresholds=vram_steps(t),
-        threshold_style="dashed",
     )
 
 

@@ -17,6 +17,7 @@ from inferwatch.pack.dashboards.common import (
     gpu_utilization_panel,
     gpus_up_stat,
     mean_utilization_stat,
+    memory_chart,
     pct,
     rate_query,
     rejected_panel,
@@ -41,15 +42,11 @@ from inferwatch.pack.thresholds import Thresholds
 
 
 def memory_pressure_panel(t: Thresholds) -> Any:
-    return p.timeseries(
+    return memory_chart(
+        t,
         "Memory pressure",
         PRESSURE_TEXT + vram_text(t),
         [Query(f"{names(t).gpu_pressure}{gpu_sel()}", gpu_label())],
-        unit="percentunit",
-        min_value=0,
-        max_value=1,
-        thresholds=vram_steps(t),
-        threshold_style="dashed",
     )
 
 
