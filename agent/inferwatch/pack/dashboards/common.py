@@ -142,6 +142,11 @@ def mean_utilization_stat(t: Thresholds, title: str) -> Any:
     )
 
 
+def memory_stat(t: Thresholds, title: str, description: str, expr: str) -> Any:
+    """A memory level coloured by the squeeze and scale lines (:func:`vram_steps`)."""
+    return p.stat(title, description, [Query(expr)], unit="percentunit", thresholds=vram_steps(t))
+
+
 def gpus_up_stat() -> Any:
     """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
     return p.stat(
@@ -158,11 +163,11 @@ def ratio_chart(
     title: str,
     description: str,
     queries: Sequence[Query],
-    thresholds: Sequence[Step],
-    threshold_style: str,
-    fill: int,
+    thresholds: Sequence[Step] = (),
+    threshold_style: str = "off",
+    fill: int = 10,
 ) -> Any:
-    """A share from 0 to 100% over threshold steps."""
+    """A share from 0 to 100%, over threshold steps where given."""
     return p.timeseries(
         title,
         description,

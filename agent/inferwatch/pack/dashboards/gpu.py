@@ -13,7 +13,8 @@ from inferwatch.pack.dashboards.common import (
     gpus_up_stat,
     mean_utilization_stat,
     memory_chart,
-    vram_steps,
+    memory_stat,
+    ratio_chart,
     vram_text,
 )
 from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, host_sel, steps
@@ -42,12 +43,11 @@ def now_section(t: Thresholds) -> Section:
             ),
             Cell(mean_utilization_stat(t, "Mean utilization"), 5, 4),
             Cell(
-                p.stat(
+                memory_stat(
+                    t,
                     "Highest VRAM level",
                     "The fullest selected GPU. " + vram_text(t),
-                    [Query(f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=vram_steps(t),
+                    f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})",
                 ),
                 5,
                 4,
@@ -82,7 +82,7 @@ def compute_section(t: Thresholds) -> Section:
         "Compute",
         [
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "Utilization vs SM, tensor and DRAM activity",
                     "NVML utilization only says a kernel was running; SM active, tensor active "
                     "and DRAM active (GPM, Hopper and newer) say how much of the chip worked. "
@@ -111,9 +111,6 @@ def compute_section(t: Thresholds) -> Section:
                             gpu_label("DRAM active"),
                         ),
                     ],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                     fill=0,
                 ),
                 12,
@@ -168,7 +165,7 @@ def memory_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "SM share per process",
                     "Each process's share of SM time over the last sample period.",
                     [
@@ -177,9 +174,6 @@ def memory_section(t: Thresholds) -> Section:
                             gpu_label("{{process}} pid {{pid}} {{worker}}"),
                         )
                     ],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                 ),
                 24,
                 7,

@@ -18,12 +18,12 @@ from inferwatch.pack.dashboards.common import (
     gpus_up_stat,
     mean_utilization_stat,
     memory_chart,
+    memory_stat,
     pct,
     rate_query,
     rejected_panel,
     slo_latency_cells,
     tokens_panel,
-    vram_steps,
     vram_text,
     worker_only,
 )
@@ -170,13 +170,12 @@ def now_section(t: Thresholds) -> Section:
         [
             Cell(mean_utilization_stat(t, "Mean GPU utilization"), 4, 4),
             Cell(
-                p.stat(
+                memory_stat(
+                    t,
                     "Highest memory pressure",
                     "Memory pressure of the fullest selected GPU: the KV cache of its workers, "
                     "else NVML's used memory. " + vram_text(t),
-                    [Query(f"max({names(t).gpu_pressure}{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=vram_steps(t),
+                    f"max({names(t).gpu_pressure}{gpu_sel()})",
                 ),
                 4,
                 4,

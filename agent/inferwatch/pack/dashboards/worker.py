@@ -11,6 +11,7 @@ from inferwatch.pack.dashboards.common import (
     error_ratio_panel,
     latency_panel,
     rate_query,
+    ratio_chart,
     rejected_panel,
     secs,
     slo_latency_cells,
@@ -300,28 +301,22 @@ def batch_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "KV-cache usage",
                     "Share of the KV-cache blocks in use. Near 100% the engine preempts "
                     "requests; see the preemptions panel.",
                     [Query(f"inferwatch_kv_cache_usage_ratio{worker_sel()}", "{{worker}}")],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                 ),
                 8,
                 8,
             ),
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "Prefix-cache hit ratio",
                     "Share of prompt tokens served from the prefix cache over the stats window. "
                     "Long shared system prompts should hit often (field guide 6.2: 30-60% lower "
                     "TTFT).",
                     [Query(f"inferwatch_prefix_cache_hit_ratio{worker_sel()}", "{{worker}}")],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                 ),
                 8,
                 8,
