@@ -27,6 +27,7 @@ rules trail the main ones by at most one evaluation interval.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +144,12 @@ class CostExprs:
         by = f"{WORKER_KEY}, {keep}" if keep else WORKER_KEY
         return self.per_worker(f"sum by ({by}) ({pairs})", keep)
 
+    def each_worker_state(self, series: str, step: Callable[[str], str]) -> str:
+        """``step`` applied to ``series`` of each worker state apart, the state put back."""
+        return "\nor\n".join(
+            self.labelled(st, step(f'{series}{{state="{st}"}}')) for st in WORKER_STATES
+        )
+
 
 def rule_exprs(t: Thresholds) -> CostExprs:
     """The inputs of the recording rules: the main group's records."""
@@ -209,18 +216,13 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     rules.append(
         _record(
             c.worker_gpu_states,
-            "\nor\n".join(
-                e.labelled(st, e.share(f'{c.gpu_states}{{state="{st}"}}')) for st in WORKER_STATES
-            ),
+            e.each_worker_state(c.gpu_states, e.share),
         )
     )
     rules.append(
         _record(
             c.worker_states,
-            "\nor\n".join(
-                e.labelled(st, e.worker_from_pairs(f'{c.worker_gpu_states}{{state="{st}"}}'))
-                for st in WORKER_STATES
-            ),
+            e.each_worker_state(c.worker_gpu_states, e.worker_from_pairs),
         )
     )
     rules.append(_record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
@@ -252,12 +254,8 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         rules.append(
             _record(
                 c.worker_cost,
-                "\nor\n".join(
-                    e.labelled(
-                        st,
-                        e.worker_from_pairs(f'{c.worker_gpu_cost}{{state="{st}"}}', "currency"),
-                    )
-                    for st in WORKER_STATES
+                e.each_worker_state(
+                    c.worker_gpu_cost, lambda pairs: e.worker_from_pairs(pairs, "currency")
                 ),
             )
         )
