@@ -206,6 +206,22 @@ def _record(name: str, expr: str) -> dict[str, Any]:
     return {"record": name, "expr": expr}
 
 
+def _priced(gpu_hours: str, price: str) -> str:
+    """A GPU's hours (per state) times its price per hour, in the price's currency."""
+    return f"{gpu_hours}\n* on ({GPU}) group_left (currency)\n{price}"
+
+
+def _per_mtok(per_model: str, tokens: str, keep: str = "") -> str:
+    """A model's hourly ``per_model`` (GPU-hours or cost, summed over states and kept
+    ``keep`` labels) over its tokens per second: per million tokens."""
+    by = f"{MODEL}, {keep}" if keep else MODEL
+    join = " group_left ()" if keep else ""
+    return (
+        f"sum by ({by}) ({per_model})\n/ on ({MODEL}){join}\n({tokens} > 0)\n"
+        f"* {lit(1e6 / SECONDS_PER_HOUR)}"
+    )
+
+
 def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     """The cost group's rules, each after the rules it reads."""
     n = names(t)
@@ -232,23 +248,18 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     rules.append(
         _record(
             c.model_gpu_hours_per_mtok,
-            f"sum by ({MODEL}) ({c.model_states})\n/ on ({MODEL})\n({c.model_tokens} > 0)\n"
-            f"* {lit(1e6 / SECONDS_PER_HOUR)}",
+            _per_mtok(c.model_states, c.model_tokens),
         )
     )
 
     price = price_expr(t.pricing, t.pack.agent_selector)
     if price is not None:
         rules.append(_record(c.gpu_price, price))
-        rules.append(
-            _record(
-                c.gpu_cost, f"{c.gpu_states}\n* on ({GPU}) group_left (currency)\n{c.gpu_price}"
-            )
-        )
+        rules.append(_record(c.gpu_cost, _priced(c.gpu_states, c.gpu_price)))
         rules.append(
             _record(
                 c.worker_gpu_cost,
-                f"{c.worker_gpu_states}\n* on ({GPU}) group_left (currency)\n{c.gpu_price}",
+                _priced(c.worker_gpu_states, c.gpu_price),
             )
         )
         rules.append(
@@ -264,8 +275,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         rules.append(
             _record(
                 c.model_cost_per_mtok,
-                f"sum by ({MODEL}, currency) ({c.model_cost})\n/ on ({MODEL}) group_left ()\n"
-                f"({c.model_tokens} > 0)\n* {lit(1e6 / SECONDS_PER_HOUR)}",
+                _per_mtok(c.model_cost, c.model_tokens, "currency"),
             )
         )
 
