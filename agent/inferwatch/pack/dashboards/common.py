@@ -341,13 +341,14 @@ def dashboard(
     *,
     time_from: str = "now-1h",
     refresh: str = "30s",
-    tags: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """One generated dashboard: ``key`` names its UID in ``pack.dashboard_uids`` and is
+    its tag beside the pack's own."""
     dashboard = g.Dashboard(
         title=title,
         uid=getattr(t.pack.dashboard_uids, key),
         description=description,
-        tags=[TAG, *tags],
+        tags=[TAG, key],
         editable=False,
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
         time=g.Time(time_from, "now"),

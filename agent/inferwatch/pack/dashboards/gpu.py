@@ -466,5 +466,4 @@ def build(t: Thresholds) -> dict[str, Any]:
             transfers_section(t),
             errors_section(t),
         ],
-        tags=["gpu"],
     )

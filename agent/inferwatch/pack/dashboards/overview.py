@@ -287,5 +287,4 @@ def build(t: Thresholds) -> dict[str, Any]:
             alerts_section(t),
             traffic_section(t),
         ],
-        tags=["overview"],
     )

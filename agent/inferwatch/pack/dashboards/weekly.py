@@ -189,7 +189,6 @@ def build(t: Thresholds) -> dict[str, Any]:
         [three_section(t), alone_section(t)],
         time_from="now-7d",
         refresh="",
-        tags=["trends"],
     )
 
 

@@ -520,5 +520,4 @@ def build(t: Thresholds) -> dict[str, Any]:
             process_section(t),
             warmup_section(t),
         ],
-        tags=["worker"],
     )
