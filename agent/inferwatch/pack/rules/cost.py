@@ -44,6 +44,7 @@ from inferwatch.pack.names import (
     names,
 )
 from inferwatch.pack.pricing import Pricing
+from inferwatch.pack.rules.common import record
 from inferwatch.pack.thresholds import Thresholds
 
 GROUP = "inferwatch-cost.rules"
@@ -202,10 +203,6 @@ def hours(expr: str, range_: str, interval_seconds: float, offset: str = "") -> 
 # --------------------------------------------------------------------------- rules
 
 
-def _record(name: str, expr: str) -> dict[str, Any]:
-    return {"record": name, "expr": expr}
-
-
 def _priced(gpu_hours: str, price: str) -> str:
     """A GPU's hours (per state) times its price per hour, in the price's currency."""
     return f"{gpu_hours}\n* on ({GPU}) group_left (currency)\n{price}"
@@ -228,25 +225,25 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     c = cost_names(t)
     e = rule_exprs(t)
     s = t.pack.selector()
-    rules: list[dict[str, Any]] = [_record(c.gpu_states, e.gpu_states())]
+    rules: list[dict[str, Any]] = [record(c.gpu_states, e.gpu_states())]
     rules.append(
-        _record(
+        record(
             c.worker_gpu_states,
             e.each_worker_state(c.gpu_states, e.share),
         )
     )
     rules.append(
-        _record(
+        record(
             c.worker_states,
             e.each_worker_state(c.worker_gpu_states, e.worker_from_pairs),
         )
     )
-    rules.append(_record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
-    rules.append(_record(c.cluster_states, f"sum by ({CLUSTER}, state) ({c.gpu_states})"))
+    rules.append(record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
+    rules.append(record(c.cluster_states, f"sum by ({CLUSTER}, state) ({c.gpu_states})"))
 
-    rules.append(_record(c.model_tokens, f"sum by ({MODEL}) ({n.rate('generation_tokens')})"))
+    rules.append(record(c.model_tokens, f"sum by ({MODEL}) ({n.rate('generation_tokens')})"))
     rules.append(
-        _record(
+        record(
             c.model_gpu_hours_per_mtok,
             _per_mtok(c.model_states, c.model_tokens),
         )
@@ -254,26 +251,26 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
 
     price = price_expr(t.pricing, t.pack.agent_selector)
     if price is not None:
-        rules.append(_record(c.gpu_price, price))
-        rules.append(_record(c.gpu_cost, _priced(c.gpu_states, c.gpu_price)))
+        rules.append(record(c.gpu_price, price))
+        rules.append(record(c.gpu_cost, _priced(c.gpu_states, c.gpu_price)))
         rules.append(
-            _record(
+            record(
                 c.worker_gpu_cost,
                 _priced(c.worker_gpu_states, c.gpu_price),
             )
         )
         rules.append(
-            _record(
+            record(
                 c.worker_cost,
                 e.each_worker_state(
                     c.worker_gpu_cost, lambda pairs: e.worker_from_pairs(pairs, "currency")
                 ),
             )
         )
-        rules.append(_record(c.model_cost, f"sum by ({MODEL}, state, currency) ({c.worker_cost})"))
-        rules.append(_record(c.cluster_cost, f"sum by ({CLUSTER}, state, currency) ({c.gpu_cost})"))
+        rules.append(record(c.model_cost, f"sum by ({MODEL}, state, currency) ({c.worker_cost})"))
+        rules.append(record(c.cluster_cost, f"sum by ({CLUSTER}, state, currency) ({c.gpu_cost})"))
         rules.append(
-            _record(
+            record(
                 c.model_cost_per_mtok,
                 _per_mtok(c.model_cost, c.model_tokens, "currency"),
             )
@@ -281,15 +278,13 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
 
     w = t.pack.window
     rules.append(
-        _record(c.gpu_power, f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total{s}[{w}]))")
+        record(c.gpu_power, f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total{s}[{w}]))")
     )
-    rules.append(_record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
-    rules.append(_record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
-    rules.append(_record(c.cluster_power, f"sum by ({CLUSTER}) ({c.gpu_power})"))
+    rules.append(record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
+    rules.append(record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
+    rules.append(record(c.cluster_power, f"sum by ({CLUSTER}) ({c.gpu_power})"))
     rules.append(
-        _record(
-            c.model_energy_per_token, f"{c.model_power}\n/ on ({MODEL})\n({c.model_tokens} > 0)"
-        )
+        record(c.model_energy_per_token, f"{c.model_power}\n/ on ({MODEL})\n({c.model_tokens} > 0)")
     )
     return rules
 

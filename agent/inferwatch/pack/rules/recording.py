@@ -19,7 +19,7 @@ from inferwatch.pack.names import (
     names,
 )
 from inferwatch.pack.rules import autoscale, cost, own_histograms, slo
-from inferwatch.pack.rules.common import num, rising
+from inferwatch.pack.rules.common import num, record, rising
 from inferwatch.pack.thresholds import Thresholds
 
 
@@ -41,10 +41,6 @@ def _all_records(t: Thresholds) -> list[dict[str, Any]]:
         + slo.recording_rules(t)
         + autoscale.recording_rules(t)
     )
-
-
-def _record(name: str, expr: str) -> dict[str, Any]:
-    return {"record": name, "expr": expr}
 
 
 def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
@@ -69,7 +65,7 @@ def _latency_records(t: Thresholds) -> list[dict[str, Any]]:
     # The recorded rate holds only the workers without the agent's copy: recording the
     # copy too would store every bucket of every worker twice.
     for metric in RECORDED_HISTOGRAMS:
-        rules.append(_record(n.histogram_rate(metric), own_histograms.engine_only_rate(t, metric)))
+        rules.append(record(n.histogram_rate(metric), own_histograms.engine_only_rate(t, metric)))
 
     def per_worker(short: str) -> str:
         metric = f"inferwatch_{short}_seconds"
@@ -78,7 +74,7 @@ def _latency_records(t: Thresholds) -> list[dict[str, Any]]:
     for short in HISTOGRAMS:
         for q, label in QUANTILES:
             rules.append(
-                _record(
+                record(
                     n.quantile("worker", short, label),
                     f"histogram_quantile({num(q)}, {per_worker(short)})",
                 )
@@ -86,7 +82,7 @@ def _latency_records(t: Thresholds) -> list[dict[str, Any]]:
     for level, by in (("model", f"le, {MODEL}"), ("cluster", f"le, {CLUSTER}")):
         for short in HISTOGRAMS:
             rules.append(
-                _record(
+                record(
                     n.quantile(level, short, "p99"),
                     f"histogram_quantile(0.99, sum by ({by}) {per_worker(short)})",
                 )
@@ -107,14 +103,14 @@ def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
         ("generation_tokens", "inferwatch_generation_tokens_total"),
         ("preemptions", "inferwatch_preemptions_total"),
     ):
-        rules.append(_record(n.rate(name), f"sum by ({WORKER}) (rate({metric}{s()}[{w}]))"))
+        rules.append(record(n.rate(name), f"sum by ({WORKER}) (rate({metric}{s()}[{w}]))"))
     finished = n.rate("requests_finished")
     rejected = n.rate("requests_rejected")
     error_sel = s('reason="error"')
     # A worker that reports finished requests but no "error" reason (or no rejection
     # counter) has zero of them; a worker that reports neither gets no ratio at all.
     rules.append(
-        _record(
+        record(
             n.error_ratio,
             "(\n"
             f"    (\n"
@@ -143,7 +139,7 @@ def _worker_models_records(t: Thresholds) -> list[dict[str, Any]]:
         # gives a per-worker value (labels job, instance, worker) its model and engine. A
         # worker that serves two models gets the value under both; no join here can become
         # many-to-many (an evaluation error). Engine series exist while the worker is up.
-        _record(
+        record(
             n.worker_labels,
             f"group by ({WORKER}) (\n"
             f"  inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
@@ -161,7 +157,7 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
         # Capacity is max_num_seqs, or the running batch once the KV cache is full: an engine
         # whose cache holds fewer sequences than max_num_seqs cannot batch more (a KV-limited
         # overload), and an engine whose max_num_seqs is unknown still has this bound.
-        _record(
+        record(
             n.batch_capacity,
             f"min by ({WORKER}) (\n"
             f"    label_replace(\n"
@@ -178,20 +174,20 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
             f"    )\n"
             f")",
         ),
-        _record(
+        record(
             n.queue_over_capacity,
             f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n> bool\n{n.batch_capacity}",
         ),
-        _record(
+        record(
             n.queue_avg,
             f"max by ({WORKER}) (avg_over_time(inferwatch_queue_depth{s()}[{w}]))",
         ),
-        _record(
+        record(
             n.running_avg,
             f"max by ({WORKER}) (avg_over_time(inferwatch_requests_running{s()}[{w}]))",
         ),
-        _record(n.open_avg, f"{n.queue_avg} + {n.running_avg}"),
-        _record(
+        record(n.open_avg, f"{n.queue_avg} + {n.running_avg}"),
+        record(
             n.queue_deriv,
             f"max by ({WORKER}) (deriv(inferwatch_queue_depth{s()}[{n.rising_window}]))",
         ),
@@ -205,13 +201,13 @@ def _gpu_utilization_records(t: Thresholds) -> list[dict[str, Any]]:
     return [
         # GPU utilization, smoothed per GPU. A MIG device has no NVML utilization: its GPM
         # SM activity (Hopper and newer) stands in for it.
-        _record(
+        record(
             n.gpu_util,
             f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{s()}[{w}]))\n"
             f"or\n"
             f"max by ({GPU}) (avg_over_time(inferwatch_gpu_sm_active_ratio{s()}[{w}]))",
         ),
-        _record(n.gpu_vram, f"max by ({GPU}) (inferwatch_gpu_memory_used_ratio{s()})"),
+        record(n.gpu_vram, f"max by ({GPU}) (inferwatch_gpu_memory_used_ratio{s()})"),
     ]
 
 
@@ -225,14 +221,14 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
         # view of the model's own GPUs, memory pressure per GPU and worker. Memory pressure
         # is averaged over the window: a KV-limited engine's usage swings between 85 and
         # 99 % as it preempts and refills, and the page must not flap with it.
-        _record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"),
-        _record(
+        record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"),
+        record(
             n.worker_gpus,
             f"{n.worker_labels}\n"
             f"* on ({WORKER_KEY}) group_left ()\n"
             f"count by ({WORKER_KEY}) ({n.worker_gpu})",
         ),
-        _record(
+        record(
             n.worker_util_sum,
             f"{n.worker_labels}\n"
             f"* on ({WORKER_KEY}) group_left ()\n"
@@ -242,14 +238,14 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
             f"    {n.worker_gpu}\n"
             f")",
         ),
-        _record(n.worker_util, f"{n.worker_util_sum} / {n.worker_gpus}"),
+        record(n.worker_util, f"{n.worker_util_sum} / {n.worker_gpus}"),
         # Per model: every GPU of the model's workers counts once per worker (a tensor-
         # parallel worker's GPUs each count; a GPU shared by two models counts for both).
-        _record(
+        record(
             n.model_util,
             f"sum by ({MODEL}) ({n.worker_util_sum})\n/\nsum by ({MODEL}) ({n.worker_gpus})",
         ),
-        _record(
+        record(
             n.worker_gpu_pressure,
             f"label_replace(\n"
             f"    max by ({WORKER_KEY}) (avg_over_time(inferwatch_kv_cache_usage_ratio{s()}[{w}]))\n"
@@ -265,12 +261,12 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
             f'  "pressure_from", "gpu_memory", "", ""\n'
             f")",
         ),
-        _record(
+        record(
             n.gpu_pressure,
             f"max by ({GPU}) ({n.worker_gpu_pressure})\nor\n{n.gpu_vram}",
         ),
-        _record(n.cluster_util, f"avg by ({CLUSTER}) (inferwatch_gpu_utilization_ratio{s()})"),
-        _record(n.cluster_vram, f"max by ({CLUSTER}) (inferwatch_gpu_memory_used_ratio{s()})"),
+        record(n.cluster_util, f"avg by ({CLUSTER}) (inferwatch_gpu_utilization_ratio{s()})"),
+        record(n.cluster_vram, f"max by ({CLUSTER}) (inferwatch_gpu_memory_used_ratio{s()})"),
     ]
 
 
@@ -283,7 +279,7 @@ def _gpu_state_records(t: Thresholds) -> list[dict[str, Any]]:
     # above scale_above, or its TTFT P99 at or above the squeeze's latency bound while
     # the pressure is above squeeze_above [4.2].
     return [
-        _record(
+        record(
             n.gpu_state,
             f"(\n"
             f"    3 + 0 * {pressure}\n"
