@@ -40,7 +40,7 @@ got 1.5``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, is_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, get_origin, get_type_hints
 
@@ -265,8 +265,14 @@ def _schema(cls: type) -> dict[str, str | type]:
     """Each settings field of ``cls``: its kind, or the dataclass of its nested section."""
     schema: dict[str, str | type] = {}
     for name, hint in get_type_hints(cls, include_extras=True).items():
-        if name != "source":
-            schema[name] = hint.__metadata__[0] if get_origin(hint) is Annotated else hint
+        if name == "source":
+            continue
+        if get_origin(hint) is Annotated:
+            schema[name] = hint.__metadata__[0]
+        elif isinstance(hint, type) and is_dataclass(hint):
+            schema[name] = hint
+        else:  # pragma: no cover - programming error
+            raise TypeError(f"{cls.__name__}.{name}: annotate it with a kind or a section")
     return schema
 
 
