@@ -46,6 +46,11 @@ def gpu_label(legend: str = "") -> str:
     return "{{instance}} GPU {{gpu}}" + (f" {legend}" if legend else "")
 
 
+def gpu_series(metric: str, legend: str = "") -> Query:
+    """A GPU metric as it is, one line per selected GPU named by host and index."""
+    return Query(f"{metric}{gpu_sel()}", gpu_label(legend))
+
+
 def pct(value: float) -> str:
     return f"{value * 100:g}%"
 
@@ -198,7 +203,7 @@ def gpu_utilization_panel(t: Thresholds) -> Any:
         t,
         "GPU utilization",
         "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
-        [Query(f"inferwatch_gpu_utilization_ratio{gpu_sel()}", gpu_label())],
+        [gpu_series("inferwatch_gpu_utilization_ratio")],
     )
 
 
