@@ -154,13 +154,10 @@ def memory_stat(t: Thresholds, title: str, description: str, expr: str) -> Any:
 
 def gpus_up_stat() -> Any:
     """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
-    return p.stat(
+    return p.count_stat(
         "GPUs up",
         "GPUs that answer NVML, out of those selected.",
-        [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
-        unit="none",
-        graph=False,
-        decimals=0,
+        f"sum(inferwatch_gpu_up{gpu_sel()})",
     )
 
 
@@ -299,28 +296,49 @@ def error_ratio_panel(t: Thresholds) -> Any:
     )
 
 
-def rejected_panel(by: str) -> Any:
+def rates_panel(
+    title: str,
+    description: str,
+    by: str,
+    counters: Sequence[tuple[str, str]],
+    *,
+    unit: str,
+    axis_label: str = "",
+) -> Any:
+    """Per-second rates of worker counters summed by ``by``: a (counter, legend suffix)
+    pair for each line."""
     return p.timeseries(
-        "Rejected requests",
-        "Requests refused at admission (HTTP 503 from queue limits), per second.",
-        [rate_query("inferwatch_requests_rejected_total", by)],
-        unit="reqps",
+        title,
+        description,
+        [rate_query(counter, by, suffix) for counter, suffix in counters],
+        unit=unit,
+        axis_label=axis_label,
         min_value=0,
     )
 
 
-def tokens_panel(by: str) -> Any:
-    return p.timeseries(
+def traffic_cells(t: Thresholds, by: str, requests: Any) -> list[Cell]:
+    """The traffic row of the overview (``by`` model) and of the worker dashboard (``by``
+    worker): ``requests``, then tokens, errors and rejections, a quarter of the width each."""
+    tokens = rates_panel(
         "Tokens per second",
         "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
+        by,
         [
-            rate_query("inferwatch_prompt_tokens_total", by, " prompt"),
-            rate_query("inferwatch_generation_tokens_total", by, " generated"),
+            ("inferwatch_prompt_tokens_total", " prompt"),
+            ("inferwatch_generation_tokens_total", " generated"),
         ],
         unit="short",
         axis_label="tokens/s",
-        min_value=0,
     )
+    rejected = rates_panel(
+        "Rejected requests",
+        "Requests refused at admission (HTTP 503 from queue limits), per second.",
+        by,
+        [("inferwatch_requests_rejected_total", "")],
+        unit="reqps",
+    )
+    return [Cell(panel, 6, 8) for panel in (requests, tokens, error_ratio_panel(t), rejected)]
 
 
 def _links() -> list[g.DashboardLink]:

@@ -10,7 +10,6 @@ from inferwatch.pack.dashboards import slo_row
 from inferwatch.pack.dashboards.common import (
     PRESSURE_TEXT,
     dashboard,
-    error_ratio_panel,
     gpu_label,
     gpu_link,
     gpu_state_panel,
@@ -20,10 +19,9 @@ from inferwatch.pack.dashboards.common import (
     memory_chart,
     memory_stat,
     pct,
-    rate_query,
-    rejected_panel,
+    rates_panel,
     slo_latency_cells,
-    tokens_panel,
+    traffic_cells,
     vram_text,
     worker_only,
 )
@@ -154,16 +152,6 @@ def alerts_panel(t: Thresholds) -> Any:
     )
 
 
-def requests_panel(by: str) -> Any:
-    return p.timeseries(
-        "Requests per second",
-        "Finished requests per second (every finish reason).",
-        [rate_query("inferwatch_requests_finished_total", by)],
-        unit="reqps",
-        min_value=0,
-    )
-
-
 def now_section(t: Thresholds) -> Section:
     return Section(
         "Fleet now",
@@ -196,13 +184,10 @@ def now_section(t: Thresholds) -> Section:
                 4,
             ),
             Cell(
-                p.stat(
+                p.count_stat(
                     "Workers up",
                     "Workers whose last engine scrape succeeded, out of those selected.",
-                    [Query(f"sum(inferwatch_target_up{worker_only()})")],
-                    unit="none",
-                    graph=False,
-                    decimals=0,
+                    f"sum(inferwatch_target_up{worker_only()})",
                 ),
                 4,
                 4,
@@ -213,18 +198,11 @@ def now_section(t: Thresholds) -> Section:
                 4,
             ),
             Cell(
-                p.stat(
+                p.count_stat(
                     "Alerts firing",
                     "Inference alerts firing now (details in the table below).",
-                    [
-                        Query(
-                            'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
-                            'job=~"$job|", instance=~"$instance|"}) or vector(0)'
-                        )
-                    ],
-                    unit="none",
-                    graph=False,
-                    decimals=0,
+                    'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
+                    'job=~"$job|", instance=~"$instance|"}) or vector(0)',
                     thresholds=steps("green", (1, "red")),
                 ),
                 4,
@@ -258,15 +236,14 @@ def alerts_section(t: Thresholds) -> Section:
 
 
 def traffic_section(t: Thresholds) -> Section:
-    return Section(
-        "Traffic and errors",
-        [
-            Cell(requests_panel("model"), 6, 8),
-            Cell(tokens_panel("model"), 6, 8),
-            Cell(error_ratio_panel(t), 6, 8),
-            Cell(rejected_panel("model"), 6, 8),
-        ],
+    requests = rates_panel(
+        "Requests per second",
+        "Finished requests per second (every finish reason).",
+        "model",
+        [("inferwatch_requests_finished_total", "")],
+        unit="reqps",
     )
+    return Section("Traffic and errors", traffic_cells(t, "model", requests))
 
 
 def build(t: Thresholds) -> dict[str, Any]:

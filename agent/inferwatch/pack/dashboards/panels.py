@@ -242,6 +242,21 @@ def stat(
     )
 
 
+def count_stat(
+    title: str, description: str, expr: str, *, thresholds: Sequence[Step] = ()
+) -> g.Stat:
+    """A whole number of things now (GPUs up, alerts firing), without a graph."""
+    return stat(
+        title,
+        description,
+        [Query(expr)],
+        unit="none",
+        graph=False,
+        decimals=0,
+        thresholds=thresholds,
+    )
+
+
 def flag_stat(
     title: str,
     description: str,

@@ -8,15 +8,13 @@ from typing import Any
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import (
     dashboard,
-    error_ratio_panel,
     latency_panel,
     rate_query,
     ratio_chart,
-    rejected_panel,
     secs,
     slo_latency_cells,
     slo_steps,
-    tokens_panel,
+    traffic_cells,
     worker_buckets,
     worker_only,
 )
@@ -367,34 +365,17 @@ def shapes_section(t: Thresholds) -> Section:
 
 
 def requests_section(t: Thresholds) -> Section:
-    return Section(
-        "Requests",
-        [
-            Cell(
-                p.timeseries(
-                    "Finished requests by reason",
-                    "Requests finished per second by reason: stop (end of sequence), length "
-                    "(token limit), abort (client went away), error.",
-                    [
-                        Query(
-                            f"sum by (reason) (rate(inferwatch_requests_finished_total{worker_sel()}"
-                            "[$__rate_interval]))",
-                            "{{reason}}",
-                        )
-                    ],
-                    unit="reqps",
-                    min_value=0,
-                    stack=True,
-                    fill=30,
-                ),
-                6,
-                8,
-            ),
-            Cell(tokens_panel("worker"), 6, 8),
-            Cell(error_ratio_panel(t), 6, 8),
-            Cell(rejected_panel("worker"), 6, 8),
-        ],
+    by_reason = p.timeseries(
+        "Finished requests by reason",
+        "Requests finished per second by reason: stop (end of sequence), length "
+        "(token limit), abort (client went away), error.",
+        [rate_query("inferwatch_requests_finished_total", "reason")],
+        unit="reqps",
+        min_value=0,
+        stack=True,
+        fill=30,
     )
+    return Section("Requests", traffic_cells(t, "worker", by_reason))
 
 
 def process_section(t: Thresholds) -> Section:
