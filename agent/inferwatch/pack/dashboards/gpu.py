@@ -323,7 +323,7 @@ def errors_section(t: Thresholds) -> Section:
         "Errors and partitions",
         [
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "XID errors",
                     "New XID errors reported by the driver, per GPU and XID code. Critical XIDs "
                     f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
@@ -334,16 +334,12 @@ def errors_section(t: Thresholds) -> Section:
                             gpu_label("XID {{xid}}"),
                         )
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 8,
                 8,
             ),
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "ECC errors",
                     "New volatile ECC errors per GPU: corrected ones are a warning sign, "
                     "uncorrected ones corrupt results.",
@@ -354,10 +350,6 @@ def errors_section(t: Thresholds) -> Section:
                             gpu_label("{{type}}"),
                         )
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 8,
                 8,

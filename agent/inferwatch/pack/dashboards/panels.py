@@ -207,6 +207,11 @@ def timeseries(
     )
 
 
+def event_bars(title: str, description: str, queries: Sequence[Query]) -> g.TimeSeries:
+    """Events counted per interval (XID errors, restarts, warm-ups) as solid bars."""
+    return timeseries(title, description, queries, unit="short", min_value=0, bars=True, fill=80)
+
+
 def stat(
     title: str,
     description: str,

@@ -87,7 +87,7 @@ def warmup_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "Warm-ups and failures",
                     "Completed warm-ups (one at start and one after each restart the gate "
                     "noticed) and failed warm-up requests by reason (connect, timeout, "
@@ -105,10 +105,6 @@ def warmup_section(t: Thresholds) -> Section:
                             "{{worker}} failed: {{reason}}",
                         ),
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 24,
                 8,

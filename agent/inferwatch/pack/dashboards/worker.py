@@ -442,7 +442,7 @@ def process_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "Restarts",
                     "Worker process restarts: changes of its start time per interval.",
                     [
@@ -452,10 +452,6 @@ def process_section(t: Thresholds) -> Section:
                             "{{worker}}",
                         )
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 6,
                 8,
