@@ -89,61 +89,51 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         ),
         record(
             QUEUE_PRESSURE_MODEL,
-            (
-                f"sum by ({MODEL}) ({open_requests} and {n.batch_capacity})\n"
-                f"/\nsum by ({MODEL}) ({n.batch_capacity})"
-            ),
+            f"sum by ({MODEL}) ({open_requests} and {n.batch_capacity})\n"
+            f"/\nsum by ({MODEL}) ({n.batch_capacity})",
         ),
         record(
             KV_USAGE_MODEL,
-            (
-                f"max by ({MODEL}) (\n"
-                f"    max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()})\n"
-                f"  * on ({WORKER_KEY}) group_left (model)\n"
-                f"    {n.worker_labels}\n"
-                f")"
-            ),
+            f"max by ({MODEL}) (\n"
+            f"    max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()})\n"
+            f"  * on ({WORKER_KEY}) group_left (model)\n"
+            f"    {n.worker_labels}\n"
+            f")",
         ),
         record(REPLICAS, f"count by ({MODEL}) ({n.worker_labels})"),
         record(
             SCALE_OUT,
-            (
-                f"max by ({MODEL}) (\n"
-                f"  sum_over_time({n.queue_over_capacity}[{span}]) >= bool {samples}\n"
-                f")"
-            ),
+            f"max by ({MODEL}) (\n"
+            f"  sum_over_time({n.queue_over_capacity}[{span}]) >= bool {samples}\n"
+            f")",
         ),
         record(
             SCALE_IN,
-            (
-                f"(\n"
-                f"    {n.model_util} < bool {num(t.gpu_utilization.waste_below)}\n"
-                f"  unless on ({MODEL})\n"
-                f"    count by ({MODEL}) (\n"
-                f"        ({young}\n    or\n  {gate_closed})\n"
-                f"      * on ({WORKER_KEY}) group_left (model)\n"
-                f"        {n.worker_labels}\n"
-                f"    )\n"
-                f")\n"
-                f"or on ({MODEL})\n"
-                f"0 * {REPLICAS}"
-            ),
+            f"(\n"
+            f"    {n.model_util} < bool {num(t.gpu_utilization.waste_below)}\n"
+            f"  unless on ({MODEL})\n"
+            f"    count by ({MODEL}) (\n"
+            f"        ({young}\n    or\n  {gate_closed})\n"
+            f"      * on ({WORKER_KEY}) group_left (model)\n"
+            f"        {n.worker_labels}\n"
+            f"    )\n"
+            f")\n"
+            f"or on ({MODEL})\n"
+            f"0 * {REPLICAS}",
         ),
         record(
             DESIRED_REPLICAS,
-            (
-                f"(\n"
-                f"    (ceil({REPLICAS} * {QUEUE_PRESSURE_MODEL}) > {REPLICAS} or {REPLICAS} + 1)\n"
-                f"  and on ({MODEL}) {SCALE_OUT} == 1\n"
-                f")\n"
-                f"or on ({MODEL})\n"
-                f"(\n"
-                f"    {REPLICAS} - 1 > 0\n"
-                f"  and on ({MODEL}) {SCALE_IN} == 1\n"
-                f")\n"
-                f"or on ({MODEL})\n"
-                f"{REPLICAS}"
-            ),
+            f"(\n"
+            f"    (ceil({REPLICAS} * {QUEUE_PRESSURE_MODEL}) > {REPLICAS} or {REPLICAS} + 1)\n"
+            f"  and on ({MODEL}) {SCALE_OUT} == 1\n"
+            f")\n"
+            f"or on ({MODEL})\n"
+            f"(\n"
+            f"    {REPLICAS} - 1 > 0\n"
+            f"  and on ({MODEL}) {SCALE_IN} == 1\n"
+            f")\n"
+            f"or on ({MODEL})\n"
+            f"{REPLICAS}",
         ),
     ]
 
