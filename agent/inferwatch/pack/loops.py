@@ -511,16 +511,23 @@ def oom_risk(
     return (full and bool(prefix_caching)) or any(oom_reason(r) for r in restart_reasons)
 
 
+def _from_now(current: float | None) -> str:
+    """``from <current> `` for a remedy's sentence, empty when the value is unknown."""
+    return f"from {current:g} " if current is not None else ""
+
+
+def _card_use(vram_used_ratio: float | None) -> str:
+    """`` (NVML shows N% of the card in use)``, empty when unknown."""
+    if vram_used_ratio is None:
+        return ""
+    return f" (NVML shows {vram_used_ratio:.0%} of the card in use)"
+
+
 def oom_headroom(current: float | None = None, vram_used_ratio: float | None = None) -> str:
     """The OOM-risk remedy: lower the flag to the headroom value, never raise it."""
-    was = f"from {current:g} " if current is not None else ""
-    used = (
-        f" (NVML shows {vram_used_ratio:.0%} of the card in use)"
-        if vram_used_ratio is not None
-        else ""
-    )
     return (
-        f"Out-of-memory risk{used}: lower --gpu-memory-utilization {was}to "
+        f"Out-of-memory risk{_card_use(vram_used_ratio)}: lower --gpu-memory-utilization "
+        f"{_from_now(current)}to "
         f"{GPU_MEMORY_UTILIZATION_HEADROOM} and keep the head-room for PyTorch's temporary "
         "allocations and the CUDA context; with prefix caching on, the real use passes the "
         f"pool (past {OOM_RISK_USED_RATIO:.0%}) and the process is OOM-killed. Do not raise "
@@ -531,15 +538,10 @@ def oom_headroom(current: float | None = None, vram_used_ratio: float | None = N
 def raise_kv_pool(current: float | None = None, vram_used_ratio: float | None = None) -> str:
     """The preemption remedy: a larger KV pool; a smaller --gpu-memory-utilization would
     take blocks away and preempt more."""
-    now = f"from {current:g} " if current is not None else ""
-    room = (
-        f" (NVML shows {vram_used_ratio:.0%} of the card in use)"
-        if vram_used_ratio is not None
-        else ""
-    )
     return (
-        f"Give the KV pool more memory: raise --gpu-memory-utilization {now}only where the card "
-        f"has room (NVML below {OOM_RISK_USED_RATIO:.0%}){room}; never lower it for "
+        f"Give the KV pool more memory: raise --gpu-memory-utilization {_from_now(current)}only "
+        f"where the card has room (NVML below {OOM_RISK_USED_RATIO:.0%})"
+        f"{_card_use(vram_used_ratio)}; never lower it for "
         "preemptions, that shrinks the pool."
     )
 

@@ -62,6 +62,20 @@ SHAPE_HISTOGRAMS = (
 RECORDED_HISTOGRAMS = (*(f"inferwatch_{short}_seconds" for short in HISTOGRAMS), *SHAPE_HISTOGRAMS)
 
 
+class _Windowed:
+    """A rule name that ends in a window of its ``Names``: ``stem`` + ``window`` (or
+    ``rising_window``), such as ``worker:inferwatch_queue_depth:avg5m``."""
+
+    def __init__(self, stem: str, *, rising: bool = False) -> None:
+        self.stem = stem
+        self.rising = rising
+
+    def __get__(self, names: Names | CostNames, owner: type | None = None) -> str:
+        if self.rising and isinstance(names, Names):
+            return self.stem + names.rising_window
+        return self.stem + names.window
+
+
 @dataclass(frozen=True)
 class Names:
     """Recording rule names for one set of thresholds (windows are part of some names)."""
@@ -85,10 +99,7 @@ class Names:
     def rate(self, name: str) -> str:
         return f"worker:inferwatch_{name}:rate{self.window}"
 
-    @property
-    def error_ratio(self) -> str:
-        return f"worker:inferwatch_request_errors:ratio_rate{self.window}"
-
+    error_ratio = _Windowed("worker:inferwatch_request_errors:ratio_rate")
     #: one series per (worker, model, engine) the engine reports: how a per-worker value
     #: gets the model and engine labels (a worker serving two models gets both)
     worker_labels = "worker:inferwatch_worker_labels:info"
@@ -98,34 +109,16 @@ class Names:
     #: cache is full (whichever is smaller)
     batch_capacity = "worker:inferwatch_batch_capacity:min"
     queue_over_capacity = "worker:inferwatch_queue_over_capacity:bool"
-
-    @property
-    def queue_avg(self) -> str:
-        return f"worker:inferwatch_queue_depth:avg{self.window}"
-
-    @property
-    def running_avg(self) -> str:
-        return f"worker:inferwatch_requests_running:avg{self.window}"
-
-    @property
-    def open_avg(self) -> str:
-        """Waiting plus running requests, averaged: the load loop 1 compares."""
-        return f"worker:inferwatch_requests_open:avg{self.window}"
-
-    @property
-    def queue_deriv(self) -> str:
-        """Least-squares slope of the queue depth (requests per second)."""
-        return f"worker:inferwatch_queue_depth:deriv{self.rising_window}"
-
-    @property
-    def worker_util_sum(self) -> str:
-        """Summed utilization of the GPUs the worker runs on (through attribution)."""
-        return f"worker:inferwatch_gpu_utilization_ratio:sum{self.window}"
-
-    @property
-    def worker_util(self) -> str:
-        """Average utilization of the GPUs the worker runs on (through attribution)."""
-        return f"worker:inferwatch_gpu_utilization_ratio:avg{self.window}"
+    queue_avg = _Windowed("worker:inferwatch_queue_depth:avg")
+    running_avg = _Windowed("worker:inferwatch_requests_running:avg")
+    #: waiting plus running requests, averaged: the load loop 1 compares
+    open_avg = _Windowed("worker:inferwatch_requests_open:avg")
+    #: least-squares slope of the queue depth (requests per second)
+    queue_deriv = _Windowed("worker:inferwatch_queue_depth:deriv", rising=True)
+    #: summed utilization of the GPUs the worker runs on (through attribution)
+    worker_util_sum = _Windowed("worker:inferwatch_gpu_utilization_ratio:sum")
+    #: average utilization of the GPUs the worker runs on (through attribution)
+    worker_util = _Windowed("worker:inferwatch_gpu_utilization_ratio:avg")
 
     # -- worker x GPU -------------------------------------------------------------
     #: inferwatch_worker_gpu_info without the MIG labels, one series per pair
@@ -134,19 +127,15 @@ class Names:
     worker_gpu_pressure = "worker_gpu:inferwatch_memory_pressure:ratio"
 
     # -- GPU level ----------------------------------------------------------------
-    @property
-    def gpu_util(self) -> str:
-        return f"gpu:inferwatch_gpu_utilization_ratio:avg{self.window}"
+    gpu_util = _Windowed("gpu:inferwatch_gpu_utilization_ratio:avg")
 
     gpu_vram = "gpu:inferwatch_gpu_memory_used_ratio:max"
     gpu_pressure = "gpu:inferwatch_memory_pressure:ratio"
     gpu_state = "gpu:inferwatch_gpu_state:code"
 
     # -- model, cluster -----------------------------------------------------------
-    @property
-    def model_util(self) -> str:
-        """Average utilization of the model's own GPUs (through attribution)."""
-        return f"model:inferwatch_gpu_utilization_ratio:avg{self.window}"
+    #: average utilization of the model's own GPUs (through attribution)
+    model_util = _Windowed("model:inferwatch_gpu_utilization_ratio:avg")
 
     cluster_util = "cluster:inferwatch_gpu_utilization_ratio:avg"
     cluster_vram = "cluster:inferwatch_gpu_memory_used_ratio:max"
@@ -208,31 +197,14 @@ class CostNames:
     # per million generated tokens: GPU-hours, and money with prices
     model_gpu_hours_per_mtok = "model:inferwatch_gpu_hours:per_million_generation_tokens"
     model_cost_per_mtok = "model:inferwatch_gpu_cost:per_million_generation_tokens"
-
-    @property
-    def model_tokens(self) -> str:
-        return f"model:inferwatch_generation_tokens:rate{self.window}"
+    model_tokens = _Windowed("model:inferwatch_generation_tokens:rate")
 
     # power from NVML's energy counter (watts), split like the GPUs
-    @property
-    def gpu_power(self) -> str:
-        return f"gpu:inferwatch_gpu_energy_joules:rate{self.window}"
-
-    @property
-    def worker_power(self) -> str:
-        return f"worker:inferwatch_gpu_energy_joules:rate{self.window}"
-
-    @property
-    def model_power(self) -> str:
-        return f"model:inferwatch_gpu_energy_joules:rate{self.window}"
-
-    @property
-    def cluster_power(self) -> str:
-        return f"cluster:inferwatch_gpu_energy_joules:rate{self.window}"
-
-    @property
-    def model_energy_per_token(self) -> str:
-        return f"model:inferwatch_gpu_energy_joules:per_generation_token_{self.window}"
+    gpu_power = _Windowed("gpu:inferwatch_gpu_energy_joules:rate")
+    worker_power = _Windowed("worker:inferwatch_gpu_energy_joules:rate")
+    model_power = _Windowed("model:inferwatch_gpu_energy_joules:rate")
+    cluster_power = _Windowed("cluster:inferwatch_gpu_energy_joules:rate")
+    model_energy_per_token = _Windowed("model:inferwatch_gpu_energy_joules:per_generation_token_")
 
 
 def cost_names(t: Thresholds) -> CostNames:

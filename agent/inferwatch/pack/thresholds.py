@@ -27,8 +27,9 @@ Stable API (used by ``pack.rules``, ``pack.dashboards`` and the report)::
 
 Sections and keys are listed in ``thresholds.yaml``; ``SECTIONS`` maps each
 section name to its dataclass. Adding a key means: a field on the dataclass
-(with ``metadata={"kind": ...}``), a default with a source comment in the YAML
-file, and nothing else: the loader is driven by the dataclass fields.
+(annotated with its kind, such as ``Ratio`` or ``Duration``), a default with a source
+comment in the YAML file, and nothing else: the loader is driven by the dataclass
+fields.
 
 Errors: unknown sections or keys, wrong types and out-of-range values raise
 :class:`~inferwatch.errors.ConfigError` naming the file, the dotted key and what
@@ -39,9 +40,9 @@ got 1.5``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_origin, get_type_hints
 
 from inferwatch import validate
 from inferwatch.errors import ConfigError
@@ -54,7 +55,9 @@ __all__ = ["SECTIONS", "Thresholds", "format_duration", "load_thresholds"]
 
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.yaml")
 
-# Field kinds: how a YAML value is parsed and which range it must be in.
+# Field kinds: how a YAML value is parsed and which range it must be in. A field's
+# annotation carries its kind (``Annotated[float, RATIO]``); a field whose type is one
+# of the dataclasses below is a nested section.
 RATIO = "ratio"  # float in [0, 1]
 SECONDS = "seconds"  # float > 0 (a latency)
 DURATION = "duration"  # PromQL-style duration or number of seconds, >= 0
@@ -70,27 +73,42 @@ XIDS = "xids"  # non-empty list of positive ints
 PRICING = "pricing"  # the pricing: section, validated by pack.pricing
 SLOS = "slos"  # the SLO spec, parsed by pack.slo_spec
 
+Ratio = Annotated[float, RATIO]
+Seconds = Annotated[float, SECONDS]
+Duration = Annotated[float, DURATION]
+Positive = Annotated[float, POSITIVE]
+NonNegative = Annotated[float, NON_NEGATIVE]
+AboveOne = Annotated[float, ABOVE_ONE]
+Count = Annotated[int, COUNT]
+Band = Annotated[tuple[float, float], BAND]
+Selector = Annotated[str, SELECTOR]
+Url = Annotated[str, URL]
+Uid = Annotated[str, UID]
+Xids = Annotated[tuple[int, ...], XIDS]
+PricingSection = Annotated[Pricing, PRICING]
+SloSection = Annotated[SloSpec, SLOS]
+
 
 @dataclass(frozen=True)
 class DashboardUids:
     """Grafana UIDs of the four generated dashboards (``/d/<uid>`` links)."""
 
-    overview: str = field(metadata={"kind": UID})
-    worker: str = field(metadata={"kind": UID})
-    gpu: str = field(metadata={"kind": UID})
-    trends: str = field(metadata={"kind": UID})
+    overview: Uid
+    worker: Uid
+    gpu: Uid
+    trends: Uid
 
 
 @dataclass(frozen=True)
 class PackConfig:
     """Selectors, intervals and links shared by every generated artifact."""
 
-    agent_selector: str = field(metadata={"kind": SELECTOR})
-    scrape_interval: float = field(metadata={"kind": DURATION})
-    rate_window: float = field(metadata={"kind": DURATION})
-    runbook_base_url: str = field(metadata={"kind": URL})
-    dashboard_base_url: str = field(metadata={"kind": URL})
-    dashboard_uids: DashboardUids = field(metadata={"section": DashboardUids})
+    agent_selector: Selector
+    scrape_interval: Duration
+    rate_window: Duration
+    runbook_base_url: Url
+    dashboard_base_url: Url
+    dashboard_uids: DashboardUids
 
     def selector(self, *extra: str) -> str:
         """``{agent_selector,extra...}``: a complete selector for one of the agent's series."""
@@ -116,107 +134,107 @@ class PackConfig:
 
 @dataclass(frozen=True)
 class GpuUtilization:
-    waste_below: float = field(metadata={"kind": RATIO})
-    waste_for: float = field(metadata={"kind": DURATION})
-    scale_review_above: float = field(metadata={"kind": RATIO})
-    scale_review_for: float = field(metadata={"kind": DURATION})
-    healthy_band: tuple[float, float] = field(metadata={"kind": BAND})
-    idle_below: float = field(metadata={"kind": RATIO})
+    waste_below: Ratio
+    waste_for: Duration
+    scale_review_above: Ratio
+    scale_review_for: Duration
+    healthy_band: Band
+    idle_below: Ratio
 
 
 @dataclass(frozen=True)
 class Vram:
-    squeeze_above: float = field(metadata={"kind": RATIO})
-    squeeze_p99_ok_seconds: float = field(metadata={"kind": SECONDS})
-    scale_above: float = field(metadata={"kind": RATIO})
-    pressure_for: float = field(metadata={"kind": DURATION})
+    squeeze_above: Ratio
+    squeeze_p99_ok_seconds: Seconds
+    scale_above: Ratio
+    pressure_for: Duration
 
 
 @dataclass(frozen=True)
 class Queue:
-    over_capacity_samples: int = field(metadata={"kind": COUNT})
-    rising_window: float = field(metadata={"kind": DURATION})
-    rising_min_per_minute: float = field(metadata={"kind": NON_NEGATIVE})
+    over_capacity_samples: Count
+    rising_window: Duration
+    rising_min_per_minute: NonNegative
 
 
 @dataclass(frozen=True)
 class Ttft:
-    p99_slo_seconds: float = field(metadata={"kind": SECONDS})
-    slo_for: float = field(metadata={"kind": DURATION})
-    warmup_p95_seconds: float = field(metadata={"kind": SECONDS})
-    idle_gpu_for: float = field(metadata={"kind": DURATION})
+    p99_slo_seconds: Seconds
+    slo_for: Duration
+    warmup_p95_seconds: Seconds
+    idle_gpu_for: Duration
 
 
 @dataclass(frozen=True)
 class Tpot:
-    p99_slo_seconds: float = field(metadata={"kind": SECONDS})
-    slo_for: float = field(metadata={"kind": DURATION})
+    p99_slo_seconds: Seconds
+    slo_for: Duration
 
 
 @dataclass(frozen=True)
 class Latency:
-    tail_ratio: float = field(metadata={"kind": ABOVE_ONE})
-    tail_for: float = field(metadata={"kind": DURATION})
-    long_prompt_share: float = field(metadata={"kind": RATIO})
+    tail_ratio: AboveOne
+    tail_for: Duration
+    long_prompt_share: Ratio
 
 
 @dataclass(frozen=True)
 class LoadImbalance:
-    load_ratio: float = field(metadata={"kind": ABOVE_ONE})
-    min_open_requests: float = field(metadata={"kind": NON_NEGATIVE})
-    imbalance_for: float = field(metadata={"kind": DURATION})
-    idle_window: float = field(metadata={"kind": DURATION})
+    load_ratio: AboveOne
+    min_open_requests: NonNegative
+    imbalance_for: Duration
+    idle_window: Duration
 
 
 @dataclass(frozen=True)
 class ColdStart:
-    within: float = field(metadata={"kind": POSITIVE})
-    cold_start_for: float = field(metadata={"kind": DURATION})
-    warmup_deadline_for: float = field(metadata={"kind": DURATION})
+    within: Positive
+    cold_start_for: Duration
+    warmup_deadline_for: Duration
 
 
 @dataclass(frozen=True)
 class KvCache:
-    preemption_rate_above: float = field(metadata={"kind": NON_NEGATIVE})
-    preemptions_for: float = field(metadata={"kind": DURATION})
+    preemption_rate_above: NonNegative
+    preemptions_for: Duration
 
 
 @dataclass(frozen=True)
 class Errors:
-    ratio_above: float = field(metadata={"kind": RATIO})
-    errors_for: float = field(metadata={"kind": DURATION})
+    ratio_above: Ratio
+    errors_for: Duration
 
 
 @dataclass(frozen=True)
 class Availability:
-    worker_down_for: float = field(metadata={"kind": DURATION})
-    startup_grace: float = field(metadata={"kind": DURATION})
-    crash_loop_restarts: int = field(metadata={"kind": COUNT})
-    crash_loop_window: float = field(metadata={"kind": DURATION})
-    agent_down_for: float = field(metadata={"kind": DURATION})
-    gpu_lost_for: float = field(metadata={"kind": DURATION})
-    unattributed_for: float = field(metadata={"kind": DURATION})
+    worker_down_for: Duration
+    startup_grace: Duration
+    crash_loop_restarts: Count
+    crash_loop_window: Duration
+    agent_down_for: Duration
+    gpu_lost_for: Duration
+    unattributed_for: Duration
 
 
 @dataclass(frozen=True)
 class GpuHealth:
-    xid_critical: tuple[int, ...] = field(metadata={"kind": XIDS})
-    thermal_for: float = field(metadata={"kind": DURATION})
+    xid_critical: Xids
+    thermal_for: Duration
 
 
 @dataclass(frozen=True)
 class Advice:
-    min_rate_span: float = field(metadata={"kind": POSITIVE})
-    full_batch_share: float = field(metadata={"kind": RATIO})
-    max_num_seqs_cut: float = field(metadata={"kind": RATIO})
+    min_rate_span: Positive
+    full_batch_share: Ratio
+    max_num_seqs_cut: Ratio
 
 
 @dataclass(frozen=True)
 class Report:
-    regression_ratio: float = field(metadata={"kind": NON_NEGATIVE})
-    pressure_growth: float = field(metadata={"kind": RATIO})
-    scale_review_share: float = field(metadata={"kind": RATIO})
-    waste_day_share: float = field(metadata={"kind": RATIO})
+    regression_ratio: NonNegative
+    pressure_growth: Ratio
+    scale_review_share: Ratio
+    waste_day_share: Ratio
 
 
 @dataclass(frozen=True)
@@ -238,18 +256,30 @@ class Thresholds:
     gpu_health: GpuHealth
     advice: Advice
     report: Report
-    pricing: Pricing = field(metadata={"kind": PRICING})
-    slos: SloSpec = field(metadata={"kind": SLOS})
+    pricing: PricingSection
+    slos: SloSection
     source: str = "defaults"
 
 
+def _schema(cls: type) -> dict[str, str | type]:
+    """Each settings field of ``cls``: its kind, or the dataclass of its nested section."""
+    schema: dict[str, str | type] = {}
+    for name, hint in get_type_hints(cls, include_extras=True).items():
+        if name == "source":
+            continue
+        if get_origin(hint) is Annotated:
+            schema[name] = hint.__metadata__[0]
+        elif isinstance(hint, type) and is_dataclass(hint):
+            schema[name] = hint
+        else:  # pragma: no cover - programming error
+            raise TypeError(f"{cls.__name__}.{name}: annotate it with a kind or a section")
+    return schema
+
+
 SECTIONS: dict[str, type] = {
-    f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
-    for f in fields(Thresholds)
-    if f.name != "source"
+    name: hint for name, hint in get_type_hints(Thresholds).items() if name != "source"
 }
-#: top-level sections validated by their own parser (``metadata["kind"]``), not field by field
-_PARSED = {f.name for f in fields(Thresholds) if "kind" in f.metadata}
+
 
 # ---------------------------------------------------------------------------- values
 
@@ -337,18 +367,16 @@ def _merge(
     where = prefix or "(top level)"
     if not isinstance(override, dict):
         raise ConfigError(source, where, "a mapping of keys to values", override)
-    known = {f.name: f for f in fields(cls) if f.name != "source"}
-    validate.known_keys(override, known, source, prefix)
+    schema = _schema(cls)
+    validate.known_keys(override, schema, source, prefix)
     merged = dict(defaults)
     for key, value in override.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
-        sub = known[key].metadata.get("section") or (
-            SECTIONS.get(key) if not prefix and key not in _PARSED else None
-        )
-        if known[key].metadata.get("kind") == SLOS:
+        what = schema[key]
+        if what == SLOS:
             merged[key] = slo_spec.merge(defaults.get(key), value)
-        elif sub is not None:
-            merged[key] = _merge(defaults.get(key) or {}, value, sub, source, dotted)
+        elif isinstance(what, type):
+            merged[key] = _merge(defaults.get(key) or {}, value, what, source, dotted)
         else:
             merged[key] = value
     return merged
@@ -356,21 +384,16 @@ def _merge(
 
 def _build(cls: type, raw: dict[str, Any], source: str, prefix: str) -> Any:
     values: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name == "source":
-            continue
-        dotted = f"{prefix}.{f.name}" if prefix else f.name
-        if f.name not in raw:
+    for name, what in _schema(cls).items():
+        dotted = f"{prefix}.{name}" if prefix else name
+        if name not in raw:
             raise ConfigError(source, dotted, "a value (missing from the defaults)")
-        sub = f.metadata.get("section") or (
-            SECTIONS.get(f.name) if not prefix and f.name not in _PARSED else None
-        )
-        if sub is not None:
-            if not isinstance(raw[f.name], dict):
-                raise ConfigError(source, dotted, "a mapping of keys to values", raw[f.name])
-            values[f.name] = _build(sub, raw[f.name], source, dotted)
+        if isinstance(what, type):
+            if not isinstance(raw[name], dict):
+                raise ConfigError(source, dotted, "a mapping of keys to values", raw[name])
+            values[name] = _build(what, raw[name], source, dotted)
         else:
-            values[f.name] = _parse_value(f.metadata["kind"], raw[f.name], source, dotted)
+            values[name] = _parse_value(what, raw[name], source, dotted)
     return cls(**values)
 
 

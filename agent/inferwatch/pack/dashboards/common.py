@@ -20,6 +20,7 @@ from grafanalib import core as g
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import plain
 from inferwatch.pack.dashboards.panels import (
+    Cell,
     Query,
     Section,
     Step,
@@ -43,6 +44,11 @@ def worker_only(extra: str = "") -> str:
 
 def gpu_label(legend: str = "") -> str:
     return "{{instance}} GPU {{gpu}}" + (f" {legend}" if legend else "")
+
+
+def gpu_series(metric: str, legend: str = "") -> Query:
+    """A GPU metric as it is, one line per selected GPU named by host and index."""
+    return Query(f"{metric}{gpu_sel()}", gpu_label(legend))
 
 
 def pct(value: float) -> str:
@@ -122,29 +128,79 @@ def quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Q
     ]
 
 
-def gpus_up_stat() -> Any:
-    """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
+def rate_query(metric: str, by: str, suffix: str = "", selector: str | None = None) -> Query:
+    """A counter's per-second rate summed by the labels ``by``; the legend names them
+    (then ``suffix``). ``selector`` defaults to the worker selector."""
+    sel = worker_sel() if selector is None else selector
+    legend = " ".join("{{" + label + "}}" for label in by.split(", "))
+    return Query(f"sum by ({by}) (rate({metric}{sel}[$__rate_interval]))", legend + suffix)
+
+
+def mean_utilization_stat(t: Thresholds, title: str) -> Any:
+    """The selected GPUs' mean utilization (the overview and the GPU dashboard)."""
     return p.stat(
-        "GPUs up",
-        "GPUs that answer NVML, out of those selected.",
-        [Query(f"sum(inferwatch_gpu_up{gpu_sel()})")],
-        unit="none",
-        graph=False,
-        decimals=0,
+        title,
+        "Mean utilization of the selected GPUs. " + util_text(t),
+        [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
+        unit="percentunit",
+        thresholds=utilization_steps(t),
     )
 
 
-def gpu_utilization_panel(t: Thresholds) -> Any:
+def memory_stat(t: Thresholds, title: str, description: str, expr: str) -> Any:
+    """A memory level coloured by the squeeze and scale lines (:func:`vram_steps`)."""
+    return p.stat(title, description, [Query(expr)], unit="percentunit", thresholds=vram_steps(t))
+
+
+def gpus_up_stat() -> Any:
+    """How many of the selected GPUs answer NVML (the overview and the GPU dashboard)."""
+    return p.count_stat(
+        "GPUs up",
+        "GPUs that answer NVML, out of those selected.",
+        f"sum(inferwatch_gpu_up{gpu_sel()})",
+    )
+
+
+def ratio_chart(
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    thresholds: Sequence[Step] = (),
+    threshold_style: str = "off",
+    fill: int = 10,
+) -> Any:
+    """A share from 0 to 100%, over threshold steps where given."""
     return p.timeseries(
-        "GPU utilization",
-        "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
-        [Query(f"inferwatch_gpu_utilization_ratio{gpu_sel()}", gpu_label())],
+        title,
+        description,
+        queries,
         unit="percentunit",
         min_value=0,
         max_value=1,
-        thresholds=utilization_steps(t),
-        threshold_style="line+area",
-        fill=0,
+        thresholds=thresholds,
+        threshold_style=threshold_style,
+        fill=fill,
+    )
+
+
+def utilization_chart(t: Thresholds, title: str, description: str, queries: Sequence[Query]) -> Any:
+    """GPU utilization over the shaded threshold bands (:func:`utilization_steps`)."""
+    return ratio_chart(title, description, queries, utilization_steps(t), "line+area", 0)
+
+
+def memory_chart(
+    t: Thresholds, title: str, description: str, queries: Sequence[Query], *, fill: int = 10
+) -> Any:
+    """A memory level with the squeeze and scale lines dashed (:func:`vram_steps`)."""
+    return ratio_chart(title, description, queries, vram_steps(t), "dashed", fill)
+
+
+def gpu_utilization_panel(t: Thresholds) -> Any:
+    return utilization_chart(
+        t,
+        "GPU utilization",
+        "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
+        [gpu_series("inferwatch_gpu_utilization_ratio")],
     )
 
 
@@ -183,6 +239,18 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
         threshold_style="dashed" if slo is not None else "off",
         fill=0,
     )
+
+
+def slo_latency_cells(t: Thresholds, by: str) -> list[Cell]:
+    """TTFT and TPOT quantiles per ``by``, each with its P99 SLO line, side by side."""
+    return [
+        Cell(
+            latency_panel(t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, by), 12, 8
+        ),
+        Cell(
+            latency_panel(t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, by), 12, 8
+        ),
+    ]
 
 
 def gpu_state_panel(t: Thresholds) -> Any:
@@ -228,42 +296,49 @@ def error_ratio_panel(t: Thresholds) -> Any:
     )
 
 
-def rejected_panel(by: str) -> Any:
+def rates_panel(
+    title: str,
+    description: str,
+    by: str,
+    counters: Sequence[tuple[str, str]],
+    *,
+    unit: str,
+    axis_label: str = "",
+) -> Any:
+    """Per-second rates of worker counters summed by ``by``: a (counter, legend suffix)
+    pair for each line."""
     return p.timeseries(
-        "Rejected requests",
-        "Requests refused at admission (HTTP 503 from queue limits), per second.",
-        [
-            Query(
-                f"sum by ({by}) (rate(inferwatch_requests_rejected_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}}",
-            )
-        ],
-        unit="reqps",
+        title,
+        description,
+        [rate_query(counter, by, suffix) for counter, suffix in counters],
+        unit=unit,
+        axis_label=axis_label,
         min_value=0,
     )
 
 
-def tokens_panel(by: str) -> Any:
-    return p.timeseries(
+def traffic_cells(t: Thresholds, by: str, requests: Any) -> list[Cell]:
+    """The traffic row of the overview (``by`` model) and of the worker dashboard (``by``
+    worker): ``requests``, then tokens, errors and rejections, a quarter of the width each."""
+    tokens = rates_panel(
         "Tokens per second",
         "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
+        by,
         [
-            Query(
-                f"sum by ({by}) (rate(inferwatch_prompt_tokens_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}} prompt",
-            ),
-            Query(
-                f"sum by ({by}) (rate(inferwatch_generation_tokens_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}} generated",
-            ),
+            ("inferwatch_prompt_tokens_total", " prompt"),
+            ("inferwatch_generation_tokens_total", " generated"),
         ],
         unit="short",
         axis_label="tokens/s",
-        min_value=0,
     )
+    rejected = rates_panel(
+        "Rejected requests",
+        "Requests refused at admission (HTTP 503 from queue limits), per second.",
+        by,
+        [("inferwatch_requests_rejected_total", "")],
+        unit="reqps",
+    )
+    return [Cell(panel, 6, 8) for panel in (requests, tokens, error_ratio_panel(t), rejected)]
 
 
 def _links() -> list[g.DashboardLink]:
@@ -289,13 +364,14 @@ def dashboard(
     *,
     time_from: str = "now-1h",
     refresh: str = "30s",
-    tags: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """One generated dashboard: ``key`` names its UID in ``pack.dashboard_uids`` and is
+    its tag beside the pack's own."""
     dashboard = g.Dashboard(
         title=title,
         uid=getattr(t.pack.dashboard_uids, key),
         description=description,
-        tags=[TAG, *tags],
+        tags=[TAG, key],
         editable=False,
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
         time=g.Time(time_from, "now"),

@@ -8,12 +8,14 @@ from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import (
     dashboard,
     gpu_label,
+    gpu_series,
     gpu_state_panel,
     gpu_utilization_panel,
     gpus_up_stat,
-    util_text,
-    utilization_steps,
-    vram_steps,
+    mean_utilization_stat,
+    memory_chart,
+    memory_stat,
+    ratio_chart,
     vram_text,
 )
 from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, host_sel, steps
@@ -21,17 +23,13 @@ from inferwatch.pack.thresholds import Thresholds
 
 
 def vram_panel(t: Thresholds) -> Any:
-    return p.timeseries(
+    return memory_chart(
+        t,
         "VRAM level",
         "(used + reserved) / total memory of each GPU (NVML). For an engine that "
         "pre-allocates its share of the card this stays flat: the Memory pressure panel "
         "shows its KV cache. " + vram_text(t),
-        [Query(f"inferwatch_gpu_memory_used_ratio{gpu_sel()}", gpu_label())],
-        unit="percentunit",
-        min_value=0,
-        max_value=1,
-        thresholds=vram_steps(t),
-        threshold_style="dashed",
+        [gpu_series("inferwatch_gpu_memory_used_ratio")],
     )
 
 
@@ -44,24 +42,13 @@ def now_section(t: Thresholds) -> Section:
                 5,
                 4,
             ),
+            Cell(mean_utilization_stat(t, "Mean utilization"), 5, 4),
             Cell(
-                p.stat(
-                    "Mean utilization",
-                    "Mean utilization of the selected GPUs. " + util_text(t),
-                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=utilization_steps(t),
-                ),
-                5,
-                4,
-            ),
-            Cell(
-                p.stat(
+                memory_stat(
+                    t,
                     "Highest VRAM level",
                     "The fullest selected GPU. " + vram_text(t),
-                    [Query(f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=vram_steps(t),
+                    f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})",
                 ),
                 5,
                 4,
@@ -96,38 +83,20 @@ def compute_section(t: Thresholds) -> Section:
         "Compute",
         [
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "Utilization vs SM, tensor and DRAM activity",
                     "NVML utilization only says a kernel was running; SM active, tensor active "
                     "and DRAM active (GPM, Hopper and newer) say how much of the chip worked. "
                     "High utilization with low SM activity is a GPU waiting on small kernels; "
                     "high DRAM activity with low tensor activity is a memory-bound decode.",
                     [
-                        Query(
-                            f"inferwatch_gpu_utilization_ratio{gpu_sel()}",
-                            gpu_label("utilization"),
-                        ),
-                        Query(
-                            f"inferwatch_gpu_memory_busy_ratio{gpu_sel()}",
-                            gpu_label("memory busy"),
-                        ),
-                        Query(f"inferwatch_gpu_sm_active_ratio{gpu_sel()}", gpu_label("SM active")),
-                        Query(
-                            f"inferwatch_gpu_sm_occupancy_ratio{gpu_sel()}",
-                            gpu_label("SM occupancy"),
-                        ),
-                        Query(
-                            f"inferwatch_gpu_tensor_active_ratio{gpu_sel()}",
-                            gpu_label("tensor active"),
-                        ),
-                        Query(
-                            f"inferwatch_gpu_dram_active_ratio{gpu_sel()}",
-                            gpu_label("DRAM active"),
-                        ),
+                        gpu_series("inferwatch_gpu_utilization_ratio", "utilization"),
+                        gpu_series("inferwatch_gpu_memory_busy_ratio", "memory busy"),
+                        gpu_series("inferwatch_gpu_sm_active_ratio", "SM active"),
+                        gpu_series("inferwatch_gpu_sm_occupancy_ratio", "SM occupancy"),
+                        gpu_series("inferwatch_gpu_tensor_active_ratio", "tensor active"),
+                        gpu_series("inferwatch_gpu_dram_active_ratio", "DRAM active"),
                     ],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                     fill=0,
                 ),
                 12,
@@ -148,12 +117,9 @@ def memory_section(t: Thresholds) -> Section:
                     "Memory used, reserved and total",
                     "Device memory used by allocations, reserved by the driver, and the total.",
                     [
-                        Query(f"inferwatch_gpu_memory_used_bytes{gpu_sel()}", gpu_label("used")),
-                        Query(
-                            f"inferwatch_gpu_memory_reserved_bytes{gpu_sel()}",
-                            gpu_label("reserved"),
-                        ),
-                        Query(f"inferwatch_gpu_memory_total_bytes{gpu_sel()}", gpu_label("total")),
+                        gpu_series("inferwatch_gpu_memory_used_bytes", "used"),
+                        gpu_series("inferwatch_gpu_memory_reserved_bytes", "reserved"),
+                        gpu_series("inferwatch_gpu_memory_total_bytes", "total"),
                     ],
                     unit="bytes",
                     min_value=0,
@@ -168,9 +134,9 @@ def memory_section(t: Thresholds) -> Section:
                     "Device memory of each process on the GPU; processes of watched workers "
                     "carry the worker's name.",
                     [
-                        Query(
-                            f"inferwatch_gpu_process_memory_used_bytes{gpu_sel()}",
-                            gpu_label("{{process}} pid {{pid}} {{worker}}"),
+                        gpu_series(
+                            "inferwatch_gpu_process_memory_used_bytes",
+                            "{{process}} pid {{pid}} {{worker}}",
                         )
                     ],
                     unit="bytes",
@@ -182,18 +148,15 @@ def memory_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "SM share per process",
                     "Each process's share of SM time over the last sample period.",
                     [
-                        Query(
-                            f"inferwatch_gpu_process_sm_utilization_ratio{gpu_sel()}",
-                            gpu_label("{{process}} pid {{pid}} {{worker}}"),
+                        gpu_series(
+                            "inferwatch_gpu_process_sm_utilization_ratio",
+                            "{{process}} pid {{pid}} {{worker}}",
                         )
                     ],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                 ),
                 24,
                 7,
@@ -212,8 +175,8 @@ def power_section(t: Thresholds) -> Section:
                     "Power drawn by each GPU against its enforced power limit. Draw "
                     "pinned at the limit with sw_power_cap events means the clocks are capped.",
                     [
-                        Query(f"inferwatch_gpu_power_watts{gpu_sel()}", gpu_label("draw")),
-                        Query(f"inferwatch_gpu_power_limit_watts{gpu_sel()}", gpu_label("limit")),
+                        gpu_series("inferwatch_gpu_power_watts", "draw"),
+                        gpu_series("inferwatch_gpu_power_limit_watts", "limit"),
                     ],
                     unit="watt",
                     min_value=0,
@@ -242,7 +205,7 @@ def power_section(t: Thresholds) -> Section:
                 p.timeseries(
                     "Temperature",
                     "GPU core temperature.",
-                    [Query(f"inferwatch_gpu_temperature_celsius{gpu_sel()}", gpu_label())],
+                    [gpu_series("inferwatch_gpu_temperature_celsius")],
                     unit="celsius",
                     thresholds=steps("green", (80, "yellow"), (87, "red")),
                     threshold_style="dashed",
@@ -256,8 +219,8 @@ def power_section(t: Thresholds) -> Section:
                     "Current SM and memory clocks. SM clocks dropping under load go with the "
                     "clock-event reasons next to this panel.",
                     [
-                        Query(f"inferwatch_gpu_sm_clock_hertz{gpu_sel()}", gpu_label("SM")),
-                        Query(f"inferwatch_gpu_memory_clock_hertz{gpu_sel()}", gpu_label("memory")),
+                        gpu_series("inferwatch_gpu_sm_clock_hertz", "SM"),
+                        gpu_series("inferwatch_gpu_memory_clock_hertz", "memory"),
                     ],
                     unit="hertz",
                     min_value=0,
@@ -271,12 +234,7 @@ def power_section(t: Thresholds) -> Section:
                     "Why the clocks are below maximum, per reason: idle is normal; sw_power_cap, "
                     "hw_slowdown, sw_thermal, hw_thermal and power_brake throttle the GPU "
                     "(InferenceGPUThermalThrottling).",
-                    [
-                        Query(
-                            f"inferwatch_gpu_clock_event_active{gpu_sel()}",
-                            gpu_label("{{reason}}"),
-                        )
-                    ],
+                    [gpu_series("inferwatch_gpu_clock_event_active", "{{reason}}")],
                     mappings=p.value_mappings(
                         {0: ("inactive", "transparent"), 1: ("active", "orange")}
                     ),
@@ -334,7 +292,7 @@ def transfers_section(t: Thresholds) -> Section:
                     "P-state of each GPU, 0 the fastest. A GPU under load that leaves P0 "
                     "is being held back (power, thermal or an application-clock setting); "
                     "idle GPUs drop to P8 and lower.",
-                    [Query(f"inferwatch_gpu_performance_state{gpu_sel()}", gpu_label())],
+                    [gpu_series("inferwatch_gpu_performance_state")],
                     unit="none",
                     min_value=0,
                     max_value=15,
@@ -348,7 +306,7 @@ def transfers_section(t: Thresholds) -> Section:
                     "Fan speed",
                     "Intended fan speed as a share of its maximum (can exceed 100%). Absent "
                     "on passively cooled boards, where the chassis moves the air.",
-                    [Query(f"inferwatch_gpu_fan_speed_ratio{gpu_sel()}", gpu_label())],
+                    [gpu_series("inferwatch_gpu_fan_speed_ratio")],
                     unit="percentunit",
                     min_value=0,
                     fill=0,
@@ -365,7 +323,7 @@ def errors_section(t: Thresholds) -> Section:
         "Errors and partitions",
         [
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "XID errors",
                     "New XID errors reported by the driver, per GPU and XID code. Critical XIDs "
                     f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
@@ -376,16 +334,12 @@ def errors_section(t: Thresholds) -> Section:
                             gpu_label("XID {{xid}}"),
                         )
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 8,
                 8,
             ),
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "ECC errors",
                     "New volatile ECC errors per GPU: corrected ones are a warning sign, "
                     "uncorrected ones corrupt results.",
@@ -396,10 +350,6 @@ def errors_section(t: Thresholds) -> Section:
                             gpu_label("{{type}}"),
                         )
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 8,
                 8,
@@ -486,5 +436,4 @@ def build(t: Thresholds) -> dict[str, Any]:
             transfers_section(t),
             errors_section(t),
         ],
-        tags=["gpu"],
     )

@@ -421,6 +421,14 @@ def _parsed_targets(
             continue
 
 
+def _parsed_nodes(d: Mapping[str, Any]) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
+    """(where, node, its parents) for every node of every target that parses."""
+    for panel, target, tree in _parsed_targets(d):
+        where = _where(d, panel, target)
+        for node, parents in walk(tree):
+            yield where, node, parents
+
+
 def target_promql(d: Mapping[str, Any]) -> list[str]:
     problems = []
     values = lint_values(d)
@@ -435,39 +443,32 @@ def target_promql(d: Mapping[str, Any]) -> list[str]:
 def target_rate_interval(d: Mapping[str, Any]) -> list[str]:
     pp = _pp()
     problems = []
-    for panel, target, tree in _parsed_targets(d):
-        for node, _ in walk(tree):
-            if not isinstance(node, pp.Call) or node.func.name not in RATE_FUNCTIONS:
-                continue
-            arg = node.args[0] if node.args else None
-            if not isinstance(arg, pp.MatrixSelector) or arg.range != _RATE_MARK_TD:
-                problems.append(
-                    f"{_where(d, panel, target)}: {node.func.name}() does not range over "
-                    "$__rate_interval"
-                )
+    for where, node, _ in _parsed_nodes(d):
+        if not isinstance(node, pp.Call) or node.func.name not in RATE_FUNCTIONS:
+            continue
+        arg = node.args[0] if node.args else None
+        if not isinstance(arg, pp.MatrixSelector) or arg.range != _RATE_MARK_TD:
+            problems.append(f"{where}: {node.func.name}() does not range over $__rate_interval")
     return problems
 
 
 def target_counter_agg(d: Mapping[str, Any]) -> list[str]:
     pp = _pp()
     problems = []
-    for panel, target, tree in _parsed_targets(d):
-        for node, parents in walk(tree):
-            if not isinstance(node, pp.VectorSelector):
-                continue
-            name = selector_name(node) or ""
-            if not name.endswith("_total"):
-                continue
-            ok = (
-                len(parents) >= 2
-                and isinstance(parents[-1], pp.MatrixSelector)
-                and isinstance(parents[-2], pp.Call)
-                and parents[-2].func.name in RATE_FUNCTIONS
-            )
-            if not ok:
-                problems.append(
-                    f"{_where(d, panel, target)}: counter {name} outside rate/irate/increase"
-                )
+    for where, node, parents in _parsed_nodes(d):
+        if not isinstance(node, pp.VectorSelector):
+            continue
+        name = selector_name(node) or ""
+        if not name.endswith("_total"):
+            continue
+        ok = (
+            len(parents) >= 2
+            and isinstance(parents[-1], pp.MatrixSelector)
+            and isinstance(parents[-2], pp.Call)
+            and parents[-2].func.name in RATE_FUNCTIONS
+        )
+        if not ok:
+            problems.append(f"{where}: counter {name} outside rate/irate/increase")
     return problems
 
 
@@ -477,17 +478,15 @@ def _matcher_rule(label: str) -> Rule:
     def rule(d: Mapping[str, Any]) -> list[str]:
         pp = _pp()
         problems = []
-        for panel, target, tree in _parsed_targets(d):
-            for sel in selectors(tree):
-                ok = any(
-                    m.name == label and m.op == pp.MatchOp.Re and m.value in (marker, marker + "|")
-                    for m in sel.matchers.matchers
-                )
-                if not ok:
-                    problems.append(
-                        f"{_where(d, panel, target)}: {selector_name(sel)} lacks "
-                        f'{label}=~"${label}"'
-                    )
+        for where, sel, _ in _parsed_nodes(d):
+            if not isinstance(sel, pp.VectorSelector):
+                continue
+            ok = any(
+                m.name == label and m.op == pp.MatchOp.Re and m.value in (marker, marker + "|")
+                for m in sel.matchers.matchers
+            )
+            if not ok:
+                problems.append(f'{where}: {selector_name(sel)} lacks {label}=~"${label}"')
         return problems
 
     return rule

@@ -10,19 +10,18 @@ from inferwatch.pack.dashboards import slo_row
 from inferwatch.pack.dashboards.common import (
     PRESSURE_TEXT,
     dashboard,
-    error_ratio_panel,
     gpu_label,
     gpu_link,
     gpu_state_panel,
     gpu_utilization_panel,
     gpus_up_stat,
-    latency_panel,
+    mean_utilization_stat,
+    memory_chart,
+    memory_stat,
     pct,
-    rejected_panel,
-    tokens_panel,
-    util_text,
-    utilization_steps,
-    vram_steps,
+    rates_panel,
+    slo_latency_cells,
+    traffic_cells,
     vram_text,
     worker_only,
 )
@@ -41,15 +40,11 @@ from inferwatch.pack.thresholds import Thresholds
 
 
 def memory_pressure_panel(t: Thresholds) -> Any:
-    return p.timeseries(
+    return memory_chart(
+        t,
         "Memory pressure",
         PRESSURE_TEXT + vram_text(t),
         [Query(f"{names(t).gpu_pressure}{gpu_sel()}", gpu_label())],
-        unit="percentunit",
-        min_value=0,
-        max_value=1,
-        thresholds=vram_steps(t),
-        threshold_style="dashed",
     )
 
 
@@ -157,45 +152,18 @@ def alerts_panel(t: Thresholds) -> Any:
     )
 
 
-def requests_panel(by: str) -> Any:
-    return p.timeseries(
-        "Requests per second",
-        "Finished requests per second (every finish reason).",
-        [
-            Query(
-                f"sum by ({by}) (rate(inferwatch_requests_finished_total{worker_sel()}"
-                "[$__rate_interval]))",
-                "{{" + by + "}}",
-            )
-        ],
-        unit="reqps",
-        min_value=0,
-    )
-
-
 def now_section(t: Thresholds) -> Section:
     return Section(
         "Fleet now",
         [
+            Cell(mean_utilization_stat(t, "Mean GPU utilization"), 4, 4),
             Cell(
-                p.stat(
-                    "Mean GPU utilization",
-                    "Mean utilization of the selected GPUs. " + util_text(t),
-                    [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=utilization_steps(t),
-                ),
-                4,
-                4,
-            ),
-            Cell(
-                p.stat(
+                memory_stat(
+                    t,
                     "Highest memory pressure",
                     "Memory pressure of the fullest selected GPU: the KV cache of its workers, "
                     "else NVML's used memory. " + vram_text(t),
-                    [Query(f"max({names(t).gpu_pressure}{gpu_sel()})")],
-                    unit="percentunit",
-                    thresholds=vram_steps(t),
+                    f"max({names(t).gpu_pressure}{gpu_sel()})",
                 ),
                 4,
                 4,
@@ -216,13 +184,10 @@ def now_section(t: Thresholds) -> Section:
                 4,
             ),
             Cell(
-                p.stat(
+                p.count_stat(
                     "Workers up",
                     "Workers whose last engine scrape succeeded, out of those selected.",
-                    [Query(f"sum(inferwatch_target_up{worker_only()})")],
-                    unit="none",
-                    graph=False,
-                    decimals=0,
+                    f"sum(inferwatch_target_up{worker_only()})",
                 ),
                 4,
                 4,
@@ -233,18 +198,11 @@ def now_section(t: Thresholds) -> Section:
                 4,
             ),
             Cell(
-                p.stat(
+                p.count_stat(
                     "Alerts firing",
                     "Inference alerts firing now (details in the table below).",
-                    [
-                        Query(
-                            'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
-                            'job=~"$job|", instance=~"$instance|"}) or vector(0)'
-                        )
-                    ],
-                    unit="none",
-                    graph=False,
-                    decimals=0,
+                    'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
+                    'job=~"$job|", instance=~"$instance|"}) or vector(0)',
                     thresholds=steps("green", (1, "red")),
                 ),
                 4,
@@ -261,20 +219,7 @@ def lifelines_section(t: Thresholds) -> Section:
             Cell(gpu_utilization_panel(t), 8, 8),
             Cell(memory_pressure_panel(t), 8, 8),
             Cell(queue_panel(t), 8, 8),
-            Cell(
-                latency_panel(
-                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "model"
-                ),
-                12,
-                8,
-            ),
-            Cell(
-                latency_panel(
-                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "model"
-                ),
-                12,
-                8,
-            ),
+            *slo_latency_cells(t, "model"),
         ],
     )
 
@@ -291,15 +236,14 @@ def alerts_section(t: Thresholds) -> Section:
 
 
 def traffic_section(t: Thresholds) -> Section:
-    return Section(
-        "Traffic and errors",
-        [
-            Cell(requests_panel("model"), 6, 8),
-            Cell(tokens_panel("model"), 6, 8),
-            Cell(error_ratio_panel(t), 6, 8),
-            Cell(rejected_panel("model"), 6, 8),
-        ],
+    requests = rates_panel(
+        "Requests per second",
+        "Finished requests per second (every finish reason).",
+        "model",
+        [("inferwatch_requests_finished_total", "")],
+        unit="reqps",
     )
+    return Section("Traffic and errors", traffic_cells(t, "model", requests))
 
 
 def build(t: Thresholds) -> dict[str, Any]:
@@ -320,5 +264,4 @@ def build(t: Thresholds) -> dict[str, Any]:
             alerts_section(t),
             traffic_section(t),
         ],
-        tags=["overview"],
     )

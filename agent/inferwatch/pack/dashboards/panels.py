@@ -207,6 +207,11 @@ def timeseries(
     )
 
 
+def event_bars(title: str, description: str, queries: Sequence[Query]) -> g.TimeSeries:
+    """Events counted per interval (XID errors, restarts, warm-ups) as solid bars."""
+    return timeseries(title, description, queries, unit="short", min_value=0, bars=True, fill=80)
+
+
 def stat(
     title: str,
     description: str,
@@ -239,6 +244,41 @@ def stat(
                 "wideLayout": True,
             }
         },
+    )
+
+
+def count_stat(
+    title: str, description: str, expr: str, *, thresholds: Sequence[Step] = ()
+) -> g.Stat:
+    """A whole number of things now (GPUs up, alerts firing), without a graph."""
+    return stat(
+        title,
+        description,
+        [Query(expr)],
+        unit="none",
+        graph=False,
+        decimals=0,
+        thresholds=thresholds,
+    )
+
+
+def flag_stat(
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    *,
+    off: tuple[str, str],
+    on: tuple[str, str],
+) -> g.Stat:
+    """A 0/1 gauge as a word and its colour: ``off`` and ``on`` are (text, colour)."""
+    return stat(
+        title,
+        description,
+        queries,
+        unit="none",
+        graph=False,
+        mappings=value_mappings({0: off, 1: on}),
+        thresholds=steps(off[1], (1, on[1])),
     )
 
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import secs, slo_steps, worker_only
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps
+from inferwatch.pack.dashboards.panels import Cell, Query, Section
 from inferwatch.pack.thresholds import Thresholds
+
+
+def _gauge(aggregation: str, metric: str, *labels: str) -> Query:
+    """A gate gauge per worker (and ``labels``), legend the same labels."""
+    by = ("worker", *labels)
+    return Query(
+        f"{aggregation} by ({', '.join(by)}) ({metric}{worker_only()})",
+        " ".join("{{" + label + "}}" for label in by),
+    )
 
 
 def warmup_section(t: Thresholds) -> Section:
@@ -17,43 +26,29 @@ def warmup_section(t: Thresholds) -> Section:
         "Warm-up",
         [
             Cell(
-                p.stat(
+                p.flag_stat(
                     "Warm",
                     "Whether the agent's warm-up gate has warmed each worker "
                     "(inferwatch_worker_ready): cold while it waits for /health, warms the "
                     "worker up, or after a restart; the agent's /readyz answers 200 only once "
                     "every gated worker is warm or its deadline has passed." + gate_off,
-                    [
-                        Query(
-                            f"min by (worker) (inferwatch_worker_ready{worker_only()})",
-                            "{{worker}}",
-                        )
-                    ],
-                    unit="none",
-                    graph=False,
-                    mappings=p.value_mappings({0: ("cold", "red"), 1: ("warm", "green")}),
-                    thresholds=steps("red", (1, "green")),
+                    [_gauge("min", "inferwatch_worker_ready")],
+                    off=("cold", "red"),
+                    on=("warm", "green"),
                 ),
                 4,
                 8,
             ),
             Cell(
-                p.stat(
+                p.flag_stat(
                     "Gate opened on deadline",
                     "1 when the gate let a worker into service only because warmup.deadline "
                     "passed before a warm-up succeeded (inferwatch_warmup_deadline_exceeded): "
                     "the worker serves cold and InferenceWarmupDeadlineExceeded fires. It "
                     "returns to 0 when a background warm-up succeeds." + gate_off,
-                    [
-                        Query(
-                            f"max by (worker) (inferwatch_warmup_deadline_exceeded{worker_only()})",
-                            "{{worker}}",
-                        )
-                    ],
-                    unit="none",
-                    graph=False,
-                    mappings=p.value_mappings({0: ("no", "green"), 1: ("serving cold", "orange")}),
-                    thresholds=steps("green", (1, "orange")),
+                    [_gauge("max", "inferwatch_warmup_deadline_exceeded")],
+                    off=("no", "green"),
+                    on=("serving cold", "orange"),
                 ),
                 4,
                 8,
@@ -67,13 +62,7 @@ def warmup_section(t: Thresholds) -> Section:
                     "180 ms warm). The dashed line is ttft.warmup_p95_seconds, "
                     f"{secs(t.ttft.warmup_p95_seconds)}: a warm TTFT above it means the "
                     "warm-up did not help." + gate_off,
-                    [
-                        Query(
-                            "max by (worker, phase) "
-                            f"(inferwatch_warmup_ttft_seconds{worker_only()})",
-                            "{{worker}} {{phase}}",
-                        )
-                    ],
+                    [_gauge("max", "inferwatch_warmup_ttft_seconds", "phase")],
                     unit="s",
                     min_value=0,
                     thresholds=slo_steps(t.ttft.warmup_p95_seconds),
@@ -89,12 +78,7 @@ def warmup_section(t: Thresholds) -> Section:
                     "How long the last completed warm-up took, from its first warm-up request "
                     "to ready (loading the model before /health answers is not counted)."
                     + gate_off,
-                    [
-                        Query(
-                            f"max by (worker) (inferwatch_warmup_duration_seconds{worker_only()})",
-                            "{{worker}}",
-                        )
-                    ],
+                    [_gauge("max", "inferwatch_warmup_duration_seconds")],
                     unit="s",
                     min_value=0,
                     fill=0,
@@ -103,7 +87,7 @@ def warmup_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "Warm-ups and failures",
                     "Completed warm-ups (one at start and one after each restart the gate "
                     "noticed) and failed warm-up requests by reason (connect, timeout, "
@@ -121,10 +105,6 @@ def warmup_section(t: Thresholds) -> Section:
                             "{{worker}} failed: {{reason}}",
                         ),
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 24,
                 8,

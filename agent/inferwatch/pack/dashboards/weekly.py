@@ -10,12 +10,12 @@ from inferwatch.pack.dashboards.common import (
     PRESSURE_TEXT,
     dashboard,
     gpu_label,
+    memory_chart,
     pct,
     secs,
     slo_steps,
     util_text,
-    utilization_steps,
-    vram_steps,
+    utilization_chart,
     vram_text,
 )
 from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps, worker_sel
@@ -115,7 +115,8 @@ def alone_section(t: Thresholds) -> Section:
                 )
             ],
             Cell(
-                p.timeseries(
+                utilization_chart(
+                    t,
                     "GPU utilization distribution",
                     "Spread of the GPUs' utilization over the week: 10th, 50th and 90th "
                     "percentile and the maximum across GPUs of each interval's mean. "
@@ -130,12 +131,6 @@ def alone_section(t: Thresholds) -> Section:
                         ],
                         Query(f"max(avg_over_time({_UTIL}[$__interval]))", "max"),
                     ],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
-                    thresholds=utilization_steps(t),
-                    threshold_style="line+area",
-                    fill=0,
                 ),
                 12,
                 8,
@@ -155,7 +150,8 @@ def alone_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                memory_chart(
+                    t,
                     "Memory peak per GPU",
                     "Highest memory pressure of each GPU per interval over the week, named by "
                     "its source: KV cache (the usage of the workers on it, where their engine "
@@ -173,11 +169,6 @@ def alone_section(t: Thresholds) -> Section:
                             gpu_label("{{pressure_from}}"),
                         )
                     ],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
-                    thresholds=vram_steps(t),
-                    threshold_style="dashed",
                     fill=0,
                 ),
                 24,
@@ -198,7 +189,6 @@ def build(t: Thresholds) -> dict[str, Any]:
         [three_section(t), alone_section(t)],
         time_from="now-7d",
         refresh="",
-        tags=["trends"],
     )
 
 

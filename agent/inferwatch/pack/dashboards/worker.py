@@ -8,16 +8,17 @@ from typing import Any
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import (
     dashboard,
-    error_ratio_panel,
     latency_panel,
-    rejected_panel,
+    rate_query,
+    ratio_chart,
     secs,
+    slo_latency_cells,
     slo_steps,
-    tokens_panel,
+    traffic_cells,
     worker_buckets,
     worker_only,
 )
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps, worker_sel
+from inferwatch.pack.dashboards.panels import Cell, Query, Section, worker_sel
 from inferwatch.pack.dashboards.warmup_row import warmup_section
 from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds
@@ -125,15 +126,13 @@ def now_section(t: Thresholds) -> Section:
         "Worker now",
         [
             Cell(
-                p.stat(
+                p.flag_stat(
                     "Engine reachable",
                     "1 when the agent's last scrape of the worker's /metrics succeeded and "
                     "carried engine data (the lowest of the selected workers).",
                     [Query(f"min(inferwatch_target_up{worker_only()})")],
-                    unit="none",
-                    graph=False,
-                    mappings=p.value_mappings({0: ("down", "red"), 1: ("up", "green")}),
-                    thresholds=steps("red", (1, "green")),
+                    off=("down", "red"),
+                    on=("up", "green"),
                 ),
                 4,
                 4,
@@ -200,20 +199,7 @@ def latency_section(t: Thresholds) -> Section:
     return Section(
         "Latency",
         [
-            Cell(
-                latency_panel(
-                    t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, "worker"
-                ),
-                12,
-                8,
-            ),
-            Cell(
-                latency_panel(
-                    t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, "worker"
-                ),
-                12,
-                8,
-            ),
+            *slo_latency_cells(t, "worker"),
             Cell(
                 latency_panel(
                     t, "End-to-end latency", "inferwatch_e2e_latency_seconds", None, "worker"
@@ -313,28 +299,22 @@ def batch_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "KV-cache usage",
                     "Share of the KV-cache blocks in use. Near 100% the engine preempts "
                     "requests; see the preemptions panel.",
                     [Query(f"inferwatch_kv_cache_usage_ratio{worker_sel()}", "{{worker}}")],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                 ),
                 8,
                 8,
             ),
             Cell(
-                p.timeseries(
+                ratio_chart(
                     "Prefix-cache hit ratio",
                     "Share of prompt tokens served from the prefix cache over the stats window. "
                     "Long shared system prompts should hit often (field guide 6.2: 30-60% lower "
                     "TTFT).",
                     [Query(f"inferwatch_prefix_cache_hit_ratio{worker_sel()}", "{{worker}}")],
-                    unit="percentunit",
-                    min_value=0,
-                    max_value=1,
                 ),
                 8,
                 8,
@@ -344,13 +324,7 @@ def batch_section(t: Thresholds) -> Section:
                     "Preemptions",
                     "Requests preempted per second to free KV-cache space. Sustained preemption "
                     "means the KV cache is too small for the batch.",
-                    [
-                        Query(
-                            f"sum by (worker) (rate(inferwatch_preemptions_total{worker_sel()}"
-                            "[$__rate_interval]))",
-                            "{{worker}}",
-                        )
-                    ],
+                    [rate_query("inferwatch_preemptions_total", "worker")],
                     unit="short",
                     axis_label="preemptions/s",
                     min_value=0,
@@ -391,34 +365,17 @@ def shapes_section(t: Thresholds) -> Section:
 
 
 def requests_section(t: Thresholds) -> Section:
-    return Section(
-        "Requests",
-        [
-            Cell(
-                p.timeseries(
-                    "Finished requests by reason",
-                    "Requests finished per second by reason: stop (end of sequence), length "
-                    "(token limit), abort (client went away), error.",
-                    [
-                        Query(
-                            f"sum by (reason) (rate(inferwatch_requests_finished_total{worker_sel()}"
-                            "[$__rate_interval]))",
-                            "{{reason}}",
-                        )
-                    ],
-                    unit="reqps",
-                    min_value=0,
-                    stack=True,
-                    fill=30,
-                ),
-                6,
-                8,
-            ),
-            Cell(tokens_panel("worker"), 6, 8),
-            Cell(error_ratio_panel(t), 6, 8),
-            Cell(rejected_panel("worker"), 6, 8),
-        ],
+    by_reason = p.timeseries(
+        "Finished requests by reason",
+        "Requests finished per second by reason: stop (end of sequence), length "
+        "(token limit), abort (client went away), error.",
+        [rate_query("inferwatch_requests_finished_total", "reason")],
+        unit="reqps",
+        min_value=0,
+        stack=True,
+        fill=30,
     )
+    return Section("Requests", traffic_cells(t, "worker", by_reason))
 
 
 def process_section(t: Thresholds) -> Section:
@@ -459,10 +416,8 @@ def process_section(t: Thresholds) -> Section:
                     "Process CPU",
                     "CPU time of the worker's process tree per second (100% = one core).",
                     [
-                        Query(
-                            f"sum by (worker) (rate(inferwatch_worker_cpu_seconds_total{worker_only()}"
-                            "[$__rate_interval]))",
-                            "{{worker}}",
+                        rate_query(
+                            "inferwatch_worker_cpu_seconds_total", "worker", selector=worker_only()
                         )
                     ],
                     unit="percentunit",
@@ -487,7 +442,7 @@ def process_section(t: Thresholds) -> Section:
                 8,
             ),
             Cell(
-                p.timeseries(
+                p.event_bars(
                     "Restarts",
                     "Worker process restarts: changes of its start time per interval.",
                     [
@@ -497,10 +452,6 @@ def process_section(t: Thresholds) -> Section:
                             "{{worker}}",
                         )
                     ],
-                    unit="short",
-                    min_value=0,
-                    bars=True,
-                    fill=80,
                 ),
                 6,
                 8,
@@ -511,10 +462,10 @@ def process_section(t: Thresholds) -> Section:
                     "Failed scrapes of the worker's /metrics per second, by reason (connect, "
                     "timeout, http_status, too_large, parse, no_engine_metrics).",
                     [
-                        Query(
-                            f"sum by (worker, reason) (rate(inferwatch_target_scrape_errors_total"
-                            f"{worker_only()}[$__rate_interval]))",
-                            "{{worker}} {{reason}}",
+                        rate_query(
+                            "inferwatch_target_scrape_errors_total",
+                            "worker, reason",
+                            selector=worker_only(),
                         )
                     ],
                     unit="short",
@@ -546,5 +497,4 @@ def build(t: Thresholds) -> dict[str, Any]:
             process_section(t),
             warmup_section(t),
         ],
-        tags=["worker"],
     )

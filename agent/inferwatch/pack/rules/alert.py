@@ -21,8 +21,9 @@ class Alert:
     severity: str
     summary: str
     description: str
-    #: key of ``pack.dashboard_uids`` whose panels show the signal
-    dashboard: str
+    #: key of ``pack.dashboard_uids`` whose panels show the signal; the catalogue fills
+    #: in its group's dashboard where an alert names none
+    dashboard: str = ""
     #: the labels that say what the alert is about; the dashboard link opens with the
     #: dashboards' variables of the same names set to the alert's values
     scope: tuple[str, ...] = ()

@@ -37,6 +37,15 @@ _GROUP_SCOPE = {
 }
 
 
+#: the dashboard each group's alerts open, unless an alert names another
+_GROUP_DASHBOARD = {
+    GPU_GROUP: "gpu",
+    WORKER_GROUP: "worker",
+    HEALTH_GROUP: "overview",
+    slo.ALERT_GROUP: "overview",
+}
+
+
 #: alerts whose labels differ from their group's
 _SCOPE = {
     an.VRAM_PRESSURE_QUEUE_RISING: ("job", "instance", "gpu", "worker"),
@@ -47,7 +56,14 @@ _SCOPE = {
 
 def alerts(t: Thresholds) -> list[Alert]:
     """The catalogue of ALERTS.md, in the order of the generated file."""
-    return [replace(a, scope=_SCOPE.get(a.name, _GROUP_SCOPE[a.group])) for a in _catalogue(t)]
+    return [
+        replace(
+            a,
+            scope=_SCOPE.get(a.name, _GROUP_SCOPE[a.group]),
+            dashboard=a.dashboard or _GROUP_DASHBOARD[a.group],
+        )
+        for a in _catalogue(t)
+    ]
 
 
 def _catalogue(t: Thresholds) -> list[Alert]:
@@ -66,7 +82,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
     """The GPU group: utilization, memory pressure, lost GPUs, telemetry, XID, heat."""
     n = names(t)
     s = t.pack.selector
-    w = t.pack.window
     g = t.gpu_utilization
     v = t.vram
     xids = "|".join(str(x) for x in t.gpu_health.xid_critical)
@@ -80,12 +95,7 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
             for_seconds=g.waste_for,
             severity="warning",
             summary="A GPU has been mostly idle for a long time: capacity is paid for but unused.",
-            description=(
-                f"{_GPU_WHERE} has stayed below {pct(g.waste_below)} utilization for "
-                f"{dur(g.waste_for)} (average over the last {w}: "
-                "{{ $value | humanizePercentage }})."
-            ),
-            dashboard="gpu",
+            description=_utilization_held(t, "below", g.waste_below, g.waste_for) + ".",
         ),
         Alert(
             name=an.GPU_SCALE_REVIEW,
@@ -95,11 +105,9 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
             severity="warning",
             summary="A GPU has run near saturation for a long time: review scaling out.",
             description=(
-                f"{_GPU_WHERE} has stayed above {pct(g.scale_review_above)} utilization for "
-                f"{dur(g.scale_review_for)} (average over the last {w}: "
-                "{{ $value | humanizePercentage }}); queues and tail latency grow from here."
+                _utilization_held(t, "above", g.scale_review_above, g.scale_review_for)
+                + "; queues and tail latency grow from here."
             ),
-            dashboard="gpu",
         ),
         Alert(
             name=an.VRAM_PRESSURE_QUEUE_RISING,
@@ -121,7 +129,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
                 f"(above {pct(v.scale_above)}) and the queue of worker {{{{ $labels.worker }}}} "
                 f"on it has been rising for {dur(v.pressure_for)}: scale out or rate-limit."
             ),
-            dashboard="gpu",
         ),
         Alert(
             name=an.GPU_LOST,
@@ -135,7 +142,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
                 f"for {dur(t.availability.gpu_lost_for)}; "
                 "the workers on it are likely failing."
             ),
-            dashboard="gpu",
         ),
         Alert(
             # An extension of ALERTS.md's catalogue (docs/alerts.md): with the NVML
@@ -156,7 +162,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
                 f"over {dur(t.availability.gpu_lost_for)} (or never has): the driver, the "
                 "NVML library or dcgm-exporter is gone or failing, and its GPUs are unwatched."
             ),
-            dashboard="gpu",
         ),
         Alert(
             name=an.GPU_XID_ERRORS,
@@ -170,7 +175,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
                 "{{ $value | humanizeDuration }} ago "
                 f"(critical XIDs: {xid_list})."
             ),
-            dashboard="gpu",
         ),
         Alert(
             name=an.GPU_XID_ERRORS,
@@ -184,7 +188,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
                 "{{ $value | humanizeDuration }} ago; "
                 "usually an application fault, check whether it repeats."
             ),
-            dashboard="gpu",
         ),
         Alert(
             name=an.GPU_THERMAL_THROTTLING,
@@ -197,7 +200,6 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
                 f"{_GPU_WHERE} has had the {{{{ $labels.reason }}}} clock event active for "
                 f"{dur(t.gpu_health.thermal_for)}; it runs slower than it can."
             ),
-            dashboard="gpu",
         ),
     ]
 
@@ -233,7 +235,6 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
                 f"{samples} consecutive samples ({t.pack.interval} apart); "
                 "{{ $value | humanize }} are waiting now."
             ),
-            dashboard="worker",
         ),
         Alert(
             name=an.TTFT_HIGH_GPU_IDLE,
@@ -252,7 +253,6 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
                 f"(above {secs(t.ttft.warmup_p95_seconds)}) while its GPUs are below "
                 f"{pct(g.idle_below)} utilization."
             ),
-            dashboard="worker",
         ),
         Alert(
             name=an.TTFT_SLO_BREACH,
@@ -267,12 +267,7 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
             for_seconds=t.ttft.slo_for,
             severity="critical",
             summary="Users wait too long for the first token.",
-            description=(
-                f"{_WORKER_WHERE} has a TTFT P99 of {{{{ $value | humanizeDuration }}}} over "
-                f"the last {w}, above the {secs(t.ttft.p99_slo_seconds)} SLO for "
-                f"{dur(t.ttft.slo_for)}."
-            ),
-            dashboard="worker",
+            description=_slo_breach(t, "TTFT", t.ttft.p99_slo_seconds, t.ttft.slo_for),
         ),
         Alert(
             name=an.TPOT_SLO_BREACH,
@@ -281,12 +276,7 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
             for_seconds=t.tpot.slo_for,
             severity="warning",
             summary="Tokens stream too slowly once generation has started.",
-            description=(
-                f"{_WORKER_WHERE} has a TPOT P99 of {{{{ $value | humanizeDuration }}}} over "
-                f"the last {w}, above the {secs(t.tpot.p99_slo_seconds)} SLO for "
-                f"{dur(t.tpot.slo_for)}."
-            ),
-            dashboard="worker",
+            description=_slo_breach(t, "TPOT", t.tpot.p99_slo_seconds, t.tpot.slo_for),
         ),
         Alert(
             name=an.LATENCY_LONG_TAIL,
@@ -313,7 +303,6 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
                 f"{w} (limit {num(t.latency.tail_ratio)}x); long requests are holding up "
                 "short ones."
             ),
-            dashboard="worker",
         ),
         Alert(
             name=an.LOAD_IMBALANCE,
@@ -369,7 +358,6 @@ def _worker_alerts(t: Thresholds) -> list[Alert]:
                 "P95 is {{ $value | humanizeDuration }} (above "
                 f"{secs(t.ttft.warmup_p95_seconds)})."
             ),
-            dashboard="worker",
         ),
         Alert(
             # An extension of ALERTS.md's catalogue (docs/alerts.md). The gauge exists
@@ -387,7 +375,6 @@ def _worker_alerts(t: Thresholds) -> list[Alert]:
                 "succeeded; the worker has been taking traffic cold for at least "
                 f"{dur(t.cold_start.warmup_deadline_for)}."
             ),
-            dashboard="worker",
         ),
         Alert(
             name=an.KV_CACHE_PREEMPTIONS,
@@ -400,7 +387,6 @@ def _worker_alerts(t: Thresholds) -> list[Alert]:
                 f'{_WORKER_WHERE} has preempted {{{{ printf "%.3g" $value }}}} requests per second '
                 f"(over {w}) for {dur(t.kv_cache.preemptions_for)}."
             ),
-            dashboard="worker",
         ),
         Alert(
             name=an.REQUEST_ERRORS,
@@ -413,7 +399,6 @@ def _worker_alerts(t: Thresholds) -> list[Alert]:
                 f"{_WORKER_WHERE} failed or rejected {{{{ $value | humanizePercentage }}}} of "
                 f"its requests over the last {w} (limit {pct(t.errors.ratio_above)})."
             ),
-            dashboard="worker",
         ),
     ]
 
@@ -446,7 +431,6 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
                 "The agent on {{ $labels.instance }} has not read engine metrics from worker "
                 f"{{{{ $labels.worker }}}} for {dur(t.availability.worker_down_for)}."
             ),
-            dashboard="overview",
         ),
         Alert(
             # An extension of ALERTS.md's catalogue (docs/alerts.md, docs/attribution.md):
@@ -475,7 +459,6 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
                 "(CAP_SYS_PTRACE or the worker's user), Kubernetes discovery with the "
                 "pod-resources socket, or set workers[].gpus."
             ),
-            dashboard="overview",
         ),
         Alert(
             name=an.AGENT_DOWN,
@@ -493,9 +476,24 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
                 f"{t.pack.agent_selector} for {dur(t.availability.agent_down_for)}: no agent "
                 "is being scraped at all.{{ end }}"
             ),
-            dashboard="overview",
         ),
     ]
+
+
+def _utilization_held(t: Thresholds, side: str, line: float, for_seconds: float) -> str:
+    """A GPU utilization alert's description, up to its last sentence's end."""
+    return (
+        f"{_GPU_WHERE} has stayed {side} {pct(line)} utilization for {dur(for_seconds)} "
+        f"(average over the last {t.pack.window}: {{{{ $value | humanizePercentage }}}})"
+    )
+
+
+def _slo_breach(t: Thresholds, latency: str, slo: float, for_seconds: float) -> str:
+    """A P99 latency SLO alert's description (TTFT, TPOT)."""
+    return (
+        f"{_WORKER_WHERE} has a {latency} P99 of {{{{ $value | humanizeDuration }}}} over the "
+        f"last {t.pack.window}, above the {secs(slo)} SLO for {dur(for_seconds)}."
+    )
 
 
 def _xid_expr(t: Thresholds, matcher: str) -> str:

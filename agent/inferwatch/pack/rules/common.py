@@ -3,6 +3,8 @@ and the conditions several rules share."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
@@ -11,6 +13,11 @@ SEVERITIES = ("critical", "warning", "info")
 
 #: clock-event reasons that mean heat or the power brake slowed the GPU down
 THERMAL_REASONS = ("hw_slowdown", "hw_thermal", "power_brake", "sw_thermal")
+
+
+def record(name: str, expr: str) -> dict[str, Any]:
+    """A recording rule as the rule file writes it."""
+    return {"record": name, "expr": expr}
 
 
 def num(x: float) -> str:

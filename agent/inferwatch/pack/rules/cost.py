@@ -27,6 +27,7 @@ rules trail the main ones by at most one evaluation interval.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ from inferwatch.pack.names import (
     names,
 )
 from inferwatch.pack.pricing import Pricing
+from inferwatch.pack.rules.common import record
 from inferwatch.pack.thresholds import Thresholds
 
 GROUP = "inferwatch-cost.rules"
@@ -143,6 +145,12 @@ class CostExprs:
         by = f"{WORKER_KEY}, {keep}" if keep else WORKER_KEY
         return self.per_worker(f"sum by ({by}) ({pairs})", keep)
 
+    def each_worker_state(self, series: str, step: Callable[[str], str]) -> str:
+        """``step`` applied to ``series`` of each worker state apart, the state put back."""
+        return "\nor\n".join(
+            self.labelled(st, step(f'{series}{{state="{st}"}}')) for st in WORKER_STATES
+        )
+
 
 def rule_exprs(t: Thresholds) -> CostExprs:
     """The inputs of the recording rules: the main group's records."""
@@ -195,8 +203,20 @@ def hours(expr: str, range_: str, interval_seconds: float, offset: str = "") -> 
 # --------------------------------------------------------------------------- rules
 
 
-def _record(name: str, expr: str) -> dict[str, Any]:
-    return {"record": name, "expr": expr}
+def _priced(gpu_hours: str, price: str) -> str:
+    """A GPU's hours (per state) times its price per hour, in the price's currency."""
+    return f"{gpu_hours}\n* on ({GPU}) group_left (currency)\n{price}"
+
+
+def _per_mtok(per_model: str, tokens: str, keep: str = "") -> str:
+    """A model's hourly ``per_model`` (GPU-hours or cost, summed over states and kept
+    ``keep`` labels) over its tokens per second: per million tokens."""
+    by = f"{MODEL}, {keep}" if keep else MODEL
+    join = " group_left ()" if keep else ""
+    return (
+        f"sum by ({by}) ({per_model})\n/ on ({MODEL}){join}\n({tokens} > 0)\n"
+        f"* {lit(1e6 / SECONDS_PER_HOUR)}"
+    )
 
 
 def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
@@ -205,83 +225,66 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     c = cost_names(t)
     e = rule_exprs(t)
     s = t.pack.selector()
-    rules: list[dict[str, Any]] = [_record(c.gpu_states, e.gpu_states())]
+    rules: list[dict[str, Any]] = [record(c.gpu_states, e.gpu_states())]
     rules.append(
-        _record(
+        record(
             c.worker_gpu_states,
-            "\nor\n".join(
-                e.labelled(st, e.share(f'{c.gpu_states}{{state="{st}"}}')) for st in WORKER_STATES
-            ),
+            e.each_worker_state(c.gpu_states, e.share),
         )
     )
     rules.append(
-        _record(
+        record(
             c.worker_states,
-            "\nor\n".join(
-                e.labelled(st, e.worker_from_pairs(f'{c.worker_gpu_states}{{state="{st}"}}'))
-                for st in WORKER_STATES
-            ),
+            e.each_worker_state(c.worker_gpu_states, e.worker_from_pairs),
         )
     )
-    rules.append(_record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
-    rules.append(_record(c.cluster_states, f"sum by ({CLUSTER}, state) ({c.gpu_states})"))
+    rules.append(record(c.model_states, f"sum by ({MODEL}, state) ({c.worker_states})"))
+    rules.append(record(c.cluster_states, f"sum by ({CLUSTER}, state) ({c.gpu_states})"))
 
-    rules.append(_record(c.model_tokens, f"sum by ({MODEL}) ({n.rate('generation_tokens')})"))
+    rules.append(record(c.model_tokens, f"sum by ({MODEL}) ({n.rate('generation_tokens')})"))
     rules.append(
-        _record(
+        record(
             c.model_gpu_hours_per_mtok,
-            f"sum by ({MODEL}) ({c.model_states})\n/ on ({MODEL})\n({c.model_tokens} > 0)\n"
-            f"* {lit(1e6 / SECONDS_PER_HOUR)}",
+            _per_mtok(c.model_states, c.model_tokens),
         )
     )
 
     price = price_expr(t.pricing, t.pack.agent_selector)
     if price is not None:
-        rules.append(_record(c.gpu_price, price))
+        rules.append(record(c.gpu_price, price))
+        rules.append(record(c.gpu_cost, _priced(c.gpu_states, c.gpu_price)))
         rules.append(
-            _record(
-                c.gpu_cost, f"{c.gpu_states}\n* on ({GPU}) group_left (currency)\n{c.gpu_price}"
-            )
-        )
-        rules.append(
-            _record(
+            record(
                 c.worker_gpu_cost,
-                f"{c.worker_gpu_states}\n* on ({GPU}) group_left (currency)\n{c.gpu_price}",
+                _priced(c.worker_gpu_states, c.gpu_price),
             )
         )
         rules.append(
-            _record(
+            record(
                 c.worker_cost,
-                "\nor\n".join(
-                    e.labelled(
-                        st,
-                        e.worker_from_pairs(f'{c.worker_gpu_cost}{{state="{st}"}}', "currency"),
-                    )
-                    for st in WORKER_STATES
+                e.each_worker_state(
+                    c.worker_gpu_cost, lambda pairs: e.worker_from_pairs(pairs, "currency")
                 ),
             )
         )
-        rules.append(_record(c.model_cost, f"sum by ({MODEL}, state, currency) ({c.worker_cost})"))
-        rules.append(_record(c.cluster_cost, f"sum by ({CLUSTER}, state, currency) ({c.gpu_cost})"))
+        rules.append(record(c.model_cost, f"sum by ({MODEL}, state, currency) ({c.worker_cost})"))
+        rules.append(record(c.cluster_cost, f"sum by ({CLUSTER}, state, currency) ({c.gpu_cost})"))
         rules.append(
-            _record(
+            record(
                 c.model_cost_per_mtok,
-                f"sum by ({MODEL}, currency) ({c.model_cost})\n/ on ({MODEL}) group_left ()\n"
-                f"({c.model_tokens} > 0)\n* {lit(1e6 / SECONDS_PER_HOUR)}",
+                _per_mtok(c.model_cost, c.model_tokens, "currency"),
             )
         )
 
     w = t.pack.window
     rules.append(
-        _record(c.gpu_power, f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total{s}[{w}]))")
+        record(c.gpu_power, f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total{s}[{w}]))")
     )
-    rules.append(_record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
-    rules.append(_record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
-    rules.append(_record(c.cluster_power, f"sum by ({CLUSTER}) ({c.gpu_power})"))
+    rules.append(record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
+    rules.append(record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
+    rules.append(record(c.cluster_power, f"sum by ({CLUSTER}) ({c.gpu_power})"))
     rules.append(
-        _record(
-            c.model_energy_per_token, f"{c.model_power}\n/ on ({MODEL})\n({c.model_tokens} > 0)"
-        )
+        record(c.model_energy_per_token, f"{c.model_power}\n/ on ({MODEL})\n({c.model_tokens} > 0)")
     )
     return rules
 

@@ -51,6 +51,7 @@ from inferwatch.pack.names import (
     slo_requests,
 )
 from inferwatch.pack.rules import own_histograms
+from inferwatch.pack.rules.common import record
 from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
@@ -251,7 +252,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         expr = "\nor\n".join(
             _tag(error_ratio(t, spec, entry, o, w), "slo", o.kind) for entry, o in pairs
         )
-        rules.append({"record": slo_errors(w), "expr": expr})
+        rules.append(record(slo_errors(w), expr))
     # The budget exists for each model and objective that has an SLI at all (a value,
     # NaN included, over the budget window).
     budget_parts = []
@@ -265,18 +266,16 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             f"(0 * group by ({SLO_LABELS}) ({slo_errors(budget_window)}{{{','.join(sel)}}}) "
             f"+ {num_text(round(o.budget, 12))})"
         )
-    rules.append({"record": SLO_ERROR_BUDGET, "expr": "\nor\n".join(budget_parts)})
+    rules.append(record(SLO_ERROR_BUDGET, "\nor\n".join(budget_parts)))
     for w in windows(spec):
-        rules.append(
-            {"record": slo_burn_rate(w), "expr": f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}"}
-        )
-    rules.append({"record": SLO_BUDGET_REMAINING, "expr": f"1 - {slo_burn_rate(budget_window)}"})
+        rules.append(record(slo_burn_rate(w), f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}"))
+    rules.append(record(SLO_BUDGET_REMAINING, f"1 - {slo_burn_rate(budget_window)}"))
     # How much data each long burn window holds: a pair fires only on enough requests.
     for w in long_windows():
         expr = "\nor\n".join(
             _tag(request_rate(t, spec, entry, o, w), "slo", o.kind) for entry, o in pairs
         )
-        rules.append({"record": slo_requests(w), "expr": expr})
+        rules.append(record(slo_requests(w), expr))
     return rules
 
 
@@ -345,7 +344,6 @@ def alert_fields(t: Thresholds) -> list[dict[str, Any]]:
                         "last {{ $labels.burn_window }}, confirmed over the short window "
                         f"({what} pairs: {pairs})."
                     ),
-                    "dashboard": "overview",
                 }
             )
     return out
