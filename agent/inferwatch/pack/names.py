@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the contract's latency histograms, defined once with the engine tables (re-exported)
+from inferwatch.engines.base import E2E as E2E
+from inferwatch.engines.base import TPOT as TPOT
+from inferwatch.engines.base import TTFT as TTFT
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
 #: label sets, as PromQL ``by``/``on`` lists. ``cluster`` leads each of them: a

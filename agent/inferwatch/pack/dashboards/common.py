@@ -29,7 +29,7 @@ from inferwatch.pack.dashboards.panels import (
     steps,
     worker_sel,
 )
-from inferwatch.pack.names import RECORDED_HISTOGRAMS, WORKER, WORKER_KEY, names
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, TPOT, TTFT, WORKER, WORKER_KEY, names
 from inferwatch.pack.thresholds import Thresholds
 
 #: Tag shared by the four dashboards; the dashboard links list every dashboard with it.
@@ -244,12 +244,8 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
 def slo_latency_cells(t: Thresholds, by: str) -> list[Cell]:
     """TTFT and TPOT quantiles per ``by``, each with its P99 SLO line, side by side."""
     return [
-        Cell(
-            latency_panel(t, "TTFT", "inferwatch_ttft_seconds", t.ttft.p99_slo_seconds, by), 12, 8
-        ),
-        Cell(
-            latency_panel(t, "TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds, by), 12, 8
-        ),
+        Cell(latency_panel(t, "TTFT", TTFT, t.ttft.p99_slo_seconds, by), 12, 8),
+        Cell(latency_panel(t, "TPOT", TPOT, t.tpot.p99_slo_seconds, by), 12, 8),
     ]
 
 

@@ -19,7 +19,7 @@ from inferwatch.pack.dashboards.common import (
     vram_text,
 )
 from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps, worker_sel
-from inferwatch.pack.names import names
+from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
 
 #: The GPU utilization series every weekly panel reads.
@@ -109,9 +109,9 @@ def alone_section(t: Thresholds) -> Section:
                     8,
                 )
                 for name, metric, slo in (
-                    ("TTFT", "inferwatch_ttft_seconds", ttft_slo),
-                    ("TPOT", "inferwatch_tpot_seconds", t.tpot.p99_slo_seconds),
-                    ("End-to-end latency", "inferwatch_e2e_latency_seconds", None),
+                    ("TTFT", TTFT, ttft_slo),
+                    ("TPOT", TPOT, t.tpot.p99_slo_seconds),
+                    ("End-to-end latency", E2E, None),
                 )
             ],
             Cell(

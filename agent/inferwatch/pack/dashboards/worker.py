@@ -20,7 +20,7 @@ from inferwatch.pack.dashboards.common import (
 )
 from inferwatch.pack.dashboards.panels import Cell, Query, Section, worker_sel
 from inferwatch.pack.dashboards.warmup_row import warmup_section
-from inferwatch.pack.names import names
+from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
 
 #: the worker dashboard's panel of the measuring proxy's TTFT next to the rules' one
@@ -201,9 +201,7 @@ def latency_section(t: Thresholds) -> Section:
         [
             *slo_latency_cells(t, "worker"),
             Cell(
-                latency_panel(
-                    t, "End-to-end latency", "inferwatch_e2e_latency_seconds", None, "worker"
-                ),
+                latency_panel(t, "End-to-end latency", E2E, None, "worker"),
                 12,
                 8,
             ),
@@ -228,9 +226,9 @@ def latency_section(t: Thresholds) -> Section:
                     8,
                 )
                 for name, metric in (
-                    ("TTFT", "inferwatch_ttft_seconds"),
-                    ("TPOT", "inferwatch_tpot_seconds"),
-                    ("End-to-end latency", "inferwatch_e2e_latency_seconds"),
+                    ("TTFT", TTFT),
+                    ("TPOT", TPOT),
+                    ("End-to-end latency", E2E),
                 )
             ],
         ],

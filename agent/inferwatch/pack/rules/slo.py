@@ -44,6 +44,7 @@ from inferwatch.pack.names import (
     SLO_BUDGET_REMAINING,
     SLO_ERROR_BUDGET,
     SLO_LABELS,
+    TTFT,
     WARMUP_REQUESTS_TTFT,
     WORKER_KEY,
     slo_burn_rate,
@@ -153,7 +154,7 @@ def _sum_buckets(
         matchers=(*model_matchers(spec, entry), f'le="{le}"'),
         engines=entry.engines,
     )
-    if metric == "inferwatch_ttft_seconds":
+    if metric == TTFT:
         per_worker = _without_warmup(t, per_worker, le, window)
     indented = per_worker.replace("\n", "\n        ")
     return f"sum by ({BY}) (\n        {indented}\n    )"
