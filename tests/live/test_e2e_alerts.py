@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,9 +62,12 @@ def test_test_thresholds_change_only_time() -> None:
         d, s = getattr(default, section.name), getattr(short, section.name)
         if section.name == "pack" or not dataclasses.is_dataclass(d):
             continue
+        # a field's kind is the metadata of its Annotated type (pack.thresholds)
+        hints = typing.get_type_hints(type(d), include_extras=True)
         for f in dataclasses.fields(d):
             dv, sv = getattr(d, f.name), getattr(s, f.name)
-            if f.metadata.get("kind") in ("duration", "positive"):
+            kind = getattr(hints[f.name], "__metadata__", (None,))[0]
+            if kind in ("duration", "positive"):
                 assert sv < dv, f"{section.name}.{f.name} is not shortened: {sv} >= {dv}"
                 durations += 1
             else:
