@@ -124,7 +124,8 @@ class ClientConn(asyncio.Protocol):
         return True
 
     def abort(self) -> None:
-        """Made room for a newer connection at the cap (connguard.Admission)."""
+        """Closed at once: room for a newer connection at the cap (connguard.Admission), a
+        head or an idle keep-alive past its time-out, the proxy stopping."""
         if self.transport is not None:
             self.transport.abort()
 

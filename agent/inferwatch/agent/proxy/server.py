@@ -93,8 +93,7 @@ class ProxyServer:
             self._server.close()
             self._server = None
         for conn in list(self.clients.open):
-            if conn.transport is not None:
-                conn.transport.abort()
+            conn.abort()
         for up in list(self.idle):
             up.close()
         self.idle.clear()
@@ -183,8 +182,8 @@ class ProxyServer:
         for conn in list(self.clients.open):
             if conn.state == "head" and not conn.busy:
                 limit = spec.header_timeout if conn.buf or conn.fresh else spec.idle_timeout
-                if now - conn.last_active > limit and conn.transport is not None:
-                    conn.transport.abort()
+                if now - conn.last_active > limit:
+                    conn.abort()
             up = conn.up
             if (conn.busy and up is not None and not conn.up_paused
                     and mono - up.last_read > spec.read_timeout):  # fmt: skip
