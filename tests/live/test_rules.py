@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +97,9 @@ def test_promtool_check_rules() -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_promtool_unit_tests_pass() -> None:
+def test_promtool_unit_tests_pass(promtool_runs: PromtoolRuns) -> None:
     assert len(UNIT_TESTS) >= 3
-    for path, result in promtool_tests(UNIT_TESTS).items():
+    for path, result in promtool_runs.results.items():
         assert result.returncode == 0, f"{path.name}: {result.stdout}{result.stderr}"
         assert result.stdout.count("SUCCESS") == 1, f"{path.name}: {result.stdout}"
 
@@ -170,74 +170,87 @@ HELD_PENDING = {
 WITH_FOR = {r["alert"] for r in ALERT_RULES if "for" in r}
 
 
+def pending_checks(test: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ALERTS checks of one promtool test's silent cases (see the test below)."""
+    cases = test.get("alert_rule_test", [])
+    firing = {(c["alertname"], duration_seconds(c["eval_time"])) for c in cases if c["exp_alerts"]}
+    never = {c["alertname"] for c in cases} - {name for name, _ in firing}
+    checks = []
+    for case in cases:
+        name, when = case["alertname"], duration_seconds(case["eval_time"])
+        assert when is not None
+        if case["exp_alerts"]:
+            continue
+        if (name, when + 15) in firing and name in WITH_FOR:
+            expected = [
+                {
+                    "labels": "ALERTS"
+                    + _labels({**a["exp_labels"], "alertname": name, "alertstate": "pending"}),
+                    "value": 1,
+                }
+                for a in next(
+                    c
+                    for c in cases
+                    if c["alertname"] == name and duration_seconds(c["eval_time"]) == when + 15
+                )["exp_alerts"]
+            ]
+        elif (name in never and test["name"] not in HELD_PENDING) or ((name, when + 15) in firing):
+            expected = []
+        else:
+            continue
+        checks.append(
+            {
+                "expr": f'ALERTS{{alertname="{name}"}}',
+                "eval_time": case["eval_time"],
+                "exp_samples": expected,
+            }
+        )
+    return checks
+
+
+@dataclass(frozen=True)
+class PromtoolRuns:
+    #: committed unit file -> promtool's run of it with the pending checks added
+    results: dict[Path, subprocess.CompletedProcess[str]]
+    #: how many tests carry pending checks
+    with_checks: int
+
+
+@pytest.fixture(scope="module")
+def promtool_runs(tmp_path_factory: pytest.TempPathFactory) -> PromtoolRuns:
+    """``promtool test rules`` once per unit file, each test with its pending checks added
+    to its own promql_expr_test: the file's expectations and the checks share one
+    evaluation (a second run of the files for the checks alone took minutes of CPU).
+    Adding checks only adds ways to fail, so a pass here is a pass of the committed file."""
+    out = tmp_path_factory.mktemp("promtool")
+    committed: dict[Path, Path] = {}
+    with_checks = 0
+    for path in UNIT_TESTS:
+        doc = load(path)
+        for test in doc["tests"]:
+            checks = pending_checks(test)
+            if checks:
+                test["promql_expr_test"] = [*test.get("promql_expr_test", []), *checks]
+                with_checks += 1
+        doc["rule_files"] = [str(RULES_FILE), str(ALERTS_FILE)]
+        target = out / path.name
+        target.write_text(yaml.safe_dump(doc))
+        committed[target] = path
+    results = {committed[t]: r for t, r in promtool_tests(list(committed)).items()}
+    return PromtoolRuns(results, with_checks)
+
+
 @pytest.mark.timeout(1200)
-def test_silent_cases_are_silent_for_the_right_reason(tmp_path: Path) -> None:
+def test_silent_cases_are_silent_for_the_right_reason(promtool_runs: PromtoolRuns) -> None:
     """promtool's alert checks see only firing alerts; ALERTS also shows pending ones.
 
     A check one evaluation before an alert with a `for` fires must find it pending (the
     condition holds, `for` has not elapsed); before a `for: 0` alert fires, and in a test
     where the alert never fires, nothing at all (the condition itself is false).
     """
-    pending_files: list[Path] = []
-    total = 0
-    for path in UNIT_TESTS:
-        doc = load(path)
-        tests = []
-        for test in doc["tests"]:
-            cases = test.get("alert_rule_test", [])
-            firing = {
-                (c["alertname"], duration_seconds(c["eval_time"])) for c in cases if c["exp_alerts"]
-            }
-            never = {c["alertname"] for c in cases} - {name for name, _ in firing}
-            checks = []
-            for case in cases:
-                name, when = case["alertname"], duration_seconds(case["eval_time"])
-                assert when is not None
-                if case["exp_alerts"]:
-                    continue
-                if (name, when + 15) in firing and name in WITH_FOR:
-                    expected = [
-                        {
-                            "labels": "ALERTS"
-                            + _labels(
-                                {**a["exp_labels"], "alertname": name, "alertstate": "pending"}
-                            ),
-                            "value": 1,
-                        }
-                        for a in next(
-                            c
-                            for c in cases
-                            if c["alertname"] == name
-                            and duration_seconds(c["eval_time"]) == when + 15
-                        )["exp_alerts"]
-                    ]
-                elif (name in never and test["name"] not in HELD_PENDING) or (
-                    (name, when + 15) in firing
-                ):
-                    expected = []
-                else:
-                    continue
-                checks.append(
-                    {
-                        "expr": f'ALERTS{{alertname="{name}"}}',
-                        "eval_time": case["eval_time"],
-                        "exp_samples": expected,
-                    }
-                )
-            if checks:
-                tests.append({**test, "alert_rule_test": [], "promql_expr_test": checks})
-        if not tests:
-            continue
-        # each file's pending checks with its own evaluation interval and group order
-        doc["tests"] = tests
-        doc["rule_files"] = [str(RULES_FILE), str(ALERTS_FILE)]
-        target = tmp_path / f"pending-{path.name}"
-        target.write_text(yaml.safe_dump(doc))
-        pending_files.append(target)
-        total += len(tests)
-    assert total >= 25
-    for target, result in promtool_tests(pending_files).items():
-        assert result.returncode == 0, f"{target.name}: {result.stdout}{result.stderr}"
+    assert promtool_runs.with_checks >= 25
+    for path, result in promtool_runs.results.items():
+        assert result.returncode == 0, f"{path.name}: {result.stdout}{result.stderr}"
 
 
 def _labels(labels: dict[str, str]) -> str:
