@@ -20,6 +20,7 @@ from inferwatch.errors import UsageError
 EXTRA_OF = {
     "grafanalib": "generate",
     "promql_parser": "generate",
+    "jinja2": "generate",
     "matplotlib": "report",
     "rich": "report",
     "grpc": "kubernetes",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-EXTRAS_GONE = "import sys\nfor m in ('grafanalib', 'matplotlib', 'rich', 'grpc'):\n    sys.modules[m] = None\n"
+EXTRAS_GONE = "import sys\nfor m in ('grafanalib', 'jinja2', 'matplotlib', 'rich', 'grpc'):\n    sys.modules[m] = None\n"
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from inferwatch.pack import loops as L
 from inferwatch.pack import rules, runbooks
 from inferwatch.pack.dashboards import lint as dashlint
 from inferwatch.pack.runbooks import common as runbook_text
+from inferwatch.pack.runbooks import templates
 from inferwatch.pack.thresholds import load_thresholds
 
 RUNBOOKS = REPO / "runbooks"
@@ -321,9 +323,13 @@ def test_remedy_facts_come_from_pack_loops() -> None:
 
 
 def test_the_page_source_types_no_fact_that_pack_loops_defines() -> None:
-    """pack/runbooks/ quotes no number pack.loops holds: a changed fact changes every page."""
+    """pack/runbooks/ (code and page templates) quotes no number pack.loops holds: a
+    changed fact changes every page."""
     package = REPO / "agent" / "inferwatch" / "pack" / "runbooks"
-    source = "\n".join(path.read_text() for path in sorted(package.glob("*.py")))
+    files = sorted([*package.glob("*.py"), *package.glob("pages/*.md.j2")])
+    assert len(files) > 20, files
+    # a template wraps its lines: a fact may stand across two of them
+    source = " ".join(" ".join(path.read_text() for path in files).split())
     facts = {
         f"{L.GPU_MEMORY_UTILIZATION_HEADROOM:g}": "GPU_MEMORY_UTILIZATION_HEADROOM",
         f"{L.FP8_KV_ACCURACY_LOSS:.1%}": "FP8_KV_ACCURACY_LOSS",
@@ -367,3 +373,55 @@ def test_every_header_describes_the_query_under_it() -> None:
         for stale in ("GPUs of its agent", "watched by the same agent", "slope > 0"):
             assert stale not in fires, (alert.name, stale)
     assert checked >= 8
+
+
+def test_every_page_template_is_the_page_of_an_alert() -> None:
+    """pages/<AlertName>.md.j2: one per alert of the default pack (every family on),
+    and no template left over from an alert that is gone."""
+    assert templates.names() == {a.name for a in rules.alerts(load_thresholds())}
+
+
+def test_a_template_joins_its_paragraphs_and_keeps_lists_fences_and_tables() -> None:
+    text = (
+        "A paragraph\nwrapped in\n  three lines.\n\n1. An item\n   that wraps:\n\n"
+        "   ```promql\n   up\n   and on (job) x\n   ```\n\n   After the block\n   too.\n"
+        "- A list item\n- another\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+    )
+    assert templates.unwrap(text) == (
+        "A paragraph wrapped in three lines.\n\n1. An item that wraps:\n\n"
+        "   ```promql\n   up\n   and on (job) x\n   ```\n\n   After the block too.\n"
+        "- A list item\n- another\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+    )
+
+
+@pytest.fixture
+def pages_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The page templates read from ``tmp_path`` (the shared parts copied there)."""
+    for shared in templates.PAGES_DIR.glob("_*.md.j2"):
+        (tmp_path / shared.name).write_text(shared.read_text())
+    monkeypatch.setattr(templates, "PAGES_DIR", tmp_path)
+    templates.environment.cache_clear()
+    yield tmp_path
+    templates.environment.cache_clear()
+
+
+def test_a_typo_in_a_template_fails_with_its_name_and_line(pages_in: Path) -> None:
+    t = load_thresholds()
+    (pages_in / "InferenceGPULost.md.j2").write_text(
+        "## Fires when\n\nthe GPU is gone for {{ c.hold }}\n\n## Meaning\n\n"
+        "Above {{ t.gpu_utilization.wast_below | pct }}.\n"
+    )
+    with pytest.raises(ValueError, match=r"InferenceGPULost\.md\.j2, line 7: .*wast_below"):
+        runbooks.render(t, "InferenceGPULost", tuple(rules.alerts(t))[:1])
+    (pages_in / "InferenceGPULost.md.j2").write_text("## Fires when\n\nx {{ c.hold\n")
+    with pytest.raises(ValueError, match=r"InferenceGPULost\.md\.j2, line 3"):
+        runbooks.render(t, "InferenceGPULost", tuple(rules.alerts(t))[:1])
+
+
+def test_a_template_without_the_five_headings_is_refused(pages_in: Path) -> None:
+    t = load_thresholds()
+    (pages_in / "InferenceGPULost.md.j2").write_text(
+        "## Fires when\n\nthe GPU is gone\n\n## Meaning\n\nGone.\n\n## Mitigation\n\nReboot.\n"
+    )
+    with pytest.raises(ValueError, match="the headings must be"):
+        runbooks.render(t, "InferenceGPULost", tuple(rules.alerts(t))[:1])

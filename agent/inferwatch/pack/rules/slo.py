@@ -28,7 +28,8 @@ The label ``burn_window`` says which pair fired (the faster one when both do).
 
 This module imports nothing of ``pack.rules``: the rules call
 :func:`recording_rules` and :func:`alert_fields`; the alerts' runbook pages are
-in :mod:`inferwatch.pack.runbooks.burn_rate`.
+the templates ``pack/runbooks/pages/*BudgetBurn.md.j2`` (their common text in
+``_budget_burn.md.j2``).
 """
 
 from __future__ import annotations

@@ -12,32 +12,21 @@ closed loops share with ``inferwatch advise`` and the weekly report (their
 flags, numbers and sentences) come from :mod:`inferwatch.pack.loops`, and each
 page of a loop's alert names that loop. The field guide's own figures are cited
 by section ([4.2] = section 四, part 2 of
-shared/reference/000_1608bd3c8c368d9e.txt). To edit a page, edit its function
-in its family module of this package (gpu, memory, latency, warmup, health,
-burn_rate) and run ``inferwatch generate``.
+shared/reference/000_1608bd3c8c368d9e.txt). To edit a page, edit its Markdown
+template, ``pages/<AlertName>.md.j2`` in this package (:mod:`.templates` says what a
+template gets), and run ``inferwatch generate``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from inferwatch.pack import loops as L
 from inferwatch.pack.names import names
-from inferwatch.pack.rules import Alert, alerts, slo
-from inferwatch.pack.runbooks import burn_rate, gpu, health, latency, memory, warmup
-from inferwatch.pack.runbooks.common import DASHBOARD_TITLES, SECTIONS, Ctx, Page
+from inferwatch.pack.rules import Alert, alerts
+from inferwatch.pack.runbooks import templates
+from inferwatch.pack.runbooks.common import DASHBOARD_TITLES, SECTIONS, Ctx
 from inferwatch.pack.thresholds import Thresholds
 
 RUNBOOK_DIR = "runbooks"
-
-#: the page function of every alert the pack writes, but the SLO burn-rate alerts (burn_rate)
-PAGES: dict[str, Callable[[Ctx], Page]] = {
-    **gpu.PAGES,
-    **memory.PAGES,
-    **latency.PAGES,
-    **warmup.PAGES,
-    **health.PAGES,
-}
 
 
 def _loop_line(alert: str) -> list[str]:
@@ -55,10 +44,7 @@ def _loop_line(alert: str) -> list[str]:
 
 def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
     """The Markdown page of one alert (all rules sharing its name)."""
-    if name in PAGES:
-        page = PAGES[name](Ctx(t=t, n=names(t), variants=variants))
-    else:
-        page = Page(**burn_rate.page(t, name))  # the SLO burn-rate alerts
+    page = templates.page(name, Ctx(t=t, n=names(t), variants=variants))
     severities = " / ".join(dict.fromkeys(a.severity for a in variants))
     dashboard = variants[0].dashboard
     queries = "\n\n".join(f"```promql\n{a.expr}\n```" for a in variants)
@@ -92,9 +78,11 @@ def generate(t: Thresholds) -> dict[str, str]:
     grouped: dict[str, list[Alert]] = {}
     for alert in alerts(t):
         grouped.setdefault(alert.name, []).append(alert)
-    missing = set(grouped) - set(PAGES) - set(slo.ALERT_NAMES.values())
+    missing = set(grouped) - templates.names()
     if missing:
-        raise ValueError(f"no runbook page for {sorted(missing)}")
+        raise ValueError(
+            f"no runbook page (template in {templates.PAGES_DIR}) for {sorted(missing)}"
+        )
     return {
         f"{RUNBOOK_DIR}/{name}.md": render(t, name, tuple(variants))
         for name, variants in grouped.items()

@@ -1,14 +1,14 @@
-"""What every runbook page is made of: the page's fields, the context a page function
-gets (thresholds, rule names, the alert's scope, placeholders), Markdown helpers
-(PromQL and shell blocks, flags in backticks, field-guide citations) and the
-remedy texts several families share."""
+"""What every runbook page is made of: the page's fields, the context its template
+gets (thresholds, rule names, the alert's scope, placeholders) and the Markdown
+helpers the templates use as filters (PromQL and shell blocks, flags in backticks,
+field-guide citations)."""
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
-from inferwatch.pack import loops as L
 from inferwatch.pack.names import Names
 from inferwatch.pack.rules.alert import Alert
 from inferwatch.pack.rules.common import dur
@@ -40,7 +40,7 @@ PLACEHOLDERS = {"instance": "INSTANCE", "worker": "WORKER", "gpu": "GPU", "model
 
 @dataclass(frozen=True)
 class Ctx:
-    """What every page function needs: thresholds, rule names, the alert's variants.
+    """What every page template gets as ``c``: thresholds, rule names, the alert's variants.
 
     Queries and dashboard links are scoped to what the alert is about (its
     ``scope``: the instance and the worker or GPU), with upper-case placeholders
@@ -102,21 +102,22 @@ class Ctx:
         return f"[{DASHBOARD_TITLES[dashboard]}]({url}) → " + ", ".join(f"**{x}**" for x in titles)
 
 
-def _block(lang: str, lines: tuple[str, ...], indent: int) -> str:
-    """A fenced block indented to sit inside a list item (3 for ``1.``, 2 for ``-``)."""
+def _fence(lang: str, lines: list[str], indent: int) -> str:
     pad = " " * indent
-    body = "\n".join(pad + line for line in (f"```{lang}", *lines, "```"))
-    return f"\n\n{body}\n\n"
+    return "\n".join(pad + line for line in (f"```{lang}", *lines, "```"))
 
 
-def promql(*queries: str, indent: int = 3) -> str:
-    """One fenced block per query: each pastes into Prometheus' query box as it is."""
-    blocks = [_block("promql", tuple(q.splitlines()), indent).strip("\n") for q in queries]
-    return "\n\n" + "\n\n".join(blocks) + "\n\n"
+def promql(body: str, indent: int = 3) -> str:
+    """``{% filter promql %}`` (or ``promql(2)``): one fenced block per query, the queries
+    apart by a blank line, indented to sit inside a list item (3 for ``1.``, 2 for
+    ``-``); each block pastes into Prometheus' query box as it is."""
+    queries = re.split(r"\n[ \t]*\n", textwrap.dedent(body).strip("\n"))
+    return "\n\n".join(_fence("promql", q.splitlines(), indent) for q in queries) + "\n"
 
 
-def sh(*lines: str, indent: int = 3) -> str:
-    return _block("sh", lines, indent)
+def sh(body: str, indent: int = 3) -> str:
+    """``{% filter sh %}``: the lines as one fenced shell block, indented as ``promql``."""
+    return _fence("sh", textwrap.dedent(body).strip("\n").splitlines(), indent) + "\n"
 
 
 _FLAG = re.compile(r"(?<![`\w])(--[a-z][a-z0-9-]*(?: (?:fp8|\d[\d.]*)(?![\w.]))?)")
@@ -130,30 +131,6 @@ def md(text: str) -> str:
 def cite(text: str, *sections: str) -> str:
     """``text`` (a sentence ending in a full stop) with the guide's sections before the stop."""
     return f"{text.rstrip().rstrip('.')} [{', '.join(sections)}]."
-
-
-FLAGS_WHERE = (
-    "Where the flags live: vLLM's settings are command-line flags of `vllm serve` (or of "
-    "`python -m vllm.entrypoints.openai.api_server`): in Kubernetes they are the container "
-    "`args`, under systemd the `ExecStart=` line. The **Inference worker** dashboard's "
-    "**Launch flags** table shows what each worker runs with now."
-)
-
-
-MAX_NUM_SEQS_ESTIMATE = (
-    "Size `--max-num-seqs` with the guide's estimate [2.3]: (GPU memory in GB × 0.8 − model "
-    "weights in GB) ÷ KV cache per sequence in GB. Example: a 24 GB A10 serving a 7B model "
-    "quantized to INT8 (8 GB) with about 0.5 GB of KV cache per sequence gives "
-    "(24 × 0.8 − 8) ÷ 0.5 ≈ 22; run 20 to keep a margin. Then load-test at the same "
-    "concurrency and watch P50/P99 and the VRAM level [2.3]."
-)
-
-
-BALANCING = (
-    f"- {md(L.LEAST_CONNECTIONS)} Round-robin assumes every request costs the same, while a "
-    "2000-token answer takes ten times a 200-token one [5.3].\n"
-    f"- {md(L.LONG_CONTEXT_POOL)} Long requests then stop delaying short ones [5.3]."
-)
 
 
 #: what a page's condition (its header, "Fires when") must say about a series its alert's
