@@ -196,6 +196,24 @@ report:
     assert s.smtp.to == ("c@example.com", "d@example.com") and s.smtp.security == "starttls"
 
 
+def test_settings_store_access_from_file_then_environment(tmp_path: Path) -> None:
+    cfg = write(
+        tmp_path / "c.yaml",
+        "report:\n  prometheus_username: reports\n  prometheus_tenant: team-a\n",
+    )
+    env = {
+        "INFERWATCH_PROMETHEUS_PASSWORD_FILE": "/run/pw",
+        "INFERWATCH_PROMETHEUS_TENANT": "team-b",
+        "INFERWATCH_PROMETHEUS_TENANT_HEADER": "X-Org",
+    }
+    assert load_settings(cfg, env).store.values == {
+        "username": ("reports", cfg, "report.prometheus_username"),
+        "password_file": ("/run/pw", "environment", "INFERWATCH_PROMETHEUS_PASSWORD_FILE"),
+        "tenant": ("team-b", "environment", "INFERWATCH_PROMETHEUS_TENANT"),
+        "tenant_header": ("X-Org", "environment", "INFERWATCH_PROMETHEUS_TENANT_HEADER"),
+    }
+
+
 def test_settings_smtp_from_environment_alone(tmp_path: Path) -> None:
     assert load_settings(None, {}).smtp == SmtpSettings()
     secret = tmp_path / "pw"

@@ -58,6 +58,7 @@ REPORT_KEYS = (
     "smtp",
     "thresholds_file",
 )
+#: the mail settings: report.smtp.<key> or INFERWATCH_SMTP_<KEY> (and INFERWATCH_SMTP_PASSWORD)
 SMTP_KEYS = ("host", "port", "security", "username", "password_file", "from", "to")
 ENV_PREFIX = "INFERWATCH_SMTP_"
 STORE_ENV_PREFIX = "INFERWATCH_PROMETHEUS_"
