@@ -32,7 +32,7 @@ from inferwatch.report.model import (
     share_within,
 )
 from inferwatch.report.promapi import MAX_POINTS, range_chunks
-from inferwatch.report.settings import load_settings
+from inferwatch.report.settings import SmtpSettings, load_settings
 
 BANDS = bands_from_thresholds(load_thresholds())
 END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
@@ -194,6 +194,44 @@ report:
     )
     assert s.smtp.effective_port == 2525 and s.smtp.password == "env"
     assert s.smtp.to == ("c@example.com", "d@example.com") and s.smtp.security == "starttls"
+
+
+def test_settings_store_access_from_file_then_environment(tmp_path: Path) -> None:
+    cfg = write(
+        tmp_path / "c.yaml",
+        "report:\n  prometheus_username: reports\n  prometheus_tenant: team-a\n",
+    )
+    env = {
+        "INFERWATCH_PROMETHEUS_PASSWORD_FILE": "/run/pw",
+        "INFERWATCH_PROMETHEUS_TENANT": "team-b",
+        "INFERWATCH_PROMETHEUS_TENANT_HEADER": "X-Org",
+    }
+    assert load_settings(cfg, env).store.values == {
+        "username": ("reports", cfg, "report.prometheus_username"),
+        "password_file": ("/run/pw", "environment", "INFERWATCH_PROMETHEUS_PASSWORD_FILE"),
+        "tenant": ("team-b", "environment", "INFERWATCH_PROMETHEUS_TENANT"),
+        "tenant_header": ("X-Org", "environment", "INFERWATCH_PROMETHEUS_TENANT_HEADER"),
+    }
+
+
+def test_settings_smtp_from_environment_alone(tmp_path: Path) -> None:
+    assert load_settings(None, {}).smtp == SmtpSettings()
+    secret = tmp_path / "pw"
+    secret.write_text("file-secret\n")
+    env = {
+        "INFERWATCH_SMTP_HOST": "smtp.example.com",
+        "INFERWATCH_SMTP_USERNAME": "reports",
+        "INFERWATCH_SMTP_PASSWORD_FILE": str(secret),
+        "INFERWATCH_SMTP_FROM": "reports@example.com",
+        "INFERWATCH_SMTP_TO": "a@example.com",
+    }
+    assert load_settings(None, env).smtp == SmtpSettings(
+        host="smtp.example.com",
+        username="reports",
+        password="file-secret",
+        sender="reports@example.com",
+        to=("a@example.com",),
+    )
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,7 @@ REPORT_KEYS = (
     "smtp",
     "thresholds_file",
 )
+#: the mail settings: report.smtp.<key> or INFERWATCH_SMTP_<KEY> (and INFERWATCH_SMTP_PASSWORD)
 SMTP_KEYS = ("host", "port", "security", "username", "password_file", "from", "to")
 ENV_PREFIX = "INFERWATCH_SMTP_"
 STORE_ENV_PREFIX = "INFERWATCH_PROMETHEUS_"
@@ -145,6 +146,21 @@ def _address(value: Any, source: str, key: str) -> str:
     return text
 
 
+def _port(value: Any, source: str, key: str) -> int:
+    return validate.count(value, source, key, 1, 65535)
+
+
+#: the SMTP keys that hold a value (password_file names a file): the field each sets, its parser
+_SMTP_FIELDS: dict[str, tuple[str, validate.Parser]] = {
+    "host": ("host", _str),
+    "port": ("port", _port),
+    "security": ("security", _security),
+    "username": ("username", _str),
+    "from": ("sender", _address),
+    "to": ("to", _addresses),
+}
+
+
 def _read_password(source: str, key: str, path: str) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -222,46 +238,20 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for key in SMTP_KEYS:
-        if smtp_section.get(key) is not None:
-            values[key] = smtp_section[key]
-            origin[key] = source
-    env_names = {
-        "host": "HOST",
-        "port": "PORT",
-        "security": "SECURITY",
-        "username": "USERNAME",
-        "password_file": "PASSWORD_FILE",
-        "from": "FROM",
-        "to": "TO",
-    }
-    for key, suffix in env_names.items():
-        value = env.get(ENV_PREFIX + suffix)
-        if value:
-            values[key] = value
-            origin[key] = ENV_PREFIX + suffix
+        name = ENV_PREFIX + key.upper()
+        if env.get(name):
+            values[key], origin[key] = env[name], name
+        elif smtp_section.get(key) is not None:
+            values[key], origin[key] = smtp_section[key], source
 
     def key_of(k: str) -> str:
         return f"report.smtp.{k}" if origin[k] == source else origin[k]
 
-    host = _str(values["host"], origin["host"], key_of("host")) if "host" in values else None
-    port = (
-        validate.count(values["port"], origin["port"], key_of("port"), 1, 65535)
-        if "port" in values
-        else None
-    )
-    security = (
-        _security(values["security"], origin["security"], key_of("security"))
-        if "security" in values
-        else "starttls"
-    )
-    username = (
-        _str(values["username"], origin["username"], key_of("username"))
-        if "username" in values
-        else None
-    )
-    sender = _address(values["from"], origin["from"], key_of("from")) if "from" in values else None
-    to = _addresses(values["to"], origin["to"], key_of("to")) if "to" in values else ()
-
+    fields: dict[str, Any] = {
+        name: parse(values[key], origin[key], key_of(key))
+        for key, (name, parse) in _SMTP_FIELDS.items()
+        if key in values
+    }
     password: str | None = None
     if env.get(ENV_PREFIX + "PASSWORD"):
         password = env[ENV_PREFIX + "PASSWORD"]
@@ -270,7 +260,7 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
         password = _read_password(origin["password_file"], key_of("password_file"), path)
     _user_and_password(
         "mail settings",
-        username,
+        fields.get("username"),
         password,
         ("report.smtp.username", f"or {ENV_PREFIX}USERNAME"),
         (
@@ -278,20 +268,11 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
             f"{ENV_PREFIX}PASSWORD, {ENV_PREFIX}PASSWORD_FILE or report.smtp.password_file",
         ),
     )
-    smtp = SmtpSettings(
-        host=host,
-        port=port,
-        security=security,
-        username=username,
-        password=password,
-        sender=sender,
-        to=to,
-    )
     return ReportSettings(
         prometheus_url=prometheus_url,
         days=days,
         thresholds_file=thresholds_file,
-        smtp=smtp,
+        smtp=SmtpSettings(**fields, password=password),
         store=StoreSettings(store),
     )
 

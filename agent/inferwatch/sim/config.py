@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from inferwatch import validate
 from inferwatch.errors import ConfigError
-from inferwatch.sim.gpustate import MIG_SLICES, parse_profile
+from inferwatch.sim.gpustate import parse_profile, profile_share
 
 GIB = 1024**3
 MIB = 1024**2
@@ -80,7 +80,7 @@ class MigPlacement:
 
     @property
     def share(self) -> float:
-        return parse_profile(self.profile)[0] / MIG_SLICES
+        return profile_share(self.profile)
 
 
 @dataclass(frozen=True)

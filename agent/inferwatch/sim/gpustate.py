@@ -64,7 +64,7 @@ class SimMigSlice:
     @property
     def share(self) -> float:
         """The share of the GPU's compute this slice has (3g: 3/7)."""
-        return parse_profile(self.profile)[0] / MIG_SLICES
+        return profile_share(self.profile)
 
 
 @dataclass
@@ -123,6 +123,11 @@ def parse_profile(profile: str) -> tuple[int, int]:
     if m is None:
         raise ValueError(f"not a MIG profile like 3g.40gb: {profile!r}")
     return int(m.group(1)), int(m.group(2))
+
+
+def profile_share(profile: str) -> float:
+    """The share of the GPU's compute a slice of ``profile`` has (``"3g.40gb"``: 3/7)."""
+    return parse_profile(profile)[0] / MIG_SLICES
 
 
 def power_for(idle_watts: float, limit_watts: float, utilization: float) -> float:
