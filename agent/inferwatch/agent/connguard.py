@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,32 @@ class _Evictable(Protocol):
 
 
 C = TypeVar("C", bound=_Evictable)
+
+
+class Deadline:
+    """A re-armable one-shot timer on the running loop: :meth:`arm` starts it
+    afresh, :meth:`disarm` stops it, and ``delay`` seconds after the last
+    ``arm`` (unless disarmed) it calls ``expired`` once."""
+
+    __slots__ = ("_delay", "_expired", "_handle")
+
+    def __init__(self, delay: float, expired: Callable[[], None]) -> None:
+        self._delay = delay
+        self._expired = expired
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        self.disarm()
+        self._handle = asyncio.get_running_loop().call_later(self._delay, self._fire)
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._expired()
 
 
 class Admission(Generic[C]):
@@ -107,7 +134,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.last_active = 0.0
         self._tail = b""
         self._in_head = True  # waiting for a head (at the start, after each head)
-        self._timer: asyncio.TimerHandle | None = None
+        self._head_due = Deadline(guard.header_timeout, self._head_timed_out)
         self._closed = False
 
     # ------------------------------------------------------------ asyncio protocol
@@ -120,7 +147,7 @@ class GuardedProtocol(asyncio.Protocol):
             self._closed = True
             transport.abort()
             return
-        self._arm()
+        self._head_due.arm()
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -131,19 +158,19 @@ class GuardedProtocol(asyncio.Protocol):
             # connection begins (the agent serves GETs only, without bodies).
             self._in_head = True
             self._tail = b""
-            self._arm()
+            self._head_due.arm()
         if self._in_head:
             seen = self._tail + data
             if _HEAD_END in seen:
                 self._in_head = False
-                self._disarm()
+                self._head_due.disarm()
                 self.last_active = asyncio.get_running_loop().time()
                 # Pipelined bytes after the blank line start the next head.
                 rest = seen.rsplit(_HEAD_END, 1)[1]
                 if rest:
                     self._in_head = True
                     self._tail = rest[-3:]
-                    self._arm()
+                    self._head_due.arm()
             else:
                 self._tail = seen[-3:]
         self.inner.data_received(data)
@@ -154,7 +181,7 @@ class GuardedProtocol(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._head_due.disarm()
         if self._closed:
             return  # refused before the server saw the connection: nothing to tell it
         self.guard.release(self)
@@ -167,22 +194,11 @@ class GuardedProtocol(asyncio.Protocol):
         self.inner.resume_writing()
 
     # ------------------------------------------------------------ time-out
-    def _arm(self) -> None:
-        self._disarm()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.guard.header_timeout, self._head_timed_out)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
     def _head_timed_out(self) -> None:
-        self._timer = None
         if self._in_head and not self.busy:
             self.abort()
 
     def abort(self) -> None:
-        self._disarm()
+        self._head_due.disarm()
         if self.transport is not None:
             self.transport.abort()

@@ -37,7 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from inferwatch import __version__
 from inferwatch.agent.config import AgentConfig, local_url
-from inferwatch.agent.connguard import ConnectionGuard, GuardedProtocol
+from inferwatch.agent.connguard import ConnectionGuard, Deadline, GuardedProtocol
 from inferwatch.agent.fdbudget import descriptor_limit, inbound_budget
 from inferwatch.agent.httpio import MAX_HEAD, BadRequest, RequestHead, parse_request_head
 from inferwatch.agent.redact import redact_url
@@ -192,7 +192,7 @@ class _Connection(asyncio.Protocol):
         self.paused = False  # the client is not reading
         self.closing = False
         self.eof = False
-        self._idle: asyncio.TimerHandle | None = None
+        self._idle = Deadline(server.idle_timeout, self._idle_expired)
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ asyncio protocol
@@ -205,7 +205,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self._disarm_idle()
+        self._idle.disarm()
         self.buffer += data
         self._serve()
 
@@ -219,7 +219,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self._disarm_idle()
+        self._idle.disarm()
         self.server.connections.discard(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -263,7 +263,7 @@ class _Connection(asyncio.Protocol):
                 return
             self._dispatch(request)
         if not buffer and not self.waiting and not self.closing:
-            self._arm_idle()
+            self._idle.arm()
 
     def _dispatch(self, request: RequestHead) -> None:
         server = self.server
@@ -339,23 +339,12 @@ class _Connection(asyncio.Protocol):
 
     def _close(self) -> None:
         self.closing = True
-        self._disarm_idle()
+        self._idle.disarm()
         if self.transport is not None:
             self.transport.close()
 
     # ------------------------------------------------------------ idle keep-alive
-    def _arm_idle(self) -> None:
-        self._disarm_idle()
-        loop = asyncio.get_running_loop()
-        self._idle = loop.call_later(self.server.idle_timeout, self._idle_expired)
-
-    def _disarm_idle(self) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-
     def _idle_expired(self) -> None:
-        self._idle = None
         if not self.waiting and not self.buffer:
             self._close()
 

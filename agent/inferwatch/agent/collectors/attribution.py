@@ -39,7 +39,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -77,38 +76,39 @@ MAX_NOTES = 32
 _MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
 
 
-class DeviceLike(Protocol):
-    """One GPU or MIG device as a pass read it (NVML's ``DeviceReading``, dcgm-exporter's
-    ``DcgmDevice``): what attribution and ``inferwatch_gpu_info`` need of it."""
+@dataclass(frozen=True, kw_only=True)
+class GpuDevice:
+    """One GPU or MIG device as a pass read it, whichever backend read it (NVML's
+    ``DeviceReading``, dcgm-exporter's ``DcgmDevice``): what attribution and
+    ``inferwatch_gpu_info`` need of it."""
+
+    #: the GPU's index (a MIG device's: its GPU's)
+    gpu: str
+    uuid: str
+    name: str = ""
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    mig_mode: str = "unknown"
+    #: a MIG device's GPU instance and profile; None on a whole GPU
+    gpu_instance: str | None = None
+    mig_profile: str | None = None
+    #: False for a device that does not answer (NVML), or that the last scrape did not
+    #: carry or failed to read (dcgm-exporter)
+    up: bool = True
 
     @property
-    def gpu(self) -> str: ...
+    def pids(self) -> tuple[int, ...]:
+        """The PIDs in the device's compute-process list (none: the backend lists none)."""
+        return ()
 
-    @property
-    def uuid(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def pci_bus_id(self) -> str: ...
-
-    @property
-    def driver_version(self) -> str: ...
-
-    @property
-    def mig_mode(self) -> str: ...
-
-    @property
-    def gpu_instance(self) -> str | None: ...
-
-    @property
-    def pids(self) -> tuple[int, ...]: ...
-
-    @property
-    def up(self) -> bool: ...
-
-    def labels(self) -> dict[str, str]: ...
+    def labels(self) -> dict[str, str]:
+        """The labels naming one GPU (``gpu``, ``uuid``) or MIG device (and ``gpu_instance``,
+        ``mig_profile``) on every GPU series."""
+        labels = {"gpu": self.gpu, "uuid": self.uuid}
+        if self.gpu_instance is not None:
+            labels["gpu_instance"] = self.gpu_instance
+            labels["mig_profile"] = self.mig_profile or "unknown"
+        return labels
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Answer:
     """Where a worker runs: the devices and the source that said so (None: none did)."""
 
     source: str | None
-    devices: tuple[DeviceLike, ...] = ()
+    devices: tuple[GpuDevice, ...] = ()
     #: entries skipped on the way, each to be logged once
     notes: tuple[str, ...] = ()
 
@@ -140,30 +140,30 @@ class Answer:
 @dataclass
 class _Resolution:
     #: None: this source does not answer
-    devices: list[DeviceLike] | None
+    devices: list[GpuDevice] | None
     notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------- helpers
 
 
-def _is_mig(dev: DeviceLike) -> bool:
+def _is_mig(dev: GpuDevice) -> bool:
     return dev.gpu_instance is not None
 
 
-def cuda_capable(devices: Sequence[DeviceLike]) -> list[DeviceLike]:
+def cuda_capable(devices: Sequence[GpuDevice]) -> list[GpuDevice]:
     """Devices a CUDA process can run on: whole GPUs not in MIG mode, and MIG devices."""
     return [d for d in devices if _is_mig(d) or d.mig_mode != "enabled"]
 
 
-def _expand(dev: DeviceLike, devices: Sequence[DeviceLike]) -> list[DeviceLike]:
+def _expand(dev: GpuDevice, devices: Sequence[GpuDevice]) -> list[GpuDevice]:
     """A GPU in MIG mode stands for its MIG devices (a container given it gets them all)."""
     if _is_mig(dev) or dev.mig_mode != "enabled":
         return [dev]
     return [d for d in devices if _is_mig(d) and d.gpu == dev.gpu]
 
 
-def _by_uuid(entry: str, candidates: Sequence[DeviceLike]) -> DeviceLike | None:
+def _by_uuid(entry: str, candidates: Sequence[GpuDevice]) -> GpuDevice | None:
     """The device an UUID names: exact, else the one device it is a prefix of (as CUDA)."""
     want = entry.lower()
     for dev in candidates:
@@ -174,8 +174,8 @@ def _by_uuid(entry: str, candidates: Sequence[DeviceLike]) -> DeviceLike | None:
 
 
 def _legacy_mig(
-    entry: str, candidates: Sequence[DeviceLike], parents: Sequence[DeviceLike]
-) -> DeviceLike | None:
+    entry: str, candidates: Sequence[GpuDevice], parents: Sequence[GpuDevice]
+) -> GpuDevice | None:
     """``MIG-GPU-<uuid>/<gpu instance>/<compute instance>`` (drivers before R470)."""
     m = _MIG_LEGACY.match(entry)
     if m is None:
@@ -190,8 +190,8 @@ def _legacy_mig(
 
 
 def _uuid_entry(
-    entry: str, candidates: Sequence[DeviceLike], parents: Sequence[DeviceLike] = ()
-) -> DeviceLike | None:
+    entry: str, candidates: Sequence[GpuDevice], parents: Sequence[GpuDevice] = ()
+) -> GpuDevice | None:
     """The device among ``candidates`` an UUID names; ``parents``: where the GPU of a
     MIG device named by its parent's UUID is looked up (default: the candidates)."""
     if entry.upper().startswith("MIG-GPU-"):
@@ -207,7 +207,7 @@ def _entries(value: str) -> list[str]:
     return [part.strip() for part in value.split(",")]
 
 
-def _dedup(devices: list[DeviceLike]) -> list[DeviceLike]:
+def _dedup(devices: list[GpuDevice]) -> list[GpuDevice]:
     seen: set[str] = set()
     out = []
     for dev in devices:
@@ -225,10 +225,10 @@ def _unrestricted(value: str | None) -> bool:
 
 
 def process_index(
-    devices: Sequence[DeviceLike], pid_workers: Mapping[int, str]
-) -> dict[str, list[DeviceLike]]:
+    devices: Sequence[GpuDevice], pid_workers: Mapping[int, str]
+) -> dict[str, list[GpuDevice]]:
     """Worker -> the devices whose compute-process list holds one of its processes."""
-    index: dict[str, list[DeviceLike]] = {}
+    index: dict[str, list[GpuDevice]] = {}
     for dev in devices:
         owners = {pid_workers[pid] for pid in dev.pids if pid in pid_workers}
         for worker in sorted(owners):
@@ -238,10 +238,10 @@ def process_index(
 
 def from_processes(
     worker: str,
-    devices: Sequence[DeviceLike],
-    index: Mapping[str, Sequence[DeviceLike]],
-    previous: Sequence[DeviceLike] = (),
-) -> list[DeviceLike] | None:
+    devices: Sequence[GpuDevice],
+    index: Mapping[str, Sequence[GpuDevice]],
+    previous: Sequence[GpuDevice] = (),
+) -> list[GpuDevice] | None:
     """Source 1: the devices whose compute-process list holds a process of the worker's
     tree (``index``: :func:`process_index` of this pass).
 
@@ -260,7 +260,7 @@ def from_processes(
 
 
 def visible_to_runtime(
-    value: str | None, devices: Sequence[DeviceLike], *, host_indices: bool
+    value: str | None, devices: Sequence[GpuDevice], *, host_indices: bool
 ) -> _Resolution:
     """The devices NVIDIA_VISIBLE_DEVICES gives a container (None: no restriction).
 
@@ -280,11 +280,11 @@ def visible_to_runtime(
 
 
 def _host_devices(
-    entries: Iterable[tuple[str, str]], devices: Sequence[DeviceLike], *, host_indices: bool
-) -> tuple[list[DeviceLike], list[str]]:
+    entries: Iterable[tuple[str, str]], devices: Sequence[GpuDevice], *, host_indices: bool
+) -> tuple[list[GpuDevice], list[str]]:
     """The devices host-level IDs name (each with how a note shows it), MIG slices of a
     named GPU included, without repeats; a note for each ID skipped."""
-    out: list[DeviceLike] = []
+    out: list[GpuDevice] = []
     notes: list[str] = []
     for entry, shown in entries:
         if entry.isdigit() and not host_indices:
@@ -301,7 +301,7 @@ def _host_devices(
     return _dedup(out), notes
 
 
-def _host_device(entry: str, devices: Sequence[DeviceLike]) -> DeviceLike | None:
+def _host_device(entry: str, devices: Sequence[GpuDevice]) -> GpuDevice | None:
     """The device a host-level ID names (NVIDIA_VISIBLE_DEVICES, pod-resources): a whole
     GPU by NVML index, or a GPU or MIG device by UUID; None for anything else."""
     if entry.isdigit():
@@ -309,7 +309,7 @@ def _host_device(entry: str, devices: Sequence[DeviceLike]) -> DeviceLike | None
     return _uuid_entry(entry, devices) if _is_uuid(entry) else None
 
 
-def cuda_order(gpus: Sequence[DeviceLike], device_order: str | None) -> list[DeviceLike] | None:
+def cuda_order(gpus: Sequence[GpuDevice], device_order: str | None) -> list[GpuDevice] | None:
     """Whole GPUs in the order CUDA's integer indices count them; None when unknowable.
 
     PCI bus order when CUDA_DEVICE_ORDER=PCI_BUS_ID, or when every GPU is the same
@@ -324,10 +324,10 @@ def cuda_order(gpus: Sequence[DeviceLike], device_order: str | None) -> list[Dev
     return None
 
 
-def _whole_gpus(visible: Sequence[DeviceLike], devices: Sequence[DeviceLike]) -> list[DeviceLike]:
+def _whole_gpus(visible: Sequence[GpuDevice], devices: Sequence[GpuDevice]) -> list[GpuDevice]:
     """The GPUs of the visible devices: a MIG device counts as its GPU, once."""
     parents = {d.gpu: d for d in devices if not _is_mig(d)}
-    out: list[DeviceLike] = []
+    out: list[GpuDevice] = []
     seen: set[str] = set()
     for dev in visible:
         whole = parents.get(dev.gpu) if _is_mig(dev) else dev
@@ -339,20 +339,20 @@ def _whole_gpus(visible: Sequence[DeviceLike], devices: Sequence[DeviceLike]) ->
 
 def select_cuda(
     value: str,
-    visible: Sequence[DeviceLike],
+    visible: Sequence[GpuDevice],
     device_order: str | None,
-    devices: Sequence[DeviceLike] = (),
+    devices: Sequence[GpuDevice] = (),
 ) -> _Resolution:
     """The devices CUDA_VISIBLE_DEVICES selects among ``visible`` (``devices``: every
     device NVML lists, MIG-mode GPUs included)."""
     if value.strip() == "":
         return _Resolution([])
-    out: list[DeviceLike] = []
+    out: list[GpuDevice] = []
     notes: list[str] = []
-    order: list[DeviceLike] | None = None
+    order: list[GpuDevice] | None = None
     order_known = False
     for entry in _entries(value):
-        dev: DeviceLike | None = None
+        dev: GpuDevice | None = None
         if re.fullmatch(r"-?\d+", entry):
             if not order_known:
                 whole = _whole_gpus(visible, devices or visible)
@@ -393,7 +393,7 @@ def select_cuda(
 
 
 def from_environment(
-    env: Mapping[str, str] | None, devices: Sequence[DeviceLike], *, host_indices: bool
+    env: Mapping[str, str] | None, devices: Sequence[GpuDevice], *, host_indices: bool
 ) -> _Resolution:
     """Source 2: the worker's NVIDIA_VISIBLE_DEVICES, then CUDA_VISIBLE_DEVICES among those."""
     if env is None:
@@ -418,9 +418,7 @@ def from_environment(
     return _Resolution(chosen.devices, notes)
 
 
-def from_agent_environment(
-    own_env: Mapping[str, str], devices: Sequence[DeviceLike]
-) -> _Resolution:
+def from_agent_environment(own_env: Mapping[str, str], devices: Sequence[GpuDevice]) -> _Resolution:
     """Source 3: the devices the agent itself may use, when its environment restricts them.
 
     The container runtime has already narrowed what NVML shows the agent, so an
@@ -448,14 +446,14 @@ def from_agent_environment(
     return _Resolution(chosen.devices or None, notes + chosen.notes)
 
 
-def from_config(gpus: Sequence[int | str] | None, devices: Sequence[DeviceLike]) -> _Resolution:
+def from_config(gpus: Sequence[int | str] | None, devices: Sequence[GpuDevice]) -> _Resolution:
     """Source 4: ``workers[].gpus``: NVML indices (whole GPUs) or GPU-/MIG- UUIDs."""
     if not gpus:
         return _Resolution(None)
-    out: list[DeviceLike] = []
+    out: list[GpuDevice] = []
     notes: list[str] = []
     for entry in gpus:
-        dev: DeviceLike | None
+        dev: GpuDevice | None
         if isinstance(entry, int):
             hits = [d for d in devices if not _is_mig(d) and d.gpu == str(entry)]
             dev = hits[0] if hits else None
@@ -469,7 +467,7 @@ def from_config(gpus: Sequence[int | str] | None, devices: Sequence[DeviceLike])
 
 
 def from_device_ids(
-    ids: Sequence[str] | None, devices: Sequence[DeviceLike], *, host_indices: bool
+    ids: Sequence[str] | None, devices: Sequence[GpuDevice], *, host_indices: bool
 ) -> _Resolution:
     """Source 1b: the device plugin's IDs from pod-resources.
 
@@ -494,7 +492,7 @@ def host_indices_match(own_env: Mapping[str, str]) -> bool:
 
 def attribute(
     workers: Sequence[WorkerGpuInputs],
-    devices: Sequence[DeviceLike],
+    devices: Sequence[GpuDevice],
     *,
     pid_workers: Mapping[int, str],
     own_env: Mapping[str, str],
@@ -558,7 +556,7 @@ def gpu_env(environ: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------------- logging
 
 
-def _describe(devices: Sequence[DeviceLike]) -> str:
+def _describe(devices: Sequence[GpuDevice]) -> str:
     if not devices:
         return "no GPU"
     return ", ".join(f"gpu {d.gpu} ({d.uuid})" for d in devices)

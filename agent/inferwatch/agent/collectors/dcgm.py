@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from inferwatch.agent.collectors.attribution import Answer, DeviceLike, WorkerGpuInputs, attribute
+from inferwatch.agent.collectors.attribution import Answer, GpuDevice, WorkerGpuInputs, attribute
 from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.collectors.dcgm_fields import (
     CLOCK_EVENT_FIELDS,
@@ -59,7 +59,7 @@ from inferwatch.agent.collectors.dcgm_fields import (
     wanted_names,
 )
 from inferwatch.agent.collectors.nvml.sampling import CLOCK_EVENT_REASONS
-from inferwatch.agent.collectors.nvml.snapshot import device_labels, info_labels
+from inferwatch.agent.collectors.nvml.snapshot import info_labels
 from inferwatch.agent.config import redact_url
 from inferwatch.agent.httpio import Client, HttpError, TooLarge
 from inferwatch.engines.mapping import ParseError, parse
@@ -142,36 +142,18 @@ class DcgmScrapeError(ReasonError):
 
 
 @dataclass(frozen=True)
-class DcgmDevice:
+class DcgmDevice(GpuDevice):
     """One GPU or MIG GPU instance in one scrape."""
 
-    gpu: str
-    uuid: str
-    name: str = ""
-    pci_bus_id: str = ""
-    driver_version: str = ""
-    gpu_instance: str | None = None
-    mig_profile: str | None = None
-    mig_mode: str = "unknown"
     #: (family, fixed labels) -> value in base units
     values: Mapping[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     clock_events: Mapping[str, float] = field(default_factory=dict)
     #: (namespace, pod) pairs dcgm-exporter attributes this device to
     pods: frozenset[tuple[str, str]] = frozenset()
-    #: False for a GPU the last scrape did not carry (or when the scrape failed)
-    up: bool = True
-
-    @property
-    def pids(self) -> tuple[int, ...]:
-        """dcgm-exporter lists no processes (attribution's ``DeviceLike``)."""
-        return ()
 
     def lost(self) -> DcgmDevice:
         """This device as exported while it is missing: _info and up 0, no readings."""
         return replace(self, up=False, values={}, clock_events={}, pods=frozenset())
-
-    def labels(self) -> dict[str, str]:
-        return device_labels(self.gpu, self.uuid, self.gpu_instance, self.mig_profile)
 
 
 @dataclass
@@ -341,7 +323,7 @@ def worker_devices(
 
 def build_families(
     devices: Iterable[DcgmDevice],
-    worker_gpus: Iterable[tuple[str, DeviceLike]] = (),
+    worker_gpus: Iterable[tuple[str, GpuDevice]] = (),
     worker_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Metric]:
     """The contract's families for ``devices`` (a device that is not up: _info and up 0);

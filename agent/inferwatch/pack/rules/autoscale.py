@@ -159,23 +159,32 @@ def _behavior(t: Thresholds) -> dict[str, Any]:
     }
 
 
-def _example_metadata() -> dict[str, Any]:
-    """The metadata of the example scaler (KEDA's ScaledObject, the HPA)."""
-    return {"name": EXAMPLE_DEPLOYMENT, "labels": {"app.kubernetes.io/part-of": "inferwatch"}}
-
-
-def _example_target() -> dict[str, str]:
-    """The Deployment the example scaler resizes."""
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": EXAMPLE_DEPLOYMENT}
+def _example_scaler(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The example scaler (KEDA's ScaledObject, the HPA): named after the Deployment it
+    resizes, which heads its ``spec``."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": EXAMPLE_DEPLOYMENT,
+            "labels": {"app.kubernetes.io/part-of": "inferwatch"},
+        },
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": EXAMPLE_DEPLOYMENT,
+            },
+            **spec,
+        },
+    }
 
 
 def keda_scaled_object(t: Thresholds) -> dict[str, Any]:
-    return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": _example_metadata(),
-        "spec": {
-            "scaleTargetRef": _example_target(),
+    return _example_scaler(
+        "keda.sh/v1alpha1",
+        "ScaledObject",
+        {
             "minReplicaCount": 1,
             "maxReplicaCount": 8,
             "pollingInterval": int(t.pack.scrape_interval),
@@ -194,7 +203,7 @@ def keda_scaled_object(t: Thresholds) -> dict[str, Any]:
                 }
             ],
         },
-    }
+    )
 
 
 def adapter_rules(t: Thresholds) -> dict[str, Any]:
@@ -212,12 +221,10 @@ def adapter_rules(t: Thresholds) -> dict[str, Any]:
 
 
 def hpa(t: Thresholds) -> dict[str, Any]:
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _example_metadata(),
-        "spec": {
-            "scaleTargetRef": _example_target(),
+    return _example_scaler(
+        "autoscaling/v2",
+        "HorizontalPodAutoscaler",
+        {
             "minReplicas": 1,
             "maxReplicas": 8,
             "behavior": _behavior(t),
@@ -234,7 +241,7 @@ def hpa(t: Thresholds) -> dict[str, Any]:
                 }
             ],
         },
-    }
+    )
 
 
 def adapter_config_map(t: Thresholds) -> dict[str, Any]:

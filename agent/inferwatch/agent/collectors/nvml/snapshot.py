@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from inferwatch.agent.collectors.attribution import DeviceLike
+from inferwatch.agent.collectors.attribution import GpuDevice
 
 GAUGE_HELP: dict[str, str] = {
     "inferwatch_gpu_utilization_ratio": (
@@ -83,18 +83,6 @@ PCIE_HELP = (
 )
 
 
-def device_labels(
-    gpu: str, uuid: str, gpu_instance: str | None, mig_profile: str | None
-) -> dict[str, str]:
-    """The labels naming one GPU (``gpu``, ``uuid``) or MIG device (and ``gpu_instance``,
-    ``mig_profile``) on every GPU series, whichever backend read it."""
-    labels = {"gpu": gpu, "uuid": uuid}
-    if gpu_instance is not None:
-        labels["gpu_instance"] = gpu_instance
-        labels["mig_profile"] = mig_profile or "unknown"
-    return labels
-
-
 @dataclass(frozen=True)
 class ProcessReading:
     pid: int
@@ -104,18 +92,9 @@ class ProcessReading:
 
 
 @dataclass(frozen=True)
-class DeviceReading:
+class DeviceReading(GpuDevice):
     """One GPU or MIG device in one pass. Absent readings are simply not in the mappings."""
 
-    gpu: str
-    uuid: str
-    name: str
-    pci_bus_id: str
-    driver_version: str
-    mig_mode: str
-    up: bool
-    gpu_instance: str | None = None
-    mig_profile: str | None = None
     gauges: Mapping[str, float] = field(default_factory=dict)
     counters: Mapping[str, float] = field(default_factory=dict)
     clock_events: Mapping[str, float] = field(default_factory=dict)
@@ -129,9 +108,6 @@ class DeviceReading:
         """The PIDs in this device's compute-process list."""
         return tuple(p.pid for p in self.processes)
 
-    def labels(self) -> dict[str, str]:
-        return device_labels(self.gpu, self.uuid, self.gpu_instance, self.mig_profile)
-
 
 @dataclass(frozen=True)
 class NvmlSnapshot:
@@ -140,7 +116,7 @@ class NvmlSnapshot:
     xid: tuple[tuple[str, str, str, int, float], ...] = ()
 
 
-def info_labels(dev: DeviceLike) -> dict[str, str]:
+def info_labels(dev: GpuDevice) -> dict[str, str]:
     """The labels of ``inferwatch_gpu_info``: the device's own, then its description."""
     return {
         **dev.labels(),
@@ -223,7 +199,7 @@ def _processes(out: _Families, dev: DeviceReading, workers: Mapping[int, str]) -
 def build_families(
     snap: NvmlSnapshot,
     workers: Mapping[int, str],
-    worker_gpus: Iterable[tuple[str, DeviceLike]] = (),
+    worker_gpus: Iterable[tuple[str, GpuDevice]] = (),
     worker_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Metric]:
     """Metric families for a snapshot; ``workers`` maps a PID to its worker's name,
