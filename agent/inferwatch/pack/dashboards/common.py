@@ -262,7 +262,7 @@ def gpu_state_panel(t: Thresholds) -> Any:
         f"on that GPU rising, or above {pct(t.vram.squeeze_above)} with its P99 at or above "
         f"{secs(t.vram.squeeze_p99_ok_seconds)}). Memory pressure is the KV-cache usage of "
         "the GPU's workers, else NVML's used memory.",
-        [Query(f"{names(t).gpu_state}{gpu_sel()}", gpu_label())],
+        [gpu_series(names(t).gpu_state)],
         mappings=p.value_mappings(
             {
                 0: ("idle", "blue"),

@@ -10,6 +10,9 @@ from inferwatch.pack.dashboards.common import Dashboard
 from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, host_sel, steps
 from inferwatch.pack.thresholds import Thresholds
 
+#: Core temperature: warm from 80 °C, hot from 87 °C (the stat's colour, the chart's lines).
+TEMPERATURE_STEPS = steps("green", (80, "yellow"), (87, "red"))
+
 
 def vram_panel(t: Thresholds) -> Any:
     return c.memory_chart(
@@ -45,7 +48,7 @@ def now_section(t: Thresholds) -> Section:
                 "Core temperature of the hottest selected GPU.",
                 [Query(f"max(inferwatch_gpu_temperature_celsius{gpu_sel()})")],
                 unit="celsius",
-                thresholds=steps("green", (80, "yellow"), (87, "red")),
+                thresholds=TEMPERATURE_STEPS,
             ),
             h=4,
         ),
@@ -161,7 +164,7 @@ def power_section(t: Thresholds) -> Section:
                 "GPU core temperature.",
                 [c.gpu_series("inferwatch_gpu_temperature_celsius")],
                 unit="celsius",
-                thresholds=steps("green", (80, "yellow"), (87, "red")),
+                thresholds=TEMPERATURE_STEPS,
                 threshold_style="dashed",
             ),
             h=8,
@@ -202,12 +205,7 @@ def transfers_section(t: Thresholds) -> Section:
                 "PCIe traffic of each GPU by direction (tx: out of the GPU, rx: into it), "
                 "headers included. Sustained high rx on an inference GPU is weights or KV "
                 "cache moving over the bus (offload, swapping, model load).",
-                [
-                    Query(
-                        "inferwatch_gpu_pcie_throughput_bytes_per_second" + gpu_sel(),
-                        c.gpu_label("{{direction}}"),
-                    )
-                ],
+                [c.gpu_series("inferwatch_gpu_pcie_throughput_bytes_per_second", "{{direction}}")],
                 unit="Bps",
                 min_value=0,
             ),
@@ -216,12 +214,7 @@ def transfers_section(t: Thresholds) -> Section:
                 "NVLink traffic over all links of each GPU: tensor-parallel all-reduce "
                 "traffic. From the dcgm-exporter backend only; absent on boards without "
                 "NVLink.",
-                [
-                    Query(
-                        "inferwatch_gpu_nvlink_throughput_bytes_per_second" + gpu_sel(),
-                        c.gpu_label(),
-                    )
-                ],
+                [c.gpu_series("inferwatch_gpu_nvlink_throughput_bytes_per_second")],
                 unit="Bps",
                 min_value=0,
             ),

@@ -20,7 +20,7 @@ def memory_pressure_panel(t: Thresholds) -> Any:
         t,
         "Memory pressure",
         c.PRESSURE_TEXT + c.vram_text(t),
-        [Query(f"{names(t).gpu_pressure}{gpu_sel()}", c.gpu_label())],
+        [c.gpu_series(names(t).gpu_pressure)],
     )
 
 
