@@ -142,18 +142,20 @@ def test_generate_exits_2_on_bad_pricing(tmp_path: Path) -> None:
 
 def test_priced_overview_passes_the_dashboard_lint() -> None:
     pytest.importorskip("promql_parser")
+    from inferwatch.pack.dashboards import common, overview
     from inferwatch.pack.dashboards import lint as dashlint
-    from inferwatch.pack.dashboards import overview
 
     t = load_thresholds(str(PRICING))
-    board = overview.build(t)
+    board = common.build(overview.DASHBOARD, t)
     for name, check in dashlint.RULES.items():
         assert check(board) == [], name
     panels = {panel["title"]: panel for panel in board["panels"] if panel.get("type") != "row"}
     money = panels["Cost per million generated tokens (EUR)"]
     assert money["fieldConfig"]["defaults"]["unit"] == "currencyEUR"
     assert "Money on idle GPUs (EUR, time range)" in panels
-    unpriced = {panel["title"] for panel in overview.build(load_thresholds())["panels"]}
+    unpriced = {
+        panel["title"] for panel in common.build(overview.DASHBOARD, load_thresholds())["panels"]
+    }
     assert "GPU-hours per million generated tokens" in unpriced
     assert not any("EUR" in title for title in unpriced)
 

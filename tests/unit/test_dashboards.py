@@ -178,6 +178,26 @@ def test_panel_titles_unique_and_grid_inside_24_columns(
             assert pos["x"] + pos["w"] <= 24, (name, panel["title"])
 
 
+def test_lines_share_the_grid_and_stack_under_their_row() -> None:
+    from inferwatch.pack.dashboards import panels as p
+
+    assert p.line(*"abcde", h=4).widths == (5, 5, 5, 5, 4)
+    assert p.line(*"abc", h=8).widths == (8, 8, 8)
+    assert p.line("a", "b", h=8, widths=(10, 14)).widths == (10, 14)
+    for widths in ((12, 13), (24,)):
+        with pytest.raises(ValueError):
+            p.line("a", "b", h=8, widths=widths)
+    section = p.Section("s", p.line(p.row("a"), p.row("b"), h=3), p.line(p.row("c"), h=2))
+    placed = [panel.gridPos for panel in p.layout([section, p.Section("t")])]
+    assert [(pos.x, pos.y, pos.w, pos.h) for pos in placed] == [
+        (0, 0, 24, 1),
+        (0, 1, 12, 3),
+        (12, 1, 12, 3),
+        (0, 4, 24, 2),
+        (0, 6, 24, 1),
+    ]
+
+
 # --- JSON schema -----------------------------------------------------------------------
 
 

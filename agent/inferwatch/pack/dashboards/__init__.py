@@ -8,7 +8,9 @@
 
 The dashboards themselves are built with grafanalib (imported only when
 generating), one module each: :mod:`.overview`, :mod:`.worker`, :mod:`.gpu`,
-:mod:`.weekly`, with what they share in :mod:`.common`, the building blocks in
+:mod:`.weekly`. Each declares its ``DASHBOARD`` (a :class:`.common.Dashboard`: UID
+key, title, description and a function per row) and :func:`.common.build` turns it
+into JSON; what they share is in :mod:`.common`, the building blocks in
 :mod:`.panels` and the conversion to schema-valid JSON in :mod:`.plain`.
 
 For the linter and tests against a live stack, :func:`dashboard_variables` and
@@ -85,14 +87,11 @@ def configmap(name: str, json_text: str) -> str:
 def dashboards(thresholds: Thresholds) -> dict[str, dict[str, Any]]:
     """Name (file stem) -> dashboard JSON, as Python values."""
     # grafanalib: slow to import, so only here
-    from inferwatch.pack.dashboards import gpu, overview, weekly, worker
+    from inferwatch.pack.dashboards import common, gpu, overview, weekly, worker
 
-    return {
-        "inference-overview": overview.build(thresholds),
-        "inference-worker": worker.build(thresholds),
-        "inference-gpu": gpu.build(thresholds),
-        "inference-weekly-trends": weekly.build(thresholds),
-    }
+    specs = (overview.DASHBOARD, worker.DASHBOARD, gpu.DASHBOARD, weekly.DASHBOARD)
+    by_key = {spec.key: spec for spec in specs}
+    return {name: common.build(by_key[key], thresholds) for name, key in DASHBOARDS.items()}
 
 
 def render(doc: Mapping[str, Any]) -> str:

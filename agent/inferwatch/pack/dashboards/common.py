@@ -1,5 +1,6 @@
 """What the four dashboards share: selectors, threshold steps and texts from the
-thresholds, the panels two dashboards show, and the dashboard frame (links, variables).
+thresholds, the panels two dashboards show, and the dashboard itself: declared as data
+(:class:`Dashboard`) and built in its frame (links, variables) by :func:`build`.
 
 Imported only when dashboards are generated (grafanalib is slow to import);
 everything else goes through :mod:`inferwatch.pack.dashboards`.
@@ -12,7 +13,8 @@ every selector, ``gpu`` on GPU series, ``model`` and ``worker`` on engine series
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from grafanalib import core as g
@@ -20,7 +22,7 @@ from grafanalib import core as g
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import plain
 from inferwatch.pack.dashboards.panels import (
-    Cell,
+    Line,
     Query,
     Section,
     Step,
@@ -241,12 +243,13 @@ def latency_panel(t: Thresholds, name: str, metric: str, slo: float | None, by: 
     )
 
 
-def slo_latency_cells(t: Thresholds, by: str) -> list[Cell]:
+def slo_latency_line(t: Thresholds, by: str) -> Line:
     """TTFT and TPOT quantiles per ``by``, each with its P99 SLO line, side by side."""
-    return [
-        Cell(latency_panel(t, "TTFT", TTFT, t.ttft.p99_slo_seconds, by), 12, 8),
-        Cell(latency_panel(t, "TPOT", TPOT, t.tpot.p99_slo_seconds, by), 12, 8),
-    ]
+    return p.line(
+        latency_panel(t, "TTFT", TTFT, t.ttft.p99_slo_seconds, by),
+        latency_panel(t, "TPOT", TPOT, t.tpot.p99_slo_seconds, by),
+        h=8,
+    )
 
 
 def gpu_state_panel(t: Thresholds) -> Any:
@@ -259,7 +262,7 @@ def gpu_state_panel(t: Thresholds) -> Any:
         f"on that GPU rising, or above {pct(t.vram.squeeze_above)} with its P99 at or above "
         f"{secs(t.vram.squeeze_p99_ok_seconds)}). Memory pressure is the KV-cache usage of "
         "the GPU's workers, else NVML's used memory.",
-        [Query(f"{names(t).gpu_state}{gpu_sel()}", gpu_label())],
+        [gpu_series(names(t).gpu_state)],
         mappings=p.value_mappings(
             {
                 0: ("idle", "blue"),
@@ -313,7 +316,7 @@ def rates_panel(
     )
 
 
-def traffic_cells(t: Thresholds, by: str, requests: Any) -> list[Cell]:
+def traffic_line(t: Thresholds, by: str, requests: Any) -> Line:
     """The traffic row of the overview (``by`` model) and of the worker dashboard (``by``
     worker): ``requests``, then tokens, errors and rejections, a quarter of the width each."""
     tokens = rates_panel(
@@ -334,7 +337,7 @@ def traffic_cells(t: Thresholds, by: str, requests: Any) -> list[Cell]:
         [("inferwatch_requests_rejected_total", "")],
         unit="reqps",
     )
-    return [Cell(panel, 6, 8) for panel in (requests, tokens, error_ratio_panel(t), rejected)]
+    return p.line(requests, tokens, error_ratio_panel(t), rejected, h=8)
 
 
 def _links() -> list[g.DashboardLink]:
@@ -351,28 +354,35 @@ def _links() -> list[g.DashboardLink]:
     ]
 
 
-def dashboard(
-    t: Thresholds,
-    key: str,
-    title: str,
-    description: str,
-    sections: Sequence[Section],
-    *,
-    time_from: str = "now-1h",
-    refresh: str = "30s",
-) -> dict[str, Any]:
-    """One generated dashboard: ``key`` names its UID in ``pack.dashboard_uids`` and is
-    its tag beside the pack's own."""
+@dataclass(frozen=True)
+class Dashboard:
+    """A generated dashboard as data: ``key`` names its UID in ``pack.dashboard_uids``
+    and is its tag beside the pack's own; ``description`` is a text or is written from
+    the thresholds; each of ``rows`` builds a section from the thresholds, top to bottom
+    (one that returns None is left out)."""
+
+    key: str
+    title: str
+    description: str | Callable[[Thresholds], str]
+    rows: Sequence[Callable[[Thresholds], Section | None]]
+    time_from: str = "now-1h"
+    refresh: str = "30s"
+
+
+def build(spec: Dashboard, t: Thresholds) -> dict[str, Any]:
+    """The dashboard's JSON, as Python values."""
+    description = spec.description if isinstance(spec.description, str) else spec.description(t)
+    sections = [section for row in spec.rows if (section := row(t)) is not None]
     dashboard = g.Dashboard(
-        title=title,
-        uid=getattr(t.pack.dashboard_uids, key),
+        title=spec.title,
+        uid=getattr(t.pack.dashboard_uids, spec.key),
         description=description,
-        tags=[TAG, key],
+        tags=[TAG, spec.key],
         editable=False,
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        time=g.Time(time_from, "now"),
+        time=g.Time(spec.time_from, "now"),
         timezone="browser",
-        refresh=refresh,
+        refresh=spec.refresh,
         templating=g.Templating(p.standard_variables()),
         links=_links(),
         panels=p.layout(sections),

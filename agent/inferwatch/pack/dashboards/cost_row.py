@@ -9,7 +9,7 @@ money panels show GPU-hours instead. Hours over the dashboard's time range are
 from __future__ import annotations
 
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps
+from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, steps
 from inferwatch.pack.names import cost_names, names
 from inferwatch.pack.rules import cost
 from inferwatch.pack.thresholds import Thresholds
@@ -87,8 +87,9 @@ def cost_section(t: Thresholds) -> Section:
         "worker on it, utilization below; unallocated: no worker. A GPU shared by several "
         "workers counts once."
     )
-    cells: list[Cell] = [
-        Cell(
+    return Section(
+        "What the GPUs cost: GPU-hours, money and energy",
+        p.line(
             p.stat(
                 "GPU-hours by state (time range)",
                 "GPU-hours over the dashboard's time range. " + states_text,
@@ -104,10 +105,6 @@ def cost_section(t: Thresholds) -> Section:
                 decimals=1,
                 text_mode="value_and_name",
             ),
-            8,
-            6,
-        ),
-        Cell(
             p.stat(
                 waste_title,
                 "Held idle plus unallocated, over the dashboard's time range. " + states_text,
@@ -117,10 +114,6 @@ def cost_section(t: Thresholds) -> Section:
                 decimals=1,
                 thresholds=steps("green", (0.000001, "orange")),
             ),
-            4,
-            6,
-        ),
-        Cell(
             p.timeseries(
                 "Wasted GPU-hours per day, against the week before",
                 "GPU-hours held idle or unallocated in the 24 hours to each point, and the same "
@@ -136,10 +129,11 @@ def cost_section(t: Thresholds) -> Section:
                 axis_label="GPU-hours per day",
                 min_value=0,
             ),
-            12,
-            6,
+            h=6,
+            widths=(8, 4, 12),
         ),
-        Cell(
+        p.line(per_model_table(t), h=7),
+        p.line(
             p.timeseries(
                 "GPUs by state",
                 "How many of the selected GPUs serve, are held idle or have no worker now. "
@@ -151,10 +145,6 @@ def cost_section(t: Thresholds) -> Section:
                 stack=True,
                 fill=40,
             ),
-            8,
-            8,
-        ),
-        Cell(
             p.timeseries(
                 "Model GPU utilization against the waste threshold",
                 "Average utilization of each model's own GPUs; below the line "
@@ -167,10 +157,6 @@ def cost_section(t: Thresholds) -> Section:
                 min_value=0,
                 max_value=1,
             ),
-            8,
-            8,
-        ),
-        Cell(
             p.timeseries(
                 per_mtok_title,
                 per_mtok_text,
@@ -178,10 +164,9 @@ def cost_section(t: Thresholds) -> Section:
                 unit=per_mtok_unit,
                 min_value=0,
             ),
-            8,
-            8,
+            h=8,
         ),
-        Cell(
+        p.line(
             p.timeseries(
                 "Energy per generated token",
                 "Power of the model's GPUs (NVML's energy counter, split like the GPUs) over "
@@ -190,10 +175,6 @@ def cost_section(t: Thresholds) -> Section:
                 unit="joule",
                 min_value=0,
             ),
-            12,
-            8,
-        ),
-        Cell(
             p.timeseries(
                 "Energy per model (time range)",
                 "Energy of each model's GPUs over the dashboard's time range, from NVML's energy "
@@ -209,12 +190,9 @@ def cost_section(t: Thresholds) -> Section:
                 min_value=0,
                 bars=True,
             ),
-            12,
-            8,
+            h=8,
         ),
-    ]
-    cells.insert(3, Cell(per_model_table(t), 24, 7))
-    return Section("What the GPUs cost: GPU-hours, money and energy", cells)
+    )
 
 
 def per_model_table(t: Thresholds) -> object:

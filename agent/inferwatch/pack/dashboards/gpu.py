@@ -4,436 +4,346 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.common import (
-    dashboard,
-    gpu_label,
-    gpu_series,
-    gpu_state_panel,
-    gpu_utilization_panel,
-    gpus_up_stat,
-    mean_utilization_stat,
-    memory_chart,
-    memory_stat,
-    ratio_chart,
-    vram_text,
-)
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, host_sel, steps
+from inferwatch.pack.dashboards.common import Dashboard
+from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, host_sel, steps
 from inferwatch.pack.thresholds import Thresholds
+
+#: Core temperature: warm from 80 °C, hot from 87 °C (the stat's colour, the chart's lines).
+TEMPERATURE_STEPS = steps("green", (80, "yellow"), (87, "red"))
 
 
 def vram_panel(t: Thresholds) -> Any:
-    return memory_chart(
+    return c.memory_chart(
         t,
         "VRAM level",
         "(used + reserved) / total memory of each GPU (NVML). For an engine that "
         "pre-allocates its share of the card this stays flat: the Memory pressure panel "
-        "shows its KV cache. " + vram_text(t),
-        [gpu_series("inferwatch_gpu_memory_used_ratio")],
+        "shows its KV cache. " + c.vram_text(t),
+        [c.gpu_series("inferwatch_gpu_memory_used_ratio")],
     )
 
 
 def now_section(t: Thresholds) -> Section:
     return Section(
         "GPUs now",
-        [
-            Cell(
-                gpus_up_stat(),
-                5,
-                4,
+        p.line(
+            c.gpus_up_stat(),
+            c.mean_utilization_stat(t, "Mean utilization"),
+            c.memory_stat(
+                t,
+                "Highest VRAM level",
+                "The fullest selected GPU. " + c.vram_text(t),
+                f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})",
             ),
-            Cell(mean_utilization_stat(t, "Mean utilization"), 5, 4),
-            Cell(
-                memory_stat(
-                    t,
-                    "Highest VRAM level",
-                    "The fullest selected GPU. " + vram_text(t),
-                    f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})",
-                ),
-                5,
-                4,
+            p.stat(
+                "Power draw",
+                "Total power drawn by the selected GPUs.",
+                [Query(f"sum(inferwatch_gpu_power_watts{gpu_sel()})")],
+                unit="watt",
             ),
-            Cell(
-                p.stat(
-                    "Power draw",
-                    "Total power drawn by the selected GPUs.",
-                    [Query(f"sum(inferwatch_gpu_power_watts{gpu_sel()})")],
-                    unit="watt",
-                ),
-                5,
-                4,
+            p.stat(
+                "Hottest GPU",
+                "Core temperature of the hottest selected GPU.",
+                [Query(f"max(inferwatch_gpu_temperature_celsius{gpu_sel()})")],
+                unit="celsius",
+                thresholds=TEMPERATURE_STEPS,
             ),
-            Cell(
-                p.stat(
-                    "Hottest GPU",
-                    "Core temperature of the hottest selected GPU.",
-                    [Query(f"max(inferwatch_gpu_temperature_celsius{gpu_sel()})")],
-                    unit="celsius",
-                    thresholds=steps("green", (80, "yellow"), (87, "red")),
-                ),
-                4,
-                4,
-            ),
-        ],
+            h=4,
+        ),
     )
 
 
 def compute_section(t: Thresholds) -> Section:
     return Section(
         "Compute",
-        [
-            Cell(
-                ratio_chart(
-                    "Utilization vs SM, tensor and DRAM activity",
-                    "NVML utilization only says a kernel was running; SM active, tensor active "
-                    "and DRAM active (GPM, Hopper and newer) say how much of the chip worked. "
-                    "High utilization with low SM activity is a GPU waiting on small kernels; "
-                    "high DRAM activity with low tensor activity is a memory-bound decode.",
-                    [
-                        gpu_series("inferwatch_gpu_utilization_ratio", "utilization"),
-                        gpu_series("inferwatch_gpu_memory_busy_ratio", "memory busy"),
-                        gpu_series("inferwatch_gpu_sm_active_ratio", "SM active"),
-                        gpu_series("inferwatch_gpu_sm_occupancy_ratio", "SM occupancy"),
-                        gpu_series("inferwatch_gpu_tensor_active_ratio", "tensor active"),
-                        gpu_series("inferwatch_gpu_dram_active_ratio", "DRAM active"),
-                    ],
-                    fill=0,
-                ),
-                12,
-                9,
+        p.line(
+            c.ratio_chart(
+                "Utilization vs SM, tensor and DRAM activity",
+                "NVML utilization only says a kernel was running; SM active, tensor active "
+                "and DRAM active (GPM, Hopper and newer) say how much of the chip worked. "
+                "High utilization with low SM activity is a GPU waiting on small kernels; "
+                "high DRAM activity with low tensor activity is a memory-bound decode.",
+                [
+                    c.gpu_series("inferwatch_gpu_utilization_ratio", "utilization"),
+                    c.gpu_series("inferwatch_gpu_memory_busy_ratio", "memory busy"),
+                    c.gpu_series("inferwatch_gpu_sm_active_ratio", "SM active"),
+                    c.gpu_series("inferwatch_gpu_sm_occupancy_ratio", "SM occupancy"),
+                    c.gpu_series("inferwatch_gpu_tensor_active_ratio", "tensor active"),
+                    c.gpu_series("inferwatch_gpu_dram_active_ratio", "DRAM active"),
+                ],
+                fill=0,
             ),
-            Cell(gpu_utilization_panel(t), 12, 9),
-            Cell(gpu_state_panel(t), 24, 6),
-        ],
+            c.gpu_utilization_panel(t),
+            h=9,
+        ),
+        p.line(c.gpu_state_panel(t), h=6),
     )
 
 
 def memory_section(t: Thresholds) -> Section:
     return Section(
         "Memory",
-        [
-            Cell(
-                p.timeseries(
-                    "Memory used, reserved and total",
-                    "Device memory used by allocations, reserved by the driver, and the total.",
-                    [
-                        gpu_series("inferwatch_gpu_memory_used_bytes", "used"),
-                        gpu_series("inferwatch_gpu_memory_reserved_bytes", "reserved"),
-                        gpu_series("inferwatch_gpu_memory_total_bytes", "total"),
-                    ],
-                    unit="bytes",
-                    min_value=0,
-                ),
-                8,
-                8,
+        p.line(
+            p.timeseries(
+                "Memory used, reserved and total",
+                "Device memory used by allocations, reserved by the driver, and the total.",
+                [
+                    c.gpu_series("inferwatch_gpu_memory_used_bytes", "used"),
+                    c.gpu_series("inferwatch_gpu_memory_reserved_bytes", "reserved"),
+                    c.gpu_series("inferwatch_gpu_memory_total_bytes", "total"),
+                ],
+                unit="bytes",
+                min_value=0,
             ),
-            Cell(vram_panel(t), 8, 8),
-            Cell(
-                p.timeseries(
-                    "Memory per process",
-                    "Device memory of each process on the GPU; processes of watched workers "
-                    "carry the worker's name.",
-                    [
-                        gpu_series(
-                            "inferwatch_gpu_process_memory_used_bytes",
-                            "{{process}} pid {{pid}} {{worker}}",
-                        )
-                    ],
-                    unit="bytes",
-                    min_value=0,
-                    stack=True,
-                    fill=30,
-                ),
-                8,
-                8,
+            vram_panel(t),
+            p.timeseries(
+                "Memory per process",
+                "Device memory of each process on the GPU; processes of watched workers "
+                "carry the worker's name.",
+                [
+                    c.gpu_series(
+                        "inferwatch_gpu_process_memory_used_bytes",
+                        "{{process}} pid {{pid}} {{worker}}",
+                    )
+                ],
+                unit="bytes",
+                min_value=0,
+                stack=True,
+                fill=30,
             ),
-            Cell(
-                ratio_chart(
-                    "SM share per process",
-                    "Each process's share of SM time over the last sample period.",
-                    [
-                        gpu_series(
-                            "inferwatch_gpu_process_sm_utilization_ratio",
-                            "{{process}} pid {{pid}} {{worker}}",
-                        )
-                    ],
-                ),
-                24,
-                7,
+            h=8,
+        ),
+        p.line(
+            c.ratio_chart(
+                "SM share per process",
+                "Each process's share of SM time over the last sample period.",
+                [
+                    c.gpu_series(
+                        "inferwatch_gpu_process_sm_utilization_ratio",
+                        "{{process}} pid {{pid}} {{worker}}",
+                    )
+                ],
             ),
-        ],
+            h=7,
+        ),
     )
 
 
 def power_section(t: Thresholds) -> Section:
     return Section(
         "Power, temperature and clocks",
-        [
-            Cell(
-                p.timeseries(
-                    "Power vs limit",
-                    "Power drawn by each GPU against its enforced power limit. Draw "
-                    "pinned at the limit with sw_power_cap events means the clocks are capped.",
-                    [
-                        gpu_series("inferwatch_gpu_power_watts", "draw"),
-                        gpu_series("inferwatch_gpu_power_limit_watts", "limit"),
-                    ],
-                    unit="watt",
-                    min_value=0,
-                ),
-                8,
-                8,
+        p.line(
+            p.timeseries(
+                "Power vs limit",
+                "Power drawn by each GPU against its enforced power limit. Draw "
+                "pinned at the limit with sw_power_cap events means the clocks are capped.",
+                [
+                    c.gpu_series("inferwatch_gpu_power_watts", "draw"),
+                    c.gpu_series("inferwatch_gpu_power_limit_watts", "limit"),
+                ],
+                unit="watt",
+                min_value=0,
             ),
-            Cell(
-                p.timeseries(
-                    "Energy rate",
-                    "Average power from NVML's energy counter (read on the slow interval): "
-                    "smoother than the power gauge, and what the power bill sees.",
-                    [
-                        Query(
-                            f"rate(inferwatch_gpu_energy_joules_total{gpu_sel()}[$__rate_interval])",
-                            gpu_label(),
-                        )
-                    ],
-                    unit="watt",
-                    min_value=0,
-                ),
-                8,
-                8,
+            p.timeseries(
+                "Energy rate",
+                "Average power from NVML's energy counter (read on the slow interval): "
+                "smoother than the power gauge, and what the power bill sees.",
+                [
+                    Query(
+                        f"rate(inferwatch_gpu_energy_joules_total{gpu_sel()}[$__rate_interval])",
+                        c.gpu_label(),
+                    )
+                ],
+                unit="watt",
+                min_value=0,
             ),
-            Cell(
-                p.timeseries(
-                    "Temperature",
-                    "GPU core temperature.",
-                    [gpu_series("inferwatch_gpu_temperature_celsius")],
-                    unit="celsius",
-                    thresholds=steps("green", (80, "yellow"), (87, "red")),
-                    threshold_style="dashed",
-                ),
-                8,
-                8,
+            p.timeseries(
+                "Temperature",
+                "GPU core temperature.",
+                [c.gpu_series("inferwatch_gpu_temperature_celsius")],
+                unit="celsius",
+                thresholds=TEMPERATURE_STEPS,
+                threshold_style="dashed",
             ),
-            Cell(
-                p.timeseries(
-                    "Clocks",
-                    "Current SM and memory clocks. SM clocks dropping under load go with the "
-                    "clock-event reasons next to this panel.",
-                    [
-                        gpu_series("inferwatch_gpu_sm_clock_hertz", "SM"),
-                        gpu_series("inferwatch_gpu_memory_clock_hertz", "memory"),
-                    ],
-                    unit="hertz",
-                    min_value=0,
-                ),
-                12,
-                8,
+            h=8,
+        ),
+        p.line(
+            p.timeseries(
+                "Clocks",
+                "Current SM and memory clocks. SM clocks dropping under load go with the "
+                "clock-event reasons next to this panel.",
+                [
+                    c.gpu_series("inferwatch_gpu_sm_clock_hertz", "SM"),
+                    c.gpu_series("inferwatch_gpu_memory_clock_hertz", "memory"),
+                ],
+                unit="hertz",
+                min_value=0,
             ),
-            Cell(
-                p.state_timeline(
-                    "Clock-event reasons",
-                    "Why the clocks are below maximum, per reason: idle is normal; sw_power_cap, "
-                    "hw_slowdown, sw_thermal, hw_thermal and power_brake throttle the GPU "
-                    "(InferenceGPUThermalThrottling).",
-                    [gpu_series("inferwatch_gpu_clock_event_active", "{{reason}}")],
-                    mappings=p.value_mappings(
-                        {0: ("inactive", "transparent"), 1: ("active", "orange")}
-                    ),
+            p.state_timeline(
+                "Clock-event reasons",
+                "Why the clocks are below maximum, per reason: idle is normal; sw_power_cap, "
+                "hw_slowdown, sw_thermal, hw_thermal and power_brake throttle the GPU "
+                "(InferenceGPUThermalThrottling).",
+                [c.gpu_series("inferwatch_gpu_clock_event_active", "{{reason}}")],
+                mappings=p.value_mappings(
+                    {0: ("inactive", "transparent"), 1: ("active", "orange")}
                 ),
-                12,
-                8,
             ),
-        ],
+            h=8,
+        ),
     )
 
 
 def transfers_section(t: Thresholds) -> Section:
     return Section(
         "Interconnect, P-state and fan",
-        [
-            Cell(
-                p.timeseries(
-                    "PCIe throughput",
-                    "PCIe traffic of each GPU by direction (tx: out of the GPU, rx: into it), "
-                    "headers included. Sustained high rx on an inference GPU is weights or KV "
-                    "cache moving over the bus (offload, swapping, model load).",
-                    [
-                        Query(
-                            "inferwatch_gpu_pcie_throughput_bytes_per_second" + gpu_sel(),
-                            gpu_label("{{direction}}"),
-                        )
-                    ],
-                    unit="Bps",
-                    min_value=0,
-                ),
-                12,
-                8,
+        p.line(
+            p.timeseries(
+                "PCIe throughput",
+                "PCIe traffic of each GPU by direction (tx: out of the GPU, rx: into it), "
+                "headers included. Sustained high rx on an inference GPU is weights or KV "
+                "cache moving over the bus (offload, swapping, model load).",
+                [c.gpu_series("inferwatch_gpu_pcie_throughput_bytes_per_second", "{{direction}}")],
+                unit="Bps",
+                min_value=0,
             ),
-            Cell(
-                p.timeseries(
-                    "NVLink throughput",
-                    "NVLink traffic over all links of each GPU: tensor-parallel all-reduce "
-                    "traffic. From the dcgm-exporter backend only; absent on boards without "
-                    "NVLink.",
-                    [
-                        Query(
-                            "inferwatch_gpu_nvlink_throughput_bytes_per_second" + gpu_sel(),
-                            gpu_label(),
-                        )
-                    ],
-                    unit="Bps",
-                    min_value=0,
-                ),
-                12,
-                8,
+            p.timeseries(
+                "NVLink throughput",
+                "NVLink traffic over all links of each GPU: tensor-parallel all-reduce "
+                "traffic. From the dcgm-exporter backend only; absent on boards without "
+                "NVLink.",
+                [c.gpu_series("inferwatch_gpu_nvlink_throughput_bytes_per_second")],
+                unit="Bps",
+                min_value=0,
             ),
-            Cell(
-                p.timeseries(
-                    "Performance state",
-                    "P-state of each GPU, 0 the fastest. A GPU under load that leaves P0 "
-                    "is being held back (power, thermal or an application-clock setting); "
-                    "idle GPUs drop to P8 and lower.",
-                    [gpu_series("inferwatch_gpu_performance_state")],
-                    unit="none",
-                    min_value=0,
-                    max_value=15,
-                    fill=0,
-                ),
-                12,
-                8,
+            h=8,
+        ),
+        p.line(
+            p.timeseries(
+                "Performance state",
+                "P-state of each GPU, 0 the fastest. A GPU under load that leaves P0 "
+                "is being held back (power, thermal or an application-clock setting); "
+                "idle GPUs drop to P8 and lower.",
+                [c.gpu_series("inferwatch_gpu_performance_state")],
+                unit="none",
+                min_value=0,
+                max_value=15,
+                fill=0,
             ),
-            Cell(
-                p.timeseries(
-                    "Fan speed",
-                    "Intended fan speed as a share of its maximum (can exceed 100%). Absent "
-                    "on passively cooled boards, where the chassis moves the air.",
-                    [gpu_series("inferwatch_gpu_fan_speed_ratio")],
-                    unit="percentunit",
-                    min_value=0,
-                    fill=0,
-                ),
-                12,
-                8,
+            p.timeseries(
+                "Fan speed",
+                "Intended fan speed as a share of its maximum (can exceed 100%). Absent "
+                "on passively cooled boards, where the chassis moves the air.",
+                [c.gpu_series("inferwatch_gpu_fan_speed_ratio")],
+                unit="percentunit",
+                min_value=0,
+                fill=0,
             ),
-        ],
+            h=8,
+        ),
     )
 
 
 def errors_section(t: Thresholds) -> Section:
     return Section(
         "Errors and partitions",
-        [
-            Cell(
-                p.event_bars(
-                    "XID errors",
-                    "New XID errors reported by the driver, per GPU and XID code. Critical XIDs "
-                    f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
-                    [
-                        Query(
-                            f"sum by (instance, gpu, xid) (increase(inferwatch_gpu_xid_errors_total"
-                            f"{gpu_sel()}[$__rate_interval]))",
-                            gpu_label("XID {{xid}}"),
-                        )
-                    ],
-                ),
-                8,
-                8,
+        p.line(
+            p.event_bars(
+                "XID errors",
+                "New XID errors reported by the driver, per GPU and XID code. Critical XIDs "
+                f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
+                [
+                    Query(
+                        f"sum by (instance, gpu, xid) (increase(inferwatch_gpu_xid_errors_total"
+                        f"{gpu_sel()}[$__rate_interval]))",
+                        c.gpu_label("XID {{xid}}"),
+                    )
+                ],
             ),
-            Cell(
-                p.event_bars(
-                    "ECC errors",
-                    "New volatile ECC errors per GPU: corrected ones are a warning sign, "
-                    "uncorrected ones corrupt results.",
-                    [
-                        Query(
-                            f"sum by (instance, gpu, type) (increase(inferwatch_gpu_ecc_errors_total"
-                            f"{gpu_sel()}[$__rate_interval]))",
-                            gpu_label("{{type}}"),
-                        )
-                    ],
-                ),
-                8,
-                8,
+            p.event_bars(
+                "ECC errors",
+                "New volatile ECC errors per GPU: corrected ones are a warning sign, "
+                "uncorrected ones corrupt results.",
+                [
+                    Query(
+                        f"sum by (instance, gpu, type) (increase(inferwatch_gpu_ecc_errors_total"
+                        f"{gpu_sel()}[$__rate_interval]))",
+                        c.gpu_label("{{type}}"),
+                    )
+                ],
             ),
-            Cell(
-                p.timeseries(
-                    "Agent collection errors",
-                    "Errors of the agent's own collectors per second, by collector and reason. "
-                    "A collector that has counted no error since the agent started shows as a "
-                    "flat zero (the agent creates an error series at the first error).",
-                    [
-                        Query(
-                            "sum by (instance, collector, reason) (rate("
-                            f"inferwatch_collect_errors_total{host_sel()}[$__rate_interval]))"
-                            " or sum by (instance, collector) "
-                            f"(0 * inferwatch_collect_duration_seconds{host_sel()})",
-                            "{{instance}} {{collector}} {{reason}}",
-                        )
-                    ],
-                    unit="short",
-                    axis_label="errors/s",
-                    min_value=0,
-                ),
-                8,
-                8,
+            p.timeseries(
+                "Agent collection errors",
+                "Errors of the agent's own collectors per second, by collector and reason. "
+                "A collector that has counted no error since the agent started shows as a "
+                "flat zero (the agent creates an error series at the first error).",
+                [
+                    Query(
+                        "sum by (instance, collector, reason) (rate("
+                        f"inferwatch_collect_errors_total{host_sel()}[$__rate_interval]))"
+                        " or sum by (instance, collector) "
+                        f"(0 * inferwatch_collect_duration_seconds{host_sel()})",
+                        "{{instance}} {{collector}} {{reason}}",
+                    )
+                ],
+                unit="short",
+                axis_label="errors/s",
+                min_value=0,
             ),
-            Cell(
-                p.table(
-                    "MIG instances",
-                    "MIG instances of the selected GPUs with their profile and VRAM level.",
-                    [
-                        Query(
-                            "inferwatch_gpu_memory_used_ratio" + gpu_sel('gpu_instance!=""'),
-                            "",
-                            instant=True,
-                            fmt="table",
-                        )
-                    ],
-                    unit="percentunit",
-                    exclude=("job",),
-                    order=("instance", "gpu", "gpu_instance", "mig_profile", "uuid", "Value"),
-                    rename={"Value": "VRAM level"},
-                ),
-                12,
-                7,
+            h=8,
+        ),
+        p.line(
+            p.table(
+                "MIG instances",
+                "MIG instances of the selected GPUs with their profile and VRAM level.",
+                [
+                    Query(
+                        "inferwatch_gpu_memory_used_ratio" + gpu_sel('gpu_instance!=""'),
+                        "",
+                        instant=True,
+                        fmt="table",
+                    )
+                ],
+                unit="percentunit",
+                exclude=("job",),
+                order=("instance", "gpu", "gpu_instance", "mig_profile", "uuid", "Value"),
+                rename={"Value": "VRAM level"},
             ),
-            Cell(
-                p.table(
-                    "GPU inventory",
-                    "Model, UUID, PCI bus, driver and MIG mode of each selected GPU.",
-                    [Query(f"inferwatch_gpu_info{gpu_sel()}", "", instant=True, fmt="table")],
-                    unit="none",
-                    exclude=("Value", "job"),
-                    order=(
-                        "instance",
-                        "gpu",
-                        "name",
-                        "uuid",
-                        "pci_bus_id",
-                        "driver_version",
-                        "mig_mode",
-                    ),
+            p.table(
+                "GPU inventory",
+                "Model, UUID, PCI bus, driver and MIG mode of each selected GPU.",
+                [Query(f"inferwatch_gpu_info{gpu_sel()}", "", instant=True, fmt="table")],
+                unit="none",
+                exclude=("Value", "job"),
+                order=(
+                    "instance",
+                    "gpu",
+                    "name",
+                    "uuid",
+                    "pci_bus_id",
+                    "driver_version",
+                    "mig_mode",
                 ),
-                12,
-                7,
             ),
-        ],
+            h=7,
+        ),
     )
 
 
-def build(t: Thresholds) -> dict[str, Any]:
-    return dashboard(
-        t,
-        "gpu",
-        "Inference GPU",
-        "GPUs in detail: utilization against SM/tensor/DRAM activity, memory down to the "
-        "process, power, temperature, clocks and why they drop, PCIe and NVLink traffic, "
-        "P-state and fan, XID and ECC errors, MIG.",
-        [
-            now_section(t),
-            compute_section(t),
-            memory_section(t),
-            power_section(t),
-            transfers_section(t),
-            errors_section(t),
-        ],
-    )
+DASHBOARD = Dashboard(
+    key="gpu",
+    title="Inference GPU",
+    description="GPUs in detail: utilization against SM/tensor/DRAM activity, memory down to "
+    "the process, power, temperature, clocks and why they drop, PCIe and NVLink traffic, "
+    "P-state and fan, XID and ECC errors, MIG.",
+    rows=(
+        now_section,
+        compute_section,
+        memory_section,
+        power_section,
+        transfers_section,
+        errors_section,
+    ),
+)

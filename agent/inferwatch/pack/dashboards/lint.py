@@ -440,56 +440,61 @@ def target_promql(d: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def target_rate_interval(d: Mapping[str, Any]) -> list[str]:
-    pp = _pp()
-    problems = []
-    for where, node, _ in _parsed_nodes(d):
-        if not isinstance(node, pp.Call) or node.func.name not in RATE_FUNCTIONS:
-            continue
+#: What a target rule looks for in one node of a parsed query: given promql_parser,
+#: the node and its ancestors (nearest last), the problems it finds there.
+NodeCheck = Callable[[Any, Any, tuple[Any, ...]], Iterator[str]]
+
+
+def _node_rule(check: NodeCheck) -> Rule:
+    """The rule that runs ``check`` on every node of every target that parses."""
+
+    def rule(d: Mapping[str, Any]) -> list[str]:
+        pp = _pp()
+        return [
+            f"{where}: {problem}"
+            for where, node, parents in _parsed_nodes(d)
+            for problem in check(pp, node, parents)
+        ]
+
+    return rule
+
+
+def _rate_interval(pp: Any, node: Any, _parents: tuple[Any, ...]) -> Iterator[str]:
+    if isinstance(node, pp.Call) and node.func.name in RATE_FUNCTIONS:
         arg = node.args[0] if node.args else None
         if not isinstance(arg, pp.MatrixSelector) or arg.range != _RATE_MARK_TD:
-            problems.append(f"{where}: {node.func.name}() does not range over $__rate_interval")
-    return problems
+            yield f"{node.func.name}() does not range over $__rate_interval"
 
 
-def target_counter_agg(d: Mapping[str, Any]) -> list[str]:
-    pp = _pp()
-    problems = []
-    for where, node, parents in _parsed_nodes(d):
-        if not isinstance(node, pp.VectorSelector):
-            continue
-        name = selector_name(node) or ""
-        if not name.endswith("_total"):
-            continue
-        ok = (
-            len(parents) >= 2
-            and isinstance(parents[-1], pp.MatrixSelector)
-            and isinstance(parents[-2], pp.Call)
-            and parents[-2].func.name in RATE_FUNCTIONS
-        )
-        if not ok:
-            problems.append(f"{where}: counter {name} outside rate/irate/increase")
-    return problems
+def _counter_agg(pp: Any, node: Any, parents: tuple[Any, ...]) -> Iterator[str]:
+    if not isinstance(node, pp.VectorSelector):
+        return
+    name = selector_name(node) or ""
+    under_rate = (
+        len(parents) >= 2
+        and isinstance(parents[-1], pp.MatrixSelector)
+        and isinstance(parents[-2], pp.Call)
+        and parents[-2].func.name in RATE_FUNCTIONS
+    )
+    if name.endswith("_total") and not under_rate:
+        yield f"counter {name} outside rate/irate/increase"
+
+
+target_rate_interval = _node_rule(_rate_interval)
+target_counter_agg = _node_rule(_counter_agg)
 
 
 def _matcher_rule(label: str) -> Rule:
     marker = _MARK.format(label)
 
-    def rule(d: Mapping[str, Any]) -> list[str]:
-        pp = _pp()
-        problems = []
-        for where, sel, _ in _parsed_nodes(d):
-            if not isinstance(sel, pp.VectorSelector):
-                continue
-            ok = any(
-                m.name == label and m.op == pp.MatchOp.Re and m.value in (marker, marker + "|")
-                for m in sel.matchers.matchers
-            )
-            if not ok:
-                problems.append(f'{where}: {selector_name(sel)} lacks {label}=~"${label}"')
-        return problems
+    def check(pp: Any, node: Any, _parents: tuple[Any, ...]) -> Iterator[str]:
+        if isinstance(node, pp.VectorSelector) and not any(
+            m.name == label and m.op == pp.MatchOp.Re and m.value in (marker, marker + "|")
+            for m in node.matchers.matchers
+        ):
+            yield f'{selector_name(node)} lacks {label}=~"${label}"'
 
-    return rule
+    return _node_rule(check)
 
 
 RULES: dict[str, Rule] = {

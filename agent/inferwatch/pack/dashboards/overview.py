@@ -5,46 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import slo_row
-from inferwatch.pack.dashboards.common import (
-    PRESSURE_TEXT,
-    dashboard,
-    gpu_label,
-    gpu_link,
-    gpu_state_panel,
-    gpu_utilization_panel,
-    gpus_up_stat,
-    mean_utilization_stat,
-    memory_chart,
-    memory_stat,
-    pct,
-    rates_panel,
-    slo_latency_cells,
-    traffic_cells,
-    vram_text,
-    worker_only,
-)
+from inferwatch.pack.dashboards.common import Dashboard
 from inferwatch.pack.dashboards.cost_row import cost_section
-from inferwatch.pack.dashboards.panels import (
-    Cell,
-    Query,
-    Section,
-    gpu_sel,
-    host_sel,
-    steps,
-    worker_sel,
-)
+from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, host_sel, steps, worker_sel
 from inferwatch.pack.names import names
 from inferwatch.pack.thresholds import Thresholds
 
 
 def memory_pressure_panel(t: Thresholds) -> Any:
-    return memory_chart(
+    return c.memory_chart(
         t,
         "Memory pressure",
-        PRESSURE_TEXT + vram_text(t),
-        [Query(f"{names(t).gpu_pressure}{gpu_sel()}", gpu_label())],
+        c.PRESSURE_TEXT + c.vram_text(t),
+        [c.gpu_series(names(t).gpu_pressure)],
     )
 
 
@@ -67,7 +43,7 @@ def queue_panel(t: Thresholds, by: str = "instance, worker") -> Any:
         [
             Query(f"sum by ({by}) (inferwatch_queue_depth{worker_sel()})", "{{worker}} waiting"),
             Query(
-                f"max by ({by}) (inferwatch_max_num_seqs{worker_only()})",
+                f"max by ({by}) (inferwatch_max_num_seqs{c.worker_only()})",
                 "{{worker}} max_num_seqs",
             ),
         ],
@@ -107,13 +83,13 @@ def bottleneck_panel(t: Thresholds) -> Any:
     modest = t.gpu_utilization.healthy_band[0]
     return p.state_timeline(
         "Compute-bound or memory-bound",
-        f"Compute-bound: utilization at or above {pct(busy)} while requests wait on a "
+        f"Compute-bound: utilization at or above {c.pct(busy)} while requests wait on a "
         f"worker of that GPU; memory-bound: memory pressure (KV cache, else VRAM) at or "
-        f"above {pct(t.vram.squeeze_above)} while utilization "
-        f"is below {pct(modest)} (field guide 6.1). Compute-bound asks for scale-out or "
+        f"above {c.pct(t.vram.squeeze_above)} while utilization "
+        f"is below {c.pct(modest)} (field guide 6.1). Compute-bound asks for scale-out or "
         "rate limiting; memory-bound asks for prefix caching, an FP8 KV cache or a lower "
         "--max-num-seqs, not for more GPUs.",
-        [Query(bottleneck_expr(t), gpu_label())],
+        [Query(bottleneck_expr(t), c.gpu_label())],
         mappings=p.value_mappings(
             {
                 0: ("balanced", "green"),
@@ -121,7 +97,7 @@ def bottleneck_panel(t: Thresholds) -> Any:
                 2: ("memory-bound", "purple"),
             }
         ),
-        links=[gpu_link(t)],
+        links=[c.gpu_link(t)],
     )
 
 
@@ -155,113 +131,94 @@ def alerts_panel(t: Thresholds) -> Any:
 def now_section(t: Thresholds) -> Section:
     return Section(
         "Fleet now",
-        [
-            Cell(mean_utilization_stat(t, "Mean GPU utilization"), 4, 4),
-            Cell(
-                memory_stat(
-                    t,
-                    "Highest memory pressure",
-                    "Memory pressure of the fullest selected GPU: the KV cache of its workers, "
-                    "else NVML's used memory. " + vram_text(t),
-                    f"max({names(t).gpu_pressure}{gpu_sel()})",
-                ),
-                4,
-                4,
+        p.line(
+            c.mean_utilization_stat(t, "Mean GPU utilization"),
+            c.memory_stat(
+                t,
+                "Highest memory pressure",
+                "Memory pressure of the fullest selected GPU: the KV cache of its workers, "
+                "else NVML's used memory. " + c.vram_text(t),
+                f"max({names(t).gpu_pressure}{gpu_sel()})",
             ),
-            Cell(
-                p.stat(
-                    "Fleet requests per second",
-                    "Finished requests per second across the selected workers.",
-                    [
-                        Query(
-                            f"sum(rate(inferwatch_requests_finished_total{worker_sel()}"
-                            "[$__rate_interval]))"
-                        )
-                    ],
-                    unit="reqps",
-                ),
-                4,
-                4,
+            p.stat(
+                "Fleet requests per second",
+                "Finished requests per second across the selected workers.",
+                [
+                    Query(
+                        f"sum(rate(inferwatch_requests_finished_total{worker_sel()}"
+                        "[$__rate_interval]))"
+                    )
+                ],
+                unit="reqps",
             ),
-            Cell(
-                p.count_stat(
-                    "Workers up",
-                    "Workers whose last engine scrape succeeded, out of those selected.",
-                    f"sum(inferwatch_target_up{worker_only()})",
-                ),
-                4,
-                4,
+            p.count_stat(
+                "Workers up",
+                "Workers whose last engine scrape succeeded, out of those selected.",
+                f"sum(inferwatch_target_up{c.worker_only()})",
             ),
-            Cell(
-                gpus_up_stat(),
-                4,
-                4,
+            c.gpus_up_stat(),
+            p.count_stat(
+                "Alerts firing",
+                "Inference alerts firing now (details in the table below).",
+                'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
+                'job=~"$job|", instance=~"$instance|"}) or vector(0)',
+                thresholds=steps("green", (1, "red")),
             ),
-            Cell(
-                p.count_stat(
-                    "Alerts firing",
-                    "Inference alerts firing now (details in the table below).",
-                    'count(ALERTS{alertstate="firing", alertname=~"Inference.*", '
-                    'job=~"$job|", instance=~"$instance|"}) or vector(0)',
-                    thresholds=steps("green", (1, "red")),
-                ),
-                4,
-                4,
-            ),
-        ],
+            h=4,
+        ),
     )
 
 
 def lifelines_section(t: Thresholds) -> Section:
     return Section(
         "The four lifelines: GPU utilization, VRAM level, queue depth, latency",
-        [
-            Cell(gpu_utilization_panel(t), 8, 8),
-            Cell(memory_pressure_panel(t), 8, 8),
-            Cell(queue_panel(t), 8, 8),
-            *slo_latency_cells(t, "model"),
-        ],
+        p.line(c.gpu_utilization_panel(t), memory_pressure_panel(t), queue_panel(t), h=8),
+        c.slo_latency_line(t, "model"),
     )
 
 
 def bottleneck_section(t: Thresholds) -> Section:
     return Section(
         "Where the bottleneck is",
-        [Cell(gpu_state_panel(t), 12, 8), Cell(bottleneck_panel(t), 12, 8)],
+        p.line(c.gpu_state_panel(t), bottleneck_panel(t), h=8),
     )
 
 
 def alerts_section(t: Thresholds) -> Section:
-    return Section("Alerts", [Cell(alerts_panel(t), 24, 8)])
+    return Section("Alerts", p.line(alerts_panel(t), h=8))
 
 
 def traffic_section(t: Thresholds) -> Section:
-    requests = rates_panel(
+    requests = c.rates_panel(
         "Requests per second",
         "Finished requests per second (every finish reason).",
         "model",
         [("inferwatch_requests_finished_total", "")],
         unit="reqps",
     )
-    return Section("Traffic and errors", traffic_cells(t, "model", requests))
+    return Section("Traffic and errors", c.traffic_line(t, "model", requests))
 
 
-def build(t: Thresholds) -> dict[str, Any]:
-    gu = t.gpu_utilization
-    return dashboard(
-        t,
-        "overview",
-        "Inference overview",
+def description(t: Thresholds) -> str:
+    low, high = t.gpu_utilization.healthy_band
+    return (
         "Fleet view of LLM inference: the four lifelines (GPU utilization "
-        f"{pct(gu.healthy_band[0])}-{pct(gu.healthy_band[1])} healthy, VRAM level, queue "
-        "depth, TTFT/TPOT), where the bottleneck is, firing alerts, throughput and errors.",
-        [
-            now_section(t),
-            cost_section(t),
-            lifelines_section(t),
-            *slo_row.sections(t),
-            bottleneck_section(t),
-            alerts_section(t),
-            traffic_section(t),
-        ],
+        f"{c.pct(low)}-{c.pct(high)} healthy, VRAM level, queue "
+        "depth, TTFT/TPOT), where the bottleneck is, firing alerts, throughput and errors."
     )
+
+
+DASHBOARD = Dashboard(
+    key="overview",
+    title="Inference overview",
+    description=description,
+    rows=(
+        now_section,
+        cost_section,
+        lifelines_section,
+        slo_row.section,
+        bottleneck_section,
+        alerts_section,
+        traffic_section,
+    ),
+)

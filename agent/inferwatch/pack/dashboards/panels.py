@@ -9,7 +9,7 @@ here put the modern fields grafanalib does not know into ``extraJson`` so that
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import attr
@@ -140,15 +140,6 @@ def value_mappings(texts: Mapping[int, tuple[str, str]]) -> list[dict[str, Any]]
 
 
 # --- panels -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cell:
-    """A panel and its size on the 24-column grid."""
-
-    panel: Any
-    w: int
-    h: int
 
 
 def _common(title: str, description: str, queries: Sequence[Query]) -> dict[str, Any]:
@@ -358,33 +349,53 @@ def row(title: str) -> g.RowPanel:
 
 # --- layout -------------------------------------------------------------------
 
+#: Columns of Grafana's grid.
+GRID_WIDTH = 24
 
-@dataclass
+
+@dataclass(frozen=True)
+class Line:
+    """Panels side by side on the grid, all ``h`` high, ``widths[i]`` columns each."""
+
+    panels: tuple[Any, ...]
+    widths: tuple[int, ...]
+    h: int
+
+
+def line(*panels: Any, h: int, widths: Sequence[int] = ()) -> Line:
+    """Panels side by side, ``h`` high. Without ``widths`` they share the grid's width
+    evenly, the first ones a column wider where it does not divide."""
+    if not widths:
+        w, wider = divmod(GRID_WIDTH, len(panels))
+        widths = [w + 1 if i < wider else w for i in range(len(panels))]
+    if len(widths) != len(panels) or sum(widths) > GRID_WIDTH:
+        raise ValueError(f"{len(panels)} panels do not fit the widths {list(widths)}")
+    return Line(tuple(panels), tuple(widths), h)
+
+
 class Section:
-    """A titled row of panels, laid out left to right, wrapping at 24 columns."""
+    """A titled row of the dashboard: its lines of panels, top to bottom."""
 
-    title: str
-    cells: list[Cell] = field(default_factory=list)
+    def __init__(self, title: str, *lines: Line) -> None:
+        self.title = title
+        self.lines = lines
 
 
 def layout(sections: Sequence[Section]) -> list[Any]:
-    """Panels with grid positions: a row panel per section, then its cells."""
+    """Panels with grid positions: a row panel per section, then its lines."""
     panels: list[Any] = []
     y = 0
     for section in sections:
-        panels.append(attr.evolve(row(section.title), gridPos=g.GridPos(h=1, w=24, x=0, y=y)))
+        panels.append(
+            attr.evolve(row(section.title), gridPos=g.GridPos(h=1, w=GRID_WIDTH, x=0, y=y))
+        )
         y += 1
-        x = 0
-        line_h = 0
-        for cell in section.cells:
-            if x + cell.w > 24:
-                y += line_h
-                x = 0
-                line_h = 0
-            panels.append(attr.evolve(cell.panel, gridPos=g.GridPos(h=cell.h, w=cell.w, x=x, y=y)))
-            x += cell.w
-            line_h = max(line_h, cell.h)
-        y += line_h
+        for panel_line in section.lines:
+            x = 0
+            for panel, w in zip(panel_line.panels, panel_line.widths, strict=True):
+                panels.append(attr.evolve(panel, gridPos=g.GridPos(h=panel_line.h, w=w, x=x, y=y)))
+                x += w
+            y += panel_line.h
     return panels
 
 

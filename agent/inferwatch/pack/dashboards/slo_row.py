@@ -1,7 +1,7 @@
 """The "SLOs and error budgets" row of the Inference overview dashboard (pack.rules.slo's series).
 
 Kept apart from :mod:`inferwatch.pack.rules.slo` because it imports grafanalib, which only
-dashboard generation pays for. ``sections(t)`` is empty when ``slos.enabled`` is off.
+dashboard generation pays for. ``section(t)`` is None when ``slos.enabled`` is off.
 SLO series are per model (labels ``job, model, slo``): they have no ``instance``, so
 the instance matcher also accepts an empty value, as the alert panels' do.
 """
@@ -9,7 +9,7 @@ the instance matcher also accepts an empty value, as the alert panels' do.
 from __future__ import annotations
 
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, steps
+from inferwatch.pack.dashboards.panels import Query, Section, steps
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate, slo_errors
 from inferwatch.pack.rules import slo
 from inferwatch.pack.thresholds import Thresholds
@@ -18,9 +18,9 @@ TITLE = "SLOs and error budgets"
 SLO_SEL = '{job=~"$job", instance=~"$instance|", model=~"$model"}'
 
 
-def sections(t: Thresholds) -> list[Section]:
+def section(t: Thresholds) -> Section | None:
     if not slo.kinds(t.slos):
-        return []
+        return None
     budget = slo.window_name(t.slos.window)
     fast = slo.BURNS[0]
     sli = p.timeseries(
@@ -58,4 +58,4 @@ def sections(t: Thresholds) -> list[Section]:
         threshold_style="dashed",
         fill=0,
     )
-    return [Section(TITLE, [Cell(sli, 10, 8), Cell(left, 4, 8), Cell(burn, 10, 8)])]
+    return Section(TITLE, p.line(sli, left, burn, h=8, widths=(10, 4, 10)))

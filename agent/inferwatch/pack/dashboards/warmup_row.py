@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import secs, slo_steps, worker_only
-from inferwatch.pack.dashboards.panels import Cell, Query, Section
+from inferwatch.pack.dashboards.panels import Query, Section
 from inferwatch.pack.thresholds import Thresholds
 
 
@@ -24,90 +24,74 @@ def warmup_section(t: Thresholds) -> Section:
     gate_off = " Empty when the agent's warm-up gate (warmup: in its configuration) is off."
     return Section(
         "Warm-up",
-        [
-            Cell(
-                p.flag_stat(
-                    "Warm",
-                    "Whether the agent's warm-up gate has warmed each worker "
-                    "(inferwatch_worker_ready): cold while it waits for /health, warms the "
-                    "worker up, or after a restart; the agent's /readyz answers 200 only once "
-                    "every gated worker is warm or its deadline has passed." + gate_off,
-                    [_gauge("min", "inferwatch_worker_ready")],
-                    off=("cold", "red"),
-                    on=("warm", "green"),
-                ),
-                4,
-                8,
+        p.line(
+            p.flag_stat(
+                "Warm",
+                "Whether the agent's warm-up gate has warmed each worker "
+                "(inferwatch_worker_ready): cold while it waits for /health, warms the "
+                "worker up, or after a restart; the agent's /readyz answers 200 only once "
+                "every gated worker is warm or its deadline has passed." + gate_off,
+                [_gauge("min", "inferwatch_worker_ready")],
+                off=("cold", "red"),
+                on=("warm", "green"),
             ),
-            Cell(
-                p.flag_stat(
-                    "Gate opened on deadline",
-                    "1 when the gate let a worker into service only because warmup.deadline "
-                    "passed before a warm-up succeeded (inferwatch_warmup_deadline_exceeded): "
-                    "the worker serves cold and InferenceWarmupDeadlineExceeded fires. It "
-                    "returns to 0 when a background warm-up succeeds." + gate_off,
-                    [_gauge("max", "inferwatch_warmup_deadline_exceeded")],
-                    off=("no", "green"),
-                    on=("serving cold", "orange"),
-                ),
-                4,
-                8,
+            p.flag_stat(
+                "Gate opened on deadline",
+                "1 when the gate let a worker into service only because warmup.deadline "
+                "passed before a warm-up succeeded (inferwatch_warmup_deadline_exceeded): "
+                "the worker serves cold and InferenceWarmupDeadlineExceeded fires. It "
+                "returns to 0 when a background warm-up succeeds." + gate_off,
+                [_gauge("max", "inferwatch_warmup_deadline_exceeded")],
+                off=("no", "green"),
+                on=("serving cold", "orange"),
             ),
-            Cell(
-                p.timeseries(
-                    "Warm-up TTFT",
-                    "Time to first token of the last warm-up: cold is its first request, "
-                    "warm the same request sent again at its end. A wide gap is what the "
-                    "warm-up saved the first users (field guide 5.2: 4.8 s unwarmed against "
-                    "180 ms warm). The dashed line is ttft.warmup_p95_seconds, "
-                    f"{secs(t.ttft.warmup_p95_seconds)}: a warm TTFT above it means the "
-                    "warm-up did not help." + gate_off,
-                    [_gauge("max", "inferwatch_warmup_ttft_seconds", "phase")],
-                    unit="s",
-                    min_value=0,
-                    thresholds=slo_steps(t.ttft.warmup_p95_seconds),
-                    threshold_style="dashed",
-                    fill=0,
-                ),
-                8,
-                8,
+            p.timeseries(
+                "Warm-up TTFT",
+                "Time to first token of the last warm-up: cold is its first request, "
+                "warm the same request sent again at its end. A wide gap is what the "
+                "warm-up saved the first users (field guide 5.2: 4.8 s unwarmed against "
+                "180 ms warm). The dashed line is ttft.warmup_p95_seconds, "
+                f"{secs(t.ttft.warmup_p95_seconds)}: a warm TTFT above it means the "
+                "warm-up did not help." + gate_off,
+                [_gauge("max", "inferwatch_warmup_ttft_seconds", "phase")],
+                unit="s",
+                min_value=0,
+                thresholds=slo_steps(t.ttft.warmup_p95_seconds),
+                threshold_style="dashed",
+                fill=0,
             ),
-            Cell(
-                p.timeseries(
-                    "Warm-up duration",
-                    "How long the last completed warm-up took, from its first warm-up request "
-                    "to ready (loading the model before /health answers is not counted)."
-                    + gate_off,
-                    [_gauge("max", "inferwatch_warmup_duration_seconds")],
-                    unit="s",
-                    min_value=0,
-                    fill=0,
-                ),
-                8,
-                8,
+            p.timeseries(
+                "Warm-up duration",
+                "How long the last completed warm-up took, from its first warm-up request "
+                "to ready (loading the model before /health answers is not counted)." + gate_off,
+                [_gauge("max", "inferwatch_warmup_duration_seconds")],
+                unit="s",
+                min_value=0,
+                fill=0,
             ),
-            Cell(
-                p.event_bars(
-                    "Warm-ups and failures",
-                    "Completed warm-ups (one at start and one after each restart the gate "
-                    "noticed) and failed warm-up requests by reason (connect, timeout, "
-                    "http_status, bad_response, no_model), counted per interval. Failures "
-                    "that keep coming while the worker stays cold end in the deadline." + gate_off,
-                    [
-                        Query(
-                            "sum by (worker) (increase(inferwatch_warmups_total"
-                            f"{worker_only()}[$__rate_interval]))",
-                            "{{worker}} warm-ups",
-                        ),
-                        Query(
-                            "sum by (worker, reason) (increase(inferwatch_warmup_failures_total"
-                            f"{worker_only()}[$__rate_interval]))",
-                            "{{worker}} failed: {{reason}}",
-                        ),
-                    ],
-                ),
-                24,
-                8,
+            h=8,
+            widths=(4, 4, 8, 8),
+        ),
+        p.line(
+            p.event_bars(
+                "Warm-ups and failures",
+                "Completed warm-ups (one at start and one after each restart the gate "
+                "noticed) and failed warm-up requests by reason (connect, timeout, "
+                "http_status, bad_response, no_model), counted per interval. Failures "
+                "that keep coming while the worker stays cold end in the deadline." + gate_off,
+                [
+                    Query(
+                        "sum by (worker) (increase(inferwatch_warmups_total"
+                        f"{worker_only()}[$__rate_interval]))",
+                        "{{worker}} warm-ups",
+                    ),
+                    Query(
+                        "sum by (worker, reason) (increase(inferwatch_warmup_failures_total"
+                        f"{worker_only()}[$__rate_interval]))",
+                        "{{worker}} failed: {{reason}}",
+                    ),
+                ],
             ),
-        ],
+            h=8,
+        ),
     )

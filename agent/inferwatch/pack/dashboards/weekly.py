@@ -3,22 +3,10 @@ weekly review as seven days of P99 latency, GPU utilization and memory peak."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.common import (
-    PRESSURE_TEXT,
-    dashboard,
-    gpu_label,
-    memory_chart,
-    pct,
-    secs,
-    slo_steps,
-    util_text,
-    utilization_chart,
-    vram_text,
-)
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, gpu_sel, steps, worker_sel
+from inferwatch.pack.dashboards.common import Dashboard
+from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, steps, worker_sel
 from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
 
@@ -41,42 +29,37 @@ def three_section(t: Thresholds) -> Section:
     ttft_p99 = names(t).quantile("worker", "ttft", "p99")
     return Section(
         "The week on one panel",
-        [
-            Cell(
-                p.timeseries(
-                    "P99 latency, GPU utilization and memory peak",
-                    "The weekly review of field guide 6.2, three curves on one scale: the worst "
-                    f"worker's TTFT P99 as a share of its SLO ({secs(ttft_slo)}; above 100% "
-                    "breaks the SLO), the mean GPU utilization, and the peak memory pressure: "
-                    "the KV-cache usage where the engine exports it (an engine that "
-                    "pre-allocates, such as vLLM or SGLang, holds NVML's VRAM flat at its "
-                    "reservation), else NVML's VRAM level. Latency rising while utilization "
-                    "stays flat and memory climbs points at the KV cache; latency rising with "
-                    "utilization points at compute.",
-                    [
-                        Query(
-                            f"max(max_over_time({ttft_p99}{worker_sel()}[$__interval])) / {ttft_slo:g}",
-                            "TTFT P99 / SLO",
-                        ),
-                        Query(
-                            f"avg(avg_over_time({_UTIL}[$__interval]))", "GPU utilization (mean)"
-                        ),
-                        Query(
-                            f"max(max_over_time({names(t).gpu_pressure}{gpu_sel()}[$__interval]))",
-                            "memory peak (KV cache where exported, else VRAM)",
-                        ),
-                    ],
-                    unit="percentunit",
-                    min_value=0,
-                    soft_max=1,
-                    thresholds=steps("green", (1, "red")),
-                    threshold_style="dashed",
-                    fill=0,
-                ),
-                24,
-                10,
+        p.line(
+            p.timeseries(
+                "P99 latency, GPU utilization and memory peak",
+                "The weekly review of field guide 6.2, three curves on one scale: the worst "
+                f"worker's TTFT P99 as a share of its SLO ({c.secs(ttft_slo)}; above 100% "
+                "breaks the SLO), the mean GPU utilization, and the peak memory pressure: "
+                "the KV-cache usage where the engine exports it (an engine that "
+                "pre-allocates, such as vLLM or SGLang, holds NVML's VRAM flat at its "
+                "reservation), else NVML's VRAM level. Latency rising while utilization "
+                "stays flat and memory climbs points at the KV cache; latency rising with "
+                "utilization points at compute.",
+                [
+                    Query(
+                        f"max(max_over_time({ttft_p99}{worker_sel()}[$__interval])) / {ttft_slo:g}",
+                        "TTFT P99 / SLO",
+                    ),
+                    Query(f"avg(avg_over_time({_UTIL}[$__interval]))", "GPU utilization (mean)"),
+                    Query(
+                        f"max(max_over_time({names(t).gpu_pressure}{gpu_sel()}[$__interval]))",
+                        "memory peak (KV cache where exported, else VRAM)",
+                    ),
+                ],
+                unit="percentunit",
+                min_value=0,
+                soft_max=1,
+                thresholds=steps("green", (1, "red")),
+                threshold_style="dashed",
+                fill=0,
             ),
-        ],
+            h=10,
+        ),
     )
 
 
@@ -84,111 +67,87 @@ def alone_section(t: Thresholds) -> Section:
     ttft_slo = t.ttft.p99_slo_seconds
     return Section(
         "Each curve alone",
-        [
-            *[
-                Cell(
-                    p.timeseries(
-                        f"{name} P99 by model",
-                        f"The worst worker's {name if name.isupper() else name.lower()} P99 per model over the week (recording rule "
-                        f"over {t.pack.window}, peak per interval)."
-                        + (f" Dashed: the SLO, {secs(slo)}." if slo is not None else ""),
-                        [
-                            Query(
-                                f"max by (model) (max_over_time("
-                                f"{names(t).quantile('worker', metric.removeprefix('inferwatch_').removesuffix('_seconds'), 'p99')}{worker_sel()}[$__interval]))",
-                                "{{model}}",
-                            )
-                        ],
-                        unit="s",
-                        min_value=0,
-                        thresholds=slo_steps(slo) if slo is not None else (),
-                        threshold_style="dashed" if slo is not None else "off",
-                        fill=0,
-                    ),
-                    8,
-                    8,
+        p.line(
+            *(
+                p.timeseries(
+                    f"{name} P99 by model",
+                    f"The worst worker's {name if name.isupper() else name.lower()} P99 per model over the week (recording rule "
+                    f"over {t.pack.window}, peak per interval)."
+                    + (f" Dashed: the SLO, {c.secs(slo)}." if slo is not None else ""),
+                    [
+                        Query(
+                            f"max by (model) (max_over_time("
+                            f"{names(t).quantile('worker', metric.removeprefix('inferwatch_').removesuffix('_seconds'), 'p99')}{worker_sel()}[$__interval]))",
+                            "{{model}}",
+                        )
+                    ],
+                    unit="s",
+                    min_value=0,
+                    thresholds=c.slo_steps(slo) if slo is not None else (),
+                    threshold_style="dashed" if slo is not None else "off",
+                    fill=0,
                 )
                 for name, metric, slo in (
                     ("TTFT", TTFT, ttft_slo),
                     ("TPOT", TPOT, t.tpot.p99_slo_seconds),
                     ("End-to-end latency", E2E, None),
                 )
-            ],
-            Cell(
-                utilization_chart(
-                    t,
-                    "GPU utilization distribution",
-                    "Spread of the GPUs' utilization over the week: 10th, 50th and 90th "
-                    "percentile and the maximum across GPUs of each interval's mean. "
-                    + util_text(t),
-                    [
-                        *[
-                            Query(
-                                f"quantile({q:g}, avg_over_time({_UTIL}[$__interval]))",
-                                f"P{round(q * 100)}",
-                            )
-                            for q in (0.1, 0.5, 0.9)
-                        ],
-                        Query(f"max(avg_over_time({_UTIL}[$__interval]))", "max"),
-                    ],
-                ),
-                12,
-                8,
             ),
-            Cell(
-                p.stat(
-                    "Time in each utilization band",
-                    "Share of GPU time over the dashboard's range spent in each band of the "
-                    "thresholds (sampled every minute). " + util_text(t),
-                    _band_queries(t),
-                    unit="percentunit",
-                    graph=False,
-                    calc="lastNotNull",
-                    text_mode="value_and_name",
-                ),
-                12,
-                8,
-            ),
-            Cell(
-                memory_chart(
-                    t,
-                    "Memory peak per GPU",
-                    "Highest memory pressure of each GPU per interval over the week, named by "
-                    "its source: KV cache (the usage of the workers on it, where their engine "
-                    "exports one) or VRAM (NVML's level, else). " + PRESSURE_TEXT + vram_text(t),
-                    [
+            h=8,
+        ),
+        p.line(
+            c.utilization_chart(
+                t,
+                "GPU utilization distribution",
+                "Spread of the GPUs' utilization over the week: 10th, 50th and 90th "
+                "percentile and the maximum across GPUs of each interval's mean. " + c.util_text(t),
+                [
+                    *[
                         Query(
-                            f"max by (instance, gpu, pressure_from) (max_over_time("
-                            f"{names(t).worker_gpu_pressure}{gpu_sel()}[$__interval]))\n"
-                            "or on (instance, gpu)\n"
-                            "label_replace(\n"
-                            f"  max by (instance, gpu) (max_over_time({names(t).gpu_vram}"
-                            f"{gpu_sel()}[$__interval])),\n"
-                            '  "pressure_from", "gpu_memory", "", ""\n'
-                            ")",
-                            gpu_label("{{pressure_from}}"),
+                            f"quantile({q:g}, avg_over_time({_UTIL}[$__interval]))",
+                            f"P{round(q * 100)}",
                         )
+                        for q in (0.1, 0.5, 0.9)
                     ],
-                    fill=0,
-                ),
-                24,
-                8,
+                    Query(f"max(avg_over_time({_UTIL}[$__interval]))", "max"),
+                ],
             ),
-        ],
-    )
-
-
-def build(t: Thresholds) -> dict[str, Any]:
-    return dashboard(
-        t,
-        "trends",
-        "Inference weekly trends",
-        "Seven days of P99 latency, GPU utilization distribution and memory peak: the weekly "
-        "review table of field guide 6.2 as dashboards, the three curves together and "
-        "each alone.",
-        [three_section(t), alone_section(t)],
-        time_from="now-7d",
-        refresh="",
+            p.stat(
+                "Time in each utilization band",
+                "Share of GPU time over the dashboard's range spent in each band of the "
+                "thresholds (sampled every minute). " + c.util_text(t),
+                _band_queries(t),
+                unit="percentunit",
+                graph=False,
+                calc="lastNotNull",
+                text_mode="value_and_name",
+            ),
+            h=8,
+        ),
+        p.line(
+            c.memory_chart(
+                t,
+                "Memory peak per GPU",
+                "Highest memory pressure of each GPU per interval over the week, named by "
+                "its source: KV cache (the usage of the workers on it, where their engine "
+                "exports one) or VRAM (NVML's level, else). " + c.PRESSURE_TEXT + c.vram_text(t),
+                [
+                    Query(
+                        f"max by (instance, gpu, pressure_from) (max_over_time("
+                        f"{names(t).worker_gpu_pressure}{gpu_sel()}[$__interval]))\n"
+                        "or on (instance, gpu)\n"
+                        "label_replace(\n"
+                        f"  max by (instance, gpu) (max_over_time({names(t).gpu_vram}"
+                        f"{gpu_sel()}[$__interval])),\n"
+                        '  "pressure_from", "gpu_memory", "", ""\n'
+                        ")",
+                        c.gpu_label("{{pressure_from}}"),
+                    )
+                ],
+                fill=0,
+            ),
+            h=8,
+        ),
     )
 
 
@@ -196,21 +155,33 @@ def _band_queries(t: Thresholds) -> list[Query]:
     gu = t.gpu_utilization
     low, high = gu.healthy_band
     out = [
-        Query(_band(None, gu.waste_below), f"waste (below {pct(gu.waste_below)})"),
-        Query(_band(gu.waste_below, low), f"below healthy ({pct(gu.waste_below)}-{pct(low)})"),
-        Query(_band(low, high), f"healthy ({pct(low)}-{pct(high)})"),
+        Query(_band(None, gu.waste_below), f"waste (below {c.pct(gu.waste_below)})"),
+        Query(_band(gu.waste_below, low), f"below healthy ({c.pct(gu.waste_below)}-{c.pct(low)})"),
+        Query(_band(low, high), f"healthy ({c.pct(low)}-{c.pct(high)})"),
     ]
     if high < gu.scale_review_above:
         out.append(
             Query(
                 _band(high, gu.scale_review_above),
-                f"above healthy ({pct(high)}-{pct(gu.scale_review_above)})",
+                f"above healthy ({c.pct(high)}-{c.pct(gu.scale_review_above)})",
             )
         )
     out.append(
         Query(
             _band(gu.scale_review_above, None),
-            f"scale review ({pct(gu.scale_review_above)} and above)",
+            f"scale review ({c.pct(gu.scale_review_above)} and above)",
         )
     )
     return out
+
+
+DASHBOARD = Dashboard(
+    key="trends",
+    title="Inference weekly trends",
+    description="Seven days of P99 latency, GPU utilization distribution and memory peak: the "
+    "weekly review table of field guide 6.2 as dashboards, the three curves together and "
+    "each alone.",
+    rows=(three_section, alone_section),
+    time_from="now-7d",
+    refresh="",
+)

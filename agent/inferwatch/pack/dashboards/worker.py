@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.common import (
-    dashboard,
-    latency_panel,
-    rate_query,
-    ratio_chart,
-    secs,
-    slo_latency_cells,
-    slo_steps,
-    traffic_cells,
-    worker_buckets,
-    worker_only,
-)
-from inferwatch.pack.dashboards.panels import Cell, Query, Section, worker_sel
+from inferwatch.pack.dashboards.common import Dashboard
+from inferwatch.pack.dashboards.panels import Query, Section, worker_sel
 from inferwatch.pack.dashboards.warmup_row import warmup_section
 from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
@@ -31,14 +21,14 @@ def proxy_gap_panel(t: Thresholds) -> Any:
     """The TTFT P99 the rules read (the engine's histogram, else the measuring proxy's)
     and the one the proxy's clients got: the gap is queueing and network in front of the
     engine (docs/proxy.md)."""
-    proxied = worker_buckets(t, "inferwatch_proxy_ttft_seconds", "worker")
+    proxied = c.worker_buckets(t, "inferwatch_proxy_ttft_seconds", "worker")
     return p.timeseries(
         PROXY_GAP_TITLE,
         "TTFT P99 per worker as the rules read it (the engine's histogram; the measuring "
         "proxy's for an engine without one) and as the clients of the agent's measuring "
         "proxy got it (workers[].proxy, docs/proxy.md). The gap is the time in front of "
         "the engine: its HTTP queue, the network, a load balancer. Empty for workers "
-        f"without the proxy. The dashed line is the P99 SLO, {secs(t.ttft.p99_slo_seconds)}.",
+        f"without the proxy. The dashed line is the P99 SLO, {c.secs(t.ttft.p99_slo_seconds)}.",
         [
             Query(
                 f"max by (worker) ({names(t).quantile('worker', 'ttft', 'p99')}{worker_sel()})",
@@ -48,7 +38,7 @@ def proxy_gap_panel(t: Thresholds) -> Any:
         ],
         unit="s",
         min_value=0,
-        thresholds=slo_steps(t.ttft.p99_slo_seconds),
+        thresholds=c.slo_steps(t.ttft.p99_slo_seconds),
         threshold_style="dashed",
         fill=0,
     )
@@ -60,7 +50,7 @@ def bucket_heatmap(t: Thresholds, title: str, metric: str, description: str, uni
     return p.heatmap(
         title,
         description,
-        [Query(worker_buckets(t, metric), "{{le}}", fmt="heatmap")],
+        [Query(c.worker_buckets(t, metric), "{{le}}", fmt="heatmap")],
         unit=unit,
     )
 
@@ -82,7 +72,7 @@ def phase_time_panel(t: Thresholds) -> Any:
         "at long prompts; decode growing at long generations or a full batch.",
         [
             Query(
-                f"histogram_quantile({q}, {worker_buckets(t, metric, 'worker')})",
+                f"histogram_quantile({q}, {c.worker_buckets(t, metric, 'worker')})",
                 f"{{{{worker}}}} {word} P{round(q * 100)}",
             )
             for word, metric in PHASES
@@ -124,241 +114,186 @@ def lora_panel() -> Any:
 def now_section(t: Thresholds) -> Section:
     return Section(
         "Worker now",
-        [
-            Cell(
-                p.flag_stat(
-                    "Engine reachable",
-                    "1 when the agent's last scrape of the worker's /metrics succeeded and "
-                    "carried engine data (the lowest of the selected workers).",
-                    [Query(f"min(inferwatch_target_up{worker_only()})")],
-                    off=("down", "red"),
-                    on=("up", "green"),
-                ),
-                4,
-                4,
+        p.line(
+            p.flag_stat(
+                "Engine reachable",
+                "1 when the agent's last scrape of the worker's /metrics succeeded and "
+                "carried engine data (the lowest of the selected workers).",
+                [Query(f"min(inferwatch_target_up{c.worker_only()})")],
+                off=("down", "red"),
+                on=("up", "green"),
             ),
-            Cell(
-                p.stat(
-                    "Requests running",
-                    "Requests in the running batch now.",
-                    [Query(f"sum(inferwatch_requests_running{worker_sel()})")],
-                    unit="short",
-                ),
-                4,
-                4,
+            p.stat(
+                "Requests running",
+                "Requests in the running batch now.",
+                [Query(f"sum(inferwatch_requests_running{worker_sel()})")],
+                unit="short",
             ),
-            Cell(
-                p.stat(
-                    "Requests waiting",
-                    "Requests queued for a batch slot now.",
-                    [Query(f"sum(inferwatch_queue_depth{worker_sel()})")],
-                    unit="short",
-                ),
-                4,
-                4,
+            p.stat(
+                "Requests waiting",
+                "Requests queued for a batch slot now.",
+                [Query(f"sum(inferwatch_queue_depth{worker_sel()})")],
+                unit="short",
             ),
-            Cell(
-                p.stat(
-                    "Fullest KV cache",
-                    "Share of the KV-cache blocks in use (the fullest selected worker).",
-                    [Query(f"max(inferwatch_kv_cache_usage_ratio{worker_sel()})")],
-                    unit="percentunit",
-                ),
-                4,
-                4,
+            p.stat(
+                "Fullest KV cache",
+                "Share of the KV-cache blocks in use (the fullest selected worker).",
+                [Query(f"max(inferwatch_kv_cache_usage_ratio{worker_sel()})")],
+                unit="percentunit",
             ),
-            Cell(
-                p.stat(
-                    "TTFT P99",
-                    f"Worst worker's TTFT P99 over {t.pack.window} (recording rule); red above "
-                    f"the SLO of {secs(t.ttft.p99_slo_seconds)}.",
-                    [Query(f"max({names(t).quantile('worker', 'ttft', 'p99')}{worker_sel()})")],
-                    unit="s",
-                    thresholds=slo_steps(t.ttft.p99_slo_seconds),
-                ),
-                4,
-                4,
+            p.stat(
+                "TTFT P99",
+                f"Worst worker's TTFT P99 over {t.pack.window} (recording rule); red above "
+                f"the SLO of {c.secs(t.ttft.p99_slo_seconds)}.",
+                [Query(f"max({names(t).quantile('worker', 'ttft', 'p99')}{worker_sel()})")],
+                unit="s",
+                thresholds=c.slo_steps(t.ttft.p99_slo_seconds),
             ),
-            Cell(
-                p.stat(
-                    "Uptime",
-                    "Time since the worker process started (the youngest selected worker). "
-                    "A drop is a restart.",
-                    [Query(f"min(time() - inferwatch_worker_start_time_seconds{worker_only()})")],
-                    unit="s",
-                    graph=False,
-                ),
-                4,
-                4,
+            p.stat(
+                "Uptime",
+                "Time since the worker process started (the youngest selected worker). "
+                "A drop is a restart.",
+                [Query(f"min(time() - inferwatch_worker_start_time_seconds{c.worker_only()})")],
+                unit="s",
+                graph=False,
             ),
-        ],
+            h=4,
+        ),
     )
 
 
 def latency_section(t: Thresholds) -> Section:
     return Section(
         "Latency",
-        [
-            *slo_latency_cells(t, "worker"),
-            Cell(
-                latency_panel(t, "End-to-end latency", E2E, None, "worker"),
-                12,
-                8,
-            ),
-            Cell(
-                latency_panel(t, "Queue time", "inferwatch_queue_time_seconds", None, "worker"),
-                12,
-                8,
-            ),
-            Cell(proxy_gap_panel(t), 24, 8),
-            *[
-                Cell(
-                    bucket_heatmap(
-                        t,
-                        f"{name} distribution",
-                        metric,
-                        "Requests per second in each "
-                        f"{name if name.isupper() else name.lower()} bucket: a second "
-                        "band of slow requests shows a long tail the quantiles average away.",
-                        "s",
-                    ),
-                    8,
-                    8,
+        c.slo_latency_line(t, "worker"),
+        p.line(
+            c.latency_panel(t, "End-to-end latency", E2E, None, "worker"),
+            c.latency_panel(t, "Queue time", "inferwatch_queue_time_seconds", None, "worker"),
+            h=8,
+        ),
+        p.line(proxy_gap_panel(t), h=8),
+        p.line(
+            *(
+                bucket_heatmap(
+                    t,
+                    f"{name} distribution",
+                    metric,
+                    "Requests per second in each "
+                    f"{name if name.isupper() else name.lower()} bucket: a second "
+                    "band of slow requests shows a long tail the quantiles average away.",
+                    "s",
                 )
-                for name, metric in (
-                    ("TTFT", TTFT),
-                    ("TPOT", TPOT),
-                    ("End-to-end latency", E2E),
-                )
-            ],
-        ],
+                for name, metric in (("TTFT", TTFT), ("TPOT", TPOT), ("End-to-end latency", E2E))
+            ),
+            h=8,
+        ),
     )
 
 
 def batch_section(t: Thresholds) -> Section:
     return Section(
         "Batch, queue and KV cache",
-        [
-            Cell(
-                p.timeseries(
-                    "Queue vs running vs capacity",
-                    "Requests waiting, requests in the running batch, and the batch capacity "
-                    "(--max-num-seqs). Running pinned at capacity with a queue means the "
-                    "batch is full.",
-                    [
-                        Query(
-                            f"sum by (worker) (inferwatch_queue_depth{worker_sel()})",
-                            "{{worker}} waiting",
-                        ),
-                        Query(
-                            f"sum by (worker) (inferwatch_requests_running{worker_sel()})",
-                            "{{worker}} running",
-                        ),
-                        Query(
-                            f"max by (worker) (inferwatch_max_num_seqs{worker_only()})",
-                            "{{worker}} max_num_seqs",
-                        ),
-                    ],
-                    unit="short",
-                    min_value=0,
-                ),
-                8,
-                8,
-            ),
-            Cell(
-                p.timeseries(
-                    "Queue trend",
-                    "Least-squares slope of the queue depth over the agent's stats window, in "
-                    "requests per second: above zero the queue is growing.",
-                    [Query(f"inferwatch_queue_depth_slope{worker_sel()}", "{{worker}}")],
-                    unit="short",
-                    axis_label="requests/s",
-                ),
-                8,
-                8,
-            ),
-            Cell(
-                p.state_timeline(
-                    "Queue over capacity",
-                    "Recording rule worker:inferwatch_queue_over_capacity:bool: waiting requests "
-                    f"above max_num_seqs. {t.queue.over_capacity_samples} samples in a row fire "
-                    "InferenceQueueOverCapacity.",
-                    [
-                        Query(
-                            f"worker:inferwatch_queue_over_capacity:bool{worker_sel()}",
-                            "{{worker}}",
-                        )
-                    ],
-                    mappings=p.value_mappings(
-                        {0: ("within capacity", "green"), 1: ("over capacity", "red")}
+        p.line(
+            p.timeseries(
+                "Queue vs running vs capacity",
+                "Requests waiting, requests in the running batch, and the batch capacity "
+                "(--max-num-seqs). Running pinned at capacity with a queue means the "
+                "batch is full.",
+                [
+                    Query(
+                        f"sum by (worker) (inferwatch_queue_depth{worker_sel()})",
+                        "{{worker}} waiting",
                     ),
-                ),
-                8,
-                8,
+                    Query(
+                        f"sum by (worker) (inferwatch_requests_running{worker_sel()})",
+                        "{{worker}} running",
+                    ),
+                    Query(
+                        f"max by (worker) (inferwatch_max_num_seqs{c.worker_only()})",
+                        "{{worker}} max_num_seqs",
+                    ),
+                ],
+                unit="short",
+                min_value=0,
             ),
-            Cell(
-                ratio_chart(
-                    "KV-cache usage",
-                    "Share of the KV-cache blocks in use. Near 100% the engine preempts "
-                    "requests; see the preemptions panel.",
-                    [Query(f"inferwatch_kv_cache_usage_ratio{worker_sel()}", "{{worker}}")],
-                ),
-                8,
-                8,
+            p.timeseries(
+                "Queue trend",
+                "Least-squares slope of the queue depth over the agent's stats window, in "
+                "requests per second: above zero the queue is growing.",
+                [Query(f"inferwatch_queue_depth_slope{worker_sel()}", "{{worker}}")],
+                unit="short",
+                axis_label="requests/s",
             ),
-            Cell(
-                ratio_chart(
-                    "Prefix-cache hit ratio",
-                    "Share of prompt tokens served from the prefix cache over the stats window. "
-                    "Long shared system prompts should hit often (field guide 6.2: 30-60% lower "
-                    "TTFT).",
-                    [Query(f"inferwatch_prefix_cache_hit_ratio{worker_sel()}", "{{worker}}")],
+            p.state_timeline(
+                "Queue over capacity",
+                "Recording rule worker:inferwatch_queue_over_capacity:bool: waiting requests "
+                f"above max_num_seqs. {t.queue.over_capacity_samples} samples in a row fire "
+                "InferenceQueueOverCapacity.",
+                [
+                    Query(
+                        f"worker:inferwatch_queue_over_capacity:bool{worker_sel()}",
+                        "{{worker}}",
+                    )
+                ],
+                mappings=p.value_mappings(
+                    {0: ("within capacity", "green"), 1: ("over capacity", "red")}
                 ),
-                8,
-                8,
             ),
-            Cell(
-                p.timeseries(
-                    "Preemptions",
-                    "Requests preempted per second to free KV-cache space. Sustained preemption "
-                    "means the KV cache is too small for the batch.",
-                    [rate_query("inferwatch_preemptions_total", "worker")],
-                    unit="short",
-                    axis_label="preemptions/s",
-                    min_value=0,
-                ),
-                8,
-                8,
+            h=8,
+        ),
+        p.line(
+            c.ratio_chart(
+                "KV-cache usage",
+                "Share of the KV-cache blocks in use. Near 100% the engine preempts "
+                "requests; see the preemptions panel.",
+                [Query(f"inferwatch_kv_cache_usage_ratio{worker_sel()}", "{{worker}}")],
             ),
-        ],
+            c.ratio_chart(
+                "Prefix-cache hit ratio",
+                "Share of prompt tokens served from the prefix cache over the stats window. "
+                "Long shared system prompts should hit often (field guide 6.2: 30-60% lower "
+                "TTFT).",
+                [Query(f"inferwatch_prefix_cache_hit_ratio{worker_sel()}", "{{worker}}")],
+            ),
+            p.timeseries(
+                "Preemptions",
+                "Requests preempted per second to free KV-cache space. Sustained preemption "
+                "means the KV cache is too small for the batch.",
+                [c.rate_query("inferwatch_preemptions_total", "worker")],
+                unit="short",
+                axis_label="preemptions/s",
+                min_value=0,
+            ),
+            h=8,
+        ),
     )
 
 
 def shapes_section(t: Thresholds) -> Section:
     return Section(
         "Request shapes and phases",
-        [
-            *[
-                Cell(bucket_heatmap(t, name, metric, text, "short"), 8, 8)
-                for name, metric, text in (
-                    (
-                        "Prompt length distribution",
-                        "inferwatch_prompt_length_tokens",
-                        "Prompt tokens of each request: requests per second in each bucket. A "
-                        "band of long prompts is the traffic a separate long-context pool "
-                        "serves (field guide 5.3; `inferwatch advise` prints its share).",
-                    ),
-                    (
-                        "Generation length distribution",
-                        "inferwatch_generation_length_tokens",
-                        "Tokens generated per finished request: requests per second in each "
-                        "bucket. Long generations hold batch slots and KV cache for longer.",
-                    ),
-                )
-            ],
-            Cell(phase_time_panel(t), 8, 8),
-            Cell(lora_panel(), 24, 6),
-        ],
+        p.line(
+            bucket_heatmap(
+                t,
+                "Prompt length distribution",
+                "inferwatch_prompt_length_tokens",
+                "Prompt tokens of each request: requests per second in each bucket. A "
+                "band of long prompts is the traffic a separate long-context pool "
+                "serves (field guide 5.3; `inferwatch advise` prints its share).",
+                "short",
+            ),
+            bucket_heatmap(
+                t,
+                "Generation length distribution",
+                "inferwatch_generation_length_tokens",
+                "Tokens generated per finished request: requests per second in each "
+                "bucket. Long generations hold batch slots and KV cache for longer.",
+                "short",
+            ),
+            phase_time_panel(t),
+            h=8,
+        ),
+        p.line(lora_panel(), h=6),
     )
 
 
@@ -367,132 +302,106 @@ def requests_section(t: Thresholds) -> Section:
         "Finished requests by reason",
         "Requests finished per second by reason: stop (end of sequence), length "
         "(token limit), abort (client went away), error.",
-        [rate_query("inferwatch_requests_finished_total", "reason")],
+        [c.rate_query("inferwatch_requests_finished_total", "reason")],
         unit="reqps",
         min_value=0,
         stack=True,
         fill=30,
     )
-    return Section("Requests", traffic_cells(t, "worker", by_reason))
+    return Section("Requests", c.traffic_line(t, "worker", by_reason))
 
 
 def process_section(t: Thresholds) -> Section:
     return Section(
         "Process",
-        [
-            Cell(
-                p.table(
-                    "Launch flags",
-                    "The worker's engine, model, version and the launch flags that matter, read "
-                    "from its command line (inferwatch_worker_info).",
-                    [
-                        Query(
-                            f"inferwatch_worker_info{worker_only()}", "", instant=True, fmt="table"
-                        )
-                    ],
-                    unit="none",
-                    exclude=("Value", "job"),
-                    order=(
-                        "worker",
-                        "instance",
-                        "engine",
-                        "model",
-                        "version",
-                        "pid",
-                        "max_num_seqs",
-                        "max_model_len",
-                        "max_num_batched_tokens",
-                        "gpu_memory_utilization",
-                        "prefix_caching",
-                    ),
+        p.line(
+            p.table(
+                "Launch flags",
+                "The worker's engine, model, version and the launch flags that matter, read "
+                "from its command line (inferwatch_worker_info).",
+                [Query(f"inferwatch_worker_info{c.worker_only()}", "", instant=True, fmt="table")],
+                unit="none",
+                exclude=("Value", "job"),
+                order=(
+                    "worker",
+                    "instance",
+                    "engine",
+                    "model",
+                    "version",
+                    "pid",
+                    "max_num_seqs",
+                    "max_model_len",
+                    "max_num_batched_tokens",
+                    "gpu_memory_utilization",
+                    "prefix_caching",
                 ),
-                24,
-                6,
             ),
-            Cell(
-                p.timeseries(
-                    "Process CPU",
-                    "CPU time of the worker's process tree per second (100% = one core).",
-                    [
-                        rate_query(
-                            "inferwatch_worker_cpu_seconds_total", "worker", selector=worker_only()
-                        )
-                    ],
-                    unit="percentunit",
-                    min_value=0,
-                ),
-                6,
-                8,
+            h=6,
+        ),
+        p.line(
+            p.timeseries(
+                "Process CPU",
+                "CPU time of the worker's process tree per second (100% = one core).",
+                [
+                    c.rate_query(
+                        "inferwatch_worker_cpu_seconds_total", "worker", selector=c.worker_only()
+                    )
+                ],
+                unit="percentunit",
+                min_value=0,
             ),
-            Cell(
-                p.timeseries(
-                    "Process memory",
-                    "Resident memory (RSS) of the worker's process tree.",
-                    [
-                        Query(
-                            f"inferwatch_worker_resident_memory_bytes{worker_only()}", "{{worker}}"
-                        )
-                    ],
-                    unit="bytes",
-                    min_value=0,
-                ),
-                6,
-                8,
+            p.timeseries(
+                "Process memory",
+                "Resident memory (RSS) of the worker's process tree.",
+                [Query(f"inferwatch_worker_resident_memory_bytes{c.worker_only()}", "{{worker}}")],
+                unit="bytes",
+                min_value=0,
             ),
-            Cell(
-                p.event_bars(
-                    "Restarts",
-                    "Worker process restarts: changes of its start time per interval.",
-                    [
-                        Query(
-                            f"sum by (worker) (changes(inferwatch_worker_start_time_seconds"
-                            f"{worker_only()}[$__interval]))",
-                            "{{worker}}",
-                        )
-                    ],
-                ),
-                6,
-                8,
+            p.event_bars(
+                "Restarts",
+                "Worker process restarts: changes of its start time per interval.",
+                [
+                    Query(
+                        f"sum by (worker) (changes(inferwatch_worker_start_time_seconds"
+                        f"{c.worker_only()}[$__interval]))",
+                        "{{worker}}",
+                    )
+                ],
             ),
-            Cell(
-                p.timeseries(
-                    "Engine scrape errors",
-                    "Failed scrapes of the worker's /metrics per second, by reason (connect, "
-                    "timeout, http_status, too_large, parse, no_engine_metrics).",
-                    [
-                        rate_query(
-                            "inferwatch_target_scrape_errors_total",
-                            "worker, reason",
-                            selector=worker_only(),
-                        )
-                    ],
-                    unit="short",
-                    axis_label="errors/s",
-                    min_value=0,
-                ),
-                6,
-                8,
+            p.timeseries(
+                "Engine scrape errors",
+                "Failed scrapes of the worker's /metrics per second, by reason (connect, "
+                "timeout, http_status, too_large, parse, no_engine_metrics).",
+                [
+                    c.rate_query(
+                        "inferwatch_target_scrape_errors_total",
+                        "worker, reason",
+                        selector=c.worker_only(),
+                    )
+                ],
+                unit="short",
+                axis_label="errors/s",
+                min_value=0,
             ),
-        ],
+            h=8,
+        ),
     )
 
 
-def build(t: Thresholds) -> dict[str, Any]:
-    return dashboard(
-        t,
-        "worker",
-        "Inference worker",
-        "One inference worker or model in detail: latency quantiles and distributions, "
-        "batch and queue, KV cache, prompt and generation lengths, prefill and decode time, "
-        "LoRA adapters, finish reasons, launch flags, the worker process and the agent's "
-        "warm-up gate.",
-        [
-            now_section(t),
-            latency_section(t),
-            batch_section(t),
-            shapes_section(t),
-            requests_section(t),
-            process_section(t),
-            warmup_section(t),
-        ],
-    )
+DASHBOARD = Dashboard(
+    key="worker",
+    title="Inference worker",
+    description="One inference worker or model in detail: latency quantiles and distributions, "
+    "batch and queue, KV cache, prompt and generation lengths, prefill and decode time, "
+    "LoRA adapters, finish reasons, launch flags, the worker process and the agent's "
+    "warm-up gate.",
+    rows=(
+        now_section,
+        latency_section,
+        batch_section,
+        shapes_section,
+        requests_section,
+        process_section,
+        warmup_section,
+    ),
+)
