@@ -273,6 +273,9 @@ class CapacityInput:
 
 @dataclass(frozen=True)
 class CapacityPlan:
+    """The answer to one capacity question: the VRAM budget, the concurrent sequences it
+    holds, and each step of the arithmetic that led there."""
+
     inputs: CapacityInput
     budget_bytes: float
     estimate: float

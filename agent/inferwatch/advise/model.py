@@ -184,6 +184,9 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Recommendation:
+    """One piece of advice: what loop it belongs to, for whom, the numbers behind it and
+    what to do."""
+
     #: the loop's id in pack.loops
     id: str
     #: the loop number (1-5), or None for advice outside the loops

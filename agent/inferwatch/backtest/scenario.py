@@ -100,6 +100,9 @@ Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
 
 @dataclass(frozen=True)
 class Worker:
+    """One worker of a scenario (its ``workers:`` entry): the labels its synthetic
+    series carry and how the agent would have seen it."""
+
     name: str
     model: str
     host: str

@@ -100,6 +100,9 @@ class SloEntry:
 
 @dataclass(frozen=True)
 class SloSpec:
+    """The ``slos:`` section of thresholds.yaml, checked: what the SLO rules, pages and
+    the report's SLO lines are made from."""
+
     enabled: bool
     p99_alerts: bool
     window: float

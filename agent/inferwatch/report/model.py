@@ -139,6 +139,9 @@ def bands_from_thresholds(t: Any) -> Bands:
 
 @dataclass(frozen=True)
 class RawWorker:
+    """One worker's per-day series as Prometheus returned them, before any figure is
+    made from them."""
+
     model: str
     worker: str
     engine: str
@@ -174,6 +177,9 @@ class RawWorker:
 
 @dataclass(frozen=True)
 class RawGpu:
+    """One GPU's per-day series as Prometheus returned them: utilization, its bands,
+    VRAM and memory pressure, and the workers on it."""
+
     uuid: str
     instance: str
     gpu: str
