@@ -40,10 +40,17 @@ from typing import Any
 import pytest
 import yaml
 from tests.support import pack_readback
-from tests.support.e2e import render_alertmanager_config
-from tests.support.proc import REPO, Alertmanager, Prometheus, http_get, wait_until
-from tests.support.replay import ReplayHost, ReplayServer, load_capture, scrape_targets
-from tests.support.stack import render_prometheus_config
+from tests.support.fleet import (
+    GPUS,
+    OVERLOADED,
+    QUEUE,
+    cluster_hosts,
+    clusters,
+    overload,
+    wait_overload_paged,
+)
+from tests.support.proc import REPO, Alertmanager, Prometheus, http_get, running, wait_until
+from tests.support.replay import ReplayHost, load_capture
 from tests.support.vm import VictoriaMetrics, VMAlert
 from tests.support.webhook import WebhookReceiver, parse_time
 
@@ -58,9 +65,6 @@ SCRAPE = "2s"
 #: GPU utilization set on the replayed GPUs: (cluster, gpu index) -> ratio
 UTILIZATION = {("east", 0): 0.9, ("east", 1): 0.5, ("west", 0): 0.1}
 VRAM = {("east", 0): 0.55, ("east", 1): 0.6, ("west", 0): 0.8}
-GPUS = {"east": 2, "west": 1}
-OVERLOADED = ("east", "vllm-0")
-QUEUE = 40.0  # waiting requests on the overloaded worker; its max_num_seqs is 8
 
 
 @dataclass
@@ -74,68 +78,37 @@ class Fleet:
     started: float
 
 
-def prometheus_config(cluster: str, server: ReplayServer, vm: VictoriaMetrics) -> dict[str, Any]:
-    """The shipped prometheus.yml, without rules or Alertmanager, remote-writing to the store."""
-    cfg = render_prometheus_config(
-        rules_dir=None, alertmanager=None, scrape_interval=SCRAPE, evaluation_interval=SCRAPE
-    )
-    for job in cfg["scrape_configs"]:
-        if job["job_name"] == "inferwatch":
-            job["static_configs"] = scrape_targets(server, [f"{cluster}-gpu-node-0"])
-    cfg["global"]["external_labels"] = {"cluster": cluster}
-    cfg["remote_write"] = [
-        {"url": vm.write_url, "queue_config": {"batch_send_deadline": "1s", "max_backoff": "1s"}}
-    ]
-    return cfg
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("fleet")
-    capture = load_capture()
-    hosts = {}
-    for index, (cluster, count) in enumerate(GPUS.items()):
-        host = ReplayHost(
-            f"{cluster}-gpu-node-0", count, capture, host_index=index, instance="gpu-node-0:10127"
+    hosts = cluster_hosts(load_capture())
+    for (cluster, i), ratio in UTILIZATION.items():
+        hosts[cluster].set("inferwatch_gpu_utilization_ratio", str(i), ratio)
+        hosts[cluster].set("inferwatch_gpu_memory_used_ratio", str(i), VRAM[(cluster, i)])
+    overload(hosts)
+    with clusters(tmp, hosts, scrape_interval=SCRAPE, evaluation_interval=SCRAPE) as c:
+        vmalert = VMAlert(
+            tmp,
+            datasource_url=c.vm.url,
+            remote_write_url=c.vm.url,
+            rule_files=RULE_FILES,
+            notifier_url=c.alertmanager.url,
         )
-        for i in range(count):
-            host.set("inferwatch_gpu_utilization_ratio", str(i), UTILIZATION[(cluster, i)])
-            host.set("inferwatch_gpu_memory_used_ratio", str(i), VRAM[(cluster, i)])
-        hosts[cluster] = host
-    hosts[OVERLOADED[0]].set("inferwatch_queue_depth", OVERLOADED[1], QUEUE)
-    server = ReplayServer(hosts.values())
-    hook = WebhookReceiver()
-    vm = VictoriaMetrics(tmp)
-    am = Alertmanager(tmp, render_alertmanager_config(hook.url))
-    parts: list[Any] = [hook, vm, am]
-    try:
-        proms = {}
-        for cluster in GPUS:
-            proms[cluster] = Prometheus(tmp, json.dumps(prometheus_config(cluster, server, vm)))
-            parts.append(proms[cluster])
-        rule_files = RULE_FILES
-        vmalerts = {
-            "fleet": VMAlert(
-                tmp,
-                datasource_url=vm.url,
-                remote_write_url=vm.url,
-                rule_files=rule_files,
-                notifier_url=am.url,
+        with running(vmalert):
+            fleet = Fleet(
+                c.vm, c.proms, {"fleet": vmalert}, c.alertmanager, c.hook, hosts, time.time()
             )
-        }
-        parts.append(vmalerts["fleet"])
-        fleet = Fleet(vm, proms, vmalerts, am, hook, hosts, time.time())
-        wait_until(lambda: all(p.targets_up() for p in proms.values()), 60, message="targets up")
-        wait_until(
-            lambda: len(vm.query('count by (cluster) (inferwatch_gpu_up{job="inferwatch"})')) == 2,
-            60,
-            message="both clusters' samples in the store",
-        )
-        yield fleet
-    finally:
-        for part in reversed(parts):
-            part.stop()
-        server.stop()
+            wait_until(
+                lambda: all(p.targets_up() for p in c.proms.values()), 60, message="targets up"
+            )
+            wait_until(
+                lambda: (
+                    len(c.vm.query('count by (cluster) (inferwatch_gpu_up{job="inferwatch"})')) == 2
+                ),
+                60,
+                message="both clusters' samples in the store",
+            )
+            yield fleet
 
 
 def values(fleet: Fleet, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -168,12 +141,7 @@ def test_vmalert_evaluates_every_rule_without_error(fleet: Fleet) -> None:
 
 def test_overload_fires_once_labelled_with_its_cluster(fleet: Fleet) -> None:
     cluster, worker = OVERLOADED
-
-    def arrived() -> Any:
-        return fleet.hook.first("InferenceQueueOverCapacity", "firing", {"worker": worker})
-
-    event = wait_until(arrived, 150, interval=1.0, message="InferenceQueueOverCapacity notified")
-    assert event.labels["cluster"] == cluster
+    event = wait_overload_paged(fleet.hook)
     assert event.labels["instance"] == "gpu-node-0:10127"
 
     def active() -> list[dict[str, Any]]:
