@@ -9,12 +9,20 @@
 # a directory `.llama-server/` (ignored by git) of links into it: `llama-server`,
 # `tiny.gguf`, `gguf-py`, `BUILD_INFO`; the tests read those.
 #
-# Usage: tests/engines/llamacpp/setup.sh [PYTHON]
-#   PYTHON: the interpreter whose `tokenizers` and numpy write the model
-#           (default .venv/bin/python).
+# Usage: tests/engines/llamacpp/setup.sh [--build-only] [PYTHON]
+#   PYTHON: the interpreter whose pip fetches the sdist and whose `tokenizers`
+#           and numpy write the model (default .venv/bin/python).
+#   --build-only: fetch and build (or find the cached build) and stop; PYTHON
+#           needs only pip. .ci/run builds this way while pip installs the test
+#           extras, then runs setup.sh again for the model and the links.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
+build_only=""
+if [ "${1:-}" = "--build-only" ]; then
+  build_only=1
+  shift
+fi
 python="${1:-$repo/.venv/bin/python}"
 
 # Pinned: name, version and the sdist's sha256 (PyPI, checked on download).
@@ -89,6 +97,11 @@ build() {
     build
   fi
 ) 9>"$cache_root/.lock-$key"
+
+if [ -n "$build_only" ]; then
+  log "built: $dest (the model and the links come with a run without --build-only)"
+  exit 0
+fi
 
 # The model is ours and cheap: regenerate it whenever the generator changes.
 gen="$here/make_tiny_model.py"
