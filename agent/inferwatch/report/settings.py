@@ -58,7 +58,7 @@ REPORT_KEYS = (
     "smtp",
     "thresholds_file",
 )
-#: the mail settings: report.smtp.<key> or INFERWATCH_SMTP_<KEY> (and INFERWATCH_SMTP_PASSWORD)
+#: a mail setting from the environment: INFERWATCH_SMTP_<KEY> (and INFERWATCH_SMTP_PASSWORD)
 ENV_PREFIX = "INFERWATCH_SMTP_"
 STORE_ENV_PREFIX = "INFERWATCH_PROMETHEUS_"
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
@@ -158,8 +158,9 @@ _SMTP_FIELDS: dict[str, tuple[str, validate.Parser]] = {
     "from": ("sender", _address),
     "to": ("to", _addresses),
 }
-#: every key report.smtp takes, in the order its error lists them: the fields above and
-#: password_file, read apart (it names the file whose text is the password)
+#: every key report.smtp takes (each also INFERWATCH_SMTP_<KEY>), in the order its error
+#: lists them: the fields above and password_file, read apart (it names the file whose text
+#: is the password)
 SMTP_KEYS = (*_SMTP_FIELDS, "password_file")
 
 
