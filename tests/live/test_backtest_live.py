@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from tests.support.agentrun import AgentRun
 from tests.support.llamaserver import LlamaServer, require_server
-from tests.support.proc import CPU_HEAVY, REPO
+from tests.support.proc import REPO
 from tests.support.tracerec import StreamingClient, TraceRecorder
 
 from inferwatch.backtest import rule_files, run_backtest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), CPU_HEAVY]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SLOTS = 2
 PROMPT = "Write a short note on queueing in inference servers. " * 4

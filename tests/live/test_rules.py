@@ -21,7 +21,6 @@ import yaml
 from tests.support import pack_readback
 from tests.support.proc import (
     AMTOOL,
-    CPU_HEAVY,
     PROMTOOL,
     REPO,
     SHARED,
@@ -39,8 +38,6 @@ from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors, slo_re
 from inferwatch.pack.rules import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
-
-pytestmark = CPU_HEAVY
 
 ALERTS_FILE = REPO / rules.ALERTS_FILE
 RULES_FILE = REPO / rules.RULES_FILE

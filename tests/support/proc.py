@@ -32,11 +32,6 @@ PROMTOOL = shutil.which("promtool")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 AMTOOL = shutil.which("amtool")
 
-#: Under the README's test command (``-n 2 --dist loadgroup``) the modules marked with this
-#: run one after another on one worker: their promtool runs take both cores for minutes,
-#: and the live llama.cpp trace's detection bounds need the CPU those runs would take.
-CPU_HEAVY = pytest.mark.xdist_group("cpu-heavy")
-
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.proc import CPU_HEAVY, REPO
+from tests.support.proc import REPO
 
 from inferwatch.backtest import (
     MARK_BEGIN,
@@ -50,7 +50,7 @@ def _all_inputs() -> list[Path]:
 
 # the module's fixture replays every scenario once (minutes of promtool on 2 cores): the
 # first test that asks for it carries that time
-pytestmark = [pytest.mark.timeout(2400), CPU_HEAVY]
+pytestmark = pytest.mark.timeout(2400)
 
 
 @pytest.fixture(scope="module")
