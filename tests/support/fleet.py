@@ -37,11 +37,11 @@ def host_name(cluster: str) -> str:
     return f"{cluster}-gpu-node-0"
 
 
-def cluster_hosts(capture: Capture, gpus: Mapping[str, int] = GPUS) -> dict[str, ReplayHost]:
-    """One replayed host per cluster, all with the same instance label."""
+def cluster_hosts(capture: Capture) -> dict[str, ReplayHost]:
+    """One replayed host per cluster (:data:`GPUS`), all with the same instance label."""
     return {
         cluster: ReplayHost(host_name(cluster), n, capture, host_index=i, instance=INSTANCE)
-        for i, (cluster, n) in enumerate(gpus.items())
+        for i, (cluster, n) in enumerate(GPUS.items())
     }
 
 
@@ -70,7 +70,6 @@ def wait_overload_paged(hook: WebhookReceiver) -> AlertEvent:
 class Clusters:
     """The running parts of :func:`clusters`."""
 
-    server: ReplayServer
     hook: WebhookReceiver
     vm: VictoriaMetrics
     alertmanager: Alertmanager
@@ -120,7 +119,7 @@ def clusters(
             ]
             proms[cluster] = Prometheus(tmp, json.dumps(cfg))
             parts.append(proms[cluster])
-        yield Clusters(server, hook, vm, am, proms)
+        yield Clusters(hook, vm, am, proms)
     finally:
         for part in reversed(parts):
             part.stop()
