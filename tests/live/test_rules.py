@@ -34,7 +34,7 @@ from tests.support.proc import (
 from inferwatch.engines import ENGINES
 from inferwatch.pack import rules
 from inferwatch.pack.dashboards import lint as dashlint
-from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_errors, slo_requests
+from inferwatch.pack.names import RECORDED_HISTOGRAMS, names, slo_good, slo_requests
 from inferwatch.pack.rules import own_histograms, slo
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
@@ -407,7 +407,7 @@ def test_every_metric_exists_in_metrics_md() -> None:
     t = load_thresholds()
     n = names(t)
     bucket_rates = {n.histogram_rate(metric) for metric in RECORDED_HISTOGRAMS}
-    bucket_rates |= {slo_errors(w) for w in slo.windows(t.slos)}
+    bucket_rates |= {slo_good(w) for w in slo.windows(t.slos)}
     bucket_rates |= {slo_requests(w) for w in slo.windows(t.slos)}
     engine_buckets = {
         f"{source}_bucket"

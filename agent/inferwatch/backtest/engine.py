@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -107,12 +108,26 @@ def _num(value: float) -> str:
 def rule_copies(
     rule_files: list[Path], evaluation: float, into: Path, order: list[str] | None = None
 ) -> list[str]:
-    """The rule files with every group's ``interval`` set to the evaluation interval;
-    ``order`` gets the groups' names, recording rules' files first."""
+    """The rule files as promtool should run them, with each group's interval honoured;
+    ``order`` gets the groups' names, recording rules' files first.
+
+    promtool evaluates every group at every step of the test's evaluation interval,
+    whatever the group's own ``interval``. A group with a longer interval (a whole
+    number of steps) gets its recording rules rewritten to sample and hold
+    (:func:`held`): they take a new value only at the steps where Prometheus would
+    evaluate the group and keep their last one in between, as a recorded series does
+    in Prometheus between two evaluations of its group. Every other group is evaluated
+    at the evaluation interval."""
     out = []
     for path in rule_files:
         doc = yaml.safe_load(path.read_text())
         for group in doc.get("groups", []):
+            own = _seconds(str(group.get("interval", "0s")))
+            steps = round(own / evaluation) if own > evaluation else 1
+            if steps > 1:
+                group["rules"] = [
+                    held(rule, steps * evaluation, evaluation) for rule in group["rules"]
+                ]
             group["interval"] = format_duration(evaluation)
             if order is not None:
                 order.append(group["name"])
@@ -120,6 +135,23 @@ def rule_copies(
         target.write_text(yaml.safe_dump(doc, sort_keys=False))
         out.append(str(target))
     return out
+
+
+def held(rule: dict[str, Any], interval: float, evaluation: float) -> dict[str, Any]:
+    """A recording rule of a group evaluated every ``interval``, for a harness that
+    evaluates it every ``evaluation``: its own expression where ``time()`` is a
+    multiple of ``interval``, else its own last sample (one step old). A series its
+    expression stops returning at such a step ends there (Prometheus' staleness
+    marker), as in Prometheus. Alerting rules are left as they are."""
+    if "record" not in rule:
+        return rule
+    on_step = f"vector(time()) % {_num(interval)} < {_num(evaluation / 2)}"
+    off_step = f"vector(time()) % {_num(interval)} >= {_num(evaluation / 2)}"
+    return {
+        **rule,
+        "expr": f"(\n{rule['expr']}\n) and on () ({on_step})\n"
+        f"or\n({rule['record']} and on () ({off_step}))",
+    }
 
 
 def evaluate(

@@ -451,6 +451,8 @@ def synthesize(
             put(
                 _selector("inferwatch_target_up", {**base, "worker": w.name}), k, 1.0 if up else 0.0
             )
+            # the agent names every worker it watches, up or not (the SLO rules read its model)
+            put(_selector("inferwatch_worker_info", eng), k, 1.0)
             if starts[w.name] is not None:
                 put(_selector("inferwatch_worker_start_time_seconds", eng), k, starts[w.name])
             if s["gate"] is not None:

@@ -49,6 +49,8 @@ ENDPOINT_JOIN = f"{CLUSTER}, {ENDPOINT_KEY}"
 #: the agent's warm-up gate's own requests (docs/metrics.md), a histogram per worker at
 #: every engine's TTFT boundaries: the TTFT SLO subtracts them from the engine's buckets
 WARMUP_REQUESTS_TTFT = "inferwatch_warmup_requests_ttft_seconds"
+#: one series per worker naming its engine, model and launch flags (docs/metrics.md)
+WORKER_INFO = "inferwatch_worker_info"
 
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
@@ -225,6 +227,11 @@ SLO_LABELS = f"{CLUSTER}, job, model, slo"
 def slo_errors(window: str) -> str:
     """Share of the model's requests that missed the objective over ``window``."""
     return f"model:inferwatch_slo_errors:ratio_rate{window}"
+
+
+def slo_good(window: str) -> str:
+    """Requests per second an SLI counted good over ``window`` (its numerator's complement)."""
+    return f"model:inferwatch_slo_good_requests:rate{window}"
 
 
 def slo_requests(window: str) -> str:

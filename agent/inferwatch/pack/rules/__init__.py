@@ -81,12 +81,9 @@ def rule_groups(t: Thresholds) -> tuple[list[dict[str, Any]], list[dict[str, Any
     interval = t.pack.interval
     recording = [{"name": "inferwatch.rules", "interval": interval, "rules": recording_rules(t)}]
     recording.append(cost.recording_group(t))
-    for name, extra in (
-        (slo.RECORD_GROUP, slo.recording_rules(t)),
-        (autoscale.RECORD_GROUP, autoscale.recording_rules(t)),
-    ):
-        if extra:
-            recording.append({"name": name, "interval": interval, "rules": extra})
+    recording.extend(slo.recording_groups(t))
+    if extra := autoscale.recording_rules(t):
+        recording.append({"name": autoscale.RECORD_GROUP, "interval": interval, "rules": extra})
     by_group: dict[str, list[dict[str, Any]]] = {}
     for alert in alerts(t):
         by_group.setdefault(alert.group, []).append(alert.rule(t))

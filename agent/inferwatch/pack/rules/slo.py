@@ -2,6 +2,8 @@
 
 From the ``slos:`` section of the thresholds (:mod:`inferwatch.pack.slo_spec`)::
 
+    model:inferwatch_slo_good_requests:rate<W>         good requests per second over W
+    model:inferwatch_slo_requests:rate<W>              requests per second the SLI counts
     model:inferwatch_slo_errors:ratio_rate<W>          share of bad requests over W
     model:inferwatch_slo_error_budget:ratio            1 - objective
     model:inferwatch_slo_burn_rate:ratio_rate<W>       errors / budget (1 = on budget)
@@ -12,10 +14,22 @@ in the burn windows of the Google SRE workbook (ch. 5, "Alerting on SLOs",
 multiwindow multi-burn-rate) and ``slos.window``. A latency request is good
 when it lands in the engine's bucket ``le`` = the threshold; an availability
 request is good when it finished without ``reason="error"`` and was not rejected.
-Rates are summed by model before the division, so several workers (and a
-worker's restart: ``rate`` absorbs the counter reset) make one SLI. A model with
-no requests in a window has no defined share there (0/0): its alerts stay
-silent, as do the P99 alerts on an idle worker.
+Rates are summed by model, so several workers (and a worker's restart: ``rate``
+absorbs the counter reset) make one SLI. A model with no requests in a window has
+no defined share there (0/0): its alerts stay silent, as do the P99 alerts on an
+idle worker.
+
+What the rules cost (docs/alerts.md, "What the SLO rules cost"): every raw series
+is read once per short window. The windows under a day (5m to 6h: the pages'
+windows and the tickets' short ones) are read from the raw counters in
+:data:`RECORD_GROUP`, at the pack's interval: ``good`` and ``requests`` per model,
+then their ratio, so no series is read twice. The windows of a day or more (1d,
+3d, ``slos.window``) never touch a raw series: :data:`LONG_GROUP`, evaluated every
+:data:`LONG_INTERVAL` (Pyrra's interval for a 30-day window), first averages the
+5m records over its own interval (one sample per model every 2m30s), then
+averages those over the window (Sloth's way of building the period's ratio from a
+short record). A day's window then reads 575 samples of one series per model
+instead of 5,760 of every bucket series of every worker.
 
 Alerts, one name per objective (``InferenceTTFTBudgetBurn``, ...), each a page
 (critical: 14.4x over 1h confirmed over 5m, or 6x over 6h confirmed over 30m)
@@ -27,7 +41,7 @@ on a fresh Prometheus or a new model every window is only minutes long.
 The label ``burn_window`` says which pair fired (the faster one when both do).
 
 This module imports nothing of ``pack.rules``: the rules call
-:func:`recording_rules` and :func:`alert_fields`; the alerts' runbook pages are
+:func:`recording_groups` and :func:`alert_fields`; the alerts' runbook pages are
 the templates ``pack/runbooks/pages/*BudgetBurn.md.j2`` (their common text in
 ``_budget_burn.md.j2``).
 """
@@ -35,6 +49,7 @@ the templates ``pack/runbooks/pages/*BudgetBurn.md.j2`` (their common text in
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +62,11 @@ from inferwatch.pack.names import (
     SLO_LABELS,
     TTFT,
     WARMUP_REQUESTS_TTFT,
+    WORKER_INFO,
     WORKER_KEY,
     slo_burn_rate,
     slo_errors,
+    slo_good,
     slo_requests,
 )
 from inferwatch.pack.rules import own_histograms
@@ -58,7 +75,16 @@ from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
 RECORD_GROUP = "inferwatch-slo.rules"
+#: the windows of a day or more, built from the 5m records (never from raw series)
+LONG_GROUP = "inferwatch-slo-long.rules"
+#: Pyrra's interval for its 30-day window; under half of Prometheus' 5m lookback, so the
+#: alerts (every pack interval) always find the long records' latest sample
+LONG_INTERVAL = 150.0
 ALERT_GROUP = "inferwatch-slo.alerts"
+#: windows from this length on are long: derived in LONG_GROUP from the 5m records
+LONG_FROM = 86400.0
+#: the short window every long one is built from
+BASE = "5m"
 
 BY = MODEL
 
@@ -155,63 +181,92 @@ def _sum_buckets(
         matchers=(*model_matchers(spec, entry), f'le="{le}"'),
         engines=entry.engines,
     )
-    if metric == TTFT:
-        per_worker = _without_warmup(t, per_worker, le, window)
     indented = per_worker.replace("\n", "\n        ")
-    return f"sum by ({BY}) (\n        {indented}\n    )"
-
-
-def _without_warmup(t: Thresholds, per_worker: str, le: str, window: str) -> str:
-    """Per-worker TTFT bucket rates less the warm-up gate's own requests in that bucket
-    (``WARMUP_REQUESTS_TTFT``): no user waited for them. Clamped at zero (the agent times
-    a request a little later than the engine does, and the two counters are read at
-    slightly different moments); a worker without a gate keeps its rates as they are."""
-    sel = t.pack.selector(f'le="{le}"')
-    warm = f"sum by (le, {WORKER_KEY}) (rate({WARMUP_REQUESTS_TTFT}_bucket{sel}[{window}]))"
-    rates = per_worker.replace("\n", "\n    ")
+    if metric != TTFT:
+        return f"sum by ({BY}) (\n        {indented}\n    )"
+    warmup = _warmup_negated(t, entry_matchers(spec, entry), le, window).replace("\n", "\n        ")
     return (
-        f"clamp_min(\n  (\n    {rates}\n  )\n  - on (le, {WORKER_KEY}) group_left ()\n  {warm},\n  0\n)\n"
-        f"or\n(\n  {per_worker.replace(chr(10), chr(10) + '  ')}\n)"
+        f"clamp_min(\n    sum by ({BY}) (\n        (\n        {indented}\n        )\n"
+        f"        or\n        {warmup}\n    ),\n    0\n  )"
     )
 
 
-def error_ratio(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
-    """PromQL: the share of the entry's requests that missed objective ``o`` over ``w``."""
-    m = entry_matchers(spec, entry)
+def _warmup_negated(t: Thresholds, matchers: tuple[str, ...], le: str, window: str) -> str:
+    """The warm-up gate's own requests in bucket ``le`` (``WARMUP_REQUESTS_TTFT``), per
+    worker, negated and labelled ``src="warmup"``: or-ed with the workers' bucket rates and
+    summed by model, they take out of the SLI the requests no user sent, and each raw
+    series is read once. The gate's histogram has no model label; the worker's model
+    comes from ``inferwatch_worker_info``, where ``matchers`` (the entry's engines and
+    models) pick the workers (a worker whose info names two models at once is left out of
+    the join rather than breaking the rule). The sum is clamped at zero:
+    the agent times a request a little later than the engine does, and the two counters
+    are read at slightly different moments. A worker without a gate has no such series."""
+    sel = t.pack.selector(f'le="{le}"')
+    info = f"max by ({WORKER_KEY}, model) ({WORKER_INFO}{t.pack.selector(*matchers)})"
+    return (
+        "label_replace(\n"
+        f"  -sum by (le, {WORKER_KEY}) (rate({WARMUP_REQUESTS_TTFT}_bucket{sel}[{window}]))\n"
+        f"  * on ({WORKER_KEY}) group_left (model)\n"
+        f"  ({info} unless on ({WORKER_KEY}) count by ({WORKER_KEY}) ({info}) > 1),\n"
+        '  "src", "warmup", "", ""\n'
+        ")"
+    )
+
+
+def good_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
+    """PromQL: the entry's good requests per second over ``w``, by model, from raw series."""
     if o.le is not None:
         # Per worker, the agent's buckets, else the engine's own (export_histograms:
         # false; pack.rules.own_histograms): the le of both is the engine's boundary, as its
-        # client library wrote it. The +Inf bucket, not _count: the same number, and a
-        # bucket is what the engine mapping guarantees for every histogram it passes.
-        good, total = (
-            _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", le, w)
-            for le in (floatToGoString(o.le), "+Inf")
+        # client library wrote it.
+        return _sum_buckets(
+            t, spec, entry, f"inferwatch_{o.kind}_seconds", floatToGoString(o.le), w
         )
-        return f"1 - (\n    {good}\n  /\n    {total}\n)"
-    finished = _sum_rate(t, "inferwatch_requests_finished_total", m, w)
+    m = entry_matchers(spec, entry)
+    return _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason!="error"'), w)
+
+
+def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
+    """PromQL: the entry's requests per second over ``w`` (the SLI's denominator), reading
+    no raw series that :func:`good_rate` read: availability adds the failed and rejected
+    requests to the recorded good ones."""
+    if o.le is not None:
+        # the +Inf bucket, not _count: the same number, and a bucket is what the engine
+        # mapping guarantees for every histogram it passes
+        return _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", "+Inf", w)
+    m = entry_matchers(spec, entry)
+    good = slo_good(w) + "{" + ",".join((f'slo="{o.kind}"', *model_matchers(spec, entry))) + "}"
     failed = _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason="error"'), w)
     rejected = _sum_rate(t, "inferwatch_requests_rejected_total", m, w)
     # an engine that never reported an error reason or has no rejection counter has
     # none of them, as long as it reports finished requests at all
     return (
-        "(\n"
-        f"    ({failed} or 0 * {finished})\n"
-        f"  + ({rejected} or 0 * {finished})\n"
-        ")\n/\n(\n"
-        f"    {finished}\n"
-        f"  + ({rejected} or 0 * {finished})\n"
-        ")"
+        f"{good}\n"
+        f"+ on ({MODEL}) group_left ()\n({failed} or 0 * sum by ({MODEL}) ({good}))\n"
+        f"+ on ({MODEL}) group_left ()\n({rejected} or 0 * sum by ({MODEL}) ({good}))"
     )
 
 
-def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
-    """PromQL: the entry's requests per second over ``w`` (the SLI's denominator)."""
-    if o.le is not None:
-        return _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", "+Inf", w)
-    m = entry_matchers(spec, entry)
-    finished = _sum_rate(t, "inferwatch_requests_finished_total", m, w)
-    rejected = _sum_rate(t, "inferwatch_requests_rejected_total", m, w)
-    return f"{finished}\n+ ({rejected} or 0 * {finished})"
+def error_ratio(w: str) -> str:
+    """PromQL over the window's records: the share of requests that missed the objective."""
+    return f"1 - {slo_good(w)} / {slo_requests(w)}"
+
+
+def is_long(window: str) -> bool:
+    return window_seconds(window) >= LONG_FROM
+
+
+def sampled(name: str) -> str:
+    """The long group's own sample of a 5m record: its mean over the group's interval."""
+    return f"{name}_avg{format_duration(LONG_INTERVAL)}"
+
+
+def long_average(name: str, window: str) -> str:
+    """PromQL: the mean of the 5m record ``name`` over ``window``, from its samples in the
+    long group. The 5m rates taken over the last ``window - 5m`` cover exactly ``window`` of
+    raw data, centred where the window is (its first and last 5 minutes weigh less)."""
+    span = format_duration(window_seconds(window) - window_seconds(BASE))
+    return f"avg_over_time({sampled(name)}[{span}])"
 
 
 def long_windows() -> tuple[str, ...]:
@@ -242,19 +297,36 @@ def _tag(expr: str, label: str, value: str) -> str:
     return f'label_replace(\n  {indented},\n  "{label}", "{value}", "", ""\n)'
 
 
-def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
-    """The SLI, budget, burn-rate and budget-left rules, in dependency order (none when off)."""
+def _by_kind(
+    t: Thresholds, pairs: list[tuple[SloEntry, Objective]], part: Callable[..., str], w: str
+) -> str:
+    """``part(t, spec, entry, objective, w)`` for every pair, tagged with its ``slo``, or-ed."""
+    return "\nor\n".join(_tag(part(t, t.slos, e, o, w), "slo", o.kind) for e, o in pairs)
+
+
+def recording_groups(t: Thresholds) -> list[dict[str, Any]]:
+    """The SLO rule groups (none when off): the windows under a day from raw series at the
+    pack's interval, the longer ones from the 5m records every :data:`LONG_INTERVAL`."""
     spec = t.slos
     pairs = _objectives(spec)
     if not pairs:
         return []
-    rules: list[dict[str, Any]] = []
+    short = [w for w in windows(spec) if not is_long(w)]
+    long = [w for w in windows(spec) if is_long(w)]
+    fast: list[dict[str, Any]] = []
+    for w in short:
+        fast.append(record(slo_good(w), _by_kind(t, pairs, good_rate, w)))
+        fast.append(record(slo_requests(w), _by_kind(t, pairs, request_rate, w)))
+        fast.append(record(slo_errors(w), error_ratio(w)))
+    slow: list[dict[str, Any]] = [
+        record(sampled(name), f"avg_over_time({name}[{format_duration(LONG_INTERVAL)}])")
+        for name in (slo_good(BASE), slo_requests(BASE))
+    ]
+    for w in long:
+        slow.append(record(slo_good(w), long_average(slo_good(BASE), w)))
+        slow.append(record(slo_requests(w), long_average(slo_requests(BASE), w)))
+        slow.append(record(slo_errors(w), error_ratio(w)))
     budget_window = window_name(spec.window)
-    for w in windows(spec):
-        expr = "\nor\n".join(
-            _tag(error_ratio(t, spec, entry, o, w), "slo", o.kind) for entry, o in pairs
-        )
-        rules.append(record(slo_errors(w), expr))
     # The budget exists for each model and objective that has an SLI at all (a value,
     # NaN included, over the budget window).
     budget_parts = []
@@ -268,17 +340,21 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             f"(0 * group by ({SLO_LABELS}) ({slo_errors(budget_window)}{{{','.join(sel)}}}) "
             f"+ {num_text(round(o.budget, 12))})"
         )
-    rules.append(record(SLO_ERROR_BUDGET, "\nor\n".join(budget_parts)))
-    for w in windows(spec):
-        rules.append(record(slo_burn_rate(w), f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}"))
-    rules.append(record(SLO_BUDGET_REMAINING, f"1 - {slo_burn_rate(budget_window)}"))
-    # How much data each long burn window holds: a pair fires only on enough requests.
-    for w in long_windows():
-        expr = "\nor\n".join(
-            _tag(request_rate(t, spec, entry, o, w), "slo", o.kind) for entry, o in pairs
+    slow.append(record(SLO_ERROR_BUDGET, "\nor\n".join(budget_parts)))
+    for rules, ws in ((fast, short), (slow, long)):
+        rules.extend(
+            record(slo_burn_rate(w), f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}") for w in ws
         )
-        rules.append(record(slo_requests(w), expr))
-    return rules
+    slow.append(record(SLO_BUDGET_REMAINING, f"1 - {slo_burn_rate(budget_window)}"))
+    return [
+        {"name": RECORD_GROUP, "interval": t.pack.interval, "rules": fast},
+        {"name": LONG_GROUP, "interval": format_duration(LONG_INTERVAL), "rules": slow},
+    ]
+
+
+def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
+    """Every SLO recording rule, the fast group's first (none when off)."""
+    return [rule for group in recording_groups(t) for rule in group["rules"]]
 
 
 def _burning(spec: SloSpec, kind: str, b: Burn) -> str:
