@@ -4,6 +4,7 @@ with a real Prometheus."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -364,20 +365,41 @@ def test_demo_scaler_rows_say_what_a_scaler_would_do() -> None:
 
     rows = scaler_rows(
         {
-            "replicas": {"a": 1.0, "b": 3.0, "c": 2.0},
-            "desired": {"a": 4.0, "b": 2.0, "c": 2.0},
-            "pressure": {"a": 3.5},
-            "scale_out": {"a": 1.0, "b": 0.0, "c": 0.0},
-            "scale_in": {"a": 0.0, "b": 1.0, "c": 0.0},
+            "replicas": {"a": 1.0, "b": 3.0, "c": 2.0, "d": 6.0},
+            "desired": {"a": 4.0, "b": 2.0, "c": 2.0, "d": 21.0},
+            "pressure": {"a": 3.5, "d": 3.5},
+            "scale_out": {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0},
+            "scale_in": {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0},
         }
     )
+    out = "scale out: a queue over capacity for the last samples (queue pressure 3.50)"
     assert rows == [
-        (
-            "a",
-            "1",
-            "4",
-            "scale out: a queue over capacity for the last samples (queue pressure 3.50)",
-        ),
-        ("b", "3", "2", "scale in: GPUs below the waste line, nothing warming up"),
-        ("c", "2", "2", "hold"),
+        ("a", "1", "4", "4", out),
+        ("b", "3", "2", "2", "scale in: GPUs below the waste line, nothing warming up"),
+        ("c", "2", "2", "2", "hold"),
+        # issue 39: the rule's wish beside what the shipped objects would run
+        ("d", "6", "21", f"{autoscale.MAX_REPLICAS} (capped)", out),
     ]
+
+
+def test_demo_scaler_view_shows_the_shipped_objects_cap() -> None:
+    """Issue 39: 21 desired next to the cap of the shipped KEDA and HPA objects, read from
+    the one definition that writes them (and the committed manifests say the same)."""
+    from rich.console import Console
+
+    from inferwatch.demo.demo_cmd import render, scaler_rows
+
+    cap = autoscale.MAX_REPLICAS
+    shipped = REPO / "deploy" / "kubernetes" / "autoscaling"
+    keda = yaml.safe_load((shipped / "keda" / "scaledobject.yaml").read_text())
+    hpa = yaml.safe_load((shipped / "hpa" / "hpa.yaml").read_text())
+    assert keda["spec"]["maxReplicaCount"] == hpa["spec"]["maxReplicas"] == cap
+    rows = scaler_rows({"replicas": {"m": 6.0}, "desired": {"m": 21.0}, "scale_out": {"m": 1.0}})
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render({}, [], None, "header", rows))
+    view = console.export_text()
+    assert f"runs (cap {cap})" in view
+    row = next(line for line in view.splitlines() if "│ m " in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:4] == ["m", "6", "21", f"{cap} (capped)"], cells
+    assert f"maxReplicaCount / maxReplicas {cap}" in view

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import re
+import socket
 import subprocess
 import threading
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.proc import REPO, free_port, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import (
+    PROMETHEUS,
+    REPO,
+    Prometheus,
+    free_port,
+    http_get,
+    inferwatch_cmd,
+    wait_until,
+)
 
 from inferwatch.demo.conditions import (
     FIRING,
@@ -144,25 +156,50 @@ def test_demo_refuses_a_bad_time_scale(bad: str) -> None:
     assert "--time-scale" in result.stderr
 
 
-@pytest.mark.slow
-def test_demo_stops_when_a_worker_cannot_start(tmp_path: Path) -> None:
-    port = free_port()
-    # occupy the agent's port so the agent cannot start: the demo must say so and exit 1
-    import socket
+class _AnswersEverything(http.server.BaseHTTPRequestHandler):
+    """Another program on the demo's port that answers every GET with 200 (another
+    demo's agent would): the demo once took its /healthz for its own agent's."""
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
-        s.listen()
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("holder", ["listener", "http"])
+def test_demo_on_a_busy_port_is_one_line_and_exit_2(holder: str) -> None:
+    """Issue 39: nothing starts, no WorkerDown that is not true, one line, exit 2."""
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        if holder == "http":
+            server = http.server.HTTPServer(("127.0.0.1", port), _AnswersEverything)
+            stack.callback(server.server_close)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            stack.callback(server.shutdown)
+        else:
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", port))
+            s.listen()
         result = subprocess.run(
             inferwatch_cmd(
                 "demo", "--duration", "15", "--no-live", "--listen", f"127.0.0.1:{port}"
             ),
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=60,
         )
-    assert result.returncode == 1
-    assert "the agent did not start" in result.stdout
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stdout == ""  # no URLs, no lifelines, no alert conditions
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0] == (
+        f"inferwatch demo: error: --listen 127.0.0.1:{port}: cannot listen: in use by "
+        "another program (choose a free port with --listen)"
+    )
 
 
 @pytest.mark.slow
@@ -183,19 +220,28 @@ def test_demo_stack_loads_the_generated_rules(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.stdout is not None
-    prometheus = alertmanager = None
+    prometheus = alertmanager = alerts_page = None
     lines = []
     for line in proc.stdout:
         lines.append(line)
         words = line.split()
         if words[:1] == ["prometheus"]:
-            prometheus = words[1].removesuffix("/alerts")
+            alerts_page = words[1]
+            prometheus = "http://" + urllib.parse.urlsplit(alerts_page).netloc
         if words[:1] == ["alertmanager"]:
             alertmanager = words[1]
         if prometheus and alertmanager:
             break
     try:
-        assert prometheus and alertmanager, "".join(lines)
+        assert prometheus and alertmanager and alerts_page, "".join(lines)
+        # issue 39: the printed alerts page answers on the Prometheus found (Debian's 2.42
+        # serves /classic/alerts only), and the line names that Prometheus's version
+        status, body, _ = http_get(alerts_page)
+        assert status == 200 and b"Alerts" in body, (alerts_page, status)
+        line = next(x for x in lines if x.split()[:1] == ["prometheus"])
+        assert f"Prometheus {_prometheus_version()}" in line, line
+        for link in (f"http://127.0.0.1:{port}/metrics", alertmanager):
+            assert http_get(link)[0] == 200, link
         status, body, _ = http_get(f"{prometheus}/api/v1/rules")
         groups = json.loads(body)["data"]["groups"]
         rules = {r["name"] for g in groups for r in g["rules"]}
@@ -213,6 +259,33 @@ def test_demo_stack_loads_the_generated_rules(tmp_path: Path) -> None:
     finally:
         rest = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, "".join(lines) + rest
+
+
+def _prometheus_version() -> str:
+    """The installed Prometheus's version, as ``prometheus --version`` prints it."""
+    out = subprocess.run(
+        [str(PROMETHEUS), "--version"], capture_output=True, text=True, timeout=30, check=True
+    )
+    found = re.match(r"prometheus, version (\S+)", out.stdout + out.stderr)
+    assert found, out
+    return found.group(1)
+
+
+def test_the_demo_links_the_alerts_page_of_the_prometheus_it_finds(tmp_path: Path) -> None:
+    """Issue 39: the page is read from the real Prometheus's version, and answers."""
+    from inferwatch.demo.demo_cmd import prometheus_alerts_page
+
+    prom = Prometheus(tmp_path, {"global": {"scrape_interval": "15s"}})
+    try:
+        page, version = prometheus_alerts_page(prom.url)
+        assert version == _prometheus_version()
+        status, body, _ = http_get(page)
+        assert status == 200 and b"Alerts" in body, (page, status)
+        if "+ds" in version:  # Debian's build: the classic pages only (/alerts is a 404)
+            assert page == f"{prom.url}/classic/alerts"
+            assert http_get(f"{prom.url}/alerts")[0] == 404
+    finally:
+        prom.stop()
 
 
 def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:

@@ -11,6 +11,7 @@ severity, flaps (:mod:`inferwatch.backtest.score`).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import sys
@@ -42,13 +43,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "scenarios",
         nargs="*",
-        metavar="FILE",
-        help="scenario files (.yaml) or recorded traces (.jsonl.gz); --all for the built-in ones",
+        metavar="SCENARIO",
+        help="built-in scenario names (--list), scenario files (.yaml) or recorded traces "
+        "(.jsonl.gz); --all for the built-in ones",
     )
     p.add_argument(
         "--all",
         action="store_true",
         help="every built-in scenario, and the traces under tests/data/traces when present",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="print the built-in scenarios' names and descriptions, and exit",
     )
     add_options(
         p,
@@ -119,8 +126,42 @@ def catalogue(files: list[Path]) -> frozenset[str]:
     return frozenset(names)
 
 
+def built_in() -> dict[str, Path]:
+    """The built-in scenarios (``scenarios/*.yaml`` of the package) by name."""
+    return {p.stem: p for p in scenario_files()}
+
+
+def listing() -> str:
+    """``--list``: one line per built-in scenario, its name and its description."""
+    scenarios = built_in()
+    width = max(map(len, scenarios))
+    lines = []
+    for name, path in scenarios.items():
+        doc = yaml.safe_load(path.read_text()) or {}
+        description = " ".join(str(doc.get("description", "")).split())
+        lines.append(f"{name:<{width}}  {description}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _path(arg: str) -> Path:
+    """A scenario file or trace as given, else the built-in scenario of that name."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    scenarios = built_in()
+    if arg in scenarios:
+        return scenarios[arg]
+    near = difflib.get_close_matches(arg, scenarios, n=1)
+    raise ConfigError(
+        arg,
+        "(scenario)",
+        "an existing scenario (.yaml) or trace (.jsonl.gz), or a built-in scenario's name "
+        f"(inferwatch backtest --list{f'; did you mean {near[0]}?' if near else ''})",
+    )
+
+
 def inputs(args: argparse.Namespace) -> list[Path]:
-    paths = [Path(p) for p in args.scenarios]
+    paths = [_path(p) for p in args.scenarios]
     if args.all:
         paths = scenario_files() + paths
         for base in (Path.cwd(), REPO):
@@ -129,10 +170,9 @@ def inputs(args: argparse.Namespace) -> list[Path]:
                 paths += sorted(traces.glob("*.jsonl.gz"))
                 break
     if not paths:
-        raise UsageError("name scenario files or traces, or pass --all")
-    for p in paths:
-        if not p.is_file():
-            raise ConfigError(str(p), "(file)", "an existing scenario (.yaml) or trace (.jsonl.gz)")
+        raise UsageError(
+            "name scenarios (inferwatch backtest --list), files or traces, or pass --all"
+        )
     return paths
 
 
@@ -174,6 +214,11 @@ def replace_between_markers(path: Path, body: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.list:
+        if args.scenarios or args.all:
+            raise UsageError("--list: lists the built-in scenarios; name none and leave out --all")
+        sys.stdout.write(listing())
+        return 0
     scrape = _interval(args.scrape_interval, "scrape_interval", "scrape-interval")
     evaluation = _interval(args.evaluation_interval, "evaluation_interval", "evaluation-interval")
     rules = rule_files(args.rules)

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import shutil
@@ -285,7 +286,7 @@ def render(
     states: list[AlertState],
     firing: list[str] | None,
     header: str,
-    scaler: list[tuple[str, str, str, str]] | None = None,
+    scaler: list[tuple[str, str, str, str, str]] | None = None,
 ) -> Any:
     from rich.console import Group
     from rich.panel import Panel
@@ -329,8 +330,12 @@ def render(
         cond_table.add_row("none", "", "", "")
     parts: list[Any] = [Panel(header), table, cond_table]
     if scaler:
-        scale_table = Table(title="A scaler following the autoscaling rules", expand=True)
-        for col in ("model", "workers", "desired", "why"):
+        scale_table = Table(
+            title="A scaler following the autoscaling rules",
+            caption=scaler_cap_note(),
+            expand=True,
+        )
+        for col in ("model", "workers", "desired", f"runs (cap {max_replicas()})", "why"):
             scale_table.add_column(col)
         for row in scaler:
             scale_table.add_row(*row)
@@ -350,8 +355,26 @@ SCALER_QUERIES = {
 }
 
 
-def scaler_rows(values: dict[str, dict[str, float]]) -> list[tuple[str, str, str, str]]:
-    """(model, workers, desired, why) from ``{query key: {model: value}}``."""
+def max_replicas() -> int:
+    """The cap of the shipped KEDA ScaledObject and HPA (``pack.rules.autoscale``)."""
+    from inferwatch.pack.rules.autoscale import MAX_REPLICAS
+
+    return MAX_REPLICAS
+
+
+def scaler_cap_note() -> str:
+    return (
+        "runs: what the ScaledObject and HPA of deploy/kubernetes/autoscaling would run, "
+        f"maxReplicaCount / maxReplicas {max_replicas()} (edit them for more)"
+    )
+
+
+def scaler_rows(values: dict[str, dict[str, float]]) -> list[tuple[str, str, str, str, str]]:
+    """(model, workers, desired, runs, why) from ``{query key: {model: value}}``: runs is
+    the desired count within the shipped objects' bounds, ``8 (capped)`` above them."""
+    from inferwatch.pack.rules.autoscale import MIN_REPLICAS
+
+    cap = max_replicas()
     rows = []
     for model in sorted(values.get("desired", {})):
         replicas = values.get("replicas", {}).get(model)
@@ -365,7 +388,9 @@ def scaler_rows(values: dict[str, dict[str, float]]) -> list[tuple[str, str, str
             why = "hold"
         if pressure is not None:
             why += f" (queue pressure {pressure:.2f})"
-        rows.append((model, _fmt(replicas, ".0f"), _fmt(desired, ".0f"), why))
+        runs = min(max(desired, MIN_REPLICAS), cap)
+        shown = f"{cap} (capped)" if desired > cap else _fmt(runs, ".0f")
+        rows.append((model, _fmt(replicas, ".0f"), _fmt(desired, ".0f"), shown, why))
     return rows
 
 
@@ -411,6 +436,24 @@ def _wait_http(url: str, deadline: float, child: Child | None = None) -> bool:
     return False
 
 
+def prometheus_alerts_page(url: str) -> tuple[str, str]:
+    """The alerts page of the Prometheus at ``url`` and its version (``/api/v1/status/
+    buildinfo``): ``/alerts`` upstream (2.x's React UI, 3.x's), ``/classic/alerts`` on
+    Debian's build (version ``+ds``: packaged without the React UI, so ``/alerts`` is a
+    404 there; prometheus/prometheus#11669). The page chosen is checked to answer; where
+    neither does, the API's ``/api/v1/alerts``."""
+    text = _get(url + "/api/v1/status/buildinfo")
+    version = "unknown version"
+    if text is not None:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            version = str(json.loads(text)["data"]["version"])
+    pages = ["/classic/alerts", "/alerts"] if "+ds" in version else ["/alerts", "/classic/alerts"]
+    for page in pages:
+        if _get(url + page) is not None:
+            return url + page, version
+    return url + "/api/v1/alerts", version
+
+
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         from inferwatch.pack.thresholds import load_thresholds
@@ -425,6 +468,8 @@ class Demo:
         self.children: list[Child] = []
         self.worker_urls: dict[str, str] = {}
         self.prometheus_url: str | None = None
+        #: the alerts page of the Prometheus started, and its version
+        self.prometheus_page: tuple[str, str] | None = None
         self.alertmanager_url: str | None = None
         self.inhibitions = False
         #: pending vs firing, with each alert's `for` from the rules the pack generates
@@ -617,13 +662,15 @@ class Demo:
         for child, url in ((am, self.alertmanager_url), (prom, self.prometheus_url)):
             if not await asyncio.to_thread(_wait_http, url + "/-/ready", deadline, child):
                 raise RuntimeError(f"{child.name} did not start:\n{child.tail()}")
+        self.prometheus_page = await asyncio.to_thread(prometheus_alerts_page, self.prometheus_url)
 
     # ------------------------------------------------------------------ view
     def urls(self) -> list[str]:
         lines = [f"agent        {self.agent_url}/metrics"]
         lines += [f"{name:<12} {url}/v1/completions" for name, url in self.worker_urls.items()]
-        if self.prometheus_url:
-            lines.append(f"prometheus   {self.prometheus_url}/alerts")
+        if self.prometheus_page:
+            page, version = self.prometheus_page
+            lines.append(f"prometheus   {page} (Prometheus {version})")
         if self.alertmanager_url:
             how = (
                 "with the inhibitions of deploy/alertmanager/alertmanager.yml"
@@ -655,7 +702,7 @@ class Demo:
             }
         )
 
-    def scaler(self) -> list[tuple[str, str, str, str]] | None:
+    def scaler(self) -> list[tuple[str, str, str, str, str]] | None:
         if not self.prometheus_url:
             return None
         values: dict[str, dict[str, float]] = {}
@@ -740,8 +787,12 @@ async def run_demo(args: argparse.Namespace) -> int:
                 elif time.monotonic() - last_print >= 5:
                     last_print = time.monotonic()
                     print(status_line(readings, states), flush=True)
-                    for model, workers, desired, why in scaler or ():
-                        print(f"scaler {model}: {workers} -> {desired} workers, {why}", flush=True)
+                    for model, workers, desired, runs, why in scaler or ():
+                        print(
+                            f"scaler {model}: {workers} -> {desired} workers, runs {runs} "
+                            f"(cap {max_replicas()}), {why}",
+                            flush=True,
+                        )
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
     except RuntimeError as exc:
@@ -753,9 +804,32 @@ async def run_demo(args: argparse.Namespace) -> int:
     return code
 
 
+def check_listen(listen: str) -> None:
+    """Refuse a ``--listen`` address the agent could not listen on, before anything
+    starts: a port in use is one line and exit 2, as the agent itself says it, never a
+    demo whose view reads another program on that port."""
+    host, port = parse_listen(listen, "--listen", "listen")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            # as the agent binds (asyncio's reuse_address): a port in TIME_WAIT is free
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        why = (
+            "in use by another program (choose a free port with --listen)"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
+        raise UsageError(f"--listen {listen}: cannot listen: {why}") from None
+
+
 def main(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration: expected a number of seconds greater than zero")
     if not (math.isfinite(args.time_scale) and args.time_scale > 0):
         raise UsageError("--time-scale: expected a number greater than zero")
+    check_listen(args.listen)
     return asyncio.run(run_demo(args))

@@ -96,7 +96,8 @@ def _day_axis(ax: Any, report: Report, back: Any) -> None:
     )
     for s in starts:
         back.axvline(s, color=GRID, linewidth=0.8, zorder=0)
-        if fmt.day(s).startswith(("Sat", "Sun")):
+        # a day is the weekend when its name is (fmt.day_label: the day its window ends on)
+        if fmt.day(s + DAY - 1).startswith(("Sat", "Sun")):
             back.axvspan(s, s + DAY, color="#f2f4f7", zorder=0)
 
 

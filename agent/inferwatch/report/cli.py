@@ -340,7 +340,7 @@ def main(args: argparse.Namespace) -> int:
             text=text,
             html=page(lambda c: f"cid:{content_id(c)}"),
             charts=charts,
-            csv_name=f"inferwatch-daily-{fmt.date(period.end - 1)}.csv",
+            csv_name=render.csv_name(report),
             csv_text=csv_text,
         )
         try:

@@ -72,16 +72,33 @@ def day(t: float) -> str:
 
 
 def day_label(period: Period, i: int) -> str:
-    """What day ``i`` of ``period`` is called: ``Mon 30 Nov`` for a calendar day.
+    """What day ``i`` of ``period`` is called in tables and charts: ``Mon 30 Nov`` for a
+    calendar day.
 
     Days that do not start at midnight (``--end now``) are the 24 hours up to a
     time, so they are named by their end, ``to Tue 1 Dec 10:00``: named by their
     start, Tuesday morning's traffic would read as Monday's.
     """
     if period.aligned:
-        return day(period.day_starts()[i])
-    end = period.day_ends()[i]
-    return f"to {day(end)} {dt.datetime.fromtimestamp(end, dt.timezone.utc):%H:%M}"
+        return day_name(period, i)
+    return f"to {day_name(period, i)} {end_time(period)}"
+
+
+def day_name(period: Period, i: int) -> str:
+    """The day that day ``i`` of ``period`` is named by, ``Sun 6 Dec``: a calendar day's
+    own, else the day its 24 hours end on (:func:`day_label`)."""
+    return day(period.day_ends()[i] - 1)
+
+
+def end_time(period: Period) -> str:
+    """``18:00``: the time of day (UTC) at which each of the period's days ends."""
+    return f"{dt.datetime.fromtimestamp(period.end, dt.timezone.utc):%H:%M}"
+
+
+def day_date(period: Period, i: int) -> str:
+    """The ISO date of :func:`day_name`, ``2026-12-06``: the CSV's ``date`` and the
+    attachment's name, so every format names a day alike."""
+    return date(period.day_ends()[i] - 1)
 
 
 def span(days: int) -> str:

@@ -98,8 +98,15 @@ def loops_by_model(found: Sequence[Finding]) -> Mapping[str, frozenset[str]]:
 
 
 def _days(report: Report, indices: Sequence[int]) -> str:
-    starts = report.period.day_starts()
-    return ", ".join(fmt.day(starts[i]) for i in indices)
+    """The days as the tables name them (``fmt.day_name``): ``Sat 5 Dec, Sun 6 Dec``, and
+    for 24-hour windows (``--end now``) when they end, ``Sun 6 Dec (the 24 hours to
+    18:00)``."""
+    p = report.period
+    names = ", ".join(fmt.day_name(p, i) for i in indices)
+    if p.aligned:
+        return names
+    each = " each" if len(indices) > 1 else ""
+    return f"{names} (the 24 hours to {fmt.end_time(p)}{each})"
 
 
 def _current_indices(report: Report) -> range:

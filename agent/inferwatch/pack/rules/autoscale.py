@@ -58,6 +58,11 @@ DEPLOY_DIR = "deploy/kubernetes/autoscaling"
 EXAMPLE_DEPLOYMENT = "vllm-llama"
 EXAMPLE_MODEL = "llama-3-8b"
 EXAMPLE_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+#: the replica bounds of the example ScaledObject and HPA (``minReplicaCount`` /
+#: ``maxReplicaCount``, ``minReplicas`` / ``maxReplicas``): whatever the rule desires,
+#: they run no fewer and no more; the demo's scaler view shows the cap
+MIN_REPLICAS = 1
+MAX_REPLICAS = 8
 #: the external metric name prometheus-adapter serves the desired-replica rule under
 EXTERNAL_METRIC = "inferwatch_desired_replicas"
 
@@ -185,8 +190,8 @@ def keda_scaled_object(t: Thresholds) -> dict[str, Any]:
         "keda.sh/v1alpha1",
         "ScaledObject",
         {
-            "minReplicaCount": 1,
-            "maxReplicaCount": 8,
+            "minReplicaCount": MIN_REPLICAS,
+            "maxReplicaCount": MAX_REPLICAS,
             "pollingInterval": int(t.pack.scrape_interval),
             # a model is never scaled to zero: a cold start costs minutes [5.2]
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(t)}},
@@ -225,8 +230,8 @@ def hpa(t: Thresholds) -> dict[str, Any]:
         "autoscaling/v2",
         "HorizontalPodAutoscaler",
         {
-            "minReplicas": 1,
-            "maxReplicas": 8,
+            "minReplicas": MIN_REPLICAS,
+            "maxReplicas": MAX_REPLICAS,
             "behavior": _behavior(t),
             "metrics": [
                 {

@@ -9,11 +9,11 @@ escaped in the HTML.
 
 from __future__ import annotations
 
-from inferwatch.report.render.as_csv import csv_text
+from inferwatch.report.render.as_csv import csv_name, csv_text
 from inferwatch.report.render.as_html import html
 from inferwatch.report.render.as_text import text
 from inferwatch.report.render.common import title
 from inferwatch.report.render.cost import cost_text as _cost_text  # noqa: F401 (tests print one section)
 from inferwatch.report.summary import BAND_NAMES
 
-__all__ = ["BAND_NAMES", "csv_text", "html", "text", "title"]
+__all__ = ["BAND_NAMES", "csv_name", "csv_text", "html", "text", "title"]

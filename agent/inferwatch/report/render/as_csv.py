@@ -26,14 +26,13 @@ def rows_for(
     if daily is None:
         return []
     p = report.period
-    starts = p.day_starts()
     out = []
     for i, v in enumerate(daily):
         if v is None:
             continue  # no data is a missing row, never a zero
         out.append(
             [
-                fmt.date(starts[i]),
+                fmt.day_date(p, i),
                 "current" if i >= p.days else "previous",
                 scope,
                 model,
@@ -45,6 +44,12 @@ def rows_for(
             ]
         )
     return out
+
+
+def csv_name(report: Report) -> str:
+    """The mailed CSV's file name, after the period's last day as the CSV dates it."""
+    p = report.period
+    return f"inferwatch-daily-{fmt.day_date(p, 2 * p.days - 1)}.csv"
 
 
 def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:
