@@ -129,8 +129,12 @@ class PackConfig:
         """The alert's rendered runbook page (``runbooks/<alert>.html`` as served)."""
         return f"{self.runbook_base_url}{alert}.html"
 
-    def runbook_url(self, alert: str) -> str:
-        return f"{self.runbook_base_url}{alert}.md"
+    def runbook_url(self, alert: str, labels: tuple[str, ...] = ()) -> str:
+        """The ``runbook_url`` annotation: the page, opened on the alert's ``labels`` and on
+        the Prometheus that fired it (Go templates Prometheus fills in when it fires)."""
+        query = [f"{k}={{{{ $labels.{k} | urlquery }}}}" for k in labels]
+        query.append("prometheus={{ $externalURL | urlquery }}")
+        return self.runbook_page(alert) + "?" + "&".join(query)
 
     def dashboard_url(self, dashboard: str) -> str:
         """Link to one of ``overview``, ``worker``, ``gpu``, ``trends``."""

@@ -1,9 +1,12 @@
 """Runbooks: one Markdown page per alert, generated so their numbers follow the thresholds.
 
 ``generate(t)`` returns ``runbooks/<AlertName>.md`` for every alert of
-:func:`inferwatch.pack.rules.alerts`. Each page has the prometheus-operator runbook
+:func:`inferwatch.pack.rules.alerts`, and the same page rendered as HTML
+(``<AlertName>.html``, :mod:`.html`: what an alert's ``runbook_url`` opens, with the
+alert's labels filled in). Each page has the prometheus-operator runbook
 sections (Meaning, Impact, Diagnosis, Mitigation) under a header that repeats the
-alert's severity, condition, dashboard and query, and is written for an on-call
+alert's severity, condition, dashboard and query and a "Do this now" block (the action
+and the ``inferwatch advise`` line), and is written for an on-call
 engineer who has never run vLLM: which panel to open, which PromQL to paste,
 which ``vllm serve`` flag or deployment change helps.
 
@@ -22,8 +25,8 @@ from __future__ import annotations
 from inferwatch.pack import loops as L
 from inferwatch.pack.names import names
 from inferwatch.pack.rules import Alert, alerts
-from inferwatch.pack.runbooks import templates
-from inferwatch.pack.runbooks.common import DASHBOARD_TITLES, SECTIONS, Ctx
+from inferwatch.pack.runbooks import html, templates
+from inferwatch.pack.runbooks.common import DASHBOARD_TITLES, NOW, SECTIONS, Ctx
 from inferwatch.pack.thresholds import Thresholds
 
 RUNBOOK_DIR = "runbooks"
@@ -42,9 +45,19 @@ def _loop_line(alert: str) -> list[str]:
     ]
 
 
+def _advise_line(c: Ctx) -> str:
+    """The ``inferwatch advise`` command that ends the page's "Do this now" block."""
+    whom = "this worker" if "worker" in c.scope else "the workers here"
+    return (
+        f"Then the agent's advice for {whom}, ranked, with the evidence behind each item:"
+        f"\n\n```sh\n{c.advise}\n```"
+    )
+
+
 def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
     """The Markdown page of one alert (all rules sharing its name)."""
-    page = templates.page(name, Ctx(t=t, n=names(t), variants=variants))
+    ctx = Ctx(t=t, n=names(t), variants=variants)
+    page = templates.page(name, ctx)
     severities = " / ".join(dict.fromkeys(a.severity for a in variants))
     dashboard = variants[0].dashboard
     queries = "\n\n".join(f"```promql\n{a.expr}\n```" for a in variants)
@@ -57,7 +70,7 @@ def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
         f"**Severity:** {severities}  ",
         f"**Fires when:** {page.condition}.  ",
         *_loop_line(name),
-        f"**Dashboard:** [{DASHBOARD_TITLES[dashboard]}]({t.pack.dashboard_url(dashboard)})",
+        f"**Dashboard:** [{DASHBOARD_TITLES[dashboard]}]({ctx.dashboard(dashboard)})",
         "",
         "<details><summary>Alert query</summary>",
         "",
@@ -66,6 +79,7 @@ def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
         "</details>",
         "",
     ]
+    lines += [f"## {NOW}", "", page.now, "", _advise_line(ctx), ""]
     for title, body in zip(
         SECTIONS, (page.meaning, page.impact, page.diagnosis, page.mitigation), strict=True
     ):
@@ -74,7 +88,8 @@ def render(t: Thresholds, name: str, variants: tuple[Alert, ...]) -> str:
 
 
 def generate(t: Thresholds) -> dict[str, str]:
-    """``runbooks/<AlertName>.md`` for every alert; one of ``generate.GENERATORS``."""
+    """``runbooks/<AlertName>.md`` and its rendered ``.html`` for every alert; one of
+    ``generate.GENERATORS``."""
     grouped: dict[str, list[Alert]] = {}
     for alert in alerts(t):
         grouped.setdefault(alert.name, []).append(alert)
@@ -83,7 +98,9 @@ def generate(t: Thresholds) -> dict[str, str]:
         raise ValueError(
             f"no runbook page (template in {templates.PAGES_DIR}) for {sorted(missing)}"
         )
-    return {
-        f"{RUNBOOK_DIR}/{name}.md": render(t, name, tuple(variants))
-        for name, variants in grouped.items()
-    }
+    files: dict[str, str] = {}
+    for name, variants in grouped.items():
+        markdown = render(t, name, tuple(variants))
+        files[f"{RUNBOOK_DIR}/{name}.md"] = markdown
+        files[f"{RUNBOOK_DIR}/{name}.html"] = html.page(name, markdown)
+    return files
