@@ -90,6 +90,7 @@ class Devtools:
         self.session = attached["sessionId"]
         self.call("Page.enable", session=True)
         self.call("Runtime.enable", session=True)
+        self.call("Log.enable", session=True)  # CSP refusals arrive as log entries
         self.call(
             "Emulation.setDeviceMetricsOverride",
             session=True, width=size[0], height=size[1], deviceScaleFactor=1, mobile=False,
@@ -147,7 +148,8 @@ class Devtools:
         return result["result"].get("value")
 
     def console_errors(self) -> list[dict]:
-        """Exceptions thrown and CSP refusals reported by the page since it was opened."""
+        """Exceptions thrown, console errors and CSP refusals since the page was opened."""
+        self.call("Runtime.evaluate", session=True, expression="0")  # collect pending events
         return [
             e
             for e in self.events
@@ -155,6 +157,10 @@ class Devtools:
             or (
                 e.get("method") == "Runtime.consoleAPICalled"
                 and e.get("params", {}).get("type") == "error"
+            )
+            or (
+                e.get("method") == "Log.entryAdded"
+                and e.get("params", {}).get("entry", {}).get("level") == "error"
             )
         ]
 

@@ -43,8 +43,12 @@ class Alert:
     @property
     def page_labels(self) -> tuple[str, ...]:
         """The labels the runbook link carries: the page fills its queries, dashboard links
-        and ``inferwatch advise`` line with their values."""
-        return tuple(k for k in self.scope if k in PAGE_LABELS)
+        and ``inferwatch advise`` line with their values. A worker's alerts carry its model
+        too (its peers' queries read it)."""
+        keys = [k for k in self.scope if k in PAGE_LABELS]
+        if "worker" in keys and "model" not in keys:
+            keys.append("model")
+        return tuple(keys)
 
     def rule(self, t: Thresholds) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
