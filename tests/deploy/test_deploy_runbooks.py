@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.browser import Devtools
-from tests.support.proc import REPO, free_port, wait_until
+from tests.support.proc import REPO
+from tests.support.runbook_site import NGINX, runbook_site
 
 from inferwatch.pack import rules
 from inferwatch.pack.generate import CONFIGMAP_MAX_BYTES
 from inferwatch.pack.thresholds import load_thresholds
 
 BASE = load_thresholds().pack.runbook_base_url
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 KUBECTL = shutil.which("kubectl")
 PROMTOOL = shutil.which("promtool")
 
@@ -86,51 +86,8 @@ def nginx(tmp_path: Path) -> Iterator[str]:
     """The shipped nginx site on a loopback port, serving this checkout's runbooks/."""
     if NGINX is None:
         pytest.skip("nginx not installed")
-    port = free_port()
-    site = (REPO / "deploy" / "runbooks" / "nginx.conf").read_text()
-    site = site.replace("listen 8088;", f"listen 127.0.0.1:{port};")
-    site = site.replace("root /srv/runbooks;", f"root {REPO / 'runbooks'};")
-    (tmp_path / "site.conf").write_text(site)
-    main = f"""
-pid {tmp_path}/nginx.pid;
-error_log {tmp_path}/error.log;
-daemon off;
-events {{}}
-http {{
-    access_log off;
-    client_body_temp_path {tmp_path}/body;
-    proxy_temp_path {tmp_path}/proxy;
-    fastcgi_temp_path {tmp_path}/fastcgi;
-    uwsgi_temp_path {tmp_path}/uwsgi;
-    scgi_temp_path {tmp_path}/scgi;
-    include {tmp_path}/site.conf;
-}}
-"""
-    (tmp_path / "nginx.conf").write_text(main)
-    proc = subprocess.Popen(
-        [NGINX, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}/"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"nginx exited: {proc.stderr.read().decode() if proc.stderr else ''}"
-            )
-        try:
-            urllib.request.urlopen(url, timeout=2).close()
-            return True
-        except OSError:
-            return False
-
-    try:
-        wait_until(up, timeout=15, message="nginx")
+    with runbook_site(tmp_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def expanded(alert: str) -> str:
@@ -295,10 +252,13 @@ def test_without_labels_the_page_reads_with_its_placeholders(
     assert not chromium.console_errors()
     assert chromium.eval("document.querySelectorAll('var.filled').length") == 0
     assert chromium.eval("document.querySelectorAll('a.run').length") == 0
-    assert chromium.eval(
-        "document.querySelector('#do-this-now code.language-sh').textContent.trim()"
-    ) == "inferwatch advise --agent-url http://INSTANCE --worker WORKER"
-    assert "Words in capitals" in str(chromium.eval("document.getElementById('opened-on').textContent"))
+    assert (
+        chromium.eval("document.querySelector('#do-this-now code.language-sh').textContent.trim()")
+        == "inferwatch advise --agent-url http://INSTANCE --worker WORKER"
+    )
+    assert "Words in capitals" in str(
+        chromium.eval("document.getElementById('opened-on').textContent")
+    )
 
 
 def test_every_page_fills_every_placeholder_of_its_labels(nginx: str, chromium: Devtools) -> None:

@@ -555,7 +555,7 @@ def test_custom_thresholds_generate_valid_rules(tmp_path: Path) -> None:
     assert 'job="inferwatch"' not in alerts_text
     assert "worker:inferwatch_ttft_seconds:p99_2m > 2" in alerts_text
     assert "worker_gpu:inferwatch_memory_pressure:ratio > 0.9\n" in alerts_text
-    assert "https://wiki.example/rb/InferenceGPULost.md" in alerts_text
+    assert "https://wiki.example/rb/InferenceGPULost.html?instance=" in alerts_text
 
 
 def test_prometheus_loads_and_evaluates_the_rules(tmp_path: Path) -> None:

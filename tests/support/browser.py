@@ -173,12 +173,11 @@ class Devtools:
         shot.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
+        import contextlib
         import os
 
-        try:
+        with contextlib.suppress(RuntimeError, OSError):
             self.call("Browser.close")
-        except (RuntimeError, OSError):
-            pass
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:

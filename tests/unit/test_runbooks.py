@@ -58,7 +58,7 @@ def test_every_alert_links_to_its_page_opened_on_its_labels() -> None:
         assert text.splitlines()[0] == f"# {rule['alert']}"
         found = sections(text)
         assert [title for title, _ in found] == [
-            "Do this now", "Meaning", "Impact", "Diagnosis", "Mitigation"
+            "Do this now", "The alert", "Meaning", "Impact", "Diagnosis", "Mitigation"
         ]  # fmt: skip
         for title, body in found:
             assert len(body) > 80, f"{rule['alert']}: section {title} is nearly empty"
@@ -433,17 +433,19 @@ def test_a_template_without_the_six_headings_is_refused(pages_in: Path) -> None:
 
 
 def test_every_page_opens_with_its_action_and_the_advise_line() -> None:
-    """"Do this now" comes before Meaning, says the action in a few sentences, and ends
-    with the `inferwatch advise` line for what the alert is about (issue 40)."""
+    """ "Do this now" comes first, under the title, says the action in a few sentences,
+    and ends with the `inferwatch advise` line for what the alert is about (issue 40)."""
     t = load_thresholds()
     pages = 0
     for alert in {a.name: a for a in rules.alerts(t)}.values():
         text = (RUNBOOKS / f"{alert.name}.md").read_text()
         head, rest = text.split("\n## Do this now\n", 1)
-        assert "\n## " not in head, alert.name
-        now, _ = rest.split("\n## Meaning\n", 1)
+        assert head.count("\n") <= 3 and "\n## " not in head, alert.name  # the title only
+        now, _ = rest.split("\n## The alert\n", 1)
         action, advise = now.split("```sh\n", 1)
-        assert len(action.split()) <= 90, f"{alert.name}: Do this now runs to {len(action.split())} words"
+        assert len(action.split()) <= 90, (
+            f"{alert.name}: Do this now runs to {len(action.split())} words"
+        )
         if "instance" in alert.scope:
             expected = "inferwatch advise --agent-url http://INSTANCE"
             if "worker" in alert.scope:
@@ -481,7 +483,8 @@ def test_html_pages_are_their_markdown_rendered_with_only_their_own_script() -> 
         assert advise and "<var data-label=" in advise.group(1), md_page.name
         # nothing from elsewhere; the one inline script and style are those the site's
         # Content-Security-Policy allows by hash
-        assert "<script src" not in page and "<link" not in page and "@import" not in page
+        assert "<script src" not in page and "@import" not in page
+        assert re.findall(r"<link [^>]*>", page) == ['<link rel="icon" href="data:,">']
         assert page.count("<script>") == 1 and page.count("<style>") == 1
         for tag in ("script", "style"):
             digest = html._sha256(_between(page, tag))

@@ -35,6 +35,7 @@ from inferwatch.pack.thresholds import Thresholds, load_thresholds
 
 Generator = Callable[[Thresholds], dict[str, str]]
 
+
 def runbook_nginx() -> str:
     """The runbook server's nginx site (deploy/runbooks/nginx.conf)."""
     from inferwatch.pack.runbooks import html

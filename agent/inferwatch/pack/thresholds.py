@@ -40,10 +40,10 @@ got 1.5``).
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
 from dataclasses import dataclass, is_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 from inferwatch import validate
 from inferwatch.errors import ConfigError

@@ -9,7 +9,6 @@ from typing import Any
 from inferwatch.pack.rules.common import dur
 from inferwatch.pack.thresholds import Thresholds
 
-
 #: the labels a runbook page can be opened on (``?instance=...&worker=...``)
 PAGE_LABELS = ("instance", "worker", "gpu", "model")
 

@@ -24,8 +24,10 @@ DASHBOARD_TITLES = {
 
 SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation")
 
-#: the block at the top of every page, before Meaning: the action, then ``inferwatch advise``
+#: the block at the top of every page: the action, then ``inferwatch advise``
 NOW = "Do this now"
+#: the section after it: severity, condition, loop, dashboard and the alert's query
+ALERT = "The alert"
 
 
 @dataclass(frozen=True)

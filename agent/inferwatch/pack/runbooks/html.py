@@ -194,6 +194,8 @@ def page(name: str, markdown: str) -> str:
         f"{name}.md (agent/inferwatch/pack/runbooks/); do not edit -->\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        # no icon to fetch: the site has none, and a 404 for it is an error in the console
+        '<link rel="icon" href="data:,">\n'
         f"<title>{escapeHtml(name)} · inferwatch runbook</title>\n"
         f"<style>{_STYLE_TEXT}</style>\n</head>\n<body>\n<main>\n{body}</main>\n"
         f"<script>{_SCRIPT_TEXT}</script>\n</body>\n</html>\n"
