@@ -21,6 +21,7 @@ EXTRA_OF = {
     "grafanalib": "generate",
     "promql_parser": "generate",
     "jinja2": "generate",
+    "markdown_it": "generate",
     "matplotlib": "report",
     "rich": "report",
     "grpc": "kubernetes",

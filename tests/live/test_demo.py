@@ -618,3 +618,4 @@ def test_the_demo_alertmanager_keeps_the_shipped_inhibitions(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
     # the demo's runbook links resolve to this checkout's pages
     assert (demo_cmd.RUNBOOKS_DIR / "InferenceQueueOverCapacity.md").is_file()
+    assert (demo_cmd.RUNBOOKS_DIR / "InferenceQueueOverCapacity.html").is_file()

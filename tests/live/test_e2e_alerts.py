@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import typing
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,7 +151,14 @@ def check_delivered(stack: Stack, d: Detection, receiver: str, severity: str) ->
     assert fired.path == f"/{receiver}" and fired.receiver == receiver, fired
     assert fired.labels["severity"] == severity
     assert fired.labels["job"] == "inferwatch" and fired.labels["instance"] == stack.agent_target
-    assert fired.annotations["runbook_url"].endswith(f"/{d.alert}.md")
+    # Prometheus filled the runbook link with the alert's labels (runbooks/<alert>.html)
+    runbook = urllib.parse.urlsplit(fired.annotations["runbook_url"])
+    assert runbook.path.endswith(f"/{d.alert}.html")
+    opened_on = dict(urllib.parse.parse_qsl(runbook.query))
+    assert opened_on["instance"] == stack.agent_target
+    for label in ("worker", "gpu", "model"):
+        if label in opened_on:
+            assert opened_on[label] == fired.labels[label], (label, opened_on)
     assert fired.annotations["summary"].endswith(".")
     for value in d.labels.values():
         assert value in fired.annotations["description"], fired.annotations["description"]

@@ -347,7 +347,9 @@ def test_alert_quality(rule: dict[str, Any]) -> None:
     assert re.sub(r"\{\{ end \}\}$", "", ann["description"]).endswith(".")
     for use in TEMPLATE_VALUE.findall(ann["description"]):
         assert re.search(r"humanize|printf", use), f"{name}: raw {use} in description"
-    assert ann["runbook_url"] == f"{t.pack.runbook_base_url}{name}.md"
+    # the rendered page, opened on the alert's labels and the Prometheus that fired it
+    assert ann["runbook_url"].startswith(f"{t.pack.runbook_base_url}{name}.html?")
+    assert ann["runbook_url"].endswith("prometheus={{ $externalURL | urlquery }}")
     assert ann["dashboard_url"].startswith(t.pack.dashboard_base_url)
     if "for" in rule:
         assert duration_seconds(rule["for"]) is not None
@@ -553,7 +555,7 @@ def test_custom_thresholds_generate_valid_rules(tmp_path: Path) -> None:
     assert 'job="inferwatch"' not in alerts_text
     assert "worker:inferwatch_ttft_seconds:p99_2m > 2" in alerts_text
     assert "worker_gpu:inferwatch_memory_pressure:ratio > 0.9\n" in alerts_text
-    assert "https://wiki.example/rb/InferenceGPULost.md" in alerts_text
+    assert "https://wiki.example/rb/InferenceGPULost.html?instance=" in alerts_text
 
 
 def test_prometheus_loads_and_evaluates_the_rules(tmp_path: Path) -> None:

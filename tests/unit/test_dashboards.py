@@ -653,7 +653,11 @@ def test_thresholds_drawn_from_thresholds_yaml(
     assert _steps(other, "TTFT P50 / P95 / P99")[1] == (0.2, "red")
     alerts = _first(other, lambda p: p["title"] == "Firing alerts")
     (link,) = alerts["fieldConfig"]["defaults"]["links"]
-    assert link["url"] == "https://runbooks.example/${__data.fields.alertname}.md"
+    # the page opened on the row's labels (Grafana percent-encodes them)
+    assert link["url"] == (
+        "https://runbooks.example/${__data.fields.alertname}.html?instance=${__data.fields.instance}"
+        "&worker=${__data.fields.worker}&gpu=${__data.fields.gpu}&model=${__data.fields.model}"
+    )
 
 
 def test_recording_rule_names_follow_the_rate_window(tmp_path: Path) -> None:

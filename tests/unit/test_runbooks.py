@@ -36,27 +36,32 @@ def sections(text: str) -> list[tuple[str, str]]:
     return [(parts[i].strip(), parts[i + 1].strip()) for i in range(1, len(parts), 2)]
 
 
-def test_every_alert_links_to_a_page_with_the_four_sections() -> None:
+def test_every_alert_links_to_its_page_opened_on_its_labels() -> None:
+    """runbook_url = the page's HTML, with the alert's labels and the firing Prometheus as
+    Go templates; the page has the action first, then the four sections."""
     t = load_thresholds()
+    scopes = {a.name: a.scope for a in rules.alerts(t)}
     assert alert_rules()
     for rule in alert_rules():
         url = rule["annotations"]["runbook_url"]
         assert url.startswith(t.pack.runbook_base_url)
-        page = RUNBOOKS / url.removeprefix(t.pack.runbook_base_url)
-        assert page.is_file(), f"{rule['alert']}: {page} does not exist"
-        text = page.read_text()
+        page, query = url.removeprefix(t.pack.runbook_base_url).split("?", 1)
+        assert page == f"{rule['alert']}.html" and (RUNBOOKS / page).is_file(), url
+        labels = [k for k in scopes[rule["alert"]] if k in ("instance", "worker", "gpu", "model")]
+        if "worker" in labels:  # a worker's alerts carry its model
+            labels.append("model")
+        assert query.split("&") == [
+            *(f"{k}={{{{ $labels.{k} | urlquery }}}}" for k in labels),
+            "prometheus={{ $externalURL | urlquery }}",
+        ], url
+        text = (RUNBOOKS / f"{rule['alert']}.md").read_text()
         assert text.splitlines()[0] == f"# {rule['alert']}"
         found = sections(text)
-        assert [title for title, _ in found] == ["Meaning", "Impact", "Diagnosis", "Mitigation"]
+        assert [title for title, _ in found] == [
+            "Do this now", "The alert", "Meaning", "Impact", "Diagnosis", "Mitigation"
+        ]  # fmt: skip
         for title, body in found:
-            assert len(body) > 80, f"{page.name}: section {title} is nearly empty"
-
-
-def test_every_page_belongs_to_an_alert() -> None:
-    names = {r["alert"] for r in alert_rules()}
-    pages = {p.stem for p in RUNBOOKS.glob("*.md")}
-    assert pages == names, {"orphans": pages - names, "missing": names - pages}
-    assert not [p for p in RUNBOOKS.iterdir() if p.suffix != ".md"]
+            assert len(body) > 80, f"{rule['alert']}: section {title} is nearly empty"
 
 
 def test_pages_name_severity_condition_and_the_alert_query() -> None:
@@ -418,10 +423,70 @@ def test_a_typo_in_a_template_fails_with_its_name_and_line(pages_in: Path) -> No
         runbooks.render(t, "InferenceGPULost", tuple(rules.alerts(t))[:1])
 
 
-def test_a_template_without_the_five_headings_is_refused(pages_in: Path) -> None:
+def test_a_template_without_the_six_headings_is_refused(pages_in: Path) -> None:
     t = load_thresholds()
     (pages_in / "InferenceGPULost.md.j2").write_text(
         "## Fires when\n\nthe GPU is gone\n\n## Meaning\n\nGone.\n\n## Mitigation\n\nReboot.\n"
     )
     with pytest.raises(ValueError, match="the headings must be"):
         runbooks.render(t, "InferenceGPULost", tuple(rules.alerts(t))[:1])
+
+
+def test_every_page_opens_with_its_action_and_the_advise_line() -> None:
+    """ "Do this now" comes first, under the title, says the action in a few sentences,
+    and ends with the `inferwatch advise` line for what the alert is about (issue 40)."""
+    t = load_thresholds()
+    pages = 0
+    for alert in {a.name: a for a in rules.alerts(t)}.values():
+        text = (RUNBOOKS / f"{alert.name}.md").read_text()
+        head, rest = text.split("\n## Do this now\n", 1)
+        assert head.count("\n") <= 3 and "\n## " not in head, alert.name  # the title only
+        now, _ = rest.split("\n## The alert\n", 1)
+        action, advise = now.split("```sh\n", 1)
+        assert len(action.split()) <= 90, (
+            f"{alert.name}: Do this now runs to {len(action.split())} words"
+        )
+        if "instance" in alert.scope:
+            expected = "inferwatch advise --agent-url http://INSTANCE"
+            if "worker" in alert.scope:
+                expected += " --worker WORKER"
+        else:  # a model's SLO, or no agent to ask: the Prometheus that fired the alert
+            expected = "inferwatch advise --prometheus-url PROMETHEUS"
+        assert advise.split("\n", 1)[0] == expected, alert.name
+        pages += 1
+    assert pages == len(list(RUNBOOKS.glob("*.md"))) >= 20
+
+
+def _between(html: str, tag: str) -> str:
+    return html.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+
+
+def test_html_pages_are_their_markdown_rendered_with_only_their_own_script() -> None:
+    from inferwatch.pack.generate import runbook_nginx
+    from inferwatch.pack.runbooks import html
+
+    site = runbook_nginx()
+    for md_page in sorted(RUNBOOKS.glob("*.md")):
+        text = md_page.read_text()
+        page = md_page.with_suffix(".html").read_text()
+        # raw HTML passes through: <details> is an element, not text
+        assert "<details><summary>Alert query</summary>" in page and "&lt;details" not in page
+        assert page.count('<section class="now" id="do-this-now">') == 1
+        assert page.index('id="do-this-now"') < page.index("<h2>Meaning</h2>")
+        assert page.count('<code class="language-promql">') == text.count("```promql")
+        assert page.count("<a href=") == len(re.findall(r"\]\(http", text)), md_page.name
+        # every placeholder of a PromQL matcher is marked for the script, none is left bare
+        for block in re.findall(r'<code class="language-promql">(.*?)</code>', page, re.S):
+            bare = re.sub(r"<var [^>]*>\w+</var>", "", block)
+            assert not re.search(r"=&quot;(INSTANCE|WORKER|GPU|MODEL)&quot;", bare), block
+        advise = re.search(r'<code class="language-sh">inferwatch advise (.*?)</code>', page, re.S)
+        assert advise and "<var data-label=" in advise.group(1), md_page.name
+        # nothing from elsewhere; the one inline script and style are those the site's
+        # Content-Security-Policy allows by hash
+        assert "<script src" not in page and "@import" not in page
+        assert re.findall(r"<link [^>]*>", page) == ['<link rel="icon" href="data:,">']
+        assert page.count("<script>") == 1 and page.count("<style>") == 1
+        for tag in ("script", "style"):
+            digest = html._sha256(_between(page, tag))
+            assert f"{tag}-src {digest}" in site, (md_page.name, tag)
+    assert "Content-Security-Policy" in site and "default-src 'none'" in site

@@ -44,7 +44,7 @@ def test_defaults_are_the_documented_numbers() -> None:
     assert t.pack.selector() == '{job="inferwatch"}'
     assert t.pack.window == "5m"
     # the runbook server the deploy material ships (deploy/runbooks/nginx.conf), on loopback
-    assert t.pack.runbook_url("InferenceGPULost") == "http://localhost:8088/InferenceGPULost.md"
+    assert t.pack.runbook_page("InferenceGPULost") == "http://localhost:8088/InferenceGPULost.html"
 
 
 def test_defaults_agree_with_alerts_md() -> None:

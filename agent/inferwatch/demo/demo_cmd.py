@@ -650,6 +650,9 @@ class Demo:
                     f"--config.file={cfg_path}",
                     f"--storage.tsdb.path={self.dir / 'tsdb'}",
                     f"--web.listen-address=127.0.0.1:{prom_port}",
+                    # the alerts' runbook links carry it ($externalURL): their pages'
+                    # "Run in Prometheus" links open this Prometheus
+                    f"--web.external-url=http://127.0.0.1:{prom_port}/",
                 ],
                 self.dir / "prometheus.log",
             )

@@ -21,7 +21,7 @@ Stable API (used by ``pack.rules``, ``pack.dashboards`` and the report)::
     t.pack.selector()                     # '{job="inferwatch"}'
     t.pack.selector('reason="error"')     # '{job="inferwatch",reason="error"}'
     t.pack.window                         # "5m": pack.rate_window as a PromQL duration
-    t.pack.runbook_url("InferenceGPULost")
+    t.pack.runbook_page("InferenceGPULost")  # base URL + InferenceGPULost.html
     t.pack.dashboard_url("gpu")           # base URL + pack.dashboard_uids.gpu
     format_duration(1800.0)               # "30m"
 
@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass, is_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 from inferwatch import validate
 from inferwatch.errors import ConfigError
@@ -67,7 +68,7 @@ ABOVE_ONE = "above_one"  # float > 1 (a multiplier)
 COUNT = "count"  # int >= 1
 BAND = "band"  # [low, high] ratios, low < high
 SELECTOR = "selector"  # PromQL label matchers without braces
-URL = "url"  # non-empty string
+BASE_URL = "base_url"  # http(s)://host/path/ that a page or dashboard name is appended to
 UID = "uid"  # Grafana dashboard UID
 XIDS = "xids"  # non-empty list of positive ints
 PRICING = "pricing"  # the pricing: section, validated by pack.pricing
@@ -82,7 +83,7 @@ AboveOne = Annotated[float, ABOVE_ONE]
 Count = Annotated[int, COUNT]
 Band = Annotated[tuple[float, float], BAND]
 Selector = Annotated[str, SELECTOR]
-Url = Annotated[str, URL]
+BaseUrl = Annotated[str, BASE_URL]
 Uid = Annotated[str, UID]
 Xids = Annotated[tuple[int, ...], XIDS]
 PricingSection = Annotated[Pricing, PRICING]
@@ -106,8 +107,8 @@ class PackConfig:
     agent_selector: Selector
     scrape_interval: Duration
     rate_window: Duration
-    runbook_base_url: Url
-    dashboard_base_url: Url
+    runbook_base_url: BaseUrl
+    dashboard_base_url: BaseUrl
     dashboard_uids: DashboardUids
 
     def selector(self, *extra: str) -> str:
@@ -124,8 +125,16 @@ class PackConfig:
         """``scrape_interval`` as a PromQL duration (``15s``)."""
         return format_duration(self.scrape_interval)
 
-    def runbook_url(self, alert: str) -> str:
-        return f"{self.runbook_base_url}{alert}.md"
+    def runbook_page(self, alert: str) -> str:
+        """The alert's rendered runbook page (``runbooks/<alert>.html`` as served)."""
+        return f"{self.runbook_base_url}{alert}.html"
+
+    def runbook_url(self, alert: str, labels: tuple[str, ...] = ()) -> str:
+        """The ``runbook_url`` annotation: the page, opened on the alert's ``labels`` and on
+        the Prometheus that fired it (Go templates Prometheus fills in when it fires)."""
+        query = [f"{k}={{{{ $labels.{k} | urlquery }}}}" for k in labels]
+        query.append("prometheus={{ $externalURL | urlquery }}")
+        return self.runbook_page(alert) + "?" + "&".join(query)
 
     def dashboard_url(self, dashboard: str) -> str:
         """Link to one of ``overview``, ``worker``, ``gpu``, ``trends``."""
@@ -290,7 +299,8 @@ _UID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 _EXPECTED = {
     BAND: "a list of two ratios [low, high] with low < high",
     SELECTOR: 'PromQL label matchers such as job="inferwatch" (without braces)',
-    URL: "a non-empty string (URL prefix)",
+    BASE_URL: "an http(s) URL with a host and a path ending in / (https://host/runbooks/), "
+    "without ?query or #fragment: page names are appended to it",
     UID: "a Grafana UID (1-40 letters, digits, - or _)",
     XIDS: "a non-empty list of XID numbers such as [48, 79]",
 }
@@ -335,8 +345,8 @@ def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, str) or not _SELECTOR_RE.fullmatch(value):
             raise bad()
         return ",".join(part.strip() for part in _split_matchers(value))
-    if kind == URL:
-        if not isinstance(value, str) or not value.strip():
+    if kind == BASE_URL:
+        if not isinstance(value, str) or not _is_base_url(value.strip()):
             raise bad()
         return value.strip()
     if kind == UID:
@@ -350,6 +360,23 @@ def _parse_value(kind: str, value: Any, source: str, key: str) -> Any:
             raise bad()
         return tuple(sorted(set(value)))
     raise AssertionError(f"unknown field kind {kind}")  # pragma: no cover - programming error
+
+
+def _is_base_url(url: str) -> bool:
+    """``http(s)://host[:port]/path/``: a name appended to it is a page under that path."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and parts.path.endswith("/")
+        and not parts.query
+        and not parts.fragment
+        and not any(ch.isspace() for ch in url)
+    )
 
 
 def _split_matchers(text: str) -> list[str]:

@@ -105,7 +105,7 @@ class Bands:
         return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
 
     def runbook_url(self, alert: str) -> str:
-        return f"{self.runbook_base_url}{alert}.md"
+        return f"{self.runbook_base_url}{alert}.html"
 
 
 def bands_from_thresholds(t: Any) -> Bands:

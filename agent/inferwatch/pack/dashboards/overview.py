@@ -12,6 +12,7 @@ from inferwatch.pack.dashboards.common import Dashboard
 from inferwatch.pack.dashboards.cost_row import cost_section
 from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, host_sel, steps, worker_sel
 from inferwatch.pack.names import names
+from inferwatch.pack.rules.alert import PAGE_LABELS
 from inferwatch.pack.thresholds import Thresholds
 
 
@@ -103,7 +104,8 @@ def bottleneck_panel(t: Thresholds) -> Any:
 
 def alerts_panel(t: Thresholds) -> Any:
     # ALERTS carries the alert's labels, not its annotations: the runbook link is
-    # rebuilt from the alert name. Alerts aggregated above one host lose `job` or
+    # rebuilt from the alert name, and opens the page on the row's labels (Grafana
+    # percent-encodes a data link's variables). Alerts aggregated above one host lose `job` or
     # `instance`, so an empty value matches too ("$job|").
     expr = (
         'ALERTS{alertstate="firing", alertname=~"Inference.*", '
@@ -120,7 +122,9 @@ def alerts_panel(t: Thresholds) -> Any:
         links=[
             p.data_link(
                 "Runbook for ${__data.fields.alertname}",
-                t.pack.runbook_url("${__data.fields.alertname}"),
+                t.pack.runbook_page("${__data.fields.alertname}")
+                + "?"
+                + "&".join(f"{k}=${{__data.fields.{k}}}" for k in PAGE_LABELS),
                 new_tab=True,
             )
         ],

@@ -9,6 +9,9 @@ from typing import Any
 from inferwatch.pack.rules.common import dur
 from inferwatch.pack.thresholds import Thresholds
 
+#: the labels a runbook page can be opened on (``?instance=...&worker=...``)
+PAGE_LABELS = ("instance", "worker", "gpu", "model")
+
 
 @dataclass(frozen=True)
 class Alert:
@@ -36,6 +39,16 @@ class Alert:
         query = "&".join(f"var-{k}={{{{ $labels.{k} | urlquery }}}}" for k in self.scope)
         return f"{url}?{query}"
 
+    @property
+    def page_labels(self) -> tuple[str, ...]:
+        """The labels the runbook link carries: the page fills its queries, dashboard links
+        and ``inferwatch advise`` line with their values. A worker's alerts carry its model
+        too (its peers' queries read it)."""
+        keys = [k for k in self.scope if k in PAGE_LABELS]
+        if "worker" in keys and "model" not in keys:
+            keys.append("model")
+        return tuple(keys)
+
     def rule(self, t: Thresholds) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
         if self.for_seconds:
@@ -44,7 +57,7 @@ class Alert:
         rule["annotations"] = {
             "dashboard_url": self.dashboard_link(t),
             "description": self.description,
-            "runbook_url": t.pack.runbook_url(self.name),
+            "runbook_url": t.pack.runbook_url(self.name, self.page_labels),
             "summary": self.summary,
         }
         return rule

@@ -24,10 +24,16 @@ DASHBOARD_TITLES = {
 
 SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation")
 
+#: the block at the top of every page: the action, then ``inferwatch advise``
+NOW = "Do this now"
+#: the section after it: severity, condition, loop, dashboard and the alert's query
+ALERT = "The alert"
+
 
 @dataclass(frozen=True)
 class Page:
     condition: str
+    now: str
     meaning: str
     impact: str
     diagnosis: str
@@ -37,15 +43,18 @@ class Page:
 #: what an on-call engineer replaces in a page's queries and links: the alert's labels
 PLACEHOLDERS = {"instance": "INSTANCE", "worker": "WORKER", "gpu": "GPU", "model": "MODEL"}
 
+#: the address of the Prometheus that fired the alert (its ``$externalURL``)
+PROMETHEUS = "PROMETHEUS"
+
 
 @dataclass(frozen=True)
 class Ctx:
     """What every page template gets as ``c``: thresholds, rule names, the alert's variants.
 
     Queries and dashboard links are scoped to what the alert is about (its
-    ``scope``: the instance and the worker or GPU), with upper-case placeholders
-    the engineer replaces with the alert's labels (the alert's own dashboard link
-    has them filled in already).
+    ``scope``: the instance and the worker or GPU), with upper-case placeholders for
+    the alert's labels: the HTML page fills them in from its link (:mod:`.html`), and
+    the alert's own dashboard link has them filled in already.
     """
 
     t: Thresholds
@@ -94,11 +103,27 @@ class Ctx:
             f"{self.n.worker_gpu}{self.only('instance', 'worker')}"
         )
 
-    def panel(self, dashboard: str, *titles: str) -> str:
-        """``[Inference GPU](url?var-...) → **VRAM level**, **GPU state**``"""
+    @property
+    def advise(self) -> str:
+        """The ``inferwatch advise`` line for what the alert is about: the agent of its
+        instance (narrowed to its worker), else the Prometheus that fired it."""
+        if "instance" not in self.scope:
+            return f"inferwatch advise --prometheus-url {PROMETHEUS}"
+        line = f"inferwatch advise --agent-url http://{PLACEHOLDERS['instance']}"
+        if "worker" in self.scope:
+            line += f" --worker {PLACEHOLDERS['worker']}"
+        return line
+
+    def dashboard(self, dashboard: str) -> str:
+        """The dashboard's URL with its variables set to the alert's placeholders."""
         url = self.t.pack.dashboard_url(dashboard)
         if self.scope:
             url += "?" + "&".join(f"var-{k}={PLACEHOLDERS[k]}" for k in self.scope)
+        return url
+
+    def panel(self, dashboard: str, *titles: str) -> str:
+        """``[Inference GPU](url?var-...) → **VRAM level**, **GPU state**``"""
+        url = self.dashboard(dashboard)
         return f"[{DASHBOARD_TITLES[dashboard]}]({url}) → " + ", ".join(f"**{x}**" for x in titles)
 
 

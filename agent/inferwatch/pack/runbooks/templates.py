@@ -3,8 +3,9 @@ and the split of a rendered page into its fields (``Page``).
 
 A page is ``pages/<AlertName>.md.j2``: Markdown with ``{{ }}`` holes for the facts
 (thresholds, rule names, dashboard links, the remedies of :mod:`inferwatch.pack.loops`),
-under five headings, ``## Fires when`` (one sentence, without its full stop) then the
-four sections of ``SECTIONS``. A template gets the alert's context ``c`` (``Ctx``) and
+under six headings, ``## Fires when`` (one sentence, without its full stop),
+``## Do this now`` (the action, in two or three sentences: the page opens with it) then
+the four sections of ``SECTIONS``. A template gets the alert's context ``c`` (``Ctx``) and
 its thresholds ``t`` (``c.t``), and the filters and globals of ``_FILTERS`` and
 ``_GLOBALS`` below; ``pages/_shared.md.j2`` holds the texts several pages share (as
 macros). A name that is not defined fails the render with the template's name and line.
@@ -29,11 +30,11 @@ from inferwatch.pack import loops as L
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate
 from inferwatch.pack.rules import slo
 from inferwatch.pack.rules.common import dur, num, pct, secs
-from inferwatch.pack.runbooks.common import SECTIONS, Ctx, Page, cite, md, promql, sh
+from inferwatch.pack.runbooks.common import NOW, SECTIONS, Ctx, Page, cite, md, promql, sh
 
 PAGES_DIR = Path(__file__).parent / "pages"
 SUFFIX = ".md.j2"
-HEADINGS = ("Fires when", *SECTIONS)
+HEADINGS = ("Fires when", NOW, *SECTIONS)
 
 _FILTERS: dict[str, Any] = {
     "pct": pct,  # 0.92 -> 92%
@@ -131,9 +132,9 @@ def page(name: str, c: Ctx) -> Page:
             f"{PAGES_DIR / template}: the headings must be {HEADINGS} with nothing before "
             f"them, not {found}"
         )
-    condition, meaning, impact, diagnosis, mitigation = (
+    condition, now, meaning, impact, diagnosis, mitigation = (
         unwrap(body.strip()) for body in parts[2::2]
     )
     if "\n" in condition:
         raise ValueError(f"{PAGES_DIR / template}: 'Fires when' must be one paragraph")
-    return Page(condition, meaning, impact, diagnosis, mitigation)
+    return Page(condition, now, meaning, impact, diagnosis, mitigation)
