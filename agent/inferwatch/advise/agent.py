@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import urllib.error
@@ -189,6 +190,15 @@ def pictures_from_scrapes(
         queue = [_sum(s, "inferwatch_queue_depth", worker=worker) for _, s in scrapes]
         running = [_sum(s, "inferwatch_requests_running", worker=worker) for _, s in scrapes]
         start = _max(last, "inferwatch_worker_start_time_seconds", worker=worker)
+        starts = [
+            _max(s, "inferwatch_worker_start_time_seconds", worker=worker) for _, s in scrapes
+        ]
+        seen_starts = [v for v in starts if v is not None]
+        restarts = (
+            float(sum(1 for a, b in itertools.pairwise(seen_starts) if b != a))
+            if seen_starts
+            else None
+        )
         uptime = last_t - start if start is not None else None
         young_p95 = young_count = None
         if cold_within is not None and uptime is not None and uptime < cold_within:
@@ -244,6 +254,8 @@ def pictures_from_scrapes(
                 request_rate=rate("inferwatch_requests_finished_total"),
                 long_prompt_share=long_prompts(),
                 uptime_seconds=uptime,
+                restarts=restarts,
+                xid_errors=xid_increase(first, last, gpus) if gpus else None,
                 ttft_p95_since_start=young_p95,
                 ttft_count_since_start=young_count,
                 flags=flags,
@@ -251,6 +263,21 @@ def pictures_from_scrapes(
             )
         )
     return name_pictures(pictures)
+
+
+XID = "inferwatch_gpu_xid_errors_total"
+
+
+def xid_increase(first: Scrape, last: Scrape, gpus: Sequence[str]) -> float:
+    """XID errors on these GPUs between two scrapes (a series new in the last one counts
+    from zero: the agent exports a GPU's XID counter from its first event on)."""
+    total = 0.0
+    for g in gpus:
+        begin = {tuple(sorted(lab.items())): v for lab, v in _values(first, XID, gpu=g)}
+        for lab, v in _values(last, XID, gpu=g):
+            before = begin.get(tuple(sorted(lab.items())), 0.0)
+            total += v - before if v >= before else v
+    return total
 
 
 def sample_times(samples: int, every: float, min_span: float) -> list[float]:
