@@ -7,7 +7,7 @@ import math
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from inferwatch.advise.model import (
     FLAG_LABELS,
@@ -280,6 +280,15 @@ def xid_increase(first: Scrape, last: Scrape, gpus: Sequence[str]) -> float:
     return total
 
 
+def workers_of(scrape: Scrape) -> list[str]:
+    """The workers an agent's scrape names (its targets and its workers' info)."""
+    seen: dict[str, None] = {}
+    for name, labels, _ in scrape:
+        if name in ("inferwatch_target_up", "inferwatch_worker_info") and "worker" in labels:
+            seen.setdefault(labels["worker"], None)
+    return list(seen)
+
+
 def sample_times(samples: int, every: float, min_span: float) -> list[float]:
     """Offsets of the scrapes from the first: ``samples`` of them (at least two), ``every``
     apart, stretched so that the first and the last are ``min_span`` apart at least."""
@@ -315,9 +324,11 @@ def read_agent(
     min_span: float,
     timeout: float = 10.0,
     cold_within: float | None = None,
+    check: Callable[[Scrape], object] | None = None,
 ) -> list[WorkerPicture]:
     """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times`);
-    ``cold_within``: see :func:`pictures_from_scrapes`."""
+    ``cold_within``: see :func:`pictures_from_scrapes`; ``check`` reads the first scrape
+    before the others are waited for (it raises to refuse at once)."""
     from urllib.parse import urlsplit
 
     base = url.rstrip("/")
@@ -331,5 +342,7 @@ def read_agent(
                 time.sleep(delay)
         scrape = fetch_exposition(target, timeout)
         scrapes.append((time.time(), scrape))
+        if check is not None and len(scrapes) == 1:
+            check(scrape)
     parts = urlsplit(base)
     return pictures_from_scrapes(scrapes, parts.netloc or base, min_span, cold_within)
