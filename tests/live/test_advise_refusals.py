@@ -180,14 +180,14 @@ def test_precheck_reads_one_scrape() -> None:
 
     scrape = parse_exposition(agent_text())
     assert precheck(scrape, None, ("max-num-seqs", 32)) == "w"
-    with pytest.raises(NotEnough, match="2.1x its 16 slots"):
+    with pytest.raises(NotEnough, match=r"2\.1x its 16 slots"):
         precheck(scrape, None, ("max-num-seqs", 33))
     with pytest.raises(ConfigError, match="--worker"):
         precheck(scrape, "v", None)
     with pytest.raises(NotEnough, match="give --output-tokens"):
         precheck(parse_exposition(agent_text(finished=False)), None, None)
     assert precheck(parse_exposition(agent_text(finished=False)), None, None, 100.0) == "w"
-    with pytest.raises(ConfigError, match="llama.cpp"):
+    with pytest.raises(ConfigError, match=r"llama\.cpp"):
         precheck(
             parse_exposition(agent_text(engine="llamacpp")), "w", ("gpu-memory-utilization", 0.8)
         )
