@@ -51,6 +51,8 @@ class Reading:
     ttft: dict[str, float] = field(default_factory=dict)
     tpot: dict[str, float] = field(default_factory=dict)
     e2e: dict[str, float] = field(default_factory=dict)
+    #: the launch flags inferwatch_worker_info states (advise's rules read them)
+    flags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

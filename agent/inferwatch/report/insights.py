@@ -579,7 +579,8 @@ def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
         "models on these GPUs (MIG, several workers per GPU); first make sure the traffic is "
         "spread evenly.",
         id="consolidate",
-        moves=(Move(R.REPLICAS, R.DOWN),),
+        # a scale-down on a schedule, if the quiet period comes back every week: a plan
+        # for next week, not a move now (advise may say "not yet" to a young worker)
         models=tuple(sorted({m for gs in per_day.values() for g in gs for m in g.models})),
     )
 
