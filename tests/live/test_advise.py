@@ -494,6 +494,33 @@ def test_rates_come_from_deltas_over_min_rate_span_never_from_lifetime_totals() 
     assert sample_times(3, 6.0, 10.0) == [0.0, 6.0, 12.0]
 
 
+def test_restarts_and_xid_errors_are_read_over_the_span_only() -> None:
+    """The evidence of running out (issue 40): a change of the worker's start time between
+    the samples, and XID errors added on its GPUs; a lifetime's XID total is not read."""
+    xid = '# TYPE inferwatch_gpu_xid_errors_total counter\ninferwatch_gpu_xid_errors_total{gpu="0",xid="79"} N\n'
+    before = agent_text(0.2, 0.5, 10) + xid.replace("N", "3")
+    same = [(1100.0, parse_exposition(before)), (1110.0, parse_exposition(before))]
+    (a, _) = pictures_from_scrapes(same, "agent:10127", T.advice.min_rate_span)
+    assert (a.restarts, a.xid_errors) == (0.0, 0.0)
+    restarted = before.replace("} 1000\n", "} 1105\n").replace("} 3\n", "} 5\n")
+    moved = [same[0], (1110.0, parse_exposition(restarted))]
+    (a, b) = pictures_from_scrapes(moved, "agent:10127", T.advice.min_rate_span)
+    assert (a.restarts, a.xid_errors) == (1.0, 2.0)
+    assert b.xid_errors == 0.0  # GPU 1 had none
+    # from Prometheus: changes() of the start time, increase() of the XID counter per GPU
+    answers = {
+        "identity": [({"instance": "i", "worker": "a", "model": "m", "engine": "vllm"}, 1.0)],
+        "gpu_workers": [({"instance": "i", "gpu": "0", "worker": "a"}, 1e9)],
+        "restarts": [({"instance": "i", "worker": "a"}, 2.0)],
+        "xid": [({"instance": "i", "gpu": "0"}, 1.0), ({"instance": "i", "gpu": "1"}, 9.0)],
+    }
+    (p,) = pictures_from_answers(answers, 2000.0)
+    assert (p.restarts, p.xid_errors) == (2.0, 1.0)
+    queries = prometheus_queries('{job="x"}', "1h")
+    assert queries["restarts"].startswith("max by (instance, worker) (changes(")
+    assert "increase(inferwatch_gpu_xid_errors_total" in queries["xid"]
+
+
 def test_pictures_from_prometheus_answers_join_instances() -> None:
     def one(labels: dict[str, str], value: float) -> list[tuple[dict[str, str], float]]:
         return [(labels, value)]
