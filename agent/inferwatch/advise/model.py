@@ -97,7 +97,7 @@ class WorkerPicture:
 
     @property
     def open_requests(self) -> float | None:
-        """Waiting plus running requests (loop 1's load)."""
+        """Waiting plus running requests (the low-utilization loop's load)."""
         if self.running is None and self.queue_depth is None:
             return None
         return (self.running or 0.0) + (self.queue_depth or 0.0)

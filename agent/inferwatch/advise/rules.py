@@ -193,7 +193,7 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
 
 
 def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """InferenceVRAMPressureQueueRising [4.2], loop 3: memory pressure with a rising queue."""
+    """InferenceVRAMPressureQueueRising [4.2], VRAM near the limit: memory pressure with a rising queue."""
     if not L.memory(p.kv_usage, p.vram_used_ratio, p.queue_slope, t):
         return None
     from_kv = p.kv_usage is not None
@@ -473,7 +473,7 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
 
 
 def rule_warmup(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """InferenceTTFTHighGPUIdle, loop 2: slow first tokens on an idle GPU, long after the start.
+    """InferenceTTFTHighGPUIdle, slow first token on an idle GPU: slow first tokens on an idle GPU, long after the start.
 
     A worker up for days was warmed by its traffic long ago: what is cold is the prompt
     path, so the advice is prefix caching and the prefill budget, not a warm-up request.
@@ -585,7 +585,7 @@ def imbalance_of(group: Sequence[WorkerPicture], t: Thresholds) -> dict[str, str
 
 
 def rule_imbalance(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendation | None:
-    """InferenceLoadImbalance, loop 1: one worker far above its peers while the GPUs idle."""
+    """InferenceLoadImbalance, low utilization with normal latency: one worker far above its peers while the GPUs idle."""
     busy = imbalance_of(group, t)
     if not busy:
         return None

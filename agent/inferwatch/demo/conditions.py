@@ -124,7 +124,7 @@ def _worker_conditions(w: str, r: Reading, t: Thresholds) -> list[Condition]:
 
 
 def _imbalance(readings: Mapping[str, Reading], t: Thresholds) -> list[Condition]:
-    """Loop 1 per model, over the workers that report one."""
+    """Low utilization with normal latency, per model, over the workers that report one."""
     by_model: dict[str, list[str]] = {}
     for w, r in readings.items():
         if r.up and r.model:
