@@ -366,7 +366,7 @@ def answer_rows(recs: list[Any], top: int = 3) -> list[tuple[str, str, str, str]
             str(i),
             ", ".join(r.workers),
             r.urgency,
-            f"{r.title}: {r.actions[0]}" if r.actions else r.title,
+            r.actions[0] if r.actions else r.title,
         )
         for i, r in enumerate(recs[:top], 1)
     ]
