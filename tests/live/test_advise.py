@@ -43,6 +43,7 @@ from inferwatch.advise import (
 from inferwatch.advise.agent import sample_times
 from inferwatch.advise.prometheus import prometheus_queries
 from inferwatch.errors import ConfigError
+from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.sim.loadgen import run_load
 
@@ -75,9 +76,13 @@ def test_a_queue_over_capacity_asks_to_scale_out() -> None:
     recs = advise([p], T)
     assert ids(recs) == {"over_capacity"}
     (rec,) = recs
-    assert rec.loop == 4 and rec.alerts == ("InferenceQueueOverCapacity",)
+    assert rec.loop == L.QUEUE_OVER_CAPACITY and rec.alerts == ("InferenceQueueOverCapacity",)
+    assert (rec.tier, rec.severity) == ("alert", "critical")
     texts = [e.text() for e in rec.evidence]
-    assert "queue depth (mean) 30 requests > 20 requests (max_num_seqs)" in texts
+    assert (
+        "queue depth (mean) 30 requests > 20 requests (max_num_seqs) [inferwatch_queue_depth]"
+        in texts
+    )
     # a full KV cache bounds the batch below max_num_seqs (the rules' batch capacity)
     kv = dataclasses.replace(p, queue_depth=12, running=10, kv_usage=0.95, queue_slope=0.0)
     assert ids(advise([kv], T)) == {"over_capacity"}
@@ -92,7 +97,7 @@ def test_memory_pressure_is_the_kv_cache_with_a_rising_queue() -> None:
         flags={"prefix_caching": "false", "gpu_memory_utilization": "0.95", "max_num_seqs": "48"},
     )  # fmt: skip
     (rec,) = advise([p], T)
-    assert (rec.id, rec.loop) == ("memory", 3)
+    assert (rec.id, rec.loop) == ("memory", L.VRAM_LIMIT)
     actions = "\n".join(rec.actions)
     assert "Prefix caching is off: add --enable-prefix-caching" in actions
     assert "--kv-cache-dtype fp8" in actions
@@ -134,24 +139,44 @@ def test_preemptions_ask_for_a_larger_kv_pool_never_a_smaller_one() -> None:
     assert "to 0.85" not in actions and "Lower --gpu-memory-utilization" not in actions
 
 
-def test_the_guides_oom_case_gets_its_own_advice_to_lower_the_flag() -> None:
+def test_the_guides_oom_case_is_a_note_until_the_worker_runs_out() -> None:
     """Issue 29 item 4, the guide's case ([2.3], [6.2]): --gpu-memory-utilization 0.95
-    with prefix caching on, 97 % of the card in use. advise proposed raising the flag
-    (preemptions) and nothing warned before the OOM kill."""
+    with prefix caching on, 97 % of the card in use. Issue 40: without a sign of running
+    out it is a configuration note, never ranked above a condition and never worded as a
+    crash; the preemptions' "never lower it" and the note's 0.85 are one set, the 0.85
+    coming after an FP8 KV cache. A restart in the span makes it a crash, ranked first."""
     p = picture(
         preemption_rate=0.5, kv_usage=0.9, vram_used_ratio=0.97, running_max=20,
         flags={"gpu_memory_utilization": "0.95", "prefix_caching": "true", "max_num_seqs": "20"},
     )  # fmt: skip
     recs = advise([p], T)
-    assert [r.id for r in recs][:1] == ["oom_risk"] and "preemptions" in ids(recs)
-    (oom,) = [r for r in recs if r.id == "oom_risk"]
-    assert oom.loop == 3 and oom.guide == "2.3, 6.2 loop 3"
-    assert "lower --gpu-memory-utilization from 0.95 to 0.85" in actions_of(recs, "oom_risk")
-    assert "VRAM used (peak, NVML) with prefix caching on 97% >= 90%" in oom.evidence[0].text()
+    assert [r.id for r in recs] == ["preemptions"]
+    actions = actions_of(recs, "preemptions")
+    assert L.HEADROOM_AFTER_FP8 in actions and "--kv-cache-dtype fp8" in actions
+    assert "crash" not in recs[0].urgency
     # nowhere raise the flag on this card
     everything = "\n".join(a for r in recs for a in r.actions)
     assert not re.search(r"(?<!not )raise --gpu-memory-utilization", everything), everything
     assert "Do not raise --gpu-memory-utilization from 0.95: NVML shows 97%" in everything
+    # no condition at all: the note alone, last tier, in the guide's words
+    quiet = dataclasses.replace(p, preemption_rate=0.0, kv_usage=0.1)
+    (note,) = advise([quiet], T)
+    assert (note.id, note.tier, note.severity) == ("oom_risk", "note", None)
+    assert note.loop == L.VRAM_LIMIT and note.guide == "6.2, 2.3"
+    assert "set --gpu-memory-utilization from 0.95 to 0.85" in note.actions[0]
+    assert "Not urgent" in note.actions[0] and "crash" not in note.title + note.urgency
+    assert "VRAM used (peak, NVML) with prefix caching on 97% >= 90%" in note.evidence[0].text()
+    # a restart in the span: running out, measured; first, critical, lower the pool now
+    crashed = dataclasses.replace(p, restarts=1.0)
+    recs = advise([crashed], T)
+    assert [r.id for r in recs] == ["oom_risk", "preemptions"]
+    oom = recs[0]
+    assert (oom.tier, oom.severity) == ("alert", "critical") and "crash" in oom.urgency
+    assert "worker restarts in the span 1 > 0" in oom.urgency
+    assert "lower --gpu-memory-utilization from 0.95 to 0.85" in oom.actions[0]
+    # the preemption item no longer says "never lower it": it defers to the crash
+    preempt = actions_of(recs, "preemptions")
+    assert "never lower" not in preempt and f'as "{oom.title}" says' in preempt
     # the same card without the risk: prefix caching off (the pack.loops definition) still
     # gets no raise, the card has no room
     off = dataclasses.replace(p, flags={**p.flags, "prefix_caching": "false"})
@@ -200,12 +225,13 @@ def test_a_young_worker_with_slow_first_tokens_is_a_cold_start() -> None:
     recs = advise([p], T)
     assert ids(recs) == {"cold_start"}
     (rec,) = recs
-    assert rec.loop == 2 and "InferenceWorkerColdStart" in rec.alerts
+    assert rec.loop == L.SLOW_FIRST_TOKEN and "InferenceWorkerColdStart" in rec.alerts
     actions = "\n".join(rec.actions)
     assert "warm-up gate" in actions and "Prefix caching is off" in actions
-    assert "worker uptime 90.00 s < 600.00 s (cold_start.within)" in [
-        e.text() for e in rec.evidence
-    ]
+    assert (
+        "worker uptime 90.00 s < 600.00 s (cold_start.within) [inferwatch_worker_start_time_seconds]"
+        in [e.text() for e in rec.evidence]
+    )
     # the gate held and warmed it: users never met the cold path, and the slow samples
     # are the gate's own cold request (the rule's `unless` on the gate's gauge at 0)
     gated = dataclasses.replace(p, warmup=WarmupState(True, False, 4.6, 0.02))
@@ -245,7 +271,7 @@ def test_random_routing_asks_to_fix_the_spread_and_never_to_scale_in() -> None:
     recs = advise(group, T)
     assert ids(recs) == {"imbalance"}
     (rec,) = recs
-    assert rec.loop == 1 and rec.workers[0] == "a"
+    assert rec.loop == L.LOW_UTILIZATION and rec.workers[0] == "a"
     assert "least_conn" in rec.actions[0]
     text = "\n".join(rec.actions)
     assert "Do not scale in" in text
@@ -269,8 +295,10 @@ def test_open_requests_are_loop_1s_other_load() -> None:
 def test_a_long_tail_is_ttft_or_tpot_never_end_to_end() -> None:
     p = picture(ttft_p50=0.1, ttft_p99=0.5, gpu_utilization=0.5, flags={"max_model_len": "8192"})
     (rec,) = advise([p], T)  # 5.0x: at the line counts (>=)
-    assert (rec.id, rec.loop) == ("long_tail", 5)
-    assert "TTFT P99 / P50 5.0x >= 5.0x (latency.tail_ratio)" in [e.text() for e in rec.evidence]
+    assert (rec.id, rec.loop) == ("long_tail", L.LONG_TAIL)
+    assert "TTFT P99 / P50 5.0x >= 5.0x (latency.tail_ratio) [inferwatch_ttft_seconds]" in [
+        e.text() for e in rec.evidence
+    ]
     assert any("--max-model-len 8192" in a for a in rec.actions)
     assert not advise([dataclasses.replace(p, ttft_p99=0.45)], T)
     tpot = picture(tpot_p50=0.02, tpot_p99=0.2, gpu_utilization=0.5)
@@ -466,6 +494,33 @@ def test_rates_come_from_deltas_over_min_rate_span_never_from_lifetime_totals() 
     assert sample_times(3, 6.0, 10.0) == [0.0, 6.0, 12.0]
 
 
+def test_restarts_and_xid_errors_are_read_over_the_span_only() -> None:
+    """The evidence of running out (issue 40): a change of the worker's start time between
+    the samples, and XID errors added on its GPUs; a lifetime's XID total is not read."""
+    xid = '# TYPE inferwatch_gpu_xid_errors_total counter\ninferwatch_gpu_xid_errors_total{gpu="0",xid="79"} N\n'
+    before = agent_text(0.2, 0.5, 10) + xid.replace("N", "3")
+    same = [(1100.0, parse_exposition(before)), (1110.0, parse_exposition(before))]
+    (a, _) = pictures_from_scrapes(same, "agent:10127", T.advice.min_rate_span)
+    assert (a.restarts, a.xid_errors) == (0.0, 0.0)
+    restarted = before.replace("} 1000\n", "} 1105\n").replace("} 3\n", "} 5\n")
+    moved = [same[0], (1110.0, parse_exposition(restarted))]
+    (a, b) = pictures_from_scrapes(moved, "agent:10127", T.advice.min_rate_span)
+    assert (a.restarts, a.xid_errors) == (1.0, 2.0)
+    assert b.xid_errors == 0.0  # GPU 1 had none
+    # from Prometheus: changes() of the start time, increase() of the XID counter per GPU
+    answers = {
+        "identity": [({"instance": "i", "worker": "a", "model": "m", "engine": "vllm"}, 1.0)],
+        "gpu_workers": [({"instance": "i", "gpu": "0", "worker": "a"}, 1e9)],
+        "restarts": [({"instance": "i", "worker": "a"}, 2.0)],
+        "xid": [({"instance": "i", "gpu": "0"}, 1.0), ({"instance": "i", "gpu": "1"}, 9.0)],
+    }
+    (p,) = pictures_from_answers(answers, 2000.0)
+    assert (p.restarts, p.xid_errors) == (2.0, 1.0)
+    queries = prometheus_queries('{job="x"}', "1h")
+    assert queries["restarts"].startswith("max by (instance, worker) (changes(")
+    assert "increase(inferwatch_gpu_xid_errors_total" in queries["xid"]
+
+
 def test_pictures_from_prometheus_answers_join_instances() -> None:
     def one(labels: dict[str, str], value: float) -> list[tuple[dict[str, str], float]]:
         return [(labels, value)]
@@ -505,8 +560,9 @@ def test_text_output_lists_evidence_and_actions() -> None:
     p = dataclasses.replace(p, gpu_utilization=0.35)
     text = render_text([p], advise([p], T), "agent:10127")
     assert "1. First tokens are slow while the GPU idles: the prompt path is cold" in text
-    assert "(loop 2; guide 6.2 loop 2, 5.1, 5.2)" in text
-    assert "TTFT P95 4.80 s > 2.00 s (ttft.warmup_p95_seconds)" in text
+    assert '(closed loop "Slow first token on an idle GPU", guide 6.2, 5.1, 5.2)' in text
+    assert "urgency: warning: InferenceTTFTHighGPUIdle condition holds now (warns)" in text
+    assert "TTFT P95 4.80 s > 2.00 s (ttft.warmup_p95_seconds) [inferwatch_ttft_seconds]" in text
     assert "Workers:" in text and "GPU util" in text
 
 
@@ -572,10 +628,11 @@ WORKERS: dict[str, tuple[str, list[str]]] = {
 #: what each scenario's workers must get (the loops the rules' alerts raise on it, as
 #: tests/support/scenarios.py states them), and nothing else
 EXPECTED = {name: set(expected_loops(scenario)) for name, (scenario, _) in WORKERS.items()}
-#: loop 3's out-of-memory risk (no alert stands for it yet): every simulator runs the
+#: the VRAM loop's configuration note (no alert stands for it): every simulator runs the
 #: guide's own case, --gpu-memory-utilization 0.95 (the simulator's default, 95 % of its
-#: fake card) with prefix caching on, except cold-start (prefix caching off)
-OOM_AT_RISK = {name: {"oom_risk"} for name in WORKERS if name != "cold-start"}
+#: fake card) with prefix caching on, except cold-start (prefix caching off); where the
+#: KV pool is short (overload) the note is folded into that loop's item
+OOM_AT_RISK = {name: {"oom_risk"} for name in WORKERS if name not in ("cold-start", "overload")}
 #: loops left unchecked for a worker. idle serves a handful of requests in the window, so
 #: its TTFT P99 is its slowest request: one first token delayed by a busy host makes a P99
 #: five times the P50, which the rules (InferenceLatencyLongTail has no minimum count)
@@ -777,20 +834,26 @@ def test_live_advice_is_concrete(advice: Advice) -> None:
     cold = recs[("cold_start", ("cold-start",))]
     # the cold-start simulator was launched with --no-enable-prefix-caching
     assert any(a.startswith("Prefix caching is off") for a in cold["actions"])
-    memory = recs[("memory", ("overload",))]
+    # the overload worker, read while its load ran (other phases read it idle)
+    overload = {
+        (r["id"], tuple(r["workers"])): r for r in advice.agent["overload"]["recommendations"]
+    }
+    memory = overload[("memory", ("overload",))]
     assert any("from 20 to 16" in a for a in memory["actions"])
-    # issue 29 item 4: 0.95 with prefix caching on and 95 % of the card in use is the
-    # guide's OOM case: lower the flag to 0.85, and never raise it for the preemptions
-    oom = recs[("oom_risk", ("overload",))]
-    assert any("lower --gpu-memory-utilization from 0.95 to 0.85" in a for a in oom["actions"])
-    preempt = recs[("preemptions", ("overload",))]
+    # issue 40: 0.95 with prefix caching on and 95 % of the card in use is the guide's
+    # case, but no restart and no XID: the 0.85 is the last step of the VRAM loop's set,
+    # never a crash, and never raise the flag for the preemptions
+    assert ("oom_risk", ("overload",)) not in overload
+    assert L.HEADROOM_AFTER_FP8 in memory["actions"]
+    preempt = overload[("preemptions", ("overload",))]
     assert not any(re.search(r"(?<!not )raise --gpu", a) for a in preempt["actions"])
-    # the KV pool is what is full: no lower --gpu-memory-utilization
-    assert not any("--gpu-memory-utilization" in a for a in memory["actions"])
+    # the paging item comes first: scale out or rate-limit
+    first = advice.agent["overload"]["recommendations"][0]
+    assert first["severity"] == "critical" and first["actions"][0].startswith("Scale out")
     # the text form (stdout is not a terminal): ranked, with its evidence; --worker keeps
     # the recommendations of one worker
     assert "1. A freshly started worker serves slow first tokens: warm it up" in advice.text
-    assert "   workers: cold-start  (loop 2;" in advice.text
+    assert '   workers: cold-start  (closed loop "Slow first token on an idle GPU",' in advice.text
     assert "(ttft.warmup_p95_seconds)" in advice.text
     assert "Prefix caching is off: add --enable-prefix-caching" in advice.text
     assert "overload" not in advice.text

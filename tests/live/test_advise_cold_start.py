@@ -42,9 +42,10 @@ def test_a_young_idle_worker_is_never_told_to_scale_in() -> None:
     assert rec.id == "consolidate"
     assert not any("Or scale in" in a for a in rec.actions), rec.actions
     assert any(a.startswith("Do not scale in yet: the worker started") for a in rec.actions)
-    assert "worker uptime 180.00 s < 600.00 s (cold_start.within)" in [
-        e.text() for e in rec.evidence
-    ]
+    assert (
+        "worker uptime 180.00 s < 600.00 s (cold_start.within) "
+        "[inferwatch_worker_start_time_seconds]" in [e.text() for e in rec.evidence]
+    )
     old = WorkerPicture(
         worker="w", instance="a:10127", model="m", gpu_utilization=0.02, uptime_seconds=86400
     )

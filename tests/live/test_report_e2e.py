@@ -276,18 +276,18 @@ def test_what_to_look_at_applies_the_closed_loops(report: Any) -> None:
     for f in report.findings:
         by_loop.setdefault(f.loop, []).append(f)
     # Loop 2: TTFT P95 > 2 s on the weekend while the GPUs idle at 15 %.
-    warm = by_loop["Loop 2 · warm-up"]
+    warm = by_loop["Slow first token on an idle GPU · warm-up"]
     assert len(warm) == 1 and "llama-8b" in warm[0].title
     assert "Sat 21 Nov" in warm[0].evidence and "Fri 20 Nov" not in warm[0].evidence
     assert warm[0].id == "warmup"
     # Loop 3: gpu-a's memory (no KV gauge in the fixture: NVML's ratio) ends at 93 % while
     # vllm-0's queue rises past capacity on Friday.
-    memory = [f for f in by_loop["Loop 3 · memory"] if f.level == "act"]
+    memory = [f for f in by_loop["VRAM near the limit · memory"] if f.level == "act"]
     assert [f.title.split(":")[0] for f in memory] == ["gpu-a GPU 0"]
     assert "scale out or rate-limit" in memory[0].action and memory[0].id == "memory"
     assert "the queue of vllm-0 rose" in memory[0].evidence
     # The queue over max_num_seqs on Friday.
-    queue = by_loop["Queue · leading indicator"]
+    queue = by_loop["Queue over capacity · leading indicator"]
     assert len(queue) == 1 and "vllm-0" in queue[0].title and "Fri 20 Nov" in queue[0].evidence
     # The SLO regression names the day it started.
     slo = [f for f in by_loop["SLO"] if "TTFT" in f.title]
@@ -296,8 +296,8 @@ def test_what_to_look_at_applies_the_closed_loops(report: Any) -> None:
     assert "imbalance" not in {f.id for f in report.findings}
     # The long tail is TTFT's (the slow Friday tail); qwen-7b has no TTFT or TPOT histogram.
     assert sorted(f.title.split(":")[0] for f in by_loop["Long tail"]) == ["vllm-0", "vllm-1"]
-    assert "Sat 21 Nov, Sun 22 Nov" in by_loop["Waste band"][0].title
-    assert by_loop["Waste band"][0].id == "consolidate"
+    assert "Sat 21 Nov, Sun 22 Nov" in by_loop["GPU waste · waste band"][0].title
+    assert by_loop["GPU waste · waste band"][0].id == "consolidate"
     assert [f.level for f in report.findings] == sorted(
         (f.level for f in report.findings), key=["act", "watch", "ok"].index
     )

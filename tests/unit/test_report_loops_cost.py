@@ -18,6 +18,7 @@ import math
 
 from tests.support import scenarios as S
 
+from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report import fmt, render
 from inferwatch.report.build import build_report
@@ -55,9 +56,12 @@ def test_an_overloaded_model_is_not_called_a_warm_up_problem() -> None:
     section = cost_section(_cost_of(model), Period(S.REPORT_END, 7), T, loops)
     assert section is not None
     (waster,) = section.wasters
-    assert waster.loop_id == "over_capacity" and waster.loop == 4, waster
+    assert waster.loop_id == "over_capacity" and waster.loop == L.QUEUE_OVER_CAPACITY, waster
     text = "\n".join(render._cost_text(section))
-    assert "warm" not in text.lower() and "-> loop 4 (over capacity): scale with the load" in text
+    assert (
+        "warm" not in text.lower()
+        and "-> Queue over capacity (over capacity): scale with the load" in text
+    )
 
 
 def test_a_cold_start_is_the_warm_up_loop_and_idle_hours_alone_consolidate() -> None:
@@ -68,8 +72,10 @@ def test_a_cold_start_is_the_warm_up_loop_and_idle_hours_alone_consolidate() -> 
     assert section is not None and section.wasters[0].loop_id == "cold_start"
     alone = cost_section(_cost_of("quiet"), Period(S.REPORT_END, 7), T, {})
     assert alone is not None and alone.wasters[0].loop_id == "consolidate"
-    assert alone.wasters[0].loop is None
-    assert "-> consolidation: serve the model on fewer GPUs" in "\n".join(render._cost_text(alone))
+    assert alone.wasters[0].loop == L.GPU_WASTE
+    assert "-> GPU waste (consolidation): serve the model on fewer GPUs" in "\n".join(
+        render._cost_text(alone)
+    )
 
 
 # --------------------------------------------------------------------------- figures

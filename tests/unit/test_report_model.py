@@ -373,7 +373,7 @@ def test_loop1_one_busy_worker_over_idle_gpus_points_at_the_spread() -> None:
     # [6.2] loop 1: one GPU busy, the other idle, the model's average under 40 %
     report = build_report(_raw(util=(0.5, 0.1), vram=0.5, requests=(1000.0, 1000.0)), BANDS)
     (loop1,) = [f for f in report.findings if f.id == "imbalance"]
-    assert loop1.loop == "Loop 1 · imbalance"
+    assert loop1.loop == "Low utilization with normal latency · imbalance"
     assert "averaged 30%" in loop1.evidence and "w0 carried over 3x" in loop1.evidence
     assert "least connections" in loop1.action and "Do not scale in" in loop1.action
     # open requests are the other load the rules compare

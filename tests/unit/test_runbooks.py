@@ -282,16 +282,21 @@ def test_pasted_queries_are_scoped_to_the_alert_and_restarting_is_never_the_firs
 
 
 def test_every_loop_alert_names_its_loop_and_its_thresholds() -> None:
-    """The header names the loop of pack.loops (the id advise and the report print)."""
+    """The header names the loop of pack.loops (the id advise and the report print) by its
+    name: one of the guide's three closed loops, or a further condition; never a number."""
+    heads = ("**Closed loop:**", "**Further condition:**")
     for page in sorted(RUNBOOKS.glob("*.md")):
         text = page.read_text()
-        lines = [line for line in text.splitlines() if line.startswith("**Closed loop:**")]
+        lines = [line for line in text.splitlines() if line.startswith(heads)]
         loop_id = L.BY_ALERT.get(page.stem)
         if loop_id is None:
             assert lines == [], page.name
             continue
         loop = L.BY_ID[loop_id]
         assert len(lines) == 1, page.name
+        head = heads[0] if loop.name in L.GUIDE_LOOPS else heads[1]
+        assert lines[0].startswith(f"{head} {loop.name}, "), (page.name, lines[0])
+        assert not re.search(r"[Ll]oop \d", text), page.name
         assert f"`{loop.id}`" in lines[0] and loop.title in lines[0], page.name
         assert f"[{L.guide(loop.id)}]" in lines[0], page.name
         for key in loop.thresholds:

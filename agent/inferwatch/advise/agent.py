@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from inferwatch.advise.model import (
     FLAG_LABELS,
@@ -189,6 +190,15 @@ def pictures_from_scrapes(
         queue = [_sum(s, "inferwatch_queue_depth", worker=worker) for _, s in scrapes]
         running = [_sum(s, "inferwatch_requests_running", worker=worker) for _, s in scrapes]
         start = _max(last, "inferwatch_worker_start_time_seconds", worker=worker)
+        starts = [
+            _max(s, "inferwatch_worker_start_time_seconds", worker=worker) for _, s in scrapes
+        ]
+        seen_starts = [v for v in starts if v is not None]
+        restarts = (
+            float(sum(1 for a, b in itertools.pairwise(seen_starts) if b != a))
+            if seen_starts
+            else None
+        )
         uptime = last_t - start if start is not None else None
         young_p95 = young_count = None
         if cold_within is not None and uptime is not None and uptime < cold_within:
@@ -244,6 +254,8 @@ def pictures_from_scrapes(
                 request_rate=rate("inferwatch_requests_finished_total"),
                 long_prompt_share=long_prompts(),
                 uptime_seconds=uptime,
+                restarts=restarts,
+                xid_errors=xid_increase(first, last, gpus) if gpus else None,
                 ttft_p95_since_start=young_p95,
                 ttft_count_since_start=young_count,
                 flags=flags,
@@ -251,6 +263,30 @@ def pictures_from_scrapes(
             )
         )
     return name_pictures(pictures)
+
+
+XID = "inferwatch_gpu_xid_errors_total"
+
+
+def xid_increase(first: Scrape, last: Scrape, gpus: Sequence[str]) -> float:
+    """XID errors on these GPUs between two scrapes (a series new in the last one counts
+    from zero: the agent exports a GPU's XID counter from its first event on)."""
+    total = 0.0
+    for g in gpus:
+        begin = {tuple(sorted(lab.items())): v for lab, v in _values(first, XID, gpu=g)}
+        for lab, v in _values(last, XID, gpu=g):
+            before = begin.get(tuple(sorted(lab.items())), 0.0)
+            total += v - before if v >= before else v
+    return total
+
+
+def workers_of(scrape: Scrape) -> list[str]:
+    """The workers an agent's scrape names (its targets and its workers' info)."""
+    seen: dict[str, None] = {}
+    for name, labels, _ in scrape:
+        if name in ("inferwatch_target_up", "inferwatch_worker_info") and "worker" in labels:
+            seen.setdefault(labels["worker"], None)
+    return list(seen)
 
 
 def sample_times(samples: int, every: float, min_span: float) -> list[float]:
@@ -288,9 +324,11 @@ def read_agent(
     min_span: float,
     timeout: float = 10.0,
     cold_within: float | None = None,
+    check: Callable[[Scrape], object] | None = None,
 ) -> list[WorkerPicture]:
     """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times`);
-    ``cold_within``: see :func:`pictures_from_scrapes`."""
+    ``cold_within``: see :func:`pictures_from_scrapes`; ``check`` reads the first scrape
+    before the others are waited for (it raises to refuse at once)."""
     from urllib.parse import urlsplit
 
     base = url.rstrip("/")
@@ -304,5 +342,7 @@ def read_agent(
                 time.sleep(delay)
         scrape = fetch_exposition(target, timeout)
         scrapes.append((time.time(), scrape))
+        if check is not None and len(scrapes) == 1:
+            check(scrape)
     parts = urlsplit(base)
     return pictures_from_scrapes(scrapes, parts.netloc or base, min_span, cold_within)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from inferwatch.advise.agent import read_agent
+from inferwatch.advise.agent import Scrape, read_agent, workers_of
 from inferwatch.advise.model import Unreachable
 from inferwatch.advise.prometheus import read_prometheus
 from inferwatch.advise.render import age, render_capacity, render_rich, render_text, report_dict
@@ -296,17 +296,30 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(SOURCE, "--samples", "a whole number >= 1", args.samples)
     every = duration(args.every, SOURCE, "--every")
     thresholds = load_thresholds(args.thresholds)
+    if args.agent_url and (args.start or args.end):
+        raise UsageError("--start and --end need --prometheus-url")
+    for flag in ("trace", "phase", "instance", "weights", "output_tokens", "shadow_metrics"):
+        if getattr(args, flag, None) is not None:
+            cli_flag = "--" + flag.replace("_", "-")
+            raise UsageError(f"{cli_flag} belongs to --what-if or --shadow")
+
+    def check(scrape: Scrape) -> None:
+        """A --worker the agent does not watch is refused at the first scrape."""
+        known = workers_of(scrape)
+        if args.worker and not any(args.worker == w for w in known):
+            names = ", ".join(known) or "none"
+            raise ConfigError(SOURCE, "--worker", f"a worker in the data ({names})", args.worker)
+
     source: dict[str, Any]
     try:
         if args.agent_url:
-            if args.start or args.end:
-                raise UsageError("--start and --end need --prometheus-url")
             pictures = read_agent(
                 args.agent_url,
                 args.samples,
                 every,
                 thresholds.advice.min_rate_span,
                 cold_within=thresholds.cold_start.within,
+                check=check,
             )
             source = {"kind": "agent", "url": args.agent_url, "samples": args.samples}
             where = f"{args.agent_url} ({args.samples} sample(s))"

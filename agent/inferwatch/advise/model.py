@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
+from inferwatch.pack.ranking import ALERT, Move
 
 #: launch flags of inferwatch_worker_info that advise reads (docs/metrics.md)
 FLAG_LABELS = WORKER_INFO_FLAGS
@@ -76,6 +77,10 @@ class WorkerPicture:
     ttft_count_since_start: float | None = None
     #: TTFT P99 of the worker's model over all its workers, where the source has it
     model_ttft_p99: float | None = None
+    #: evidence of running out over the span: restarts of the worker process (a change of
+    #: inferwatch_worker_start_time_seconds) and XID errors on its GPUs (None: not known)
+    restarts: float | None = None
+    xid_errors: float | None = None
     #: launch flags from inferwatch_worker_info that the worker stated
     flags: Mapping[str, str] = field(default_factory=dict)
     warmup: WarmupState | None = None
@@ -92,7 +97,7 @@ class WorkerPicture:
 
     @property
     def open_requests(self) -> float | None:
-        """Waiting plus running requests (loop 1's load)."""
+        """Waiting plus running requests (the low-utilization loop's load)."""
         if self.running is None and self.queue_depth is None:
             return None
         return (self.running or 0.0) + (self.queue_depth or 0.0)
@@ -166,6 +171,8 @@ class Evidence:
     #: thresholds.yaml key of the threshold
     key: str | None = None
     worker: str | None = None
+    #: the agent's series the value comes from
+    series: str | None = None
 
     def text(self) -> str:
         who = f"{self.worker}: " if self.worker else ""
@@ -174,6 +181,8 @@ class Evidence:
             out += f" {self.relation} {fmt(self.threshold, self.unit)}"
             if self.key:
                 out += f" ({self.key})"
+        if self.series:
+            out += f" [{self.series}]"
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -189,26 +198,37 @@ class Recommendation:
 
     #: the loop's id in pack.loops
     id: str
-    #: the loop number (1-5), or None for advice outside the loops
-    loop: int | None
+    #: the loop's name (pack.loops ``Loop.name``: one of the guide's three loops, or a
+    #: further condition)
+    loop: str
     title: str
     workers: tuple[str, ...]
     model: str
-    #: lower is more urgent
-    priority: int
-    #: how far past its threshold (for ranking within a priority)
+    #: how far past its threshold (for ranking within a tier and severity)
     score: float
     evidence: tuple[Evidence, ...]
     actions: tuple[str, ...]
     guide: str
     #: the alerts of pack.rules that detect the same condition
     alerts: tuple[str, ...] = ()
+    #: pack.ranking: ALERT (a condition that pages or warns), LOOP, NOTE
+    tier: str = ALERT
+    #: the alerts' severity (critical, warning), None for a note
+    severity: str | None = None
+    #: what backs it, as measured, in words
+    urgency: str = ""
+    #: the knobs its actions turn (pack.ranking: no two items may undo each other)
+    moves: tuple[Move, ...] = ()
 
     def as_dict(self, rank: int) -> dict[str, Any]:
         return {
             "rank": rank,
             "id": self.id,
             "loop": self.loop,
+            "tier": self.tier,
+            "severity": self.severity,
+            "urgency": self.urgency,
+            "moves": [m.as_dict() for m in self.moves],
             "title": self.title,
             "workers": list(self.workers),
             "model": self.model,

@@ -76,6 +76,9 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
         "preemption_rate": by("rate", "inferwatch_preemptions_total"),
         "request_rate": by("rate", "inferwatch_requests_finished_total"),
         "start_time": by("max_over_time", "inferwatch_worker_start_time_seconds", "max"),
+        # evidence of running out: restarts over the range, XID errors per GPU
+        "restarts": by("changes", "inferwatch_worker_start_time_seconds", "max"),
+        "xid": f"sum by (instance, gpu) (increase(inferwatch_gpu_xid_errors_total{s}[{window}]))",
         "target_up": by("max_over_time", "inferwatch_target_up", "max"),
         "ready": by("last_over_time", "inferwatch_worker_ready", "max"),
         "deadline": by("last_over_time", "inferwatch_warmup_deadline_exceeded", "max"),
@@ -151,6 +154,7 @@ def pictures_from_answers(
         for lb, v in answers.get("gpu_utilization", ())
     }
     vram = {(lb.get("instance", ""), lb.get("gpu", "")): v for lb, v in answers.get("vram", ())}
+    xid = {(lb.get("instance", ""), lb.get("gpu", "")): v for lb, v in answers.get("xid", ())}
     model_p99 = {
         lb.get("model", ""): v for lb, v in answers.get("model_ttft_p99", ()) if not math.isnan(v)
     }
@@ -165,6 +169,7 @@ def pictures_from_answers(
             prompt_buckets.setdefault(key, []).append((bound, value))
     fields_ = {name: per_worker(name) for name in WORKER_FIELDS}
     start_time = per_worker("start_time")
+    restarts = per_worker("restarts")
     ready = per_worker("ready")
     deadline = per_worker("deadline")
     pictures = []
@@ -202,6 +207,8 @@ def pictures_from_answers(
             gpu_utilization=mean(util.get((instance, g)) for g in gpus),
             vram_used_ratio=maximum(vram.get((instance, g)) for g in gpus),
             uptime_seconds=end - start_time[key] if key in start_time else None,
+            restarts=restarts.get(key),
+            xid_errors=(sum(xid.get((instance, g), 0.0) for g in gpus) if gpus and xid else None),
             model_ttft_p99=model_p99.get(model),
             long_prompt_share=(
                 L.long_prompt_share(prompt_buckets[key]) if key in prompt_buckets else None

@@ -34,6 +34,15 @@ def report_dict(
     return dict(finite(doc))
 
 
+def loop_words(r: Recommendation) -> str:
+    """``closed loop "VRAM near the limit"``, or a further condition by its name."""
+    from inferwatch.pack import loops as L
+
+    if r.id in L.BY_ID:
+        return L.shown(r.id)
+    return f'{"closed loop" if r.loop in L.GUIDE_LOOPS else "further condition"} "{r.loop}"'
+
+
 def _opt(value: float | None, unit: str) -> str:
     return "-" if value is None else fmt(value, unit)
 
@@ -82,9 +91,9 @@ def render_text(
         lines.append("No recommendation: every worker is within its thresholds.")
         lines.append("")
     for i, r in enumerate(recs, 1):
-        loop = f"loop {r.loop}" if r.loop else "outside the loops"
         lines.append(f"{i}. {r.title}")
-        lines.append(f"   workers: {', '.join(r.workers)}  ({loop}; guide {r.guide})")
+        lines.append(f"   workers: {', '.join(r.workers)}  ({loop_words(r)}, guide {r.guide})")
+        lines.append(f"   urgency: {r.urgency}")
         lines.append("   evidence:")
         lines += [f"     - {e.text()}" for e in r.evidence]
         lines.append("   do:")
@@ -114,11 +123,12 @@ def render_rich(
         for col in ("#", "recommendation", "evidence", "do"):
             table.add_column(col, overflow="fold")
         for i, r in enumerate(recs, 1):
-            loop = f"loop {r.loop}" if r.loop else "outside the loops"
+            colour = {"critical": "red", "warning": "yellow"}.get(r.severity or "", "dim")
             table.add_row(
                 str(i),
                 f"[bold]{escape(r.title)}[/bold]\nworkers: {escape(', '.join(r.workers))}\n"
-                f"[dim]{loop}; guide {r.guide}[/dim]",
+                f"[{colour}]{escape(r.urgency)}[/{colour}]\n"
+                f"[dim]{escape(loop_words(r))}, guide {escape(r.guide)}[/dim]",
                 escape("\n".join(e.text() for e in r.evidence)),
                 escape("\n".join(f"- {a}" for a in r.actions)),
             )

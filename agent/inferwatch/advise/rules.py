@@ -2,7 +2,10 @@
 
 Each rule asks a condition of ``pack.loops`` (the definition the alerts use) and,
 when it holds, writes the advice with the numbers that made it hold and the
-worker's own launch flags ("prefix caching is off", "from 48 to 38").
+worker's own launch flags ("prefix caching is off", "from 48 to 38"), and the
+knob each action turns (``pack.ranking.Move``). ``advise`` ranks them with
+``pack.ranking`` (a condition that pages first, then warnings, then configuration
+notes) and reconciles any two that would undo each other.
 """
 
 from __future__ import annotations
@@ -13,32 +16,27 @@ from collections.abc import Sequence
 from inferwatch.advise.agent import mean
 from inferwatch.advise.model import Evidence, Recommendation, WorkerPicture, fmt
 from inferwatch.pack import loops as L
+from inferwatch.pack import ranking as R
+from inferwatch.pack.ranking import Move
 from inferwatch.pack.thresholds import Thresholds
 
-#: the id of loop 3's out-of-memory advice ([2.3], [6.2]): its condition and remedy are
-#: pack.loops' (``oom_risk``, ``oom_headroom``); no alert of pack.rules stands for it yet
+#: the id of the VRAM loop's out-of-memory item ([2.3], [6.2]): its condition and remedy
+#: are pack.loops' (``oom_risk``, ``oom_headroom``). With evidence of running out (a
+#: restart, an XID error) it is a crash and ranks as critical; without, it is the
+#: guide's configuration note (0.85 with prefix caching on), ranked last
 OOM_RISK = "oom_risk"
-OOM_RISK_TITLE = (
-    "The card is nearly full with prefix caching on: the engine is close to an out-of-memory crash"
+OOM_CRASH_TITLE = "The worker ran out of memory on a full card: lower its pool"
+OOM_NOTE_TITLE = (
+    "Configuration note: with prefix caching on, the guide sets --gpu-memory-utilization "
+    f"to {L.GPU_MEMORY_UTILIZATION_HEADROOM}"
 )
 
-#: most urgent first
-PRIORITY = {
-    loop_id: i
-    for i, loop_id in enumerate(
-        (
-            OOM_RISK,
-            "over_capacity",
-            "memory",
-            "preemptions",
-            "cold_start",
-            "warmup",
-            "long_tail",
-            "imbalance",
-            "consolidate",
-        )
-    )
-}
+#: Action = an action's text and the knob moves it makes
+Action = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def act(text: str, *moves: tuple[str, str]) -> Action:
+    return text, moves
 
 
 def _rec(
@@ -46,39 +44,63 @@ def _rec(
     workers: Sequence[WorkerPicture],
     score: float,
     evidence: Sequence[Evidence],
-    actions: Sequence[str],
+    actions: Sequence[str | Action],
+    implicit: Sequence[tuple[str, str]] = (),
 ) -> Recommendation:
+    """A loop's item, ranked by its alerts' severity; ``implicit``: moves no action states
+    (a KV cache that is full: do not lower the pool)."""
     loop = L.BY_ID[loop_id]
+    severity = R.severity(loop.alerts)
+    texts, moves = _split(actions)
+    moves += tuple(Move(k, w) for k, w in implicit)
     return Recommendation(
         id=loop_id,
-        loop=loop.loop,
+        loop=loop.name,
         title=loop.title,
         workers=tuple(p.label for p in workers),
         model=workers[0].model,
-        priority=PRIORITY[loop_id],
         score=score,
         evidence=tuple(evidence),
-        actions=tuple(actions),
-        guide=L.guide(loop_id),
+        actions=texts,
+        guide=L.sections(loop_id),
         alerts=loop.alerts,
+        tier=R.ALERT,
+        severity=severity,
+        urgency=R.urgency(R.ALERT, severity, loop.alerts),
+        moves=moves,
     )
 
 
-def _prefix_action(p: WorkerPicture, why: str) -> str | None:
+def _split(actions: Sequence[str | Action]) -> tuple[tuple[str, ...], tuple[Move, ...]]:
+    texts: list[str] = []
+    moves: list[Move] = []
+    for a in actions:
+        text, turns = (a, ()) if isinstance(a, str) else a
+        texts.append(text)
+        moves += [Move(k, w, text) for k, w in turns]
+    return tuple(texts), tuple(moves)
+
+
+SCALE_OUT = act(L.SCALE_OUT, (R.REPLICAS, R.UP))
+
+
+def _prefix_action(p: WorkerPicture, why: str) -> Action | None:
     state = p.flags.get("prefix_caching", "unknown")
+    on = (R.PREFIX_CACHING, R.UP)
     if state == "false":
-        return f"Prefix caching is off: add --enable-prefix-caching. {why}"
+        return act(f"Prefix caching is off: add --enable-prefix-caching. {why}", on)
     if state == "true":
         return None
-    return (
+    return act(
         "Make sure prefix caching is on (--enable-prefix-caching; the worker's launch flags "
-        f"do not say). {why}"
+        f"do not say). {why}",
+        on,
     )
 
 
-def _fp8_action(p: WorkerPicture) -> str | None:
+def _fp8_action(p: WorkerPicture) -> Action | None:
     """FP8 KV advice, or None when the worker's KV cache is FP8 already."""
-    return None if L.is_fp8(p.flag("kv_cache_dtype")) else L.FP8_KV
+    return None if L.is_fp8(p.flag("kv_cache_dtype")) else act(L.FP8_KV, (R.KV_CACHE_DTYPE, R.DOWN))
 
 
 def batch_full(p: WorkerPicture, t: Thresholds) -> bool:
@@ -91,12 +113,13 @@ def batch_full(p: WorkerPicture, t: Thresholds) -> bool:
     )
 
 
-def _fewer_seqs(p: WorkerPicture, t: Thresholds) -> str | None:
+def _fewer_seqs(p: WorkerPicture, t: Thresholds) -> Action | None:
     """Lower --max-num-seqs, but only where the batch reaches it (else it changes nothing)."""
     cap = p.capacity()
     if not cap or not batch_full(p, t):
         return None
-    return L.fewer_seqs(cap, max(1, math.floor(cap * t.advice.max_num_seqs_cut)))
+    text = L.fewer_seqs(cap, max(1, math.floor(cap * t.advice.max_num_seqs_cut)))
+    return act(text, (R.MAX_NUM_SEQS, R.DOWN))
 
 
 def _over(p: WorkerPicture, t: Thresholds) -> bool:
@@ -121,19 +144,37 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
             ">",
             cap,
             "running batch, KV cache full" if kv_bound else "max_num_seqs",
+            series="inferwatch_queue_depth",
         )
     ]
     if p.queue_slope is not None:
-        ev.append(Evidence("queue trend", p.queue_slope, "requests/s"))
+        ev.append(
+            Evidence(
+                "queue trend", p.queue_slope, "requests/s", series="inferwatch_queue_depth_slope"
+            )
+        )
     if p.kv_usage is not None:
-        ev.append(Evidence("KV cache usage (peak)", p.kv_usage, "ratio"))
+        ev.append(
+            Evidence(
+                "KV cache usage (peak)", p.kv_usage, "ratio",
+                series="inferwatch_kv_cache_usage_ratio",
+            )
+        )  # fmt: skip
     if p.gpu_utilization is not None:
-        ev.append(Evidence("GPU utilization", p.gpu_utilization, "ratio"))
-    actions = [L.SCALE_OUT, L.RATE_LIMIT]
+        ev.append(
+            Evidence(
+                "GPU utilization", p.gpu_utilization, "ratio",
+                series="inferwatch_gpu_utilization_ratio",
+            )
+        )  # fmt: skip
+    actions: list[str | Action] = [SCALE_OUT, L.RATE_LIMIT]
     if kv_bound:
         actions.append(
-            "Do not raise --max-num-seqs: the KV cache is full, more sequences would only be "
-            "preempted."
+            act(
+                "Do not raise --max-num-seqs: the KV cache is full, more sequences would only "
+                "be preempted.",
+                (R.MAX_NUM_SEQS, R.NO_UP),
+            )
         )
     elif (
         p.gpu_utilization is not None
@@ -141,15 +182,18 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
         and p.capacity()
     ):
         actions.append(
-            f"The batch is full but the GPU is at {fmt(p.gpu_utilization, 'ratio')}: a larger "
-            f"batch than --max-num-seqs {p.capacity():g} may fit; check `inferwatch advise "
-            "capacity` first."
+            act(
+                f"The batch is full but the GPU is at {fmt(p.gpu_utilization, 'ratio')}: a "
+                f"larger batch than --max-num-seqs {p.capacity():g} may fit; check "
+                "`inferwatch advise capacity` first.",
+                (R.MAX_NUM_SEQS, R.UP),
+            )
         )
     return _rec("over_capacity", [p], queue / max(1.0, cap or 1.0), ev, actions)
 
 
 def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """InferenceVRAMPressureQueueRising [4.2], loop 3: memory pressure with a rising queue."""
+    """InferenceVRAMPressureQueueRising [4.2], VRAM near the limit: memory pressure with a rising queue."""
     if not L.memory(p.kv_usage, p.vram_used_ratio, p.queue_slope, t):
         return None
     from_kv = p.kv_usage is not None
@@ -162,6 +206,9 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             ">",
             t.vram.scale_above,
             "vram.scale_above",
+            series="inferwatch_kv_cache_usage_ratio"
+            if from_kv
+            else "inferwatch_gpu_memory_used_ratio",
         ),
         Evidence(
             "queue trend",
@@ -170,9 +217,12 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             ">",
             t.queue.rising_min_per_minute,
             "queue.rising_min_per_minute",
+            series="inferwatch_queue_depth_slope",
         ),
     ]
-    actions = []
+    # [4.2]: past the line with the queue rising, scale out or rate-limit first; then
+    # [6.2]'s one set for VRAM: prefix caching, an FP8 KV cache, fewer sequences
+    actions: list[str | Action] = [SCALE_OUT, L.RATE_LIMIT]
     prefix = _prefix_action(p, L.PREFIX_CACHING)
     if prefix:
         actions.append(prefix)
@@ -182,13 +232,16 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     fewer = _fewer_seqs(p, t)
     if fewer:
         actions.append(fewer)
+    implicit: list[tuple[str, str]] = []
     if not from_kv:
         # NVML's ratio: the card itself is nearly full, an out-of-memory risk
         gmu = p.flag_number("gpu_memory_utilization")
         if gmu is None or gmu > L.GPU_MEMORY_UTILIZATION_HEADROOM:
-            actions.append(L.headroom(gmu))
-    actions += [L.SCALE_OUT, L.RATE_LIMIT]
-    return _rec("memory", [p], value, ev, actions)
+            actions.append(act(L.headroom(gmu), (R.GPU_MEMORY_UTILIZATION, R.DOWN)))
+    else:
+        # the KV pool is what is full: a lower --gpu-memory-utilization would shrink it
+        implicit.append((R.GPU_MEMORY_UTILIZATION, R.NO_DOWN))
+    return _rec("memory", [p], value / t.vram.scale_above, ev, actions, implicit)
 
 
 def prefix_caching(p: WorkerPicture) -> bool | None:
@@ -196,64 +249,126 @@ def prefix_caching(p: WorkerPicture) -> bool | None:
     return {"true": True, "false": False}.get(p.flags.get("prefix_caching", ""))
 
 
+def ran_out(p: WorkerPicture) -> list[Evidence]:
+    """Measured evidence of running out over the span: restarts of the worker, XID errors
+    on its GPUs (empty: none seen, or the source does not say)."""
+    out = []
+    if p.restarts:
+        out.append(
+            Evidence(
+                "worker restarts in the span", p.restarts, "", ">", 0.0,
+                series="inferwatch_worker_start_time_seconds",
+            )
+        )  # fmt: skip
+    if p.xid_errors:
+        out.append(
+            Evidence(
+                "XID errors on its GPUs in the span", p.xid_errors, "", ">", 0.0,
+                series="inferwatch_gpu_xid_errors_total",
+            )
+        )  # fmt: skip
+    return out
+
+
 def rule_oom_risk(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """[2.3], [6.2] loop 3: the card's used ratio at ``OOM_RISK_USED_RATIO`` or above with
-    prefix caching on (the guide's case: 0.95, real use passes 0.9, OOM-killed), or a
-    restart that died of out-of-memory. The remedy lowers --gpu-memory-utilization to
-    the head-room value; nothing here ever raises it."""
-    if not L.oom_risk(p.vram_used_ratio, prefix_caching(p)):
+    """[2.3], [6.2] VRAM near the limit: the card's used ratio at ``OOM_RISK_USED_RATIO``
+    or above with prefix caching on (the guide's case: 0.95, real use passes 0.9).
+
+    Urgency as measured: with a restart or an XID error in the span, the worker is
+    running out (critical, ranked with the pages: lower the pool now); without, a full
+    card is vLLM's pre-allocated KV pool doing what it was told, and the guide's 0.85
+    is a configuration note, ranked after every condition. Nothing here raises the flag.
+    """
+    measured = ran_out(p)
+    at_risk = L.oom_risk(p.vram_used_ratio, prefix_caching(p))
+    full = p.vram_used_ratio is not None and p.vram_used_ratio >= L.OOM_RISK_USED_RATIO
+    if not (at_risk or (measured and full)):
         return None
     used = p.vram_used_ratio or 0.0
     gmu = p.flag_number("gpu_memory_utilization")
     ev = [
         Evidence(
-            "VRAM used (peak, NVML) with prefix caching on", used, "ratio", ">=",
-            L.OOM_RISK_USED_RATIO, "pack.loops.OOM_RISK_USED_RATIO",
+            "VRAM used (peak, NVML)" + (" with prefix caching on" if at_risk else ""),
+            used, "ratio", ">=", L.OOM_RISK_USED_RATIO, "pack.loops.OOM_RISK_USED_RATIO",
+            series="inferwatch_gpu_memory_used_ratio",
         ),
     ]  # fmt: skip
     if gmu is not None:
-        ev.append(Evidence("--gpu-memory-utilization", gmu, ""))
-    if gmu is None or gmu > L.GPU_MEMORY_UTILIZATION_HEADROOM:
-        actions = [L.oom_headroom(gmu, p.vram_used_ratio)]
-    else:
+        ev.append(Evidence("--gpu-memory-utilization", gmu, "", series="inferwatch_worker_info"))
+    if p.kv_usage is not None:
+        ev.append(
+            Evidence(
+                "KV cache usage (peak): what the VRAM rules read", p.kv_usage, "ratio",
+                series="inferwatch_kv_cache_usage_ratio",
+            )
+        )  # fmt: skip
+    ev += measured
+    lower = (R.GPU_MEMORY_UTILIZATION, R.DOWN)
+    actions: list[str | Action]
+    if gmu is not None and gmu <= L.GPU_MEMORY_UTILIZATION_HEADROOM:
         actions = [
             f"--gpu-memory-utilization is {gmu:g} already, yet NVML shows {used:.0%} of the "
             "card in use: another process holds memory on it (nvidia-smi lists them); give "
             "this worker a card, or a share, of its own."
         ]
+    elif measured:
+        actions = [act(L.oom_headroom(gmu, p.vram_used_ratio), lower)]
+    else:
+        actions = [act(L.headroom_note(gmu), lower)]
     actions.append(
-        "If the smaller pool then preempts or queues, add capacity (scale out) or store the "
-        "KV cache in FP8; do not raise the flag back on this card."
+        "If the smaller pool then preempts or queues, store the KV cache in FP8 or add "
+        "capacity (scale out); do not raise the flag back on this card."
     )
+    texts, moves = _split(actions)
+    if measured:
+        tier, severity = R.ALERT, "critical"
+        urgency = "critical: close to a crash, measured: " + "; ".join(e.text() for e in measured)
+        title = OOM_CRASH_TITLE
+    else:
+        tier, severity = R.NOTE, None
+        urgency = (
+            "configuration note: no sign of running out in the span (no restart, no XID "
+            "error); a card full of vLLM's pre-allocated KV pool is by design"
+        )
+        title = OOM_NOTE_TITLE
     return Recommendation(
         id=OOM_RISK,
-        loop=3,
-        title=OOM_RISK_TITLE,
+        loop=L.VRAM_LIMIT,
+        title=title,
         workers=(p.label,),
         model=p.model,
-        priority=PRIORITY[OOM_RISK],
         score=used / L.OOM_RISK_USED_RATIO,
         evidence=tuple(ev),
-        actions=tuple(actions),
-        guide="2.3, 6.2 loop 3",
+        actions=texts,
+        guide="6.2, 2.3",
+        tier=tier,
+        severity=severity,
+        urgency=urgency,
+        moves=moves,
     )
 
 
-def _kv_pool_action(p: WorkerPicture) -> str:
+def _kv_pool_action(p: WorkerPicture) -> Action:
     """Raise --gpu-memory-utilization only on a card with room (pack.loops.card_has_room)."""
     gmu = p.flag_number("gpu_memory_utilization")
     if L.card_has_room(p.vram_used_ratio):
-        return L.raise_kv_pool(gmu, p.vram_used_ratio)
+        return act(
+            L.raise_kv_pool(gmu, p.vram_used_ratio),
+            (R.GPU_MEMORY_UTILIZATION, R.UP),
+            (R.GPU_MEMORY_UTILIZATION, R.NO_DOWN),
+        )
     seen = (
         f"NVML shows {p.vram_used_ratio:.0%} of the card in use"
         if p.vram_used_ratio is not None
         else "NVML does not say how full the card is"
     )
-    return (
+    return act(
         f"Do not raise --gpu-memory-utilization{f' from {gmu:g}' if gmu is not None else ''}: "
         f"{seen} (room means below {L.OOM_RISK_USED_RATIO:.0%}), and a larger pool on a full "
         "card ends in an out-of-memory crash. Make the pool go further instead (below), or "
-        "scale out; never lower the flag for preemptions either, that shrinks the pool."
+        "scale out; never lower the flag for preemptions either, that shrinks the pool.",
+        (R.GPU_MEMORY_UTILIZATION, R.NO_UP),
+        (R.GPU_MEMORY_UTILIZATION, R.NO_DOWN),
     )
 
 
@@ -270,29 +385,42 @@ def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             ">",
             t.kv_cache.preemption_rate_above,
             "kv_cache.preemption_rate_above",
+            series="inferwatch_preemptions_total",
         )
     ]
     if p.kv_usage is not None:
-        ev.append(Evidence("KV cache usage (peak)", p.kv_usage, "ratio"))
+        ev.append(
+            Evidence(
+                "KV cache usage (peak)", p.kv_usage, "ratio",
+                series="inferwatch_kv_cache_usage_ratio",
+            )
+        )  # fmt: skip
     if p.vram_used_ratio is not None:
-        ev.append(Evidence("VRAM used (peak, NVML)", p.vram_used_ratio, "ratio"))
-    actions = [_kv_pool_action(p)]
+        ev.append(
+            Evidence(
+                "VRAM used (peak, NVML)", p.vram_used_ratio, "ratio",
+                series="inferwatch_gpu_memory_used_ratio",
+            )
+        )  # fmt: skip
+    actions: list[str | Action] = [_kv_pool_action(p)]
     fewer = _fewer_seqs(p, t)
     if fewer:
         actions.append(fewer)
     fp8 = _fp8_action(p)
     if fp8:
         actions.append(fp8)
-    actions.append(L.SCALE_OUT)
-    return _rec("preemptions", [p], rate, ev, actions)
+    actions.append(SCALE_OUT)
+    score = rate / t.kv_cache.preemption_rate_above if t.kv_cache.preemption_rate_above else rate
+    return _rec("preemptions", [p], score, ev, actions)
 
 
 def _uptime_evidence(p: WorkerPicture, t: Thresholds, relation: str) -> Evidence | None:
     if p.uptime_seconds is None:
         return None
     return Evidence(
-        "worker uptime", p.uptime_seconds, "s", relation, t.cold_start.within, "cold_start.within"
-    )
+        "worker uptime", p.uptime_seconds, "s", relation, t.cold_start.within,
+        "cold_start.within", series="inferwatch_worker_start_time_seconds",
+    )  # fmt: skip
 
 
 def cold_ttft_p95(p: WorkerPicture, t: Thresholds) -> tuple[float | None, bool]:
@@ -322,11 +450,16 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         name = "TTFT P95"
         if whole_life:
             name += f" since the start ({p.ttft_count_since_start or 0:.0f} first tokens)"
-        ev.append(Evidence(name, p95, "s", ">", line, "ttft.warmup_p95_seconds"))
+        ev.append(
+            Evidence(
+                name, p95, "s", ">", line, "ttft.warmup_p95_seconds",
+                series="inferwatch_ttft_seconds",
+            )
+        )  # fmt: skip
     up = _uptime_evidence(p, t, "<")
     if up:
         ev.append(up)
-    actions = []
+    actions: list[str | Action] = []
     if gate is None:
         actions.append(L.WARMUP_GATE)
     elif deadline:
@@ -340,7 +473,7 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
 
 
 def rule_warmup(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """InferenceTTFTHighGPUIdle, loop 2: slow first tokens on an idle GPU, long after the start.
+    """InferenceTTFTHighGPUIdle, slow first token on an idle GPU: slow first tokens on an idle GPU, long after the start.
 
     A worker up for days was warmed by its traffic long ago: what is cold is the prompt
     path, so the advice is prefix caching and the prefill budget, not a warm-up request.
@@ -349,22 +482,22 @@ def rule_warmup(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         return None
     line = t.ttft.warmup_p95_seconds
     ev = [
-        Evidence("TTFT P95", p.ttft_p95 or 0.0, "s", ">", line, "ttft.warmup_p95_seconds"),
         Evidence(
-            "GPU utilization",
-            p.gpu_utilization or 0.0,
-            "ratio",
-            "<",
-            t.gpu_utilization.idle_below,
-            "gpu_utilization.idle_below",
+            "TTFT P95", p.ttft_p95 or 0.0, "s", ">", line, "ttft.warmup_p95_seconds",
+            series="inferwatch_ttft_seconds",
         ),
-    ]
+        Evidence(
+            "GPU utilization", p.gpu_utilization or 0.0, "ratio", "<",
+            t.gpu_utilization.idle_below, "gpu_utilization.idle_below",
+            series="inferwatch_gpu_utilization_ratio",
+        ),
+    ]  # fmt: skip
     up = _uptime_evidence(p, t, ">=")
     if up:
         ev.append(up)
     if p.prefix_hit_ratio is not None:
         ev.append(Evidence("prefix cache hit ratio", p.prefix_hit_ratio, "ratio"))
-    actions = []
+    actions: list[str | Action] = []
     prefix = _prefix_action(p, L.CACHED_SYSTEM_PROMPT)
     actions.append(prefix or f"Prefix caching is on. {L.CACHED_SYSTEM_PROMPT}")
     low, high = L.BATCHED_TOKENS_RANGE
@@ -393,6 +526,7 @@ def rule_long_tail(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             Evidence(
                 f"{name} P99 / P50", ratio or 0.0, "x", ">=", t.latency.tail_ratio,
                 "latency.tail_ratio",
+                series="inferwatch_ttft_seconds" if name == "TTFT" else "inferwatch_tpot_seconds",
             ),
         ]  # fmt: skip
     share = p.long_prompt_share
@@ -451,7 +585,7 @@ def imbalance_of(group: Sequence[WorkerPicture], t: Thresholds) -> dict[str, str
 
 
 def rule_imbalance(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendation | None:
-    """InferenceLoadImbalance, loop 1: one worker far above its peers while the GPUs idle."""
+    """InferenceLoadImbalance, low utilization with normal latency: one worker far above its peers while the GPUs idle."""
     busy = imbalance_of(group, t)
     if not busy:
         return None
@@ -464,6 +598,7 @@ def rule_imbalance(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendat
             "<",
             t.gpu_utilization.idle_below,
             "gpu_utilization.idle_below",
+            series="inferwatch_gpu_utilization_ratio",
         )
     ]
     for p in group:
@@ -499,7 +634,7 @@ def rule_imbalance(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendat
         ordered,
         score / t.load_imbalance.load_ratio,
         ev,
-        [L.LEAST_CONNECTIONS, L.NO_SCALE_IN, L.DATA_PARALLEL],
+        [L.LEAST_CONNECTIONS, act(L.NO_SCALE_IN, (R.REPLICAS, R.NO_DOWN)), L.DATA_PARALLEL],
     )
 
 
@@ -509,8 +644,13 @@ def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         return None
     util = p.gpu_utilization or 0.0
     line = t.gpu_utilization.waste_below
-    ev = [Evidence("GPU utilization", util, "ratio", "<", line, "gpu_utilization.waste_below")]
-    actions = [L.SHARE_GPU]
+    ev = [
+        Evidence(
+            "GPU utilization", util, "ratio", "<", line, "gpu_utilization.waste_below",
+            series="inferwatch_gpu_utilization_ratio",
+        )
+    ]  # fmt: skip
+    actions: list[str | Action] = [L.SHARE_GPU]
     if L.young(p.uptime_seconds, t):
         # a worker within its cold-start window has not met its traffic yet: scaling it in
         # now is what the InferenceWorkerColdStart runbook warns against
@@ -518,13 +658,21 @@ def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         if up:
             ev.append(up)
         actions.append(
-            "Do not scale in yet: the worker started "
-            f"{fmt(p.uptime_seconds or 0.0, 's')} ago, within its cold-start window "
-            f"(cold_start.within {fmt(t.cold_start.within, 's')}). Look at its utilization "
-            "again once it has served its traffic warm."
+            act(
+                "Do not scale in yet: the worker started "
+                f"{fmt(p.uptime_seconds or 0.0, 's')} ago, within its cold-start window "
+                f"(cold_start.within {fmt(t.cold_start.within, 's')}). Look at its "
+                "utilization again once it has served its traffic warm.",
+                (R.REPLICAS, R.NO_DOWN),
+            )
         )
     else:
-        actions.append("Or scale in, keeping the warm-up gate on the replicas that start later.")
+        actions.append(
+            act(
+                "Or scale in, keeping the warm-up gate on the replicas that start later.",
+                (R.REPLICAS, R.DOWN),
+            )
+        )
     return _rec("consolidate", [p], (line - util) / line, ev, actions)
 
 
@@ -569,5 +717,7 @@ def advise(pictures: Sequence[WorkerPicture], t: Thresholds) -> list[Recommendat
     recs = [
         r for r in recs if r.id not in L.BY_ID or not L.silenced(r.id, r.model, r.workers, holding)
     ]
-    recs.sort(key=lambda r: (r.priority, -r.score, r.workers))
-    return recs
+    recs.sort(key=lambda r: r.workers)
+    # one answer: ranked (pack.ranking), no two items undoing each other; the guide's 0.85
+    # note, where a full KV pool forbids lowering it now, becomes that item's last step
+    return R.reconcile(recs, {R.GPU_MEMORY_UTILIZATION: L.HEADROOM_AFTER_FP8})

@@ -142,6 +142,78 @@ def workers_in(scrapes: Sequence[tuple[float, Scrape]]) -> list[str]:
     return list(seen)
 
 
+def choose_worker(scrape: Scrape, worker: str | None) -> str:
+    """The worker a what-if is about, from one scrape: ``worker`` if the data has it, the
+    only one if there is one; else the one-line refusal (exit 2)."""
+    names = workers_in([(0.0, scrape)])
+    if worker is None:
+        if len(names) != 1:
+            raise UsageError(
+                f"give --worker: the samples have {len(names)} workers ({', '.join(names) or 'none'})"
+            )
+        return names[0]
+    if worker not in names:
+        raise ConfigError(
+            SOURCE, "--worker", f"a worker in the data ({', '.join(names) or 'none'})", worker
+        )
+    return worker
+
+
+def precheck(
+    scrape: Scrape,
+    worker: str | None,
+    what_if: tuple[str, float] | None,
+    output_tokens: float | None = None,
+) -> str:
+    """What one scrape already says about a what-if, before the span is watched: the
+    worker (``choose_worker``), and a question the span can never answer: a slot count
+    past ``EXTRAPOLATE_MAX`` x the worker's slots (no batch observed can be larger than
+    its slots), a flag its engine does not have, a KV pool or a request count its
+    engine does not export. Raises ``NotEnough`` (or the worker's refusal); returns the
+    worker."""
+    name = choose_worker(scrape, worker)
+    info = _values(scrape, "inferwatch_worker_info", worker=name)
+    labels = info[0][0] if info else {}
+    engine_seen = _sum(scrape, "inferwatch_generation_tokens_total", worker=name) is not None
+    slots_metric = _values(scrape, "inferwatch_max_num_seqs", worker=name)
+    slots = slots_metric[0][1] if slots_metric else _num(labels.get("max_num_seqs"))
+    if engine_seen and not slots:
+        raise NotEnough(
+            f"{name}: the slot count is unknown (no inferwatch_max_num_seqs, no max_num_seqs flag)"
+        )
+    counted = any(
+        _sum(scrape, series, worker=name) is not None
+        for series in (
+            "inferwatch_requests_finished_total",
+            "inferwatch_prompt_length_tokens_count",
+        )
+    )
+    if engine_seen and not counted and not output_tokens:
+        raise NotEnough(
+            f"{name}: the engine counts no requests (no inferwatch_requests_finished_total): "
+            "give --output-tokens N, the mean answer length"
+        )
+    if what_if is None:
+        return name
+    flag, value = what_if
+    if flag == "max-num-seqs" and slots and value > EXTRAPOLATE_MAX * slots:
+        raise NotEnough(
+            f"{name}: {flag}={value:g} is {value / slots:.1f}x its {slots:g} slots, and no "
+            f"batch observed can be larger than those; the twin goes to {EXTRAPOLATE_MAX:g}x "
+            f"the largest batch observed (max-num-seqs={math.floor(slots * EXTRAPOLATE_MAX)} "
+            "at most): change in steps"
+        )
+    if flag == "gpu-memory-utilization":
+        engine = labels.get("engine", "")
+        if engine == "llamacpp":
+            raise ConfigError(
+                SOURCE, "--what-if", "a flag llama.cpp has (it has no gpu-memory-utilization)", flag
+            )
+        if info and _num(labels.get("gpu_memory_utilization")) is None:
+            raise NotEnough(f"{name}: the launch flags do not state gpu_memory_utilization")
+    return name
+
+
 def observe(
     scrapes: Sequence[tuple[float, Scrape]],
     worker: str | None = None,

@@ -47,9 +47,14 @@ SERIES = (
 
 
 def scrape_agent(
-    url: str, span: float, every: float, timeout: float = 10.0
+    url: str,
+    span: float,
+    every: float,
+    timeout: float = 10.0,
+    check: Callable[[Scrape], object] | None = None,
 ) -> list[tuple[float, Scrape]]:
-    """The agent's ``/metrics`` every ``every`` seconds for ``span`` seconds."""
+    """The agent's ``/metrics`` every ``every`` seconds for ``span`` seconds; ``check``
+    reads the first scrape before the span is watched (it raises to refuse at once)."""
     target = metrics_url(url)
     out: list[tuple[float, Scrape]] = []
     start = time.time()
@@ -60,6 +65,8 @@ def scrape_agent(
             time.sleep(delay)
         scrape = fetch_exposition(target, timeout)
         out.append((time.time(), scrape))
+        if i == 0 and check is not None:
+            check(scrape)
     return out
 
 
@@ -169,7 +176,10 @@ def render_suggestion(s: Suggestion) -> str:
 
 
 def read_samples(
-    args: Any, thresholds: Any, prometheus_range: Range
+    args: Any,
+    thresholds: Any,
+    prometheus_range: Range,
+    check: Callable[[Scrape], object] | None = None,
 ) -> tuple[list[tuple[float, Scrape]], str]:
     from inferwatch.validate import duration
 
@@ -187,7 +197,8 @@ def read_samples(
         start, end = trace.phase(args.phase)
         return trace.scrapes(start, end), f"{args.trace} ({args.phase or 'first phase'})"
     if args.agent_url:
-        return scrape_agent(args.agent_url, span, every), f"{args.agent_url} over {span:.0f} s"
+        samples = scrape_agent(args.agent_url, span, every, check=check)
+        return samples, f"{args.agent_url} over {span:.0f} s"
     start, end, selector = prometheus_range(args, thresholds)
     # one pseudo-sample per Prometheus scrape: 15 s unless --every says otherwise
     step = max(every if args.every != "1s" else 15.0, (end - start) / 2000)
@@ -197,17 +208,52 @@ def read_samples(
     )
 
 
+def check_arguments(args: Any) -> None:
+    """Every argument of ``--what-if`` and ``--shadow`` checked before anything is read
+    (one line, exit 2): the sources, and the flags that only one source reads."""
+    from inferwatch.validate import duration
+
+    span = duration(args.span, SOURCE, "--span")
+    every = duration(args.every, SOURCE, "--every")
+    if span <= 0:
+        raise ConfigError(SOURCE, "--span", "a duration greater than zero", args.span)
+    if every <= 0:
+        raise ConfigError(SOURCE, "--every", "a duration greater than zero", args.every)
+    given = [x for x in (args.agent_url, args.prometheus_url, args.trace) if x]
+    if len(given) != 1:
+        raise UsageError(
+            "--what-if and --shadow read one of --agent-url, --prometheus-url or --trace FILE"
+        )
+    if args.phase and not args.trace:
+        raise UsageError("--phase needs --trace FILE")
+    if args.instance and not args.prometheus_url:
+        raise UsageError("--instance needs --prometheus-url")
+    if (args.start or args.end) and not args.prometheus_url:
+        raise UsageError("--start and --end need --prometheus-url")
+    if args.output_tokens is not None and not args.output_tokens > 0:
+        raise ConfigError(SOURCE, "--output-tokens", "tokens greater than zero", args.output_tokens)
+
+
 def main_what_if(args: Any, prometheus_range: Range) -> int:
     from inferwatch.advise.capacity import parse_size
+    from inferwatch.advise.whatif import precheck
     from inferwatch.pack.thresholds import load_thresholds
 
-    thresholds = load_thresholds(args.thresholds)
     flag_value = parse_what_if(args.what_if) if args.what_if and args.what_if != "suggest" else None
-    if args.output_tokens is not None and args.output_tokens <= 0:
-        raise ConfigError(SOURCE, "--output-tokens", "tokens greater than zero", args.output_tokens)
+    check_arguments(args)
     weights = parse_size(args.weights, SOURCE, "--weights") if args.weights else None
+    thresholds = load_thresholds(args.thresholds)
+
+    def check(scrape: Scrape) -> None:
+        try:
+            precheck(scrape, args.worker, flag_value, args.output_tokens)
+        except NotEnough as exc:
+            raise UsageError(f"--what-if: {exc}") from None
+
     try:
-        samples, where = read_samples(args, thresholds, prometheus_range)
+        samples, where = read_samples(args, thresholds, prometheus_range, check)
+        if not args.agent_url and samples:
+            check(samples[-1][1])
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3
@@ -245,10 +291,18 @@ def main_shadow(args: Any, prometheus_range: Range) -> int:
 
     if args.what_if:
         raise UsageError("give --what-if or --shadow, not both")
+    check_arguments(args)
     thresholds = load_thresholds(args.thresholds)
     state = shadow.load_state(args.shadow)
+
+    def check(scrape: Scrape) -> None:
+        if args.worker:
+            from inferwatch.advise.whatif import choose_worker
+
+            choose_worker(scrape, args.worker)
+
     try:
-        samples, _where = read_samples(args, thresholds, prometheus_range)
+        samples, _where = read_samples(args, thresholds, prometheus_range, check)
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3

@@ -51,6 +51,8 @@ class Reading:
     ttft: dict[str, float] = field(default_factory=dict)
     tpot: dict[str, float] = field(default_factory=dict)
     e2e: dict[str, float] = field(default_factory=dict)
+    #: the launch flags inferwatch_worker_info states (advise's rules read them)
+    flags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def _worker_conditions(w: str, r: Reading, t: Thresholds) -> list[Condition]:
 
 
 def _imbalance(readings: Mapping[str, Reading], t: Thresholds) -> list[Condition]:
-    """Loop 1 per model, over the workers that report one."""
+    """Low utilization with normal latency, per model, over the workers that report one."""
     by_model: dict[str, list[str]] = {}
     for w, r in readings.items():
         if r.up and r.model:

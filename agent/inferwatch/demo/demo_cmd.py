@@ -49,6 +49,7 @@ from inferwatch.demo.conditions import (
     conditions,
 )
 from inferwatch.demo.layouts import SCENARIOS, Layout, layout_for
+from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
 from inferwatch.errors import UsageError
 from inferwatch.sim.gpustate import has_state
 
@@ -247,6 +248,10 @@ def parse_agent_metrics(
                 r.uptime = now - s.value
             elif name == "inferwatch_target_up":
                 r.up = s.value == 1
+            elif name == "inferwatch_worker_info":
+                r.flags = {
+                    k: v for k in WORKER_INFO_FLAGS if (v := lab.get(k, "")) not in ("", "unknown")
+                }
             elif name == _GATE_DEADLINE:
                 r.gate_deadline_exceeded = s.value == 1
             elif name == _PREEMPTIONS and preemptions is not None:
@@ -281,40 +286,132 @@ def _q(d: dict[str, float], scale: float = 1.0, unit: str = "s") -> str:
     return "/".join(parts) + unit
 
 
+#: a value past a guide's line: red past a line that pages or scales, blue in the waste band
+PAST, WASTE = "red", "blue"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One lifeline value as the live table shows it: its text, the line it is past (if
+    any) and its colour, and a note that says what the rule reads."""
+
+    text: str
+    past: str = ""
+    style: str = ""
+    note: str = ""
+
+    def plain(self) -> str:
+        out = self.text + (f" ({self.past})" if self.past else "")
+        return out + (f" [{self.note}]" if self.note else "")
+
+    def markup(self) -> str:
+        from rich.markup import escape
+
+        body = escape(self.text + (f" {self.past}" if self.past else ""))
+        if self.style:
+            body = f"[{self.style}]{body}[/]"
+        return body + (f"\n[dim]{escape(self.note)}[/]" if self.note else "")
+
+
+def lifeline_cells(r: Reading, t: Any) -> dict[str, Cell]:
+    """GPU utilization, VRAM, KV cache and queue against the guide's lines (thresholds
+    ``t``): utilization below ``waste_below`` (30 %) or above ``scale_review_above``
+    (85 %); memory pressure above ``vram.scale_above`` (92 %), read from the KV cache
+    where the engine exports it (vLLM reserves its pool at start: NVML's VRAM reads near
+    full by design), else from NVML; the queue above what the worker can batch."""
+    from inferwatch.pack import loops as L
+
+    u = r.gpu_util
+    gpu = Cell(_fmt(u))
+    if L.waste(u, t):
+        gpu = Cell(_fmt(u), f"< {t.gpu_utilization.waste_below:.0%}", WASTE)
+    elif L.scale_review(u, t):
+        gpu = Cell(_fmt(u), f"> {t.gpu_utilization.scale_review_above:.0%}", PAST)
+    line = t.vram.scale_above
+    kv = Cell(_fmt(r.kv))
+    if r.kv is not None and r.kv > line:
+        kv = Cell(_fmt(r.kv), f"> {line:.0%}", PAST)
+    vram = Cell(_fmt(r.vram))
+    if r.kv is not None:
+        if r.vram is not None and r.vram > line:
+            vram = Cell(
+                _fmt(r.vram), style="dim", note=f"reserved pool; the rule reads KV {_fmt(r.kv)}"
+            )
+    elif r.vram is not None and r.vram > line:
+        vram = Cell(_fmt(r.vram), f"> {line:.0%}", PAST, "no KV gauge: the rule reads VRAM")
+    text = f"{_fmt(r.queue, '.0f')} / {_fmt(r.running, '.0f')} / {_fmt(r.capacity, '.0f')}"
+    if r.slope is not None:
+        text += f" ({r.slope:+.1f}/s)"
+    queue = Cell(text)
+    if L.over_capacity(r.queue, r.capacity, r.running, r.kv, t):
+        cap = L.batch_capacity(r.capacity, r.running, r.kv, t) or 0.0
+        queue = Cell(text, f"> capacity {cap:.0f}", PAST)
+    return {"gpu": gpu, "vram": vram, "kv": kv, "queue": queue}
+
+
+def lines_caption(t: Any) -> str:
+    """The guide's lines the table marks, from the thresholds."""
+    return (
+        f"Lines (thresholds.yaml): GPU util < {t.gpu_utilization.waste_below:.0%} waste, "
+        f"> {t.gpu_utilization.scale_review_above:.0%} scale review; memory pressure > "
+        f"{t.vram.scale_above:.0%}, read from the KV cache where the engine exports it "
+        "(vLLM reserves its pool at start, so NVML's VRAM reads near full by design), else "
+        "from VRAM; queue > what the worker can batch."
+    )
+
+
+def answer_rows(recs: list[Any], top: int = 3) -> list[tuple[str, str, str, str]]:
+    """(rank, workers, urgency, the first action) of the ranked answer's first items."""
+    return [
+        (
+            str(i),
+            ", ".join(r.workers),
+            r.urgency,
+            r.actions[0] if r.actions else r.title,
+        )
+        for i, r in enumerate(recs[:top], 1)
+    ]
+
+
 def render(
     readings: dict[str, Reading],
     states: list[AlertState],
     firing: list[str] | None,
     header: str,
     scaler: list[tuple[str, str, str, str, str]] | None = None,
+    t: Any = None,
+    recs: list[Any] | None = None,
 ) -> Any:
     from rich.console import Group
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
-    table = Table(title="The four lifelines", expand=True)
+    if t is None:
+        from inferwatch.pack.thresholds import load_thresholds
+
+        t = load_thresholds()
+    table = Table(title="The four lifelines", expand=True, caption=lines_caption(t))
     for col in (
         "worker",
         "up",
-        "GPU util",
-        "VRAM",
+        f"GPU util ({t.gpu_utilization.waste_below:.0%} | {t.gpu_utilization.scale_review_above:.0%})",
+        "VRAM (NVML)",
         "queue / running / capacity",
-        "KV",
+        f"KV ({t.vram.scale_above:.0%})",
         "TTFT p50/p95/p99",
         "TPOT p50/p95/p99 (ms)",
     ):
         table.add_column(col)
     for w, r in readings.items():
-        queue = f"{_fmt(r.queue, '.0f')} / {_fmt(r.running, '.0f')} / {_fmt(r.capacity, '.0f')}"
-        if r.slope is not None:
-            queue += f" ({r.slope:+.1f}/s)"
+        cells = lifeline_cells(r, t)
         table.add_row(
-            w,
+            escape(w),
             "yes" if r.up else "[red]no[/]",
-            _fmt(r.gpu_util),
-            _fmt(r.vram),
-            queue,
-            _fmt(r.kv),
+            cells["gpu"].markup(),
+            cells["vram"].markup(),
+            cells["queue"].markup(),
+            cells["kv"].markup(),
             _q(r.ttft),
             _q(r.tpot, 1000, ""),
         )
@@ -329,6 +426,15 @@ def render(
     if not states:
         cond_table.add_row("none", "", "", "")
     parts: list[Any] = [Panel(header), table, cond_table]
+    if recs is not None:
+        todo = Table(title="What to do first: inferwatch advise's ranking", expand=True)
+        for col in ("#", "worker", "urgency", "do"):
+            todo.add_column(col, overflow="fold")
+        for row in answer_rows(recs):
+            todo.add_row(*(escape(cell) for cell in row))
+        if not recs:
+            todo.add_row("-", "", "", "nothing: every worker is within its lines")
+        parts.append(todo)
     if scaler:
         scale_table = Table(
             title="A scaler following the autoscaling rules",
@@ -406,16 +512,35 @@ def _secs(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def status_line(readings: dict[str, Reading], states: list[AlertState]) -> str:
-    parts = [
-        f"{w}: up={int(r.up)} gpu={_fmt(r.gpu_util)} vram={_fmt(r.vram)} "
-        f"queue={_fmt(r.queue, '.0f')}/{_fmt(r.capacity, '.0f')} "
-        f"ttft_p99={_fmt(r.ttft.get('0.99'), '.2f')}s"
-        for w, r in readings.items()
-    ]
+def status_line(
+    readings: dict[str, Reading],
+    states: list[AlertState],
+    t: Any = None,
+    recs: list[Any] | None = None,
+) -> str:
+    """One line per view (``--no-live``): each worker's lifelines, a value past a guide's
+    line marked with it (``gpu=93% (> 85%)``), the conditions, and the answer's first item."""
+    if t is None:
+        from inferwatch.pack.thresholds import load_thresholds
+
+        t = load_thresholds()
+    parts = []
+    for w, r in readings.items():
+        c = lifeline_cells(r, t)
+        queue = f"{_fmt(r.queue, '.0f')}/{_fmt(r.capacity, '.0f')}"
+        if c["queue"].past:
+            queue += f" ({c['queue'].past})"
+        parts.append(
+            f"{w}: up={int(r.up)} gpu={c['gpu'].plain()} vram={c['vram'].plain()} "
+            f"kv={c['kv'].plain()} queue={queue} ttft_p99={_fmt(r.ttft.get('0.99'), '.2f')}s"
+        )
     shown = sorted({(st.condition.alert, st.state) for st in states})
     alerts = ",".join(f"{alert}({state})" for alert, state in shown) or "none"
-    return " | ".join(parts) + f" | conditions: {alerts}"
+    line = " | ".join(parts) + f" | conditions: {alerts}"
+    if recs:
+        first = recs[0]
+        line += f" | first: {first.title} ({', '.join(first.workers)}; {first.urgency})"
+    return line
 
 
 def _get(url: str, timeout: float = 2.0) -> str | None:
@@ -721,6 +846,12 @@ class Demo:
             }
         return scaler_rows(values)
 
+    def answer(self, readings: dict[str, Reading], states: list[AlertState]) -> list[Any]:
+        """advise's ranked answer for this view (demo.answer)."""
+        from inferwatch.demo.answer import answer
+
+        return answer(readings, self.thresholds, states)
+
     def snapshot(self) -> tuple[dict[str, Reading], list[AlertState]]:
         text = _get(self.agent_url + "/metrics") or ""
         at = time.monotonic()
@@ -769,9 +900,10 @@ async def run_demo(args: argparse.Namespace) -> int:
 
         async def step() -> Any:
             readings, states = await asyncio.to_thread(demo.snapshot)
+            recs = demo.answer(readings, states)
             firing = await asyncio.to_thread(demo.firing)
             scaler = await asyncio.to_thread(demo.scaler)
-            return readings, states, firing, scaler
+            return readings, states, firing, scaler, recs
 
         live = Live(console=console, refresh_per_second=2) if live_view else None
         with live if live is not None else contextlib.nullcontext():
@@ -784,12 +916,13 @@ async def run_demo(args: argparse.Namespace) -> int:
                     console.print(f"[red]{dead.name} exited unexpectedly:[/]\n{dead.tail()}")
                     code = 1
                     break
-                readings, states, firing, scaler = await step()
+                readings, states, firing, scaler, recs = await step()
+                t = demo.thresholds
                 if live is not None:
-                    live.update(render(readings, states, firing, header, scaler))
+                    live.update(render(readings, states, firing, header, scaler, t, recs))
                 elif time.monotonic() - last_print >= 5:
                     last_print = time.monotonic()
-                    print(status_line(readings, states), flush=True)
+                    print(status_line(readings, states, t, recs), flush=True)
                     for model, workers, desired, runs, why in scaler or ():
                         print(
                             f"scaler {model}: {workers} -> {desired} workers, runs {runs} "

@@ -31,7 +31,7 @@ class DemoWorker:
     gpu_instance: int | None = None
     max_num_seqs: int = MAX_NUM_SEQS
     #: the model it serves (default ``demo-<name>``); replicas of one model share it, so
-    #: the rules compare them (loop 1)
+    #: the rules compare them (low utilization with normal latency)
     model: str | None = None
 
     @property

@@ -7,23 +7,26 @@ advise`` and the weekly report. Each function takes numbers (None where the
 data does not say) and returns a bool; a missing number makes a condition
 false, as an absent series makes an alert silent.
 
-Loops, numbered the way advise prints them (the guide's section 6.2 numbers
-three; 4 and 5 are its other rules of thumb, 4.2, 5.3, 6.1 and the 6 FAQ):
+The field guide's section 6.2 names three closed loops; this project shows them by
+those names (``GUIDE_LOOPS``), never by a number, and names its further conditions
+(the guide's other rules of thumb: 4.2, 5.3, 6.1 and the 6 FAQ) too:
 
-============  ====  =======================================================
-id            loop  alerts
-============  ====  =======================================================
-imbalance     1     InferenceLoadImbalance
-warmup        2     InferenceTTFTHighGPUIdle
-cold_start    2     InferenceWorkerColdStart, InferenceWarmupDeadlineExceeded
-memory        3     InferenceVRAMPressureQueueRising
-preemptions   3     InferenceKVCachePreemptions
-over_capacity 4     InferenceQueueOverCapacity
-long_tail     5     InferenceLatencyLongTail
-consolidate   -     InferenceGPUUnderutilized (outside the loops)
-============  ====  =======================================================
+============  ===============================  ====================================
+id            shown as (``Loop.name``)          alerts
+============  ===============================  ====================================
+imbalance     Low utilization with normal      InferenceLoadImbalance
+              latency
+warmup        Slow first token on an idle GPU  InferenceTTFTHighGPUIdle
+cold_start    Slow first token on an idle GPU  InferenceWorkerColdStart,
+                                               InferenceWarmupDeadlineExceeded
+memory        VRAM near the limit              InferenceVRAMPressureQueueRising
+preemptions   VRAM near the limit              InferenceKVCachePreemptions
+over_capacity Queue over capacity (further)    InferenceQueueOverCapacity
+long_tail     Long tail (further)              InferenceLatencyLongTail
+consolidate   GPU waste (further)              InferenceGPUUnderutilized
+============  ===============================  ====================================
 
-Loop 1 forbids scaling in ("do not rush to scale in", 6.2): where a model is
+The guide's low-utilization loop forbids scaling in ("do not rush to scale in", 6.2): where a model is
 imbalanced, the waste of its quiet GPUs is the imbalance's, so ``consolidate``
 is suppressed for that model's workers (``Loop.suppressed_by``). Likewise a cold
 start's slow first tokens are its own, not a long tail to route around: where
@@ -47,11 +50,24 @@ from inferwatch.stats import share_above
 # --------------------------------------------------------------------------- the loops
 
 
+#: the field guide's three closed loops (section 6.2), by the names every reader shows:
+#: 利用率持续偏低且延迟正常, 首token延迟超标但GPU利用率不高, 显存使用率接近上限
+LOW_UTILIZATION = "Low utilization with normal latency"
+SLOW_FIRST_TOKEN = "Slow first token on an idle GPU"
+VRAM_LIMIT = "VRAM near the limit"
+GUIDE_LOOPS = (LOW_UTILIZATION, SLOW_FIRST_TOKEN, VRAM_LIMIT)
+#: the project's further conditions (the guide's other rules of thumb), by name
+QUEUE_OVER_CAPACITY = "Queue over capacity"
+LONG_TAIL = "Long tail"
+GPU_WASTE = "GPU waste"
+
+
 @dataclass(frozen=True)
 class Loop:
     id: str
-    #: the loop number advise prints (None: advice outside the loops)
-    loop: int | None
+    #: the name every reader shows: one of the guide's three loops (``GUIDE_LOOPS``) or
+    #: one of the project's further conditions
+    name: str
     title: str
     #: field guide sections, as thresholds.yaml cites them
     guide: tuple[str, ...]
@@ -69,7 +85,7 @@ class Loop:
 LOOPS: tuple[Loop, ...] = (
     Loop(
         "imbalance",
-        1,
+        LOW_UTILIZATION,
         "GPUs idle while one worker carries the load: fix the request spread",
         ("6.2", "5.3"),
         ("InferenceLoadImbalance",),
@@ -82,7 +98,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "warmup",
-        2,
+        SLOW_FIRST_TOKEN,
         "First tokens are slow while the GPU idles: the prompt path is cold",
         ("6.2", "5.1", "5.2"),
         ("InferenceTTFTHighGPUIdle",),
@@ -90,7 +106,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "cold_start",
-        2,
+        SLOW_FIRST_TOKEN,
         "A freshly started worker serves slow first tokens: warm it up before it takes traffic",
         ("6.2", "5.2"),
         ("InferenceWorkerColdStart", "InferenceWarmupDeadlineExceeded"),
@@ -98,7 +114,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "memory",
-        3,
+        VRAM_LIMIT,
         "The KV cache is nearly full while the queue grows: make room or add capacity",
         ("6.2", "4.2"),
         ("InferenceVRAMPressureQueueRising",),
@@ -106,7 +122,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "preemptions",
-        3,
+        VRAM_LIMIT,
         "The engine keeps preempting requests: the KV pool is too small for the batch",
         ("4.2", "6.2"),
         ("InferenceKVCachePreemptions",),
@@ -114,7 +130,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "over_capacity",
-        4,
+        QUEUE_OVER_CAPACITY,
         "More requests wait than the worker can batch: scale out or rate-limit",
         ("6 FAQ", "4.2"),
         ("InferenceQueueOverCapacity",),
@@ -122,7 +138,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "long_tail",
-        5,
+        LONG_TAIL,
         "The slowest requests take many times the typical one: split long-context traffic",
         ("6.1", "5.3"),
         ("InferenceLatencyLongTail",),
@@ -134,7 +150,7 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop(
         "consolidate",
-        None,
+        GPU_WASTE,
         "The GPU idles: share it or give it back",
         ("6.1", "4.3"),
         ("InferenceGPUUnderutilized",),
@@ -146,6 +162,23 @@ LOOPS: tuple[Loop, ...] = (
 BY_ID: Mapping[str, Loop] = {loop.id: loop for loop in LOOPS}
 #: alert name -> loop id
 BY_ALERT: Mapping[str, str] = {alert: loop.id for loop in LOOPS for alert in loop.alerts}
+
+
+def in_guide(loop_id: str) -> bool:
+    """Whether the loop is one of the guide's three (else a further condition)."""
+    return BY_ID[loop_id].name in GUIDE_LOOPS
+
+
+def shown(loop_id: str) -> str:
+    """How a loop is named where it is shown: ``closed loop "VRAM near the limit"`` (one of
+    the guide's three), ``further condition "Queue over capacity"``."""
+    name = BY_ID[loop_id].name
+    return f'{"closed loop" if in_guide(loop_id) else "further condition"} "{name}"'
+
+
+def sections(loop_id: str) -> str:
+    """The guide sections a loop rests on: ``6.2, 5.1, 5.2``."""
+    return ", ".join(BY_ID[loop_id].guide)
 
 
 def suppress(ids: Iterable[str]) -> frozenset[str]:
@@ -343,7 +376,7 @@ def waste(gpu_utilization: float | None, t: Thresholds) -> bool:
 
 @dataclass(frozen=True)
 class WorkerLoad:
-    """One worker of a model, as loop 1 compares them."""
+    """One worker of a model, as the low-utilization loop compares them."""
 
     worker: str
     #: mean utilization of the worker's own GPUs
@@ -394,7 +427,7 @@ def imbalanced(
 
 # --------------------------------------------------------------------------- remedy facts
 
-#: [6.2] loop 3 and [2.3]: headroom for PyTorch's temporary allocations and the CUDA
+#: [6.2] VRAM near the limit and [2.3]: headroom for PyTorch's temporary allocations and the CUDA
 #: context outside the engine's pre-allocated pool (vLLM's default is 0.9)
 GPU_MEMORY_UTILIZATION_HEADROOM = 0.85
 #: [2.3]: with prefix caching on, the real use "easily passes 0.9" and the process is
@@ -405,11 +438,11 @@ OOM_RISK_USED_RATIO = 0.90
 #: words of a restart's reason (a pod's last termination, a log line) that mean the
 #: process died of out-of-memory; matched case-insensitively
 OOM_REASON_WORDS = ("out of memory", "outofmemory", "oomkilled", "cuda oom", "oom")
-#: [6.2] loop 3: FP8 K/V "close to half" the KV memory, accuracy loss usually under 0.5 %
+#: [6.2] VRAM near the limit: FP8 K/V "close to half" the KV memory, accuracy loss usually under 0.5 %
 FP8_KV_ACCURACY_LOSS = 0.005
-#: [6.2] loop 3: automatic prefix caching saves 30 % or more of the KV memory
+#: [6.2] VRAM near the limit: automatic prefix caching saves 30 % or more of the KV memory
 PREFIX_CACHE_KV_SAVING = 0.30
-#: [6.2] loop 2: a cached system prompt makes first tokens 30-60 % sooner
+#: [6.2] slow first token: a cached system prompt makes first tokens 30-60 % sooner
 PREFIX_CACHE_TTFT_GAIN = (0.30, 0.60)
 #: [5.2]: an unwarmed first call took 4.8 s, 180 ms warm
 COLD_FIRST_CALL_SECONDS = 4.8
@@ -480,11 +513,13 @@ def is_fp8(kv_cache_dtype: str | None) -> bool:
 
 
 def guide(loop_id: str) -> str:
-    """``"6.2 loop 1, 5.3"``: the citation advise and the report print."""
+    """``"6.2 Low utilization with normal latency, 5.3"``: the citation advise, the report and
+    the runbooks print (the guide's loops by their name, never a number)."""
     loop = BY_ID[loop_id]
-    head = f"6.2 loop {loop.loop}" if loop.loop in (1, 2, 3) else loop.guide[0]
-    rest = [s for s in loop.guide if s != "6.2"] if loop.loop in (1, 2, 3) else loop.guide[1:]
-    return ", ".join([head, *rest])
+    if in_guide(loop_id):
+        rest = [s for s in loop.guide if s != "6.2"]
+        return ", ".join([f"6.2 {loop.name}", *rest])
+    return ", ".join(loop.guide)
 
 
 def card_has_room(vram_used_ratio: float | None) -> bool:
@@ -504,7 +539,7 @@ def oom_risk(
     prefix_caching: bool | None,
     restart_reasons: Iterable[str] = (),
 ) -> bool:
-    """[2.3], [6.2] loop 3: the out-of-memory risk. The card's used ratio is at or above
+    """[2.3], [6.2] VRAM near the limit: the out-of-memory risk. The card's used ratio is at or above
     ``OOM_RISK_USED_RATIO`` with prefix caching on (its extra memory pushes the real use
     past the pool), or a restart died of out-of-memory. The remedy is ``oom_headroom``."""
     full = vram_used_ratio is not None and vram_used_ratio >= OOM_RISK_USED_RATIO
@@ -547,7 +582,7 @@ def raise_kv_pool(current: float | None = None, vram_used_ratio: float | None = 
 
 
 def headroom(current: float | None = None) -> str:
-    """The out-of-memory remedy of loop 3 when NVML's ratio (not the KV cache) is full."""
+    """The out-of-memory remedy of the VRAM loop when NVML's ratio (not the KV cache) is full."""
     was = f"from {current:g} " if current is not None else ""
     return (
         f"Leave headroom: --gpu-memory-utilization {was}to {GPU_MEMORY_UTILIZATION_HEADROOM} "
@@ -562,3 +597,24 @@ def fewer_seqs(current: float | None = None, lower: int | None = None) -> str:
         f"Lower --max-num-seqs{change} where the batch reaches it: fewer sequences need fewer "
         "KV blocks; keep prefix caching on, it saves more than it costs."
     )
+
+
+def headroom_note(current: float | None = None) -> str:
+    """The guide's configuration note for prefix caching ([6.2] VRAM near the limit):
+    0.85, with no sign of running out. Not urgent: a card full of vLLM's pre-allocated
+    pool is by design."""
+    return (
+        f"At the next planned restart, set --gpu-memory-utilization {_from_now(current)}to "
+        f"{GPU_MEMORY_UTILIZATION_HEADROOM}: with prefix caching on, the guide leaves this "
+        "head-room for PyTorch's temporary allocations and the CUDA context outside the "
+        "engine's pool. Not urgent: nothing shows the worker running out."
+    )
+
+
+#: the same note where the KV pool is short (preemptions, a full KV cache): the guide's one
+#: set for VRAM pressure is prefix caching, an FP8 KV cache, then 0.85 for head-room
+HEADROOM_AFTER_FP8 = (
+    f"The guide's --gpu-memory-utilization {GPU_MEMORY_UTILIZATION_HEADROOM} (head-room with "
+    "prefix caching on) is the last step of its set, after prefix caching and an FP8 KV "
+    "cache: lowering it now, while the KV pool is short, would shrink the pool."
+)

@@ -117,7 +117,7 @@ class Names:
     queue_over_capacity = "worker:inferwatch_queue_over_capacity:bool"
     queue_avg = _Windowed("worker:inferwatch_queue_depth:avg")
     running_avg = _Windowed("worker:inferwatch_requests_running:avg")
-    #: waiting plus running requests, averaged: the load loop 1 compares
+    #: waiting plus running requests, averaged: the load the low-utilization loop compares
     open_avg = _Windowed("worker:inferwatch_requests_open:avg")
     #: least-squares slope of the queue depth (requests per second)
     queue_deriv = _Windowed("worker:inferwatch_queue_depth:deriv", rising=True)

@@ -11,9 +11,10 @@ The three biggest wasters are the models with the most held-idle money (or
 GPU-hours without prices); each gets the loop of :mod:`inferwatch.pack.loops`
 that the report's findings hold for that model this week (the same conditions
 as the alerts, ``advise`` and the "what to look at" list, never a figure of its
-own): loop 1 (uneven routing) first, since it explains idle GPUs directly, then
-loop 4 (over capacity at the peaks: scale with the load), loop 2 (warm-up, cold
-start), loop 3 (KV cache and VRAM), else consolidation (fewer or shared GPUs).
+own), each by its name: low utilization with normal latency (uneven routing) first,
+since it explains idle GPUs directly, then the queue over capacity (at the peaks:
+scale with the load), a slow first token on an idle GPU (warm-up, cold start), VRAM
+near the limit (KV cache and VRAM), else GPU waste (consolidation: fewer or shared GPUs).
 """
 
 from __future__ import annotations
@@ -211,15 +212,14 @@ class Waster:
     action: str
 
     @property
-    def loop(self) -> int | None:
-        """The loop number advise prints (None: consolidation, outside the loops)."""
-        return L.BY_ID[self.loop_id].loop
+    def loop(self) -> str:
+        """The loop's name (pack.loops): one of the guide's three, or a further condition."""
+        return L.BY_ID[self.loop_id].name
 
     @property
     def loop_text(self) -> str:
-        """``loop 2 (warm-up)``, or ``consolidation`` outside the loops."""
-        number = self.loop
-        return self.loop_name if number is None else f"loop {number} ({self.loop_name})"
+        """``Slow first token on an idle GPU (warm-up)``: the loop by its name."""
+        return f"{self.loop} ({self.loop_name})"
 
 
 @dataclass(frozen=True)

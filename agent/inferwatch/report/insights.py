@@ -4,17 +4,20 @@ Each rule reads the figures of :mod:`summary` and asks ``pack.loops`` the same
 condition the alert rules encode; when it holds, the finding says what it saw
 (with the numbers) and what to do, and carries the loop's id (``Finding.id``):
 
-- ``imbalance`` (loop 1): a worker's GPUs or open requests more than
+- ``imbalance`` (low utilization with normal latency): a worker's GPUs or open requests more than
   ``load_imbalance.load_ratio`` times its peers' while the model's GPUs idle and
   its TTFT P99 is within the SLO; never "scale in";
-- ``warmup`` and ``cold_start`` (loop 2): TTFT P95 above the warm-up line on an
+- ``warmup`` and ``cold_start`` (slow first token on an idle GPU): TTFT P95 above the warm-up line on an
   idle GPU outside the cold-start window, and within it (after a (re)start);
-- ``memory`` (loop 3): memory pressure (KV-cache usage where the engine exports
+- ``memory`` (VRAM near the limit): memory pressure (KV-cache usage where the engine exports
   it, NVML otherwise) above ``vram.scale_above`` with a worker's queue rising;
 - ``preemptions``, ``over_capacity`` (the rules' batch capacity), ``long_tail``
   (TTFT or TPOT P99 at least ``latency.tail_ratio`` times the P50);
 - ``consolidate``: days the GPU's utilization sat below the waste line, unless
-  its model is imbalanced (loop 1 forbids scaling in).
+  its model is imbalanced (the low-utilization loop forbids scaling in).
+
+Each loop finding states its knob moves (``Finding.moves``, ``pack.ranking``), and the
+list is ranked by ``pack.ranking`` within each level.
 
 Outside the loops: SLO misses and regressions week over week (the TTFT SLO
 leaves out the cold-start window after a start, as InferenceTTFTSLOBreach
@@ -29,6 +32,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from inferwatch.pack import loops as L
+from inferwatch.pack import ranking as R
+from inferwatch.pack.ranking import Move
 from inferwatch.report import fmt
 from inferwatch.report.model import SLO_TARGET, mean
 from inferwatch.report.summary import (
@@ -82,8 +87,20 @@ def findings(report: Report) -> list[Finding]:
                 "Keep the weekly review: compare next week's table with this one.",
             )
         )
+    # the level first, then pack.ranking's one order (critical loops before warnings)
     order = {"act": 0, "watch": 1, "ok": 2}
-    return sorted(out, key=lambda f: order.get(f.level, 3))
+    return sorted(out, key=lambda f: (order.get(f.level, 3), _rank(f)))
+
+
+def _rank(f: Finding) -> tuple[int, int, int, float]:
+    alerts = L.BY_ID[f.id].alerts if f.id in L.BY_ID else ()
+    return R.key(R.ALERT, R.severity(alerts), f.id)
+
+
+def _label(loop_id: str, what: str = "") -> str:
+    """A finding's loop label: the loop's name (pack.loops), never a number."""
+    name = L.BY_ID[loop_id].name
+    return f"{name} · {what}" if what else name
 
 
 def loops_by_model(found: Sequence[Finding]) -> Mapping[str, frozenset[str]]:
@@ -127,7 +144,8 @@ def _gpus_of(report: Report, worker: str) -> list[GpuFigures]:
 
 
 def _ttft(scope: ScopeFigures) -> LatencyFigures | None:
-    """The TTFT without the cold-start windows (the one the SLO and loop 2 read)."""
+    """The TTFT without the cold-start windows (the one the SLO and the slow-first-token
+    loop read)."""
     return scope.warm_latency.get("ttft") or scope.latency.get("ttft")
 
 
@@ -200,7 +218,7 @@ def _slo_regressions(
 
 
 def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
-    """Loop 2 (InferenceTTFTHighGPUIdle): TTFT P95 above the warm-up line while the
+    """Slow first token on an idle GPU (InferenceTTFTHighGPUIdle): TTFT P95 above the warm-up line while the
     worker's GPUs idle, outside the cold-start window."""
     t = report.bands.t
     hits: list[tuple[str, list[int], float, float]] = []
@@ -233,7 +251,7 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
     line, idle = t.ttft.warmup_p95_seconds, t.gpu_utilization.idle_below
     yield Finding(
         "act",
-        "Loop 2 · warm-up",
+        _label("warmup", "warm-up"),
         f"{m.total.model}: slow first tokens on an idle GPU",
         evidence + f" (Lines: P95 {fmt.seconds(line)}, idle below {fmt.percent(idle)}.)",
         "Long after a start the cold part is the prompt path: with a fixed system prompt, "
@@ -242,11 +260,12 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
         f"the guide reports {L.PREFIX_CACHE_TTFT_GAIN[0]:.0%}-{L.PREFIX_CACHE_TTFT_GAIN[1]:.0%} "
         "lower TTFT. Look for new long prompts too.",
         id="warmup",
+        moves=(Move(R.PREFIX_CACHING, R.UP),),
     )
 
 
 def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
-    """Loop 2 (InferenceWorkerColdStart): slow first tokens within cold_start.within of a
+    """Slow first token on an idle GPU (InferenceWorkerColdStart): slow first tokens within cold_start.within of a
     worker start, on days the worker was never over capacity (the rule's ``unless``: the
     slow first tokens of an overloaded worker are queueing)."""
     t = report.bands.t
@@ -271,7 +290,7 @@ def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
     within = fmt.duration(t.cold_start.within)
     yield Finding(
         "act",
-        "Loop 2 · cold start",
+        _label("cold_start", "cold start"),
         f"{m.total.model}: slow first tokens after worker starts",
         " ".join(
             f"{worker}: TTFT P95 up to {fmt.seconds(p95)} within {within} of its starts on "
@@ -286,7 +305,7 @@ def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
 
 
 def _imbalance(report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]) -> Iterator[Finding]:
-    """Loop 1 (InferenceLoadImbalance): one worker far above its peers while the model's GPUs
+    """Low utilization with normal latency (InferenceLoadImbalance): one worker far above its peers while the model's GPUs
     idle and its latency is fine."""
     t = report.bands.t
     util = _util(gpus)
@@ -321,11 +340,12 @@ def _imbalance(report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]) -> I
     )
     yield Finding(
         "watch",
-        "Loop 1 · imbalance",
+        _label("imbalance", "imbalance"),
         f"{m.total.model}: one worker carries the load while the GPUs idle",
         evidence,
         f"{L.LEAST_CONNECTIONS} {L.NO_SCALE_IN} {L.DATA_PARALLEL}",
         id="imbalance",
+        moves=(Move(R.REPLICAS, R.NO_DOWN),),
     )
 
 
@@ -343,7 +363,7 @@ def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
         peak = w.queue_peak.current if w.queue_peak else None
         yield Finding(
             "act",
-            "Queue · leading indicator",
+            _label("over_capacity", "leading indicator"),
             f"{w.worker}: queue above batch capacity for {fmt.duration(over.current)}",
             f"Queue depth peaked at {fmt.count(peak)} with max_num_seqs "
             f"{fmt.count(w.capacity)} (or fewer, the running batch, while the KV cache was "
@@ -353,6 +373,7 @@ def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
             "stays above capacity, rather than waiting for latency alerts. If VRAM allows, "
             "size --max-num-seqs with `inferwatch advise capacity`.",
             id="over_capacity",
+            moves=(Move(R.REPLICAS, R.UP),),
         )
 
 
@@ -366,13 +387,21 @@ def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
             continue
         yield Finding(
             "act",
-            "Loop 3 · preemptions",
+            _label("preemptions", "preemptions"),
             f"{w.worker}: {fmt.count(count)} requests preempted",
             f"The engine evicted running requests {fmt.count(count)} times this week "
             f"({fmt.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
             "before): its KV cache is too small for the batch.",
             " ".join((L.raise_kv_pool(), L.FP8_KV, L.fewer_seqs(), L.SCALE_OUT)),
             id="preemptions",
+            # raise_kv_pool's raise needs room on the card, which the week does not say:
+            # only its "never lower" is a move here
+            moves=(
+                Move(R.GPU_MEMORY_UTILIZATION, R.NO_DOWN),
+                Move(R.KV_CACHE_DTYPE, R.DOWN),
+                Move(R.MAX_NUM_SEQS, R.DOWN),
+                Move(R.REPLICAS, R.UP),
+            ),
         )
 
 
@@ -404,7 +433,7 @@ def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
             )
         yield Finding(
             "watch",
-            "Long tail",
+            _label("long_tail"),
             f"{w.worker}: P99 is {t.latency.tail_ratio:g}x the P50 or more",
             evidence + ".",
             f"{L.long_context_pool(share, t)} {L.LEAST_CONNECTIONS}",
@@ -414,7 +443,7 @@ def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
 
 
 def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
-    """Loop 3 (InferenceVRAMPressureQueueRising): memory pressure above vram.scale_above
+    """VRAM near the limit (InferenceVRAMPressureQueueRising): memory pressure above vram.scale_above
     with a worker's queue rising; else the squeeze and the trend."""
     t = report.bands.t
     b = report.bands
@@ -449,17 +478,25 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
             f"{L.FP8_KV} (Where the KV cache is not FP8 yet.)",
             L.fewer_seqs(),
         ]
+        moves = [
+            Move(R.REPLICAS, R.UP),
+            Move(R.PREFIX_CACHING, R.UP),
+            Move(R.KV_CACHE_DTYPE, R.DOWN),
+            Move(R.MAX_NUM_SEQS, R.DOWN),
+        ]
         if what == "VRAM":
             # NVML's ratio: the card itself is nearly full (no KV gauge)
             actions.append(L.headroom())
+            moves.append(Move(R.GPU_MEMORY_UTILIZATION, R.DOWN))
         yield Finding(
             "act",
-            "Loop 3 · memory",
+            _label("memory", "memory"),
             f"{g.label}: {what} peak {fmt.percent(peak)} with a rising queue",
             f"Peak {fmt.percent(peak)} (line {fmt.percent(b.vram_scale_above)}) of {size} "
             f"GPU memory{grew}; the queue of {', '.join(rising)} rose.",
             " ".join(actions),
             id="memory",
+            moves=tuple(moves),
         )
         return
     ttft_p99 = [
@@ -471,7 +508,7 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
     if peak >= b.vram_squeeze_above and known and max(known) <= b.vram_squeeze_p99_ok_seconds:
         yield Finding(
             "ok",
-            "Loop 3 · memory",
+            _label("memory", "memory"),
             f"{g.label}: {what} {fmt.percent(peak)} with fast first tokens: a healthy squeeze",
             f"TTFT P99 {fmt.seconds(max(known))} (under {fmt.seconds(b.vram_squeeze_p99_ok_seconds)}).",
             "No action: a full KV cache with a fast P99 is the memory doing its job.",
@@ -480,7 +517,7 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
     if growth:
         yield Finding(
             "watch",
-            "Loop 3 · memory",
+            _label("memory", "memory"),
             f"{g.label}: {what} peak {fmt.percent(peak)} and rising",
             f"Peak {fmt.percent(peak)}{grew}; the scale line is {fmt.percent(b.vram_scale_above)}.",
             "Make room before it gets there: prefix caching, an FP8 KV cache; watch the queue.",
@@ -521,7 +558,7 @@ def _scale_review(report: Report, g: GpuFigures) -> Iterator[Finding]:
 def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
     """InferenceGPUUnderutilized, outside the loops: days a GPU spent mostly below the waste
     line (its rate_window average, as the alert reads it). GPUs of an imbalanced model are
-    left to loop 1, which forbids scaling in."""
+    left to the low-utilization loop, which forbids scaling in."""
     share_line = report.bands.t.report.waste_day_share
     per_day: dict[int, list[GpuFigures]] = {}
     for g in report.gpus:
@@ -541,7 +578,7 @@ def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
     line = fmt.percent(report.bands.waste_below)
     yield Finding(
         "watch",
-        "Waste band",
+        _label("consolidate", "waste band"),
         f"GPUs below {line} busy most of {_days(report, days)}",
         f"{', '.join(names)} spent most of {'that day' if len(days) == 1 else 'those days'} in "
         f"the waste band (under {line}).",
@@ -549,6 +586,8 @@ def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
         "models on these GPUs (MIG, several workers per GPU); first make sure the traffic is "
         "spread evenly.",
         id="consolidate",
+        # a scale-down on a schedule, if the quiet period comes back every week: a plan
+        # for next week, not a move now (advise may say "not yet" to a young worker)
         models=tuple(sorted({m for gs in per_day.values() for g in gs for m in g.models})),
     )
 

@@ -154,7 +154,7 @@ class RawWorker:
     queue_peak: Daily | None
     over_capacity_seconds: Daily | None  # None: max_num_seqs unknown
     capacity: float | None
-    #: waiting plus running requests, the day's mean (loop 1's load); None: not exported
+    #: waiting plus running requests, the day's mean (the low-utilization loop's load); None: not exported
     open_requests: Daily | None = None
     #: the day's steepest queue slope over queue.rising_window, requests per second
     queue_slope_peak: Daily | None = None

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferwatch.pack import loops as L
+from inferwatch.pack.ranking import Move
 from inferwatch.report.model import (
     DAY,
     LATENCIES,
@@ -161,6 +162,8 @@ class Finding:
     workers: tuple[str, ...] = ()
     #: the models it is about (the cost section names the loop of each model from these)
     models: tuple[str, ...] = ()
+    #: the knobs its action turns (pack.ranking): advise's answer never undoes them
+    moves: tuple[Move, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -521,7 +521,7 @@ def _young(t: Thresholds, seconds: float) -> str:
 
 
 def _imbalance_expr(t: Thresholds) -> str:
-    """Loop 1 [6.2]: a worker far above its model's other workers, in GPU utilization or
+    """Low utilization with normal latency [6.2]: a worker far above its model's other workers, in GPU utilization or
     in open requests, while the model's own GPUs average below idle_below over the
     alert's ``for`` (persistently low, [6.2]) and its latency is fine.
 

@@ -38,10 +38,10 @@ def _loop_line(alert: str) -> list[str]:
     if alert not in L.BY_ALERT:
         return []
     loop = L.BY_ID[L.BY_ALERT[alert]]
-    number = f"{loop.loop}" if loop.loop is not None else "none (advice outside the loops)"
     keys = ", ".join(f"`{k}`" for k in loop.thresholds)
+    head = "**Closed loop:**" if L.in_guide(loop.id) else "**Further condition:**"
     return [
-        f"**Closed loop:** {number}, `{loop.id}` in `inferwatch advise` and the weekly report: "
+        f"{head} {loop.name}, `{loop.id}` in `inferwatch advise` and the weekly report: "
         f"{loop.title} [{L.guide(loop.id)}]. Tuned by {keys}.  "
     ]
 

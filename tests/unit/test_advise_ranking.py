@@ -1,0 +1,193 @@
+"""One answer, ranked by what is happening (issue 40): advise, the report and the demo.
+
+Every load scenario of the simulator (the demo's built-in ones, in virtual time:
+tests/support/scenarios.py) is read by ``advise``, the weekly report and the demo's
+"what to do first", and held here:
+
+- each scenario's answer, item by item (id, tier, severity), and its first item;
+- on the steady demo no item claims a crash; in the overload the first item is the
+  paging one, whose first actions are scale out and rate-limit;
+- no answer holds two items that undo each other (``pack.ranking.contradictions``),
+  and none undoes a move of the report's findings for the same data;
+- the demo's answer is advise's, in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from tests.support import scenarios as S
+
+from inferwatch.advise import advise
+from inferwatch.advise.model import Recommendation
+from inferwatch.advise.rules import OOM_RISK
+from inferwatch.demo.answer import answer
+from inferwatch.demo.conditions import AlertState, Condition
+from inferwatch.pack import loops as L
+from inferwatch.pack import ranking as R
+from inferwatch.pack.ranking import Move
+from inferwatch.pack.thresholds import load_thresholds
+from inferwatch.report.build import build_report
+from inferwatch.report.model import bands_from_thresholds
+
+T = load_thresholds()
+SEEDS = (1, 2, 11)
+CASES = [(name, seed) for name in S.SCENARIOS for seed in SEEDS]
+
+#: each scenario's answer, item by item: (id, workers, tier, severity), for seed 1
+ANSWERS: dict[str, list[tuple[str, tuple[str, ...], str, str | None]]] = {
+    "idle": [
+        ("consolidate", ("idle",), "alert", "warning"),
+        (OOM_RISK, ("idle",), "note", None),
+    ],
+    "steady": [(OOM_RISK, ("steady",), "note", None)],
+    "overload": [
+        ("over_capacity", ("overload",), "alert", "critical"),
+        ("memory", ("overload",), "alert", "critical"),
+        ("preemptions", ("overload",), "alert", "warning"),
+        ("long_tail", ("overload",), "alert", "warning"),
+    ],
+    "long-tail": [
+        ("long_tail", ("long-tail",), "alert", "warning"),
+        (OOM_RISK, ("long-tail",), "note", None),
+    ],
+    "cold-start": [
+        ("cold_start", ("cold-start",), "alert", "warning"),
+        ("consolidate", ("cold-start",), "alert", "warning"),
+    ],
+    "imbalance": [
+        ("imbalance", ("imbalance-a", "imbalance-b"), "alert", "warning"),
+        (OOM_RISK, ("imbalance-a",), "note", None),
+        (OOM_RISK, ("imbalance-b",), "note", None),
+    ],
+}
+
+CRASH_WORDS = ("crash", "out-of-memory", "oom-killed", "close to")
+
+
+def shape(recs: list[Recommendation]) -> list[tuple[str, tuple[str, ...], str, str | None]]:
+    return [(r.id, r.workers, r.tier, r.severity) for r in recs]
+
+
+def everything(r: Recommendation) -> str:
+    return "\n".join((r.title, r.urgency, *r.actions)).lower()
+
+
+def test_the_answers_are_held() -> None:
+    assert set(ANSWERS) == set(S.SCENARIOS)
+    for scenario, expected in ANSWERS.items():
+        recs = advise(S.pictures(S.run(scenario, 1)), T)
+        assert shape(recs) == expected, (scenario, shape(recs))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_on_the_steady_demo_no_item_claims_a_crash(seed: int) -> None:
+    recs = advise(S.pictures(S.run("steady", seed)), T)
+    assert recs and all(r.tier == R.NOTE for r in recs), shape(recs)
+    for r in recs:
+        assert not any(word in r.title.lower() + r.urgency.lower() for word in CRASH_WORDS), r
+        # the note says why a full card is no emergency, and the evidence it rests on
+        assert "by design" in r.urgency and "no restart, no XID" in r.urgency
+        assert any(e.series == "inferwatch_gpu_memory_used_ratio" for e in r.evidence)
+        assert any("the VRAM rules read" in e.name for e in r.evidence)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_in_the_overload_the_first_item_is_the_paging_one(seed: int) -> None:
+    recs = advise(S.pictures(S.run("overload", seed)), T)
+    first = recs[0]
+    assert (first.tier, first.severity) == (R.ALERT, "critical")
+    assert set(first.alerts) & {"InferenceQueueOverCapacity", "InferenceVRAMPressureQueueRising"}
+    assert first.actions[:2] == (L.SCALE_OUT, L.RATE_LIMIT)
+    assert "pages" in first.urgency
+    # the guide's 0.85 is the VRAM loop's last step here, never a crash item
+    assert OOM_RISK not in {r.id for r in recs}
+    assert any(L.HEADROOM_AFTER_FP8 in r.actions for r in recs)
+    # ranked: critical items before warnings, conditions before notes
+    keys = [R.rank_key(r) for r in recs]
+    assert keys == sorted(keys)
+
+
+def _report_moves(scenario: str, seed: int) -> list[Move]:
+    report = build_report(S.raw_data(S.run(scenario, seed), T), bands_from_thresholds(T))
+    return [m for f in report.findings for m in f.moves]
+
+
+@pytest.mark.parametrize(("scenario", "seed"), CASES)
+def test_no_answer_contradicts_itself_or_the_report(scenario: str, seed: int) -> None:
+    recs = advise(S.pictures(S.run(scenario, seed)), T)
+    assert R.contradictions(recs) == [], shape(recs)
+    # every item states what backs it and the numbers it rests on
+    for r in recs:
+        assert r.urgency and r.evidence and r.guide, r
+        assert any(e.series for e in r.evidence), r
+        if r.tier != R.ALERT:
+            assert not any(word in r.urgency.lower() for word in CRASH_WORDS), r
+    theirs = _report_moves(scenario, seed)
+    mine = [m for r in recs for m in r.moves]
+    clash = [(a, b) for a in mine for b in theirs if R.opposed(a, b)]
+    assert clash == [], clash
+
+
+@pytest.mark.parametrize(("scenario", "seed"), CASES)
+def test_the_demo_gives_advises_answer(scenario: str, seed: int) -> None:
+    runs = S.run(scenario, seed)
+    readings = S.demo_readings(runs)
+    demo = answer(readings, T)
+    assert R.contradictions(demo) == []
+    assert {r.id for r in demo} - {OOM_RISK} == S.expected_loops(scenario), shape(demo)
+    # with the alerts' states: a condition still waiting out its `for` is not paging yet
+    pending = [
+        AlertState(Condition(a, w, ""), "pending", 1.0, 60.0)
+        for r in demo
+        for a in r.alerts
+        for w in r.workers
+    ]
+    waiting = answer(readings, T, pending)
+    assert all(r.tier in (R.LOOP, R.NOTE) for r in waiting), shape(waiting)
+    assert [R.rank_key(r) for r in waiting] == sorted(R.rank_key(r) for r in waiting)
+    firing = [dataclasses.replace(s, state="firing") for s in pending]
+    assert shape(answer(readings, T, firing)) == shape(demo)
+
+
+def test_moves_that_undo_each_other_are_found_and_settled() -> None:
+    """The check can fail: two items that turn one knob opposite ways on one worker."""
+    base = advise(S.pictures(S.run("overload", 1)), T)
+    preempt = next(r for r in base if r.id == "preemptions")
+    lower = Move(R.GPU_MEMORY_UTILIZATION, R.DOWN, "lower it")
+    note = dataclasses.replace(
+        preempt, id=OOM_RISK, tier=R.NOTE, severity=None, actions=("lower it",), moves=(lower,)
+    )
+    assert R.contradictions([preempt, note])
+    assert [r.id for r in R.reconcile([note, preempt], {lower.knob: "folded"})] == ["preemptions"]
+    # a better-ranked item keeps its move; the other loses the opposed action and says why
+    crash = dataclasses.replace(note, tier=R.ALERT, severity="critical")
+    first, second = R.reconcile([preempt, crash])
+    assert first is crash and R.contradictions([first, second]) == []
+    assert f'as "{crash.title}" says' in second.actions[-1]
+    assert not any("never lower" in a for a in second.actions)
+    # another model's replicas, another worker's flags: no contradiction
+    other = dataclasses.replace(crash, workers=("elsewhere",), model="other")
+    assert R.contradictions([preempt, other]) == []
+
+
+def test_running_out_is_measured_never_assumed() -> None:
+    (steady,) = S.pictures(S.run("steady", 1))
+    assert shape(advise([steady], T)) == [(OOM_RISK, ("steady",), "note", None)]
+    for evidence in ({"restarts": 1.0}, {"xid_errors": 2.0}):
+        (crash,) = advise([dataclasses.replace(steady, **evidence)], T)
+        assert (crash.tier, crash.severity) == (R.ALERT, "critical")
+        assert "close to a crash, measured" in crash.urgency
+        assert "to 0.85" in crash.actions[0]
+
+
+def test_the_report_ranks_with_the_same_order() -> None:
+    report = build_report(S.raw_data(S.run("overload", 1), T), bands_from_thresholds(T))
+    act = [f for f in report.findings if f.level == "act" and f.id]
+    severities = [R.severity(L.BY_ID[f.id].alerts) for f in act]
+    assert severities == sorted(severities, key=lambda s: R.SEVERITIES.index(s or "warning"))
+    assert act[0].id in ("over_capacity", "memory")
+    for f in report.findings:
+        if f.id:
+            assert f.loop.startswith(L.BY_ID[f.id].name), f.loop
