@@ -443,8 +443,8 @@ def render(
         )
         for col in ("model", "workers", "desired", f"runs (cap {max_replicas()})", "why"):
             scale_table.add_column(col)
-        for row in scaler:
-            scale_table.add_row(*row)
+        for scaled in scaler:
+            scale_table.add_row(*scaled)
         parts.append(scale_table)
     if firing is not None:
         parts.append(Panel(", ".join(firing) or "none", title="Firing in Prometheus"))
