@@ -71,6 +71,7 @@ import json
 import math
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -731,21 +732,29 @@ class Prometheus:
                     return float(line.rsplit(" ", 1)[1])
         return math.nan
 
-    def settle(self, budget: float) -> int:
-        """Wait (at most ``budget`` s) for the compactor's first run to end; the blocks loaded."""
+    def settle(self, budget: float) -> tuple[int, bool]:
+        """Wait (at most ``budget`` s) until the compactor has run and gone quiet.
+
+        Quiet: no block compacted and the blocks loaded unchanged for 30 s after its first
+        trigger (about a minute after the start). Returns the blocks loaded and whether it
+        settled; 2 h blocks left uncompacted make a long window slower to read, not larger.
+        """
         deadline = time.monotonic() + budget
-        last, stable = -1.0, 0
-        while True:
-            blocks = self.self_metric("prometheus_tsdb_blocks_loaded")
-            runs = self.self_metric("prometheus_tsdb_compactions_triggered_total")
-            stable = stable + 1 if blocks == last else 0
-            last = blocks
-            if (runs >= 1 and stable >= 3) or budget <= 0:
-                break
+        last: tuple[float, float] = (-1.0, -1.0)
+        quiet = 0
+        while budget > 0:
+            state = (
+                self.self_metric("prometheus_tsdb_blocks_loaded"),
+                self.self_metric("prometheus_tsdb_compactions_total"),
+            )
+            quiet = quiet + 1 if state == last else 0
+            last = state
+            if self.self_metric("prometheus_tsdb_compactions_triggered_total") >= 1 and quiet >= 6:
+                return int(state[0]), True
             if time.monotonic() > deadline:
                 break
             time.sleep(5)
-        return int(last)
+        return int(self.self_metric("prometheus_tsdb_blocks_loaded")), False
 
     def query(self, expr: str, at: float, rng: tuple[int, int] | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"query": expr, "stats": "all"}
@@ -926,9 +935,10 @@ def run_size(
             for note in result["notes"]:
                 print(f"[{workers} workers] records: {note}", flush=True)
             t0 = time.perf_counter()
-            blocks = prom.settle(args.settle)
-            result["blocks"] = blocks
-            print(f"[{workers} workers] {blocks} blocks after compaction "
+            blocks, settled = prom.settle(args.settle)
+            result["blocks"], result["compacted"] = blocks, settled
+            state = "compacted" if settled else "compaction not finished (or not awaited)"
+            print(f"[{workers} workers] {blocks} blocks, {state} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
             for s in sets:
                 result["sets"][s.name] = measure_set(prom, s, workers, args.repeat)
@@ -1029,6 +1039,7 @@ def report(results: list[dict[str, Any]], slo_pattern: str, ours: str) -> str:
         lines.append(
             f"== {w} workers: {h['samples']:,} samples backfilled ({h['series_full']} series over "
             f"the whole history, {h['series_short']} over the short one), {res['blocks']} blocks"
+            + ("" if res.get("compacted") else " (not compacted: evaluation times pessimistic)")
         )
         head = (f"{'set':<12} {'group':<38} {'every':>6} {'samples/eval':>13} {'samples/h':>10} "
                 f"{'/h/worker':>10} {'eval s':>8} {'of interval':>11}")  # fmt: skip
@@ -1118,8 +1129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--settle",
         type=float,
-        default=240.0,
-        help="seconds at most to wait for Prometheus' first compaction (0: none)",
+        default=900.0,
+        help="seconds at most to wait for Prometheus' compaction to go quiet (0: none)",
     )
     ap.add_argument(
         "--default-interval",
@@ -1137,6 +1148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tmp", help="directory for the blocks (default the system's temp)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
+    # a TERM (a time limit) still stops Prometheus and removes the blocks on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.days, args.workers, args.repeat, args.settle = 2.0, "4", 1, 0.0
         args.short_hours = min(args.short_hours, 1.0)
