@@ -127,10 +127,12 @@ def run(
     deadline_s: float = 600.0,
     at: dict[int, Callable[[], None]] | None = None,
     timeout: float = 60.0,
+    keep_alive: bool | None = None,
 ) -> Result:
     """``total`` requests from ``clients`` threads to 127.0.0.1:``port``, stopped at
     ``deadline_s`` at the latest. ``at``: {request number: action}, each action run once
-    in a thread of its own when that many requests have been started."""
+    in a thread of its own when that many requests have been started. ``keep_alive``:
+    every client keeps its connection (True) or none does (False); None: half do."""
     result = Result()
     lock = threading.Lock()
     started = [0]
@@ -151,7 +153,7 @@ def run(
         return True
 
     def client(i: int) -> None:
-        keep = i % 2 == 0
+        keep = i % 2 == 0 if keep_alive is None else keep_alive
         conn: http.client.HTTPConnection | None = None
         n = 0
         while take():
