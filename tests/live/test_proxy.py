@@ -220,6 +220,11 @@ async def test_a_hanging_worker_times_out_and_holds_only_its_own_clients(small_r
         assert resp.status == 504
         assert time.monotonic() - started < 5
         assert rig.stats.upstream_errors["timeout"] == 1
+    # a completion the worker stays silent on: 504 after read_timeout, counted as a 5xx
+    async with rig.session.post(rig.url + COMPLETIONS, json={"model": "m", "x_first": 3}) as resp:
+        assert resp.status == 504
+    assert rig.stats.upstream_errors["timeout"] == 2
+    assert rig.stats.models[""].requests == {"5xx": 1}  # not lost from the measurements
 
 
 async def test_an_unreachable_worker_is_a_502(tmp_path: Path) -> None:
@@ -791,6 +796,8 @@ async def _slow_client_then_another(rig: Rig) -> None:
     status, data = await rig.stream(COMPLETIONS, max_tokens=2)
     assert status == 200 and data.endswith(b"data: [DONE]\n\n")
     assert rig.upstream.connections == 1
+    # both measured (the 2 MB answer, past the 1 MiB read for its usage, under no model)
+    assert sum(m.requests.get("2xx", 0) for m in rig.stats.models.values()) == 2
 
 
 async def test_a_get_on_a_connection_the_worker_dropped_is_sent_once_more() -> None:
@@ -809,3 +816,53 @@ async def test_a_get_on_a_connection_the_worker_dropped_is_sent_once_more() -> N
         assert worker.answered == 5 and worker.dropped == 4  # each reuse dropped, each resent
         assert server.stats.upstream_errors["reset"] == 0
         assert server.stats.retries["closed"] == 4
+
+
+async def test_half_closed_connections_get_their_whole_answer(rig: Rig) -> None:
+    """A client that half-closes after its request still reads the whole streamed
+    answer, then the close; a worker that ends its answer by closing (no length, not
+    chunked) gets it passed whole, and the client's connection closed after."""
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 5, "x_first": 0}).encode()
+    host, port = rig.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(body), body))  # fmt: skip
+    writer.write_eof()  # half-closed: nothing more from this client
+    answer = await asyncio.wait_for(reader.read(-1), 10)  # read to the proxy's close
+    writer.close()
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and rest.endswith(b"0\r\n\r\n")
+    assert rest.count(b"data: ") == 7  # 5 tokens, the stop event, [DONE]
+    await wait_for(lambda: rig.stats.in_flight == 0, 5)
+    assert rig.stats.models["m"].requests == {"2xx": 1} and rig.stats.models["m"].aborts == 0
+
+    # the worker's side: an answer framed by the worker's close
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n'
+                         b'{"model":"w","choices":[{"text":"hi","finish_reason":"stop"}]}')  # fmt: skip
+            conn.shutdown(socket.SHUT_WR)  # the answer's end
+            conn.recv(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    spec = ProxySpec("127.0.0.1", 0)
+    port = srv.getsockname()[1]
+    server = ProxyServer(WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec),
+                         spec, ProxyStats())  # fmt: skip
+    await server.start()
+    try:
+        answer = await _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Length: 2\r\n\r\n{}")  # fmt: skip
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
+        assert json.loads(rest)["choices"][0]["text"] == "hi"
+        assert server.stats.models["w"].requests == {"2xx": 1}
+    finally:
+        await server.stop()
+        srv.close()
