@@ -487,6 +487,7 @@ class _DropsKeptAlive:
         self.answered = 0
         #: requests that came on a connection the worker then dropped
         self.dropped = 0
+        self.lock = threading.Lock()
         self.server: socket.socket | None = None
 
     async def start(self) -> int:
@@ -532,19 +533,21 @@ class _DropsKeptAlive:
             try:
                 left = self._read_request(conn, b"")
                 body = b'{"model":"m","choices":[{"text":"hi","finish_reason":"stop"}]}'
+                with self.lock:  # counted before the client can see the answer
+                    self.answered += 1
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode()
                     + body
                 )
-                self.answered += 1
                 if self.unread:
                     select.select([conn], [], [], 30)  # the next request is there: unread
                     if not conn.recv(1, socket.MSG_PEEK):
                         return  # the proxy closed it: no request came
                 else:
                     self._read_request(conn, left)
-                self.dropped += 1
+                with self.lock:  # counted before the close the proxy sees
+                    self.dropped += 1
             except (ConnectionError, OSError):
                 pass
 
