@@ -73,6 +73,7 @@ NOT_IN_DEMO.update(
             "inferwatch_proxy_tpot_seconds",
             "inferwatch_proxy_ttft_seconds",
             "inferwatch_proxy_upstream_errors_total",
+            "inferwatch_proxy_upstream_retries_total",
         )
     }
 )

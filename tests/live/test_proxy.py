@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import select
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -31,6 +34,7 @@ from inferwatch.agent.proxy import (
     MAX_MODELS,
     TPOT_BUCKETS,
     TTFT_BUCKETS,
+    UNANNOUNCED_IDLE_S,
     ProxyServer,
     ProxyStats,
     forward_headers,
@@ -216,6 +220,11 @@ async def test_a_hanging_worker_times_out_and_holds_only_its_own_clients(small_r
         assert resp.status == 504
         assert time.monotonic() - started < 5
         assert rig.stats.upstream_errors["timeout"] == 1
+    # a completion the worker stays silent on: 504 after read_timeout, counted as a 5xx
+    async with rig.session.post(rig.url + COMPLETIONS, json={"model": "m", "x_first": 3}) as resp:
+        assert resp.status == 504
+    assert rig.stats.upstream_errors["timeout"] == 2
+    assert rig.stats.models[""].requests == {"5xx": 1}  # not lost from the measurements
 
 
 async def test_an_unreachable_worker_is_a_502(tmp_path: Path) -> None:
@@ -330,8 +339,6 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
 
 
 def test_a_taken_proxy_port_is_refused_at_start(tmp_path: Path) -> None:
-    import socket
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -466,44 +473,83 @@ def test_soak_1000_concurrent_streams_memory_held(tmp_path: Path) -> None:
 
 
 class _DropsKeptAlive:
-    """A worker that answers one request per connection and, like llama.cpp's server
-    past its keep-alive limits, drops the connection when a second request comes."""
+    """A worker that answers one request per connection and drops the connection when
+    the next request comes (plain blocking sockets, one thread per connection).
 
-    def __init__(self) -> None:
+    ``unread``: it closes with that request's bytes unread, so its kernel resets the
+    connection, as any worker that closes an idle connection just as a request is sent
+    on it (llama-server after a streamed answer, uvicorn's idle time-out) is seen;
+    otherwise it reads the whole request first, as a worker that got the request and
+    died before answering."""
+
+    def __init__(self, unread: bool = True) -> None:
+        self.unread = unread
         self.answered = 0
+        #: requests that came on a connection the worker then dropped
         self.dropped = 0
-        self.server: asyncio.AbstractServer | None = None
+        self.lock = threading.Lock()
+        self.server: socket.socket | None = None
 
     async def start(self) -> int:
-        self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
+        srv = self.server = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+        return int(srv.getsockname()[1])
 
-    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        served = 0
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.decode("latin-1").split("\r\n"):
-                    if line.lower().startswith("content-length:"):
-                        length = int(line.split(":", 1)[1])
-                await reader.readexactly(length)
-                if served:
-                    self.dropped += 1
-                    return
-                body = b'{"choices":[{"text":"hi","finish_reason":"stop"}]}'
-                writer.write(
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    def _accept(self) -> None:
+        assert self.server is not None
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _read_request(self, conn: socket.socket, buf: bytes) -> bytes:
+        while b"\r\n\r\n" not in buf:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ConnectionError
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.decode("latin-1").split("\r\n"):
+            if line.lower().startswith("content-length:"):
+                length = int(line.split(":", 1)[1])
+        while len(rest) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ConnectionError
+            rest += chunk
+        return rest[length:]
+
+    def _conn(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                left = self._read_request(conn, b"")
+                body = b'{"model":"m","choices":[{"text":"hi","finish_reason":"stop"}]}'
+                with self.lock:  # counted before the client can see the answer
+                    self.answered += 1
+                conn.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode()
                     + body
                 )
-                await writer.drain()
-                served += 1
-                self.answered += 1
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+                if self.unread:
+                    select.select([conn], [], [], 30)  # the next request is there: unread
+                    if not conn.recv(1, socket.MSG_PEEK):
+                        return  # the proxy closed it: no request came
+                else:
+                    self._read_request(conn, left)
+                with self.lock:  # counted before the close the proxy sees
+                    self.dropped += 1
+            except (ConnectionError, OSError):
+                pass
 
 
 @contextlib.asynccontextmanager
@@ -519,12 +565,13 @@ async def _proxy_before(worker: _DropsKeptAlive) -> AsyncIterator[ProxyServer]:
         yield server
     finally:
         await server.stop()
-        assert worker.server is not None
-        worker.server.close()
+        worker.close()
 
 
 async def test_a_worker_that_drops_kept_alive_connections_fails_no_request() -> None:
-    worker = _DropsKeptAlive()
+    """Each reused connection is closed by the worker with the request unread: every
+    completion goes again on a fresh connection, counted as a retry, none fails."""
+    worker = _DropsKeptAlive(unread=True)
     statuses = []
     async with _proxy_before(worker) as server, aiohttp.ClientSession() as session:
         for _ in range(20):
@@ -534,7 +581,37 @@ async def test_a_worker_that_drops_kept_alive_connections_fails_no_request() -> 
                 await resp.read()
                 statuses.append(resp.status)
     assert statuses == [200] * 20
-    assert worker.answered == 20 and worker.dropped == 0
+    assert worker.answered == 20 and worker.dropped == 19
+    assert server.stats.retries["closed"] == 19
+    assert server.stats.upstream_errors["reset"] == 0
+    assert server.stats.models["m"].requests == {"2xx": 20}  # none lost from the measurements
+
+
+async def test_a_completion_the_worker_may_have_read_is_never_sent_twice() -> None:
+    """A worker that read the request and then closed without a byte of an answer may
+    have begun it: a completion gets a 502 (counted), never a second send; a GET, which
+    may be sent twice, goes once more."""
+    worker = _DropsKeptAlive(unread=False)
+    async with _proxy_before(worker) as server, aiohttp.ClientSession() as session:
+        statuses = []
+        for _ in range(2):
+            async with session.post(
+                server.url + COMPLETIONS, json={"model": "m", "prompt": "x"}
+            ) as resp:
+                await resp.read()
+                statuses.append(resp.status)
+        assert statuses == [200, 502]
+        assert worker.answered == 1 and worker.dropped == 1  # the second one seen once
+        assert server.stats.upstream_errors["reset"] == 1
+        assert server.stats.retries["closed"] == 0
+        # the 502 counted (under no model: no answer named one)
+        assert server.stats.models["m"].requests == {"2xx": 1}
+        assert server.stats.models[""].requests == {"5xx": 1}
+        async with session.get(server.url + "/health") as resp:  # a fresh connection
+            assert resp.status == 200
+        async with session.get(server.url + "/health") as resp:  # reused, read, dropped
+            assert resp.status == 200
+        assert server.stats.retries["closed"] == 1
 
 
 # --------------------------------------------------------------------------- the wire
@@ -560,20 +637,69 @@ async def test_connections_to_a_worker_that_announces_keep_alive_are_reused(
     assert sum(rig.stats.models["m"].ttft.counts) == 6
 
 
-async def test_a_worker_that_announces_nothing_gets_a_connection_per_completion(
+async def test_connections_to_a_worker_that_announces_nothing_are_reused_within_2_s(
     rig: Rig,
 ) -> None:
-    """A completion cannot be sent twice, so it never goes on a connection the worker
-    might be closing; a GET may (it is sent again on a fresh one if that happens)."""
+    """vLLM's and SGLang's uvicorn announce no keep-alive and close a connection idle
+    for 5 s: every request may reuse one idle for less than 2 s (UNANNOUNCED_IDLE_S),
+    since one the worker closed unread goes again on a fresh connection."""
     for _ in range(3):
         status, _ = await rig.stream(COMPLETIONS, max_tokens=1, x_first=0)
         assert status == 200
-    assert rig.upstream.connections == 3
     for _ in range(3):
         async with rig.session.get(rig.url + "/metrics") as resp:
             assert resp.status == 200
             await resp.read()
-    assert rig.upstream.connections == 4
+    assert rig.upstream.connections == 1
+    await asyncio.sleep(UNANNOUNCED_IDLE_S + 0.2)
+    status, _ = await rig.stream(COMPLETIONS, max_tokens=1, x_first=0)
+    assert status == 200 and rig.upstream.connections == 2
+
+
+async def test_a_worker_that_closes_after_each_stream_is_learned_and_fails_nothing() -> None:
+    """llama-server closes the connection after every streamed answer, unannounced:
+    the proxy learns it from the first close and keeps no connection after a stream
+    (plain answers' connections are still reused); no request fails."""
+    async for rig in _rig(Upstream(interval=0.001, keep_alive=5.0, close_after_stream=True)):
+        statuses = []
+        for i in range(20):
+            status, _ = await rig.stream(COMPLETIONS, max_tokens=2, stream=i % 2 == 0)
+            statuses.append(status)
+            await asyncio.sleep(0.01)
+        assert statuses == [200] * 20
+        assert rig.server.closes_after_stream
+        assert rig.stats.upstream_errors["reset"] == 0
+        assert rig.stats.retries["closed"] <= 1  # at most the one that taught it
+        # 10 streams, each on a connection of its own; the plain answers reuse one
+        assert 10 <= rig.upstream.connections <= 11
+        assert rig.stats.models["m"].requests == {"2xx": 20}
+
+
+async def test_a_restarting_worker_gets_the_request_when_it_listens_again() -> None:
+    """A refused connect sent nothing: it is tried again (counted) until the worker
+    listens again, within connect_timeout; past it, 502 worker unreachable."""
+    up = Upstream(interval=0.001)
+    port = free_port()
+    spec = ProxySpec("127.0.0.1", 0, connect_timeout=3.0)
+    server = ProxyServer(WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec),
+                         spec, ProxyStats())  # fmt: skip
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def later() -> None:
+                await asyncio.sleep(0.6)
+                await up.start(port=port)
+
+            starter = asyncio.ensure_future(later())
+            async with session.post(server.url + CHAT, json={"stream": True}) as resp:
+                assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
+            await starter
+            assert server.stats.retries["refused"] >= 3
+            assert server.stats.upstream_errors["connect"] == 0
+    finally:
+        await server.stop()
+        await up.stop()
 
 
 async def _raw(url: str, data: bytes) -> bytes:
@@ -651,8 +777,6 @@ async def test_a_slow_client_pauses_the_worker_and_the_connection_is_reused_afte
 
 
 async def _slow_client_then_another(rig: Rig) -> None:
-    import socket
-
     n = 1_000_000  # a 2 MB JSON answer
     body = json.dumps({"model": "m", "max_tokens": n, "x_interval": 0}).encode()
     host, port = rig.url.removeprefix("http://").split(":")
@@ -675,19 +799,73 @@ async def _slow_client_then_another(rig: Rig) -> None:
     status, data = await rig.stream(COMPLETIONS, max_tokens=2)
     assert status == 200 and data.endswith(b"data: [DONE]\n\n")
     assert rig.upstream.connections == 1
+    # both measured (the 2 MB answer, past the 1 MiB read for its usage, under no model)
+    assert sum(m.requests.get("2xx", 0) for m in rig.stats.models.values()) == 2
 
 
 async def test_a_get_on_a_connection_the_worker_dropped_is_sent_once_more() -> None:
-    """A GET may reuse a kept-alive connection the worker announced nothing about;
-    when the worker drops it instead of answering, the GET goes once more on a new
-    connection (a completion never would: it may not be sent twice)."""
-    worker = _DropsKeptAlive()
-    statuses = []
-    async with _proxy_before(worker) as server, aiohttp.ClientSession() as session:
-        for _ in range(5):
-            async with session.get(server.url + "/health") as resp:
-                await resp.read()
-                statuses.append(resp.status)
-    assert statuses == [200] * 5
-    assert worker.answered == 5 and worker.dropped == 4  # each reuse dropped, each resent
-    assert server.stats.upstream_errors["reset"] == 0
+    """A GET on a kept-alive connection that the worker drops instead of answering goes
+    once more on a new connection, whether or not the worker read it (a GET may be
+    sent twice)."""
+    for unread in (True, False):
+        worker = _DropsKeptAlive(unread=unread)
+        statuses = []
+        async with _proxy_before(worker) as server, aiohttp.ClientSession() as session:
+            for _ in range(5):
+                async with session.get(server.url + "/health") as resp:
+                    await resp.read()
+                    statuses.append(resp.status)
+        assert statuses == [200] * 5
+        assert worker.answered == 5 and worker.dropped == 4  # each reuse dropped, each resent
+        assert server.stats.upstream_errors["reset"] == 0
+        assert server.stats.retries["closed"] == 4
+
+
+async def test_half_closed_connections_get_their_whole_answer(rig: Rig) -> None:
+    """A client that half-closes after its request still reads the whole streamed
+    answer, then the close; a worker that ends its answer by closing (no length, not
+    chunked) gets it passed whole, and the client's connection closed after."""
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 5, "x_first": 0}).encode()
+    host, port = rig.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(body), body))  # fmt: skip
+    writer.write_eof()  # half-closed: nothing more from this client
+    answer = await asyncio.wait_for(reader.read(-1), 10)  # read to the proxy's close
+    writer.close()
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and rest.endswith(b"0\r\n\r\n")
+    assert rest.count(b"data: ") == 7  # 5 tokens, the stop event, [DONE]
+    await wait_for(lambda: rig.stats.in_flight == 0, 5)
+    assert rig.stats.models["m"].requests == {"2xx": 1} and rig.stats.models["m"].aborts == 0
+
+    # the worker's side: an answer framed by the worker's close
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n'
+                         b'{"model":"w","choices":[{"text":"hi","finish_reason":"stop"}]}')  # fmt: skip
+            conn.shutdown(socket.SHUT_WR)  # the answer's end
+            conn.recv(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    spec = ProxySpec("127.0.0.1", 0)
+    port = srv.getsockname()[1]
+    server = ProxyServer(WorkerSpec(name="w", url=f"http://127.0.0.1:{port}", proxy=spec),
+                         spec, ProxyStats())  # fmt: skip
+    await server.start()
+    try:
+        answer = await _raw(server.url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Length: 2\r\n\r\n{}")  # fmt: skip
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
+        assert json.loads(rest)["choices"][0]["text"] == "hi"
+        assert server.stats.models["w"].requests == {"2xx": 1}
+    finally:
+        await server.stop()
+        srv.close()

@@ -22,8 +22,11 @@ With ``keep_alive`` (seconds) it keeps connections the way llama-server does:
 each answer announces ``Keep-Alive: timeout=N, max=100``, a connection idle for
 N seconds is closed, and the 100th answer says ``Connection: close``. Without
 it, it announces nothing and keeps a connection until the client closes it.
+``close_after_stream`` closes the connection after every streamed answer without
+saying so, as llama-server does (../shared/notes/llamacpp-http.md).
 
-Run ``python sseupstream.py --port N [--first S] [--interval S] [--keep-alive S]``;
+Run ``python sseupstream.py --port N [--first S] [--interval S] [--keep-alive S]
+[--close-after-stream]``;
 it prints ``READY <port>`` once listening.
 """
 
@@ -45,8 +48,9 @@ KEEP_MAX = 100
 
 class Upstream:
     def __init__(self, first: float = 0.0, interval: float = 0.01, tokens: int = 16,
-                 keep_alive: float = 0.0) -> None:  # fmt: skip
+                 keep_alive: float = 0.0, close_after_stream: bool = False) -> None:  # fmt: skip
         self.keep_alive = keep_alive
+        self.close_after_stream = close_after_stream
         self.first = first
         self.interval = interval
         self.tokens = tokens
@@ -213,7 +217,7 @@ class Upstream:
             await w.drain()
             done = True
             self.completed += 1
-            return True
+            return not self.close_after_stream
         except (ConnectionError, asyncio.CancelledError):
             return False
         finally:
@@ -263,7 +267,7 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    up = Upstream(args.first, args.interval, args.tokens, args.keep_alive)
+    up = Upstream(args.first, args.interval, args.tokens, args.keep_alive, args.close_after_stream)
     port = await up.start(args.host, args.port)
     print(f"READY {port}", flush=True)
     await asyncio.Event().wait()
@@ -277,6 +281,7 @@ if __name__ == "__main__":
     p.add_argument("--interval", type=float, default=0.01)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--keep-alive", type=float, default=0.0)
+    p.add_argument("--close-after-stream", action="store_true")
     args = p.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_main(args))

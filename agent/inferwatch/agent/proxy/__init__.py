@@ -21,7 +21,9 @@ Never break traffic: the measurement never awaits anything (a few counter
 increments per event); a series over the per-worker model cap drops its
 samples, never the request; a body over ``max_body_bytes`` is refused with 413
 while it streams; a client that goes away cancels the upstream request (its
-connection is closed); the worker's silence is bounded by ``read_timeout``;
+connection is closed); a request the worker provably never got (a kept-alive
+connection it had closed, a refused connect) goes again on a fresh connection,
+and nothing else is ever sent twice; the worker's silence is bounded by ``read_timeout``;
 each worker has its own listener, connection cap and upstream pool, so a hung
 worker holds only its own clients. Nothing of a request's content, headers or
 credentials reaches a log line, a label or an error answer.
@@ -55,12 +57,14 @@ from inferwatch.agent.proxy.limits import (
     MAX_PENDING_BYTES,
     MAX_POOLED,
     MEASURED_PATHS,
+    REPLAY_MAX_BYTES,
     UNANNOUNCED_IDLE_S,
     WRITE_BUFFER_BYTES,
 )
 from inferwatch.agent.proxy.measure import (
     FINISH_REASONS,
     REJECT_REASONS,
+    RETRY_REASONS,
     UPSTREAM_ERRORS,
     Buckets,
     Measure,
@@ -97,6 +101,8 @@ __all__ = [
     "PROXY_COUNTERS",
     "PROXY_HISTOGRAMS",
     "REJECT_REASONS",
+    "REPLAY_MAX_BYTES",
+    "RETRY_REASONS",
     "TPOT_BUCKETS",
     "TTFT_BUCKETS",
     "UNANNOUNCED_IDLE_S",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 import time
 from collections.abc import Coroutine
@@ -13,10 +14,13 @@ from typing import Any, Protocol, cast
 from inferwatch.agent.config import ProxySpec
 from inferwatch.agent.connguard import Admission
 from inferwatch.agent.proxy.limits import (
+    CONNECT_RETRY_FIRST_S,
+    CONNECT_RETRY_MAX_S,
     LINGER_S,
     MAX_HEAD_BYTES,
     MAX_PENDING_BYTES,
     MEASURED_PATHS,
+    REPLAY_MAX_BYTES,
     WRITE_BUFFER_BYTES,
 )
 from inferwatch.agent.proxy.measure import Measure, ProxyStats
@@ -40,7 +44,6 @@ class Proxy(Protocol):
     stats: ProxyStats
     host_header: str
     prefix: str
-    announces: bool | None
     clients: Admission[ClientConn]
 
     @property
@@ -50,9 +53,11 @@ class Proxy(Protocol):
 
     async def connect(self) -> UpstreamConn: ...
 
-    def pool_get(self, method: str, has_body: bool) -> UpstreamConn | None: ...
+    def pool_get(self) -> UpstreamConn | None: ...
 
-    def pool_put(self, up: UpstreamConn, retryable: bool) -> None: ...
+    def pool_put(self, up: UpstreamConn) -> None: ...
+
+    def learn_stream_close(self) -> None: ...
 
 
 class ClientConn(asyncio.Protocol):
@@ -82,6 +87,10 @@ class ClientConn(asyncio.Protocol):
         self.reading = True
         self.up_paused = False
         self.retried = False
+        #: what went to a reused connection of the worker, until the answer's head: sent
+        #: again on a fresh one if the worker had closed it (None: nothing to send again)
+        self.replay: list[bytes] | None = None
+        self.replay_size = 0
         self.fresh = True  # no request yet: its head is due within header_timeout
         self.gen = 0  # the request's number on this connection
 
@@ -201,12 +210,6 @@ class ClientConn(asyncio.Protocol):
             else None
         )
         headers = [("Host", server.host_header), *forward_headers(req.headers, req.connection)]
-        retryable = req.method in RETRYABLE and not req.has_body
-        if server.announces is False and not retryable:
-            # a worker that announces no keep-alive gets this connection back only for
-            # a request that could be sent again: it closes this one itself (as nginx's
-            # default), so the closed sockets wait on its side, not on the proxy's
-            headers.append(("Connection", "close"))
         if req.chunked:
             headers.append(("Transfer-Encoding", "chunked"))
             self.body_chunked = Chunked()
@@ -221,7 +224,7 @@ class ClientConn(asyncio.Protocol):
         self.state = "body" if req.has_body else "wait"
         self.pending = [head]
         self.pending_size = len(head)
-        up = server.pool_get(req.method, req.has_body)
+        up = server.pool_get()
         if up is not None:
             self._attach(up)  # the head goes when the bytes that came with it are read
         else:
@@ -257,7 +260,7 @@ class ClientConn(asyncio.Protocol):
             if self.pending_size > MAX_PENDING_BYTES:
                 self._pause_client()
         elif up is not None:
-            up.send(data)
+            self._send(up, data)
         if rest:
             self.extra += rest
             self._pause_client()
@@ -267,19 +270,38 @@ class ClientConn(asyncio.Protocol):
         connects (a cancelled connect can lose the connection it made): a request that
         ended meanwhile (the client went away) closes it here."""
         server = self.server
-        try:
-            up = await server.connect()
-        except (asyncio.TimeoutError, OSError) as exc:
-            if gen != self.gen or not self.busy:
+        loop = server.loop
+        give_up = loop.time() + server.spec.connect_timeout
+        pause = CONNECT_RETRY_FIRST_S
+        while True:
+            try:
+                up = await server.connect()
+                if not up.closed:
+                    break
+                # closed before this task resumed (a worker dying with the connection in
+                # its backlog): nothing was written on it
+                raise ConnectionRefusedError(errno.ECONNREFUSED, "closed at once")
+            except (asyncio.TimeoutError, OSError) as exc:
+                if gen != self.gen or not self.busy:
+                    return
+                refused = isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED
+                if refused and loop.time() + pause < give_up:
+                    # nothing was sent: a worker restarting gets the request when it
+                    # listens again, within connect_timeout
+                    server.stats.retries["refused"] += 1
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, CONNECT_RETRY_MAX_S)
+                    if gen != self.gen or not self.busy:
+                        return
+                    continue
+                self.connecting = None
+                if isinstance(exc, asyncio.TimeoutError):
+                    server.stats.upstream_errors["timeout"] += 1
+                    self._fail_request(504, "worker did not answer in time\n")
+                else:
+                    server.stats.upstream_errors["connect"] += 1
+                    self._fail_request(502, "worker unreachable\n")
                 return
-            self.connecting = None
-            if isinstance(exc, asyncio.TimeoutError):
-                server.stats.upstream_errors["timeout"] += 1
-                self._fail_request(504, "worker did not answer in time\n")
-            else:
-                server.stats.upstream_errors["connect"] += 1
-                self._fail_request(502, "worker unreachable\n")
-            return
         if gen != self.gen or not self.busy or self.state in ("closed", "linger", "failed"):
             up.close()
             return
@@ -292,7 +314,7 @@ class ClientConn(asyncio.Protocol):
         pending, self.pending = self.pending or [], None
         self.pending_size = 0
         if self.up is not None:
-            self.up.send(b"".join(pending))
+            self._send(self.up, b"".join(pending))
         if not self.reading and not self.extra:
             self._resume_client()
 
@@ -300,6 +322,19 @@ class ClientConn(asyncio.Protocol):
         self.up = up
         up.owner = self
         up.last_read = time.monotonic()
+        self.replay = [] if up.reused and not self.retried else None
+        self.replay_size = 0
+
+    def _send(self, up: UpstreamConn, data: bytes) -> None:
+        """Request bytes to the worker, held for a resend while that may be needed."""
+        replay = self.replay
+        if replay is not None:
+            self.replay_size += len(data)
+            if self.replay_size > REPLAY_MAX_BYTES:
+                self.replay = None
+            else:
+                replay.append(data)
+        up.send(data)
 
     # ------------------------------------------------------------ the answer
     def answer_head(self, status: int, reason: str, headers: list[tuple[str, str]],
@@ -311,6 +346,7 @@ class ClientConn(asyncio.Protocol):
         assert req is not None and self.transport is not None
         self.status = status
         self.answered = True
+        self.replay = None
         out = forward_headers(headers, connection)
         keep = self.keep and not until_close and self.state == "wait"
         self.dechunk = chunked and req.http10
@@ -351,18 +387,21 @@ class ClientConn(asyncio.Protocol):
         if self.up is not up:
             return
         self.up = None
-        if (not self.answered and not timed_out and up.reused and not up.got_bytes
-                and not self.retried and self.req is not None
-                and self.req.method in RETRYABLE and not self.req.has_body):  # fmt: skip
-            # a kept-alive connection the worker had closed: a request that can be sent
-            # again goes once more on a fresh connection
+        replay, self.replay = self.replay, None
+        req = self.req
+        if (replay is not None and req is not None and not self.answered and not timed_out
+                and up.reused and not up.got_bytes and self.state in ("body", "wait")
+                and (up.unread or (req.method in RETRYABLE and not req.has_body))):  # fmt: skip
+            # a kept-alive connection the worker had closed without reading the request
+            # (its kernel refused the bytes), or closed before any byte of the answer for
+            # a request it may get twice: the request goes once more, on a fresh
+            # connection, with what of its body has come so far (the rest follows)
             self.retried = True
-            assert self.req is not None
-            req = self.req
-            headers = [("Host", server.host_header), *forward_headers(req.headers, req.connection)]
-            head = head_bytes(f"{self.req.method} {server.prefix}{self.req.target} HTTP/1.1",
-                         headers)  # fmt: skip
-            self.pending = [head]
+            server.stats.retries["closed"] += 1
+            if up.streamed:
+                server.learn_stream_close()
+            self.pending = replay
+            self.pending_size = self.replay_size
             self.connecting = server.spawn(self._connect(self.gen))
             return
         server.stats.upstream_errors[reason] += 1
@@ -380,17 +419,17 @@ class ClientConn(asyncio.Protocol):
         self.server.stats.in_flight -= 1
         self.connecting = None  # it finishes on its own, and closes what it opened
         self.pending = None
+        self.replay = None
         up, self.up = self.up, None
         if up is not None:
             up.owner = None
             if self.up_paused and up.transport is not None and not up.closed:
                 # paused for this client's back-pressure: the next user reads again
                 up.transport.resume_reading()
-            req = self.req
-            if aborted or not up.done or self.state != "wait" or req is None:
+            if aborted or not up.done or self.state != "wait" or self.req is None:
                 up.close()
             else:
-                self.server.pool_put(up, req.method in RETRYABLE and not req.has_body)
+                self.server.pool_put(up)
         self.up_paused = False
         measure, self.measure = self.measure, None
         if measure is not None:

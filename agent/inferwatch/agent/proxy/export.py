@@ -66,6 +66,11 @@ HELP = {
         "Requests the worker failed: connect (502), timeout (504 or a cut stream), reset."
     ),
     "inferwatch_proxy_rejected": "Requests the proxy refused itself, by reason (too_large: 413).",
+    "inferwatch_proxy_upstream_retries": (
+        "Requests sent again on a fresh connection to the worker, which provably never got "
+        "them: closed (a kept-alive connection the worker had closed, no byte of an answer "
+        "back), refused (a connect refused, nothing sent)."
+    ),
     "inferwatch_proxy_samples_dropped": (
         "Measured requests whose figures were dropped (never the requests themselves): "
         "a model beyond the per-worker cap."
@@ -218,6 +223,10 @@ class ProxySource(Source):
             )
             for reason, n in stats.upstream_errors.items():
                 fam(CounterMetricFamily, "inferwatch_proxy_upstream_errors", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                    [*wv, reason], float(n)
+                )  # fmt: skip
+            for reason, n in stats.retries.items():
+                fam(CounterMetricFamily, "inferwatch_proxy_upstream_retries", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
             for reason, n in stats.rejected.items():

@@ -24,8 +24,19 @@ WRITE_BUFFER_BYTES = 64 * 1024
 #: idle connections to the worker kept for reuse, at most
 MAX_POOLED = 256
 #: a connection to a worker that announced no keep-alive time is reused within this
-#: long, and only for a request that can be sent again (GET, HEAD, OPTIONS, no body)
+#: long: well below uvicorn's 5 s (vLLM, SGLang), docs/proxy.md
 UNANNOUNCED_IDLE_S = 2.0
+#: a request sent on a reused connection is held (by reference) until its answer's
+#: first byte, up to this size, so that it can go again if the worker had closed it
+REPLAY_MAX_BYTES = 1024 * 1024
+#: a refused connect is tried again after this, doubling up to CONNECT_RETRY_MAX_S,
+#: within the worker's connect_timeout (nothing was sent: a restarting worker)
+CONNECT_RETRY_FIRST_S = 0.05
+CONNECT_RETRY_MAX_S = 0.5
+#: a worker that closes a connection within this long of a streamed answer's end,
+#: unasked, is taken to close after every streamed answer (llama.cpp's llama-server):
+#: its connections are not kept after one
+STREAM_CLOSE_S = 0.5
 #: after a 413 the client's remaining body is read and dropped this long at most, so
 #: that the client reads the answer instead of a reset
 LINGER_S = 2.0

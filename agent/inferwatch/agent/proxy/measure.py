@@ -22,6 +22,9 @@ FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "f
 
 UPSTREAM_ERRORS = ("connect", "timeout", "reset")
 REJECT_REASONS = ("too_large",)
+#: why a request went again on a fresh connection: closed (a kept-alive connection the
+#: worker had closed, no byte of an answer back), refused (a connect refused)
+RETRY_REASONS = ("closed", "refused")
 
 
 class Buckets:
@@ -89,6 +92,7 @@ class ProxyStats:
         self.dropped = 0
         self.upstream_errors = dict.fromkeys(UPSTREAM_ERRORS, 0)
         self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.retries = dict.fromkeys(RETRY_REASONS, 0)
         self.in_flight = 0
 
     def series(self, model: str) -> ModelStats | None:

@@ -16,10 +16,9 @@ from urllib.parse import urlsplit
 from inferwatch.agent.config import ProxySpec, WorkerSpec, local_url
 from inferwatch.agent.connguard import Admission
 from inferwatch.agent.proxy.client import ClientConn
-from inferwatch.agent.proxy.limits import MAX_POOLED
+from inferwatch.agent.proxy.limits import MAX_POOLED, STREAM_CLOSE_S
 from inferwatch.agent.proxy.measure import ProxyStats
 from inferwatch.agent.proxy.upstream import UpstreamConn, reuse_window
-from inferwatch.agent.proxy.wire import RETRYABLE
 from inferwatch.errors import UsageError
 
 #: one logger for the whole proxy package (its lines keep the name they always had)
@@ -42,8 +41,9 @@ class ProxyServer:
         #: the clients' connections under ``max_connections``
         self.clients: Admission[ClientConn] = Admission(spec.max_connections)
         self.idle: list[UpstreamConn] = []
-        #: whether the worker's last answer announced its keep-alive (None: no answer yet)
-        self.announces: bool | None = None
+        #: learned: the worker closes its connection after every streamed answer
+        #: (llama-server), so none is kept after one
+        self.closes_after_stream = False
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._ssl: ssl.SSLContext | None = None
@@ -121,35 +121,32 @@ class ProxyServer:
         up.start()
         return up
 
-    def pool_get(self, method: str, has_body: bool) -> UpstreamConn | None:
+    def pool_get(self) -> UpstreamConn | None:
         """A kept-alive connection the request may use (docs/proxy.md, "Connections to
         the worker"), or None: open a new one."""
         idle = self.idle
-        if not idle:
-            return None
-        retryable = method in RETRYABLE and not has_body
         now = time.monotonic()
         while idle:
-            up = idle[-1]
-            limit = reuse_window(up)
-            if up.closed or now - up.idle_since >= limit:
-                idle.pop()
+            up = idle.pop()
+            if up.closed or now - up.idle_since >= reuse_window(up):
                 up.close()
                 continue
-            if up.announced is None and not retryable:
-                return None
-            idle.pop()
+            if up.readable():  # the worker's close arrived, not yet read
+                if up.streamed and now - up.idle_since < STREAM_CLOSE_S:
+                    self.learn_stream_close()
+                up.close()
+                continue
             up.reused = True
             up.start()
             return up
         return None
 
-    def pool_put(self, up: UpstreamConn, retryable: bool) -> None:
+    def pool_put(self, up: UpstreamConn) -> None:
         announced = up.announced
         if (
             not up.reusable
             or up.closed
-            or (announced is None and not retryable)
+            or (up.streamed and self.closes_after_stream)
             or len(self.idle) >= MAX_POOLED
             or (announced is not None and up.uses + 1 >= announced[1])
         ):
@@ -157,6 +154,12 @@ class ProxyServer:
             return
         up.idle_since = time.monotonic()
         self.idle.append(up)
+
+    def learn_stream_close(self) -> None:
+        if not self.closes_after_stream:
+            self.closes_after_stream = True
+            log.info("worker %s closes its connection after a streamed answer: "
+                     "none is kept after one", self.worker.name)  # fmt: skip
 
     def pool_drop(self, up: UpstreamConn) -> None:
         if up in self.idle:

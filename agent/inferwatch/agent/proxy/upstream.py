@@ -1,16 +1,24 @@
 """One connection to the worker: the answer's head parsed, its body passed on to
-the client connection that owns it; the keep-alive window of an idle one."""
+the client connection that owns it; the keep-alive window of an idle one, and what
+the worker's closes teach about its keep-alive habits."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import select
 import socket
 import time
 from typing import Protocol, cast
 
-from inferwatch.agent.proxy.limits import MAX_HEAD_BYTES, UNANNOUNCED_IDLE_S, WRITE_BUFFER_BYTES
+from inferwatch.agent.proxy.limits import (
+    MAX_HEAD_BYTES,
+    STREAM_CLOSE_S,
+    UNANNOUNCED_IDLE_S,
+    WRITE_BUFFER_BYTES,
+)
 from inferwatch.agent.proxy.measure import Measure
 from inferwatch.agent.proxy.wire import (
     Chunked,
@@ -50,9 +58,9 @@ class Owner(Protocol):
 class Pool(Protocol):
     """The proxy server, as one of its worker connections sees it."""
 
-    announces: bool | None
-
     def pool_drop(self, up: UpstreamConn) -> None: ...
+
+    def learn_stream_close(self) -> None: ...
 
 
 class UpstreamConn(asyncio.Protocol):
@@ -70,6 +78,9 @@ class UpstreamConn(asyncio.Protocol):
         self.announced: tuple[float, int] | None = None
         self.idle_since = 0.0
         self.last_read = 0.0
+        #: the last answer's head said it streams (chunked or text/event-stream): kept
+        #: across the next request's start, so a failure on reuse knows what came before
+        self.streamed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are no asyncio.Transport subclass: no isinstance check
@@ -99,6 +110,9 @@ class UpstreamConn(asyncio.Protocol):
         self.done = False
         self.reusable = False
         self.got_bytes = False
+        #: the worker's kernel refused the request's bytes (a reset, or EPIPE pending at
+        #: the end of file): its application closed the connection without reading them
+        self.unread = False
 
     def data_received(self, data: bytes) -> None:
         owner = self.owner
@@ -148,6 +162,10 @@ class UpstreamConn(asyncio.Protocol):
             return
         reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
         self.in_head = False
+        ctype = read.get("content-type")
+        self.streamed = bool(chunked) or (
+            ctype is not None and ctype[-1].lower().startswith("text/event-stream")
+        )
         connection = tokens(read.get("connection"))
         http11 = parts[0] == b"HTTP/1.1"
         no_body = req.method == "HEAD" or status in (204, 304)
@@ -158,7 +176,6 @@ class UpstreamConn(asyncio.Protocol):
         keep_alive = read.get("keep-alive")
         announced = parse_keep_alive(keep_alive[-1]) if keep_alive else None
         self.announced = announced
-        self.server.announces = announced is not None
         owner.answer_head(status, reason, headers, read, connection, length, chunked and not no_body,
                           self.until_close, declared_chunked=chunked)  # fmt: skip
         if self.length == 0:
@@ -221,13 +238,36 @@ class UpstreamConn(asyncio.Protocol):
         owner.upstream_failed(self, "reset", timed_out=False)
 
     def eof_received(self) -> bool | None:
+        if self.owner is not None and not self.got_bytes:
+            self.unread = self.unread or socket_error(self.transport) in _REFUSED_BYTES
         return False  # close the transport; connection_lost follows
 
+    def readable(self) -> bool:
+        """Something to read on an idle connection: the worker's close (or stray bytes),
+        seen before a request is written on it rather than after."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError)) and not self.got_bytes:
+            self.unread = True
+        ours = self.closed
         self.closed = True
         self.server.pool_drop(self)
         owner = self.owner
         if owner is None or self.done:
+            if (not ours and self.done and self.streamed and self.idle_since
+                    and time.monotonic() - self.idle_since < STREAM_CLOSE_S):  # fmt: skip
+                # the worker closed a kept-alive connection right after a streamed
+                # answer, unasked (llama-server does after every one)
+                self.server.learn_stream_close()
             return
         if self.until_close and not self.in_head:
             self.done = True
@@ -263,6 +303,21 @@ def defect(exc: Exception, transport: asyncio.Transport | None) -> None:
     log.error("proxy: %s while forwarding; connection closed", type(exc).__name__)
     if transport is not None:
         transport.abort()
+
+
+#: a socket error that says the peer's kernel got bytes its application never read
+_REFUSED_BYTES = frozenset({errno.EPIPE, errno.ECONNRESET})
+
+
+def socket_error(transport: asyncio.Transport | None) -> int:
+    """The socket's pending error (SO_ERROR), 0 when none or unknown."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return 0
+    try:
+        return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+    except (OSError, ValueError):
+        return 0
 
 
 def reuse_window(up: UpstreamConn) -> float:

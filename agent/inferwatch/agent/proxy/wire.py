@@ -27,6 +27,8 @@ HOP_BY_HOP = frozenset(
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+#: methods a worker may get twice: sent again when a reused connection closed before
+#: any byte of the answer, even where the worker may have read them
 RETRYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 _REASONS = {
     400: "Bad Request", 417: "Expectation Failed", 413: "Content Too Large", 431: "Request Header Fields Too Large",
