@@ -1071,7 +1071,7 @@ def report(results: list[dict[str, Any]], slo_pattern: str, ours: str) -> str:
             lines.append(f"SLO groups only (/{slo_pattern}/ in ours; all of each anchor), "
                          f"samples read per hour per worker:")  # fmt: skip
             for name, tot in totals.items():
-                ratio = "" if name == ours else f"   ours / this = {o / (tot['slo_hour'] / w):.1f}x"
+                ratio = "" if name == ours else f"   ours / this = {o / (tot['slo_hour'] / w):.3g}x"
                 lines.append(f"  {name:<12} {fmt(tot['slo_hour'] / w):>10}{ratio}")
         lines.append("")
         lines.append("long-window error ratios against the exact ones (increase on raw counters), "
