@@ -422,7 +422,7 @@ class EngineSource(Source):
         if dropped and not state.capped:
             log.warning(
                 "worker %s: over scrape.max_series (%d): %d series dropped, "
-                "counted in inferwatch_target_series_dropped_total",
+                f"counted in {contract.TARGET_SERIES_DROPPED}",
                 state.spec.name, self.config.scrape.max_series, dropped,
             )  # fmt: skip
         elif not dropped and state.capped:

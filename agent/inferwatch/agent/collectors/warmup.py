@@ -522,7 +522,7 @@ class WarmupGate(Source):
         w.deadline_passed = True
         log.warning(
             "worker %s: not warm after %gs; the gate opens anyway "
-            "(inferwatch_warmup_deadline_exceeded) and the warm-up keeps trying",
+            f"({contract.WARMUP_DEADLINE_EXCEEDED}) and the warm-up keeps trying",
             w.spec.name,
             self.settings.deadline,
         )
@@ -746,7 +746,7 @@ def engine_progress(engine: EngineSource, worker: str) -> float | None:
         return None
     total = 0.0
     seen = False
-    for target in ("inferwatch_prompt_tokens", "inferwatch_generation_tokens"):
+    for target in (contract.PROMPT_TOKENS.base, contract.GENERATION_TOKENS.base):
         for value in mapped.counters.get(target, {}).values():
             total += value
             seen = True

@@ -155,9 +155,9 @@ class ProxySource(Source):
             for target in PROXY_COUNTERS:
                 if target not in has:
                     counters.setdefault(target, {})[key] = float(series.counter(target))
-            if "inferwatch_requests_finished" not in has:
+            if contract.REQUESTS_FINISHED.base not in has:
                 for reason, n in series.finished.items():
-                    finished = counters.setdefault("inferwatch_requests_finished", {})
+                    finished = counters.setdefault(contract.REQUESTS_FINISHED.base, {})
                     finished[(("model", model), ("reason", reason))] = float(n)
         return hists, counters
 
@@ -178,25 +178,25 @@ class ProxySource(Source):
             wv = [worker, *(v for _, v in extra)]
             ml = ["worker", "engine", "model", *(k for k, _ in extra)]
             server = self.servers[worker]
-            fam(GaugeMetricFamily, "inferwatch_proxy_connections", wl).add_metric(  # type: ignore[attr-defined]
+            fam(GaugeMetricFamily, contract.PROXY_CONNECTIONS.name, wl).add_metric(  # type: ignore[attr-defined]
                 wv, float(server.connections)
             )
-            fam(GaugeMetricFamily, "inferwatch_proxy_requests_in_flight", wl).add_metric(  # type: ignore[attr-defined]
+            fam(GaugeMetricFamily, contract.PROXY_REQUESTS_IN_FLIGHT.name, wl).add_metric(  # type: ignore[attr-defined]
                 wv, float(stats.in_flight)
             )
             for reason, n in stats.upstream_errors.items():
-                fam(CounterMetricFamily, "inferwatch_proxy_upstream_errors", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_UPSTREAM_ERRORS.base, [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
             for reason, n in stats.retries.items():
-                fam(CounterMetricFamily, "inferwatch_proxy_upstream_retries", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_UPSTREAM_RETRIES.base, [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
             for reason, n in stats.rejected.items():
-                fam(CounterMetricFamily, "inferwatch_proxy_rejected", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_REJECTED.base, [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
-            fam(CounterMetricFamily, "inferwatch_proxy_samples_dropped", wl).add_metric(  # type: ignore[attr-defined]
+            fam(CounterMetricFamily, contract.PROXY_SAMPLES_DROPPED.base, wl).add_metric(  # type: ignore[attr-defined]
                 wv, float(stats.dropped)
             )
             for model, series in sorted(merged(stats, models).items()):
@@ -211,10 +211,10 @@ class ProxySource(Source):
                 for target, name in PROXY_COUNTERS.items():
                     fam(CounterMetricFamily, name, ml).add_metric(mv, float(series.counter(target)))  # type: ignore[attr-defined]
                 for status_class, n in sorted(series.requests.items()):
-                    fam(CounterMetricFamily, "inferwatch_proxy_requests", [*ml, "status_class"]).add_metric(  # type: ignore[attr-defined]
+                    fam(CounterMetricFamily, contract.PROXY_REQUESTS.base, [*ml, "status_class"]).add_metric(  # type: ignore[attr-defined]
                         [*mv, status_class], float(n)
                     )  # fmt: skip
-                fam(CounterMetricFamily, "inferwatch_proxy_client_aborts", ml).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_CLIENT_ABORTS.base, ml).add_metric(  # type: ignore[attr-defined]
                     mv, float(series.aborts)
                 )
         return list(fams.values())
