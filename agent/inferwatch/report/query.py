@@ -612,13 +612,13 @@ class Collector:
         vram = one(
             "max(\n"
             "  max by (uuid) (\n"
-            f"    max by ({AGENT_WORKER}) (max_over_time(inferwatch_kv_cache_usage_ratio[1h]))\n"
+            f"    max by ({AGENT_WORKER}) (max_over_time({contract.KV_CACHE_USAGE_RATIO}[1h]))\n"
             f"    * on ({AGENT_WORKER}) group_right ()\n"
             f"    group by ({AGENT_WORKER}, gpu, uuid) "
-            "(max_over_time(inferwatch_worker_gpu_info[1h]))\n"
+            f"(max_over_time({contract.WORKER_GPU_INFO}[1h]))\n"
             "  )\n"
             "  or\n"
-            "  max by (uuid) (max_over_time(inferwatch_gpu_memory_used_ratio[1h]))\n"
+            f"  max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_RATIO}[1h]))\n"
             ")"
         )
         return Hourly(times, latency, name, util, vram)

@@ -82,7 +82,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     gate_closed = (
         f"(max by ({WORKER_KEY}) ({contract.WORKER_READY}{s()}) == 0"
         f"\n    unless on ({WORKER_KEY})"
-        f"\n  max by ({WORKER_KEY}) (inferwatch_warmup_deadline_exceeded{s()}) == 1)"
+        f"\n  max by ({WORKER_KEY}) ({contract.WARMUP_DEADLINE_EXCEEDED}{s()}) == 1)"
     )
     open_requests = (
         f"(max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})"
@@ -101,7 +101,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         record(
             KV_USAGE_MODEL,
             f"max by ({MODEL}) (\n"
-            f"    max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()})\n"
+            f"    max by ({WORKER_KEY}) ({contract.KV_CACHE_USAGE_RATIO}{s()})\n"
             f"  * on ({WORKER_KEY}) group_left (model)\n"
             f"    {n.worker_labels}\n"
             f")",

@@ -220,7 +220,7 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
             name=an.QUEUE_OVER_CAPACITY,
             group=WORKER_GROUP,
             expr=(
-                f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n"
+                f"max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})\n"
                 f"and on ({WORKER})\n"
                 f"{n.queue_over_capacity} == 1"
             ),
@@ -414,7 +414,7 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
             # A young process whose /metrics does not answer yet is loading its model,
             # not down; a crash loop is down however young each start is.
             expr=(
-                f"max by ({WORKER_KEY}) (inferwatch_target_up{s()}) == 0\n"
+                f"max by ({WORKER_KEY}) ({contract.TARGET_UP}{s()}) == 0\n"
                 f"unless on ({WORKER_KEY})\n"
                 f"(\n"
                 f"    {_young(t, t.availability.startup_grace)}\n"
@@ -441,9 +441,9 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
             name=an.WORKER_UNATTRIBUTED,
             group=HEALTH_GROUP,
             expr=(
-                f"max by ({WORKER_KEY}) (inferwatch_target_up{s()}) == 1\n"
+                f"max by ({WORKER_KEY}) ({contract.TARGET_UP}{s()}) == 1\n"
                 f"unless on ({WORKER_KEY})\n"
-                f"max by ({WORKER_KEY}) (inferwatch_worker_gpu_info{s()})\n"
+                f"max by ({WORKER_KEY}) ({contract.WORKER_GPU_INFO}{s()})\n"
                 f"and on ({INSTANCE})\n"
                 f"max by ({INSTANCE}) ({contract.GPU_UP}{s()})"
             ),
@@ -508,7 +508,7 @@ def _xid_expr(t: Thresholds, matcher: str) -> str:
     """
     sel = t.pack.selector(matcher)
     return (
-        f"min by ({GPU}, xid) (time() - inferwatch_gpu_xid_last_timestamp_seconds{sel})\n"
+        f"min by ({GPU}, xid) (time() - {contract.GPU_XID_LAST_TIMESTAMP_SECONDS}{sel})\n"
         f"< {num(t.pack.rate_window)}"
     )
 

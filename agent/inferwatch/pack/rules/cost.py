@@ -173,7 +173,7 @@ def raw_util_expr(t: Thresholds, selector: str = "") -> str:
     w = t.pack.window
     sel = "{" + selector + "}"
     return (
-        f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{sel}[{w}]))\n"
+        f"max by ({GPU}) (avg_over_time({contract.GPU_UTILIZATION_RATIO}{sel}[{w}]))\n"
         f"or\n"
         f"max by ({GPU}) (avg_over_time({contract.GPU_SM_ACTIVE_RATIO}{sel}[{w}]))"
     )

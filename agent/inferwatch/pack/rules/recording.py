@@ -116,7 +116,7 @@ def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
             "(\n"
             f"    (\n"
             f"      sum by ({WORKER}) "
-            f"(rate(inferwatch_requests_finished_total{error_sel}[{w}]))\n"
+            f"(rate({contract.REQUESTS_FINISHED}{error_sel}[{w}]))\n"
             f"      or 0 * {finished}\n"
             f"      or 0 * {rejected}\n"
             f"    )\n"
@@ -143,7 +143,7 @@ def _worker_models_records(t: Thresholds) -> list[dict[str, Any]]:
         record(
             n.worker_labels,
             f"group by ({WORKER}) (\n"
-            f"  inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
+            f"  {contract.QUEUE_DEPTH}{s()} or {contract.REQUESTS_RUNNING}{s()}\n"
             f")",
         ),
     ]
@@ -162,12 +162,12 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
             n.batch_capacity,
             f"min by ({WORKER}) (\n"
             f"    label_replace(\n"
-            f"      max by ({WORKER}) (inferwatch_max_num_seqs{s()}),\n"
+            f"      max by ({WORKER}) ({contract.MAX_NUM_SEQS}{s()}),\n"
             f'      "capacity_from", "max_num_seqs", "", ""\n'
             f"    )\n"
             f"  or\n"
             f"    label_replace(\n"
-            f"        max by ({WORKER}) (inferwatch_requests_running{s()})\n"
+            f"        max by ({WORKER}) ({contract.REQUESTS_RUNNING}{s()})\n"
             f"      and on ({WORKER_KEY})\n"
             f"        max by ({WORKER_KEY}) ({contract.KV_CACHE_USAGE_RATIO}{s()}) "
             f">= {num(t.vram.scale_above)},\n"
@@ -177,7 +177,7 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
         ),
         record(
             n.queue_over_capacity,
-            f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n> bool\n{n.batch_capacity}",
+            f"max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})\n> bool\n{n.batch_capacity}",
         ),
         record(
             n.queue_avg,
@@ -204,7 +204,7 @@ def _gpu_utilization_records(t: Thresholds) -> list[dict[str, Any]]:
         # SM activity (Hopper and newer) stands in for it.
         record(
             n.gpu_util,
-            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{s()}[{w}]))\n"
+            f"max by ({GPU}) (avg_over_time({contract.GPU_UTILIZATION_RATIO}{s()}[{w}]))\n"
             f"or\n"
             f"max by ({GPU}) (avg_over_time({contract.GPU_SM_ACTIVE_RATIO}{s()}[{w}]))",
         ),
@@ -249,14 +249,14 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
         record(
             n.worker_gpu_pressure,
             f"label_replace(\n"
-            f"    max by ({WORKER_KEY}) (avg_over_time(inferwatch_kv_cache_usage_ratio{s()}[{w}]))\n"
+            f"    max by ({WORKER_KEY}) (avg_over_time({contract.KV_CACHE_USAGE_RATIO}{s()}[{w}]))\n"
             f"  * on ({WORKER_KEY}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "kv_cache", "", ""\n'
             f")\n"
             f"or on ({WORKER_GPU})\n"
             f"label_replace(\n"
-            f"    max by ({GPU}) (avg_over_time(inferwatch_gpu_memory_used_ratio{s()}[{w}]))\n"
+            f"    max by ({GPU}) (avg_over_time({contract.GPU_MEMORY_USED_RATIO}{s()}[{w}]))\n"
             f"  * on ({GPU}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "gpu_memory", "", ""\n'
