@@ -276,3 +276,87 @@ def test_every_test_module_is_in_a_group() -> None:
     assert outside == []
     for group in TEST_GROUPS:
         assert f"`tests/{group}/`" in (REPO / "docs" / "development.md").read_text()
+
+
+# Issue 41: a contract family's name is typed once, in engines/contract.py (and in the
+# engine tables, which map engine names onto it); everything else imports the rows.
+# The count of code lines that still spell one as a string literal may only fall.
+LITERAL_LINES_AT_MOST = 145
+_FAMILY_TOKEN = re.compile(r"inferwatch_[a-z0-9_]+")
+
+
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = body[0] if body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return lines
+
+
+def family_literal_lines(source: str, families: set[str]) -> list[int]:
+    """Lines of ``source`` whose string literals (docstrings aside) spell a family's name
+    (a counter's without ``_total``, a histogram's with ``_bucket``/``_sum``/``_count``)."""
+    import io
+    import tokenize
+
+    def is_family(token: str) -> bool:
+        for suffix in ("", "_total", "_bucket", "_sum", "_count"):
+            if token.endswith(suffix) and token[: len(token) - len(suffix)] in families:
+                return True
+        return False
+
+    docs = _docstring_lines(ast.parse(source))
+    found: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type != tokenize.STRING:
+            continue
+        for offset, text in enumerate(tok.string.splitlines()):
+            line = tok.start[0] + offset
+            if line not in docs and any(map(is_family, _FAMILY_TOKEN.findall(text))):
+                found.add(line)
+    return sorted(found)
+
+
+def family_literals(root: Path, families: set[str]) -> dict[str, int]:
+    """Package file -> its family-literal lines, outside engines/contract.py and the
+    engine tables."""
+    from inferwatch.engines import ENGINES
+
+    exempt = {"engines/contract.py", *(f"engines/{name}.py" for name in ENGINES)}
+    out: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        if rel not in exempt:
+            n = len(family_literal_lines(path.read_text(encoding="utf-8"), families))
+            if n:
+                out[rel] = n
+    return out
+
+
+def _all_names() -> set[str]:
+    from inferwatch.engines import contract
+
+    return {n for f in contract.FAMILIES for n in (f.name, f.base)}
+
+
+def test_the_literal_counter_finds_planted_names() -> None:
+    source = '''"""A docstring naming inferwatch_queue_depth is not counted."""
+QUEUE = "inferwatch_queue_depth"
+RATE = f"rate(inferwatch_ttft_seconds_bucket[5m])"
+RECORD = "worker:inferwatch_preemptions:rate5m"
+NOT_ONE = "inferwatch_queue_depth_avg"  # nor a longer name
+TEXT = """two
+inferwatch_gpu_up lines"""
+'''
+    assert family_literal_lines(source, _all_names()) == [2, 3, 4, 7]
+
+
+def test_family_names_are_typed_in_the_contract() -> None:
+    found = family_literals(PACKAGE, _all_names())
+    assert "pack/names.py" not in found  # the pack's names come from the contract
+    total = sum(found.values())
+    worst = sorted(found.items(), key=lambda kv: -kv[1])[:8]
+    assert total <= LITERAL_LINES_AT_MOST, f"{total} lines spell a family's name: {worst}"

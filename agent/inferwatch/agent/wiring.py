@@ -29,6 +29,7 @@ from inferwatch.agent.collectors.engine import EngineSource
 from inferwatch.agent.collectors.process import ProcessSource
 from inferwatch.agent.config import AgentConfig, GpuConfig, WorkerSpec
 from inferwatch.agent.exposition import Exposition
+from inferwatch.engines import contract
 
 if TYPE_CHECKING:
     from inferwatch.agent.collectors.kubernetes import KubernetesSource
@@ -207,38 +208,37 @@ class Agent:
     def self_families(self) -> Iterable[Metric]:
         if self.node is None:
             info = GaugeMetricFamily(
-                "inferwatch_agent_info", "The inferwatch agent's version.", labels=["version"]
+                contract.AGENT_INFO.name, contract.AGENT_INFO.help, labels=["version"]
             )
             info.add_metric([__version__], 1.0)
         else:
             info = GaugeMetricFamily(
-                "inferwatch_agent_info",
-                "The inferwatch agent's version.",
+                contract.AGENT_INFO.name,
+                contract.AGENT_INFO.help,
                 labels=["version", "node"],
             )
             info.add_metric([__version__, self.node], 1.0)
         yield info
         build = GaugeMetricFamily(
-            "inferwatch_build_info",
-            "A metric with a constant '1' labelled by version, revision and the Python "
-            "version the agent runs on (the exporters' build_info convention).",
+            contract.BUILD_INFO.name,
+            contract.BUILD_INFO.help,
             labels=["version", "revision", "pythonversion"],
         )
         build.add_metric([__version__, REVISION, platform.python_version()], 1.0)
         yield build
         duration = GaugeMetricFamily(
-            "inferwatch_collect_duration_seconds",
-            "Duration of each collector's last pass.",
+            contract.COLLECT_DURATION_SECONDS.name,
+            contract.COLLECT_DURATION_SECONDS.help,
             labels=["collector"],
         )
         errors = CounterMetricFamily(
-            "inferwatch_collect_errors",
-            "Errors met by each collector, by reason.",
+            contract.COLLECT_ERRORS.base,
+            contract.COLLECT_ERRORS.help,
             labels=["collector", "reason"],
         )
         fresh = GaugeMetricFamily(
-            "inferwatch_last_collect_timestamp_seconds",
-            "Unix time each collector last finished a pass.",
+            contract.LAST_COLLECT_TIMESTAMP_SECONDS.name,
+            contract.LAST_COLLECT_TIMESTAMP_SECONDS.help,
             labels=["collector"],
         )
         for source in self.sources:

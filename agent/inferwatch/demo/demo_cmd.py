@@ -49,6 +49,7 @@ from inferwatch.demo.conditions import (
     conditions,
 )
 from inferwatch.demo.layouts import SCENARIOS, Layout, layout_for
+from inferwatch.engines import contract
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
 from inferwatch.errors import UsageError
 from inferwatch.sim.gpustate import has_state
@@ -184,20 +185,20 @@ class Child:
 
 
 _WORKER_GAUGES = {
-    "inferwatch_queue_depth": "queue",
-    "inferwatch_requests_running": "running",
-    "inferwatch_max_num_seqs": "capacity",
-    "inferwatch_queue_depth_slope": "slope",
-    "inferwatch_kv_cache_usage_ratio": "kv",
+    contract.QUEUE_DEPTH.name: "queue",
+    contract.REQUESTS_RUNNING.name: "running",
+    contract.MAX_NUM_SEQS.name: "capacity",
+    contract.QUEUE_DEPTH_SLOPE.name: "slope",
+    contract.KV_CACHE_USAGE_RATIO.name: "kv",
 }
 #: per-worker series the view turns into figures: uptime, the preemption rate
-_START = "inferwatch_worker_start_time_seconds"
-_PREEMPTIONS = "inferwatch_preemptions_total"
-_GATE_DEADLINE = "inferwatch_warmup_deadline_exceeded"
+_START = contract.WORKER_START_TIME_SECONDS.name
+_PREEMPTIONS = contract.PREEMPTIONS.name
+_GATE_DEADLINE = contract.WARMUP_DEADLINE_EXCEEDED.name
 _WORKER_QUANTILES = {
-    "inferwatch_ttft_quantile_seconds": "ttft",
-    "inferwatch_tpot_quantile_seconds": "tpot",
-    "inferwatch_e2e_latency_quantile_seconds": "e2e",
+    contract.TTFT_QUANTILE_SECONDS.name: "ttft",
+    contract.TPOT_QUANTILE_SECONDS.name: "tpot",
+    contract.E2E_LATENCY_QUANTILE_SECONDS.name: "e2e",
 }
 
 
@@ -228,9 +229,9 @@ def parse_agent_metrics(
     sm_active: dict[Device, float] = {}
     gpu_vram: dict[Device, float] = {}
     gauges = {
-        "inferwatch_gpu_utilization_ratio": gpu_util,
-        "inferwatch_gpu_sm_active_ratio": sm_active,
-        "inferwatch_gpu_memory_used_ratio": gpu_vram,
+        contract.GPU_UTILIZATION_RATIO.name: gpu_util,
+        contract.GPU_SM_ACTIVE_RATIO.name: sm_active,
+        contract.GPU_MEMORY_USED_RATIO.name: gpu_vram,
     }
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -246,9 +247,9 @@ def parse_agent_metrics(
                 r.model = lab["model"]
             if name == _START:
                 r.uptime = now - s.value
-            elif name == "inferwatch_target_up":
+            elif name == contract.TARGET_UP.name:
                 r.up = s.value == 1
-            elif name == "inferwatch_worker_info":
+            elif name == contract.WORKER_INFO.name:
                 r.flags = {
                     k: v for k in WORKER_INFO_FLAGS if (v := lab.get(k, "")) not in ("", "unknown")
                 }

@@ -19,15 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypedDict
 
+from inferwatch.engines import contract
+
 if TYPE_CHECKING:  # only for the checker: Unpack is in typing from Python 3.11
     from typing_extensions import Unpack
 
-#: the contract's latency histograms (METRICS.md), written once: the engine tables map
-#: onto them, the measuring proxy fills them, and the pack's rules (pack.names), the
-#: report and advise read them
-TTFT = "inferwatch_ttft_seconds"
-TPOT = "inferwatch_tpot_seconds"
-E2E = "inferwatch_e2e_latency_seconds"
+#: the contract's latency histograms (engines.contract): the engine tables map onto
+#: them, the measuring proxy fills them, and the pack's rules (pack.names), the report
+#: and advise read them
+TTFT = contract.TTFT_SECONDS.name
+TPOT = contract.TPOT_SECONDS.name
+E2E = contract.E2E_LATENCY_SECONDS.name
 
 Kind = Literal["gauge", "counter", "histogram"]
 Combine = Literal["sum", "avg", "max"]
@@ -90,9 +92,9 @@ class SignalOptions(TypedDict, total=False):
 #: how per-rank copies of a contract gauge combine where they do not add up: a share
 #: of each rank's own pool averages, a capacity every rank states takes the max
 GAUGE_COMBINE: Mapping[str, Combine] = {
-    "inferwatch_kv_cache_usage_ratio": "avg",
-    "inferwatch_max_num_seqs": "max",
-    "inferwatch_lora_max_adapters": "max",
+    contract.KV_CACHE_USAGE_RATIO.name: "avg",
+    contract.MAX_NUM_SEQS.name: "max",
+    contract.LORA_MAX_ADAPTERS.name: "max",
 }
 
 
@@ -134,7 +136,7 @@ def prefix_cache_hit_ratio(denominator: str, *, zero_numerator: bool = False) ->
     """``inferwatch_prefix_cache_hit_ratio``: the mapped ``inferwatch_prefix_cache_hits``
     over ``denominator`` (the cache's queries, or the prompt tokens they are part of)."""
     return Ratio(
-        "inferwatch_prefix_cache_hit_ratio",
+        contract.PREFIX_CACHE_HIT_RATIO.name,
         "inferwatch_prefix_cache_hits",
         denominator,
         zero_numerator=zero_numerator,

@@ -16,6 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from inferwatch.engines import contract
 from inferwatch.engines.base import EngineMap, LoraFamily, Signal
 
 try:  # the parser's own pieces, for the lines the series cache cannot answer
@@ -37,8 +38,8 @@ LabelKey = tuple[tuple[str, str], ...]
 
 _SUFFIXES = ("", "_total", "_bucket", "_count", "_sum")
 #: families made from an engine's LoRA gauge (EngineMap.lora)
-LORA_ACTIVE = "inferwatch_lora_adapter_active"
-LORA_MAX = "inferwatch_lora_max_adapters"
+LORA_ACTIVE = contract.LORA_ADAPTER_ACTIVE.name
+LORA_MAX = contract.LORA_MAX_ADAPTERS.name
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ pack's defaults is a boundary: TTFT 2 s (``ttft.p99_slo_seconds``,
 
 from __future__ import annotations
 
+from inferwatch.engines import contract
 from inferwatch.engines.base import E2E, TPOT, TTFT
 
 TTFT_BUCKETS: tuple[float, ...] = (
@@ -27,7 +28,7 @@ E2E_BUCKETS: tuple[float, ...] = (
 HISTOGRAMS = (TTFT, TPOT, E2E)
 #: the contract's counters it measures (``requests_finished`` by ``reason``)
 COUNTERS = (
-    "inferwatch_prompt_tokens",
-    "inferwatch_generation_tokens",
-    "inferwatch_requests_finished",
+    contract.PROMPT_TOKENS.base,
+    contract.GENERATION_TOKENS.base,
+    contract.REQUESTS_FINISHED.base,
 )

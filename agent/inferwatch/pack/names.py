@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferwatch.engines import contract
+
 # the contract's latency histograms, defined once with the engine tables (re-exported)
 from inferwatch.engines.base import E2E as E2E
 from inferwatch.engines.base import TPOT as TPOT
@@ -48,9 +50,9 @@ ENDPOINT_KEY = "endpoint"
 ENDPOINT_JOIN = f"{CLUSTER}, {ENDPOINT_KEY}"
 #: the agent's warm-up gate's own requests (docs/metrics.md), a histogram per worker at
 #: every engine's TTFT boundaries: the TTFT SLO subtracts them from the engine's buckets
-WARMUP_REQUESTS_TTFT = "inferwatch_warmup_requests_ttft_seconds"
+WARMUP_REQUESTS_TTFT = contract.WARMUP_REQUESTS_TTFT_SECONDS.name
 #: one series per worker naming its engine, model and launch flags (docs/metrics.md)
-WORKER_INFO = "inferwatch_worker_info"
+WORKER_INFO = contract.WORKER_INFO.name
 
 #: latency histograms of METRICS.md -> short name used in rule names
 HISTOGRAMS = ("ttft", "tpot", "e2e_latency")
@@ -58,11 +60,11 @@ QUANTILES = ((0.5, "p50"), (0.95, "p95"), (0.99, "p99"))
 #: the worker dashboard's other histograms (request shapes and phases, issue 23), each
 #: with a recorded per-worker bucket rate like the latency ones
 SHAPE_HISTOGRAMS = (
-    "inferwatch_prompt_length_tokens",
-    "inferwatch_generation_length_tokens",
-    "inferwatch_prefill_time_seconds",
-    "inferwatch_decode_time_seconds",
-    "inferwatch_queue_time_seconds",
+    contract.PROMPT_LENGTH_TOKENS.name,
+    contract.GENERATION_LENGTH_TOKENS.name,
+    contract.PREFILL_TIME_SECONDS.name,
+    contract.DECODE_TIME_SECONDS.name,
+    contract.QUEUE_TIME_SECONDS.name,
 )
 #: every histogram with a recorded per-worker bucket rate (``Names.histogram_rate``)
 RECORDED_HISTOGRAMS = (*(f"inferwatch_{short}_seconds" for short in HISTOGRAMS), *SHAPE_HISTOGRAMS)
@@ -115,36 +117,36 @@ class Names:
     #: cache is full (whichever is smaller)
     batch_capacity = "worker:inferwatch_batch_capacity:min"
     queue_over_capacity = "worker:inferwatch_queue_over_capacity:bool"
-    queue_avg = _Windowed("worker:inferwatch_queue_depth:avg")
-    running_avg = _Windowed("worker:inferwatch_requests_running:avg")
+    queue_avg = _Windowed(f"worker:{contract.QUEUE_DEPTH}:avg")
+    running_avg = _Windowed(f"worker:{contract.REQUESTS_RUNNING}:avg")
     #: waiting plus running requests, averaged: the load the low-utilization loop compares
     open_avg = _Windowed("worker:inferwatch_requests_open:avg")
     #: least-squares slope of the queue depth (requests per second)
-    queue_deriv = _Windowed("worker:inferwatch_queue_depth:deriv", rising=True)
+    queue_deriv = _Windowed(f"worker:{contract.QUEUE_DEPTH}:deriv", rising=True)
     #: summed utilization of the GPUs the worker runs on (through attribution)
-    worker_util_sum = _Windowed("worker:inferwatch_gpu_utilization_ratio:sum")
+    worker_util_sum = _Windowed(f"worker:{contract.GPU_UTILIZATION_RATIO}:sum")
     #: average utilization of the GPUs the worker runs on (through attribution)
-    worker_util = _Windowed("worker:inferwatch_gpu_utilization_ratio:avg")
+    worker_util = _Windowed(f"worker:{contract.GPU_UTILIZATION_RATIO}:avg")
 
     # -- worker x GPU -------------------------------------------------------------
     #: inferwatch_worker_gpu_info without the MIG labels, one series per pair
-    worker_gpu = "worker_gpu:inferwatch_worker_gpu_info:max"
+    worker_gpu = f"worker_gpu:{contract.WORKER_GPU_INFO}:max"
     #: the worker's KV-cache usage on each of its GPUs, else the GPU's NVML used ratio
     worker_gpu_pressure = "worker_gpu:inferwatch_memory_pressure:ratio"
 
     # -- GPU level ----------------------------------------------------------------
-    gpu_util = _Windowed("gpu:inferwatch_gpu_utilization_ratio:avg")
+    gpu_util = _Windowed(f"gpu:{contract.GPU_UTILIZATION_RATIO}:avg")
 
-    gpu_vram = "gpu:inferwatch_gpu_memory_used_ratio:max"
+    gpu_vram = f"gpu:{contract.GPU_MEMORY_USED_RATIO}:max"
     gpu_pressure = "gpu:inferwatch_memory_pressure:ratio"
     gpu_state = "gpu:inferwatch_gpu_state:code"
 
     # -- model, cluster -----------------------------------------------------------
     #: average utilization of the model's own GPUs (through attribution)
-    model_util = _Windowed("model:inferwatch_gpu_utilization_ratio:avg")
+    model_util = _Windowed(f"model:{contract.GPU_UTILIZATION_RATIO}:avg")
 
-    cluster_util = "cluster:inferwatch_gpu_utilization_ratio:avg"
-    cluster_vram = "cluster:inferwatch_gpu_memory_used_ratio:max"
+    cluster_util = f"cluster:{contract.GPU_UTILIZATION_RATIO}:avg"
+    cluster_vram = f"cluster:{contract.GPU_MEMORY_USED_RATIO}:max"
 
 
 def names(t: Thresholds) -> Names:
@@ -203,14 +205,16 @@ class CostNames:
     # per million generated tokens: GPU-hours, and money with prices
     model_gpu_hours_per_mtok = "model:inferwatch_gpu_hours:per_million_generation_tokens"
     model_cost_per_mtok = "model:inferwatch_gpu_cost:per_million_generation_tokens"
-    model_tokens = _Windowed("model:inferwatch_generation_tokens:rate")
+    model_tokens = _Windowed(f"model:{contract.GENERATION_TOKENS.base}:rate")
 
     # power from NVML's energy counter (watts), split like the GPUs
-    gpu_power = _Windowed("gpu:inferwatch_gpu_energy_joules:rate")
-    worker_power = _Windowed("worker:inferwatch_gpu_energy_joules:rate")
-    model_power = _Windowed("model:inferwatch_gpu_energy_joules:rate")
-    cluster_power = _Windowed("cluster:inferwatch_gpu_energy_joules:rate")
-    model_energy_per_token = _Windowed("model:inferwatch_gpu_energy_joules:per_generation_token_")
+    gpu_power = _Windowed(f"gpu:{contract.GPU_ENERGY_JOULES.base}:rate")
+    worker_power = _Windowed(f"worker:{contract.GPU_ENERGY_JOULES.base}:rate")
+    model_power = _Windowed(f"model:{contract.GPU_ENERGY_JOULES.base}:rate")
+    cluster_power = _Windowed(f"cluster:{contract.GPU_ENERGY_JOULES.base}:rate")
+    model_energy_per_token = _Windowed(
+        f"model:{contract.GPU_ENERGY_JOULES.base}:per_generation_token_"
+    )
 
 
 def cost_names(t: Thresholds) -> CostNames:
@@ -254,7 +258,7 @@ SLO_BUDGET_REMAINING = "model:inferwatch_slo_error_budget_remaining:ratio"
 QUEUE_PRESSURE_WORKER = "worker:inferwatch_queue_pressure:ratio"
 QUEUE_PRESSURE_MODEL = "model:inferwatch_queue_pressure:ratio"
 #: the fullest KV cache among the model's workers
-KV_USAGE_MODEL = "model:inferwatch_kv_cache_usage_ratio:max"
+KV_USAGE_MODEL = f"model:{contract.KV_CACHE_USAGE_RATIO}:max"
 #: workers serving the model now
 REPLICAS = "model:inferwatch_replicas:count"
 #: 1 while a worker of the model has had its queue over capacity for queue.over_capacity_samples

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from inferwatch.engines import contract
 from inferwatch.errors import ConfigError
 
 KEYS = ("currency", "instance_type_label", "prices")
@@ -83,7 +84,7 @@ def _text(source: str, key: str, value: Any, expected: str) -> str:
 
 
 def _gpu_name(source: str, key: str, value: Any) -> str:
-    expected = "a regular expression matching inferwatch_gpu_info's name, such as 'NVIDIA H100.*'"
+    expected = f"a regular expression matching {contract.GPU_INFO}'s name, such as 'NVIDIA H100.*'"
     pattern = _text(source, key, value, expected)
     try:
         re.compile(pattern)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.engines import contract
 from inferwatch.pack import loops as L
 from inferwatch.pack.names import COST_STATES, GPU, WORKER_STATES
 from inferwatch.pack.rules.cost import (
@@ -132,13 +133,13 @@ def queries(t: Thresholds, e: CostExprs | None = None) -> dict[str, str]:
             )
         )
         out["money"] = "\nor\n".join(money)
-    power = f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total[{t.pack.window}]))"
+    power = f"max by ({GPU}) (rate({contract.GPU_ENERGY_JOULES}[{t.pack.window}]))"
     out["kwh"] = (
         f"sum by (model) ({_per_day(e.worker_from_pairs(e.share(power)), JOULES_PER_KWH)})\n"
         f"or\nsum by (uuid) ({_per_day(power, JOULES_PER_KWH)})\n"
         f"or\nsum({_per_day(power, JOULES_PER_KWH)})"
     )
-    out["tokens"] = "sum by (model) (increase(inferwatch_generation_tokens_total[1d]))"
+    out["tokens"] = f"sum by (model) (increase({contract.GENERATION_TOKENS}[1d]))"
     return out
 
 
@@ -336,7 +337,7 @@ def cost_section(
     note = (
         ""
         if served
-        else "No GPU ran a worker according to inferwatch_worker_gpu_info, so every GPU-hour "
+        else f"No GPU ran a worker according to {contract.WORKER_GPU_INFO}, so every GPU-hour "
         "counts as unallocated: check the agents' attribution (docs/attribution.md)."
     )
     return CostSection(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from inferwatch.engines import contract
 from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
 from inferwatch.pack.rules import own_histograms
@@ -137,9 +138,9 @@ def capacity_expr(t: Thresholds) -> str:
     k = AGENT_WORKER
     return (
         f"min by ({k}) ("
-        f'label_replace(max by ({k}) (inferwatch_max_num_seqs), "capacity_from", "seqs", "", "")'
-        f" or label_replace(max by ({k}) (inferwatch_requests_running) and on ({k}) "
-        f"max by ({k}) (inferwatch_kv_cache_usage_ratio) >= {t.vram.scale_above}, "
+        f'label_replace(max by ({k}) ({contract.MAX_NUM_SEQS}), "capacity_from", "seqs", "", "")'
+        f" or label_replace(max by ({k}) ({contract.REQUESTS_RUNNING}) and on ({k}) "
+        f"max by ({k}) ({contract.KV_CACHE_USAGE_RATIO}) >= {t.vram.scale_above}, "
         f'"capacity_from", "kv_cache", "", ""))'
     )
 
@@ -203,15 +204,15 @@ class Collector:
         by = "model, worker"
         self.step("requests")
         requests = self.daily_by(
-            f"sum by ({by}) (increase(inferwatch_requests_finished_total[1d]))", WORKER_KEY
+            f"sum by ({by}) (increase({contract.REQUESTS_FINISHED}[1d]))", WORKER_KEY
         )
         self.step("prompt tokens")
         prompt = self.daily_by(
-            f"sum by ({by}) (increase(inferwatch_prompt_tokens_total[1d]))", WORKER_KEY
+            f"sum by ({by}) (increase({contract.PROMPT_TOKENS}[1d]))", WORKER_KEY
         )
         self.step("generation tokens")
         generation = self.daily_by(
-            f"sum by ({by}) (increase(inferwatch_generation_tokens_total[1d]))", WORKER_KEY
+            f"sum by ({by}) (increase({contract.GENERATION_TOKENS}[1d]))", WORKER_KEY
         )
         latency: dict[str, dict[tuple[str, ...], tuple[Buckets | None, ...]]] = {}
         for name, metric in HISTOGRAMS.items():
@@ -221,15 +222,15 @@ class Collector:
             latency[name] = self._buckets(bucket_increase(self.t, metric, DAY, by))
         self.step("prompt-length buckets")
         prompt_lengths = self._buckets(
-            bucket_increase(self.t, "inferwatch_prompt_length_tokens", DAY, by)
+            bucket_increase(self.t, contract.PROMPT_LENGTH_TOKENS.name, DAY, by)
         )
         self.step("queue peaks")
         queue = self.daily_by(
-            f"max by ({by}) (max_over_time(inferwatch_queue_depth[1d]))", WORKER_KEY
+            f"max by ({by}) (max_over_time({contract.QUEUE_DEPTH}[1d]))", WORKER_KEY
         )
         self.step("time over capacity")
         over = self.daily_by(
-            f"sum by ({by}) (sum_over_time((inferwatch_queue_depth > bool on ({AGENT_WORKER}) "
+            f"sum by ({by}) (sum_over_time(({contract.QUEUE_DEPTH} > bool on ({AGENT_WORKER}) "
             f"group_left {capacity_expr(self.t)})"
             f"[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
             WORKER_KEY,
@@ -238,30 +239,30 @@ class Collector:
         capacity: dict[tuple[str, ...], float] = {
             (s.labels.get("model", ""), s.labels.get("worker", "")): s.value
             for s in self.client.instant(
-                f"max by ({by}) (last_over_time(inferwatch_max_num_seqs[{span}]))", self.period.end
+                f"max by ({by}) (last_over_time({contract.MAX_NUM_SEQS}[{span}]))", self.period.end
             )
         }
 
         self.step("open requests")
         open_requests = self.daily_by(
-            f"sum by ({by}) (avg_over_time(inferwatch_queue_depth[1d])) + "
-            f"sum by ({by}) (avg_over_time(inferwatch_requests_running[1d]))",
+            f"sum by ({by}) (avg_over_time({contract.QUEUE_DEPTH}[1d])) + "
+            f"sum by ({by}) (avg_over_time({contract.REQUESTS_RUNNING}[1d]))",
             WORKER_KEY,
         )
         self.step("queue slope")
         rising = format_duration(self.t.queue.rising_window)
         slope = self.daily_by(
-            f"max by ({by}) (max_over_time(deriv(inferwatch_queue_depth[{rising}])"
+            f"max by ({by}) (max_over_time(deriv({contract.QUEUE_DEPTH}[{rising}])"
             f"[1d:{SUBQUERY_STEP}s]))",
             WORKER_KEY,
         )
         self.step("preemptions")
         preemptions = self.daily_by(
-            f"sum by ({by}) (increase(inferwatch_preemptions_total[1d]))", WORKER_KEY
+            f"sum by ({by}) (increase({contract.PREEMPTIONS}[1d]))", WORKER_KEY
         )
         self.step("cold-start TTFT buckets")
         young = (
-            f"(time() - max by ({AGENT_WORKER}) (inferwatch_worker_start_time_seconds) "
+            f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
             f"< {self.t.cold_start.within})"
         )
         # InferenceTTFTSLOBreach leaves the first cold_start.within after a start to
@@ -275,17 +276,17 @@ class Collector:
         # model label: by worker name, the earliest of its instances)
         self.step("worker start times")
         started = self.daily_by(
-            "min by (worker) (min_over_time(inferwatch_worker_start_time_seconds[1d]))",
+            f"min by (worker) (min_over_time({contract.WORKER_START_TIME_SECONDS}[1d]))",
             ("worker",),
         )
         # the availability SLO's bad requests (the error-budget section)
         self.step("errors and rejections")
         failed = self.daily_by(
-            f'sum by ({by}) (increase(inferwatch_requests_finished_total{{reason="error"}}[1d]))',
+            f'sum by ({by}) (increase({contract.REQUESTS_FINISHED}{{reason="error"}}[1d]))',
             WORKER_KEY,
         )
         rejected = self.daily_by(
-            f"sum by ({by}) (increase(inferwatch_requests_rejected_total[1d]))", WORKER_KEY
+            f"sum by ({by}) (increase({contract.REQUESTS_REJECTED}[1d]))", WORKER_KEY
         )
 
         keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
@@ -307,7 +308,7 @@ class Collector:
                     )
             if key not in over:
                 self.notes.append(
-                    f"{worker} ({model}): batch capacity (inferwatch_max_num_seqs) unknown, so "
+                    f"{worker} ({model}): batch capacity ({contract.MAX_NUM_SEQS}) unknown, so "
                     "time over capacity is left out; set max_num_seqs in the agent's worker "
                     "config."
                 )
@@ -355,14 +356,14 @@ class Collector:
         union = " or ".join(
             f"last_over_time({m}[{span}])"
             for m in (
-                "inferwatch_requests_finished_total",
-                "inferwatch_worker_info",
-                "inferwatch_target_up",
+                contract.REQUESTS_FINISHED.name,
+                contract.WORKER_INFO.name,
+                contract.TARGET_UP.name,
             )
         )
         for s in self.client.instant(
             "group by (model, worker, engine, instance, present) ("
-            f'label_replace(last_over_time(inferwatch_target_up[{week}]), "present", "1", "", "")'
+            f'label_replace(last_over_time({contract.TARGET_UP}[{week}]), "present", "1", "", "")'
             f" or {union})",
             self.period.end,
         ):
@@ -405,7 +406,7 @@ class Collector:
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
         span = _duration(2 * self.period.days * DAY)
         week = _duration(self.period.days * DAY)
-        util = "inferwatch_gpu_utilization_ratio"
+        util = contract.GPU_UTILIZATION_RATIO.name
         self.step("GPUs")
         ident: dict[str, dict[str, str]] = {}
         for s in self.client.instant(
@@ -421,14 +422,14 @@ class Collector:
                     "name": "",
                 }
         for s in self.client.instant(
-            f"group by (uuid, name) (last_over_time(inferwatch_gpu_info[{span}]))",
+            f"group by (uuid, name) (last_over_time({contract.GPU_INFO}[{span}]))",
             self.period.end,
         ):
             if s.labels.get("uuid", "") in ident:
                 ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
         if not ident:
             self.notes.append(
-                "No GPU series (inferwatch_gpu_utilization_ratio) in either period: the GPU "
+                f"No GPU series ({contract.GPU_UTILIZATION_RATIO}) in either period: the GPU "
                 "sections are left out."
             )
             for step in _GPU_STEPS:
@@ -464,21 +465,21 @@ class Collector:
         util_week = self._labelled_weekly(week_stats, "stat")
         self.step("GPM SM activity")
         sm = self._labelled_weekly(
-            {"mean": f"avg_over_time(inferwatch_gpu_sm_active_ratio[{week}])"}, "stat"
+            {"mean": f"avg_over_time({contract.GPU_SM_ACTIVE_RATIO}[{week}])"}, "stat"
         )
         self.step("VRAM peaks")
         vram_ratio = self.daily_by(
-            "max by (uuid) (max_over_time(inferwatch_gpu_memory_used_ratio[1d]))", ("uuid",)
+            f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_RATIO}[1d]))", ("uuid",)
         )
         vram_bytes = self.daily_by(
-            "max by (uuid) (max_over_time(inferwatch_gpu_memory_used_bytes[1d]))", ("uuid",)
+            f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))", ("uuid",)
         )
         self.step("memory pressure")
         kv = self.daily_by(
             "max by (uuid) ("
-            f"max by ({AGENT_WORKER}) (max_over_time(inferwatch_kv_cache_usage_ratio[1d])) "
+            f"max by ({AGENT_WORKER}) (max_over_time({contract.KV_CACHE_USAGE_RATIO}[1d])) "
             f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
-            "(max_over_time(inferwatch_worker_gpu_info[1d])))",
+            f"(max_over_time({contract.WORKER_GPU_INFO}[1d])))",
             ("uuid",),
         )
         self.step("waste condition")
@@ -492,7 +493,7 @@ class Collector:
         mapping: dict[str, set[str]] = {}
         for s in self.client.instant(
             "group by (uuid, worker) (last_over_time("
-            f'inferwatch_gpu_process_memory_used_bytes{{worker!=""}}[{span}]))',
+            f'{contract.GPU_PROCESS_MEMORY_USED_BYTES}{{worker!=""}}[{span}]))',
             self.period.end,
         ):
             mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
@@ -604,20 +605,20 @@ class Collector:
         )
         if all(v is None for v in latency):
             name = ""
-        util = one("avg(avg_over_time(inferwatch_gpu_utilization_ratio[1h]))")
+        util = one(f"avg(avg_over_time({contract.GPU_UTILIZATION_RATIO}[1h]))")
         # the memory peak: the KV-cache usage of the workers on each GPU where their engine
         # exports one (an engine that pre-allocates holds NVML's level flat at its
         # reservation), NVML's level for the other GPUs; the fleet's highest
         vram = one(
             "max(\n"
             "  max by (uuid) (\n"
-            f"    max by ({AGENT_WORKER}) (max_over_time(inferwatch_kv_cache_usage_ratio[1h]))\n"
+            f"    max by ({AGENT_WORKER}) (max_over_time({contract.KV_CACHE_USAGE_RATIO}[1h]))\n"
             f"    * on ({AGENT_WORKER}) group_right ()\n"
             f"    group by ({AGENT_WORKER}, gpu, uuid) "
-            "(max_over_time(inferwatch_worker_gpu_info[1h]))\n"
+            f"(max_over_time({contract.WORKER_GPU_INFO}[1h]))\n"
             "  )\n"
             "  or\n"
-            "  max by (uuid) (max_over_time(inferwatch_gpu_memory_used_ratio[1h]))\n"
+            f"  max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_RATIO}[1h]))\n"
             ")"
         )
         return Hourly(times, latency, name, util, vram)
@@ -653,8 +654,8 @@ def collect(
         raise NoData(
             "no inferwatch data between "
             f"{_iso(period.start)} and {_iso(period.end)}: neither worker series "
-            "(inferwatch_target_up, inferwatch_requests_finished_total) nor GPU series "
-            "(inferwatch_gpu_utilization_ratio). Check --end, --days and that this Prometheus "
+            f"({contract.TARGET_UP}, {contract.REQUESTS_FINISHED}) nor GPU series "
+            f"({contract.GPU_UTILIZATION_RATIO}). Check --end, --days and that this Prometheus "
             "scrapes the agents (job and retention)."
         )
     if not current_workers:

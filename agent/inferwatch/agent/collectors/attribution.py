@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.engines import contract
+
 log = logging.getLogger(__name__)
 
 #: The variables of a worker's environment that attribution reads (and the only ones kept).
@@ -607,7 +609,7 @@ class AttributionLog:
                     self._warned.add(worker)
                     self.log.warning(
                         "worker %s: no source says which GPUs it runs on, so it has no "
-                        "inferwatch_worker_gpu_info series; %s",
+                        f"{contract.WORKER_GPU_INFO} series; %s",
                         worker,
                         HOW_TO_ENABLE,
                     )

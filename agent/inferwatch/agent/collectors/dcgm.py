@@ -62,6 +62,7 @@ from inferwatch.agent.collectors.nvml.sampling import CLOCK_EVENT_REASONS
 from inferwatch.agent.collectors.nvml.snapshot import info_labels
 from inferwatch.agent.config import redact_url
 from inferwatch.agent.httpio import Client, HttpError, TooLarge
+from inferwatch.engines import contract
 from inferwatch.engines.mapping import ParseError, parse
 
 log = logging.getLogger(__name__)
@@ -69,72 +70,18 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "http://127.0.0.1:9400/metrics"
 
 #: Ratios clamped to 0..1 (DCGM's profiling averages can overshoot by rounding).
-_CLAMPED = (
-    "inferwatch_gpu_utilization_ratio",
-    "inferwatch_gpu_memory_busy_ratio",
-    "inferwatch_gpu_sm_active_ratio",
-    "inferwatch_gpu_sm_occupancy_ratio",
-    "inferwatch_gpu_tensor_active_ratio",
-    "inferwatch_gpu_dram_active_ratio",
-    "inferwatch_gpu_graphics_active_ratio",
+_CLAMPED = tuple(
+    f.name
+    for f in (
+        contract.GPU_UTILIZATION_RATIO,
+        contract.GPU_MEMORY_BUSY_RATIO,
+        contract.GPU_SM_ACTIVE_RATIO,
+        contract.GPU_SM_OCCUPANCY_RATIO,
+        contract.GPU_TENSOR_ACTIVE_RATIO,
+        contract.GPU_DRAM_ACTIVE_RATIO,
+        contract.GPU_GRAPHICS_ACTIVE_RATIO,
+    )
 )
-
-HELP: dict[str, str] = {
-    "inferwatch_gpu_info": "Static description of a GPU or MIG device; always 1.",
-    "inferwatch_gpu_up": (
-        "1 when the GPU answered in the last pass, 0 when it is lost or its source is failing."
-    ),
-    "inferwatch_gpu_utilization_ratio": (
-        "Share of the last sample period in which any kernel ran on the GPU "
-        "(dcgm-exporter: DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_DEV_GPU_UTIL_RATIO)."
-    ),
-    "inferwatch_gpu_memory_busy_ratio": (
-        "Share of the last sample period in which device memory was read or written "
-        "(dcgm-exporter: DCGM_FI_DEV_MEM_COPY_UTIL / 100)."
-    ),
-    "inferwatch_gpu_sm_active_ratio": "Share of SMs busy over the sample period (DCGM profiling).",
-    "inferwatch_gpu_sm_occupancy_ratio": (
-        "Resident warps over the theoretical maximum over the sample period (DCGM profiling)."
-    ),
-    "inferwatch_gpu_tensor_active_ratio": (
-        "Share of cycles a tensor pipe was busy over the sample period (DCGM profiling)."
-    ),
-    "inferwatch_gpu_dram_active_ratio": (
-        "Share of cycles the memory interface was busy over the sample period (DCGM profiling)."
-    ),
-    "inferwatch_gpu_graphics_active_ratio": (
-        "Share of time the graphics or compute engine was active (DCGM profiling "
-        "GR_ENGINE_ACTIVE; dcgm-exporter backend only)."
-    ),
-    "inferwatch_gpu_memory_used_bytes": "Device memory allocated by processes (framebuffer used).",
-    "inferwatch_gpu_memory_reserved_bytes": "Device memory reserved by the driver.",
-    "inferwatch_gpu_memory_total_bytes": "Total device memory.",
-    "inferwatch_gpu_memory_used_ratio": (
-        "(used + reserved) / total device memory: the VRAM level the thresholds speak of."
-    ),
-    "inferwatch_gpu_power_watts": "Power draw, in watts.",
-    "inferwatch_gpu_power_limit_watts": "Enforced power limit, in watts.",
-    "inferwatch_gpu_energy_joules": "Energy used since the driver was loaded, in joules.",
-    "inferwatch_gpu_temperature_celsius": "GPU core temperature, in degrees Celsius.",
-    "inferwatch_gpu_sm_clock_hertz": "Current SM clock, in hertz.",
-    "inferwatch_gpu_memory_clock_hertz": "Current memory clock, in hertz.",
-    "inferwatch_gpu_clock_event_active": (
-        "1 while the driver reports this reason for holding the clocks down (clock event reasons)."
-    ),
-    "inferwatch_gpu_ecc_errors": "Volatile ECC error counts since the driver was loaded, by type.",
-    "inferwatch_gpu_pcie_throughput_bytes_per_second": (
-        "PCIe traffic over the sample period, headers included, by direction (tx, rx)."
-    ),
-    "inferwatch_gpu_nvlink_throughput_bytes_per_second": (
-        "NVLink traffic over all links of the GPU, in bytes per second."
-    ),
-    "inferwatch_gpu_performance_state": "Performance state (P-state) 0-15; 0 is the fastest.",
-    "inferwatch_gpu_fan_speed_ratio": "Fan speed as a share of its maximum (can exceed 1).",
-    "inferwatch_worker_gpu_info": (
-        "One series per GPU or MIG device a worker runs on (here: dcgm-exporter's pod "
-        "labels for the worker's pod); always 1."
-    ),
-}
 
 
 class DcgmScrapeError(ReasonError):
@@ -235,20 +182,20 @@ def _device(r: _Raw, mig_parents: set[tuple[str, str]]) -> DcgmDevice:
         if fm.target in _CLAMPED:
             value = min(max(value, 0.0), 1.0)
         values[(fm.target, fm.labels)] = value
-    nvlink = ("inferwatch_gpu_nvlink_throughput_bytes_per_second", ())
+    nvlink = (contract.GPU_NVLINK_THROUGHPUT_BYTES_PER_SECOND.name, ())
     if nvlink not in values:  # no total field: TX + RX of the profiling fields, if both
         directions = [_value(r.metrics, names) for names in NVLINK_DIRECTION_FIELDS]
         if all(d is not None for d in directions):
             values[nvlink] = sum(d for d in directions if d is not None)
-    used = values.get(("inferwatch_gpu_memory_used_bytes", ()))
-    reserved = values.get(("inferwatch_gpu_memory_reserved_bytes", ()))
-    total = values.get(("inferwatch_gpu_memory_total_bytes", ()))
+    used = values.get((contract.GPU_MEMORY_USED_BYTES.name, ()))
+    reserved = values.get((contract.GPU_MEMORY_RESERVED_BYTES.name, ()))
+    total = values.get((contract.GPU_MEMORY_TOTAL_BYTES.name, ()))
     free = _value(r.metrics, FREE_FIELDS)
     if total is None and used is not None and free is not None:
         total = used + (reserved or 0.0) + free
-        values[("inferwatch_gpu_memory_total_bytes", ())] = total
+        values[(contract.GPU_MEMORY_TOTAL_BYTES.name, ())] = total
     if used is not None and total:
-        values[("inferwatch_gpu_memory_used_ratio", ())] = min(
+        values[(contract.GPU_MEMORY_USED_RATIO.name, ())] = min(
             1.0, (used + (reserved or 0.0)) / total
         )
     events: dict[str, float] = {}
@@ -336,22 +283,22 @@ def build_families(
         fam = table.get(name)
         if fam is None:
             cls = CounterMetricFamily if counter else GaugeMetricFamily
-            fam = table[name] = cls(name, HELP[name])
+            fam = table[name] = cls(name, contract.BY_NAME[name].help)
         fam.samples.append(Sample(name + ("_total" if counter else ""), labels, value))
 
     for dev in devices:
         base = dev.labels()
-        add("inferwatch_gpu_info", info_labels(dev), 1.0)
-        add("inferwatch_gpu_up", base, 1.0 if dev.up else 0.0)
+        add(contract.GPU_INFO.name, info_labels(dev), 1.0)
+        add(contract.GPU_UP.name, base, 1.0 if dev.up else 0.0)
         if not dev.up:
             continue
         for (name, fixed), value in dev.values.items():
             add(name, {**base, **dict(fixed)}, value, counter=name in COUNTERS)
         for reason, value in dev.clock_events.items():
-            add("inferwatch_gpu_clock_event_active", {**base, "reason": reason}, value)
+            add(contract.GPU_CLOCK_EVENT_ACTIVE.name, {**base, "reason": reason}, value)
     for worker, device in sorted(worker_gpus, key=lambda pair: (pair[0], pair[1].gpu)):
         extra = (worker_labels or {}).get(worker, {})
-        add("inferwatch_worker_gpu_info", {**extra, **device.labels(), "worker": worker}, 1.0)
+        add(contract.WORKER_GPU_INFO.name, {**extra, **device.labels(), "worker": worker}, 1.0)
     return [*gauges.values(), *counters.values()]
 
 

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferwatch.engines import contract
+
 MIB = 1024 * 1024
 
 #: (dcgm-exporter metric name, factor to the contract's base unit), newest name first
@@ -116,40 +118,40 @@ def names(newest: str) -> Names:
 
 
 #: Families that are counters (exported with ``_total``).
-COUNTERS = frozenset({"inferwatch_gpu_energy_joules", "inferwatch_gpu_ecc_errors"})
+COUNTERS = frozenset({contract.GPU_ENERGY_JOULES.base, contract.GPU_ECC_ERRORS.base})
 
-_PCIE = "inferwatch_gpu_pcie_throughput_bytes_per_second"
+_PCIE = contract.GPU_PCIE_THROUGHPUT_BYTES_PER_SECOND.name
 
 #: Every contract family read from a field: (family, the field's newest name, fixed labels).
 _FAMILIES: tuple[tuple[str, str, Labels], ...] = (
-    ("inferwatch_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL_RATIO", ()),
-    ("inferwatch_gpu_memory_busy_ratio", "DCGM_FI_DEV_MEMORY_UTIL_RATIO", ()),
-    ("inferwatch_gpu_sm_active_ratio", "DCGM_FI_PROF_SM_UTIL_RATIO", ()),
-    ("inferwatch_gpu_sm_occupancy_ratio", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", ()),
-    ("inferwatch_gpu_tensor_active_ratio", "DCGM_FI_PROF_TENSOR_UTIL_RATIO", ()),
-    ("inferwatch_gpu_dram_active_ratio", "DCGM_FI_PROF_DRAM_UTIL_RATIO", ()),
-    ("inferwatch_gpu_graphics_active_ratio", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", ()),
-    ("inferwatch_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED_BYTES", ()),
-    ("inferwatch_gpu_memory_reserved_bytes", "DCGM_FI_DEV_FB_RESERVED_BYTES", ()),
-    ("inferwatch_gpu_memory_total_bytes", "DCGM_FI_DEV_FB_CAPACITY_BYTES", ()),
-    ("inferwatch_gpu_power_watts", "DCGM_FI_DEV_BOARD_POWER_WATTS", ()),
-    ("inferwatch_gpu_power_limit_watts", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", ()),
-    ("inferwatch_gpu_energy_joules", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", ()),
-    ("inferwatch_gpu_temperature_celsius", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", ()),
-    ("inferwatch_gpu_sm_clock_hertz", "DCGM_FI_DEV_SM_CLOCK_HERTZ", ()),
-    ("inferwatch_gpu_memory_clock_hertz", "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", ()),
-    ("inferwatch_gpu_ecc_errors", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", (("type", "corrected"),)),
-    ("inferwatch_gpu_ecc_errors", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", (("type", "uncorrected"),)),
+    (contract.GPU_UTILIZATION_RATIO.name, "DCGM_FI_DEV_GPU_UTIL_RATIO", ()),
+    (contract.GPU_MEMORY_BUSY_RATIO.name, "DCGM_FI_DEV_MEMORY_UTIL_RATIO", ()),
+    (contract.GPU_SM_ACTIVE_RATIO.name, "DCGM_FI_PROF_SM_UTIL_RATIO", ()),
+    (contract.GPU_SM_OCCUPANCY_RATIO.name, "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", ()),
+    (contract.GPU_TENSOR_ACTIVE_RATIO.name, "DCGM_FI_PROF_TENSOR_UTIL_RATIO", ()),
+    (contract.GPU_DRAM_ACTIVE_RATIO.name, "DCGM_FI_PROF_DRAM_UTIL_RATIO", ()),
+    (contract.GPU_GRAPHICS_ACTIVE_RATIO.name, "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", ()),
+    (contract.GPU_MEMORY_USED_BYTES.name, "DCGM_FI_DEV_FB_USED_BYTES", ()),
+    (contract.GPU_MEMORY_RESERVED_BYTES.name, "DCGM_FI_DEV_FB_RESERVED_BYTES", ()),
+    (contract.GPU_MEMORY_TOTAL_BYTES.name, "DCGM_FI_DEV_FB_CAPACITY_BYTES", ()),
+    (contract.GPU_POWER_WATTS.name, "DCGM_FI_DEV_BOARD_POWER_WATTS", ()),
+    (contract.GPU_POWER_LIMIT_WATTS.name, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", ()),
+    (contract.GPU_ENERGY_JOULES.base, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", ()),
+    (contract.GPU_TEMPERATURE_CELSIUS.name, "DCGM_FI_DEV_GPU_TEMP_CELSIUS", ()),
+    (contract.GPU_SM_CLOCK_HERTZ.name, "DCGM_FI_DEV_SM_CLOCK_HERTZ", ()),
+    (contract.GPU_MEMORY_CLOCK_HERTZ.name, "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", ()),
+    (contract.GPU_ECC_ERRORS.base, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", (("type", "corrected"),)),
+    (contract.GPU_ECC_ERRORS.base, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", (("type", "uncorrected"),)),
     # The signals of issue 23 item 3 (the GPU dashboard's PCIe/NVLink, P-state, fan).
     (_PCIE, "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", (("direction", "tx"),)),
     (_PCIE, "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", (("direction", "rx"),)),
     (
-        "inferwatch_gpu_nvlink_throughput_bytes_per_second",
+        contract.GPU_NVLINK_THROUGHPUT_BYTES_PER_SECOND.name,
         "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
         (),
     ),
-    ("inferwatch_gpu_performance_state", "DCGM_FI_DEV_GPU_PSTATE", ()),
-    ("inferwatch_gpu_fan_speed_ratio", "DCGM_FI_DEV_FAN_SPEED_RATIO", ()),
+    (contract.GPU_PERFORMANCE_STATE.name, "DCGM_FI_DEV_GPU_PSTATE", ()),
+    (contract.GPU_FAN_SPEED_RATIO.name, "DCGM_FI_DEV_FAN_SPEED_RATIO", ()),
 )
 
 #: Every dcgm-exporter field the agent reads as a contract family, newest name first.

@@ -32,7 +32,7 @@ from inferwatch.agent.config import SAMPLES_PER_SERIES, AgentConfig, WorkerSpec
 from inferwatch.agent.fdbudget import descriptor_limit, outbound_budget
 from inferwatch.agent.httpio import Client, HttpError, TooLarge, basic_auth
 from inferwatch.agent.redact import redact_url
-from inferwatch.engines import ENGINES, EngineMap, detect, metrics_locations, status_hint
+from inferwatch.engines import ENGINES, EngineMap, contract, detect, metrics_locations, status_hint
 from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.mapping import (
     LORA_ACTIVE,
@@ -65,72 +65,9 @@ SCRAPE_ERROR_REASONS = (
 QUANTILES = (0.5, 0.95, 0.99)
 #: histogram family -> its window-quantile gauge
 QUANTILE_GAUGES = {
-    TTFT: "inferwatch_ttft_quantile_seconds",
-    TPOT: "inferwatch_tpot_quantile_seconds",
-    E2E: "inferwatch_e2e_latency_quantile_seconds",
-}
-
-HELP: dict[str, str] = {
-    "inferwatch_target_up": "1 when the last scrape of the worker succeeded and carried engine data.",
-    "inferwatch_worker_endpoint_info": (
-        "1 per worker; label endpoint: the instance label of Prometheus' own scrape of the "
-        "engine (workers[].endpoint, default the scraped host:port), to join its series."
-    ),
-    "inferwatch_target_scrape_duration_seconds": "Duration of the last scrape of the worker's metrics.",
-    "inferwatch_target_scrape_errors_total": "Failed scrapes of the worker's metrics, by reason.",
-    "inferwatch_target_series_dropped_total": (
-        "Series of the worker dropped by the agent's per-worker cap (scrape.max_series), "
-        "summed over scrapes."
-    ),
-    "inferwatch_queue_depth": "Requests waiting to be scheduled (engine: num_requests_waiting).",
-    "inferwatch_queue_depth_slope": (
-        "Least-squares slope of queue depth over the stats window, requests per second; "
-        "> 0 means rising."
-    ),
-    "inferwatch_requests_running": "Requests in the running batch (engine: num_requests_running).",
-    "inferwatch_max_num_seqs": (
-        "The worker's batch capacity (--max-num-seqs or the engine's equivalent), "
-        "from config, the command line or the engine."
-    ),
-    "inferwatch_kv_cache_usage_ratio": "Share of the KV cache in use, 0..1 (engine: kv_cache_usage_perc).",
-    "inferwatch_prefix_cache_hit_ratio": "Prefix-cache hits / queries (tokens) over the stats window.",
-    "inferwatch_preemptions": "Requests preempted for KV-cache space (engine: num_preemptions).",
-    "inferwatch_prompt_tokens": "Prompt tokens processed, prefix-cache hits included.",
-    "inferwatch_generation_tokens": "Tokens generated.",
-    "inferwatch_requests_finished": "Requests finished, by reason (stop, length, abort, error, ...).",
-    "inferwatch_requests_rejected": "Requests rejected at admission (HTTP 503 from queue limits).",
-    TTFT: "Time to first token, the engine's buckets passed through.",
-    TPOT: "Time per output token (inter-token latency), engine buckets.",
-    E2E: "End-to-end request latency, engine buckets.",
-    "inferwatch_queue_time_seconds": "Time requests waited before being scheduled, engine buckets.",
-    "inferwatch_prefill_time_seconds": (
-        "Time a finished request spent in prefill (prompt processing), engine buckets."
-    ),
-    "inferwatch_decode_time_seconds": (
-        "Time a finished request spent in decode (generating), engine buckets."
-    ),
-    "inferwatch_prompt_length_tokens": "Prompt length of each request in tokens, engine buckets.",
-    "inferwatch_generation_length_tokens": (
-        "Tokens generated for each finished request, engine buckets."
-    ),
-    LORA_ACTIVE: (
-        "1 for each LoRA adapter with running or waiting requests, by state "
-        "(engine: lora_requests_info)."
-    ),
-    LORA_MAX: "How many LoRA adapters the worker can hold at once (--max-loras).",
-    "inferwatch_ttft_quantile_seconds": "TTFT quantiles over the stats window, from bucket increases.",
-    "inferwatch_tpot_quantile_seconds": "TPOT quantiles over the stats window, from bucket increases.",
-    "inferwatch_e2e_latency_quantile_seconds": (
-        "End-to-end latency quantiles over the stats window, from bucket increases."
-    ),
-    "inferwatch_tpot_mean_seconds": (
-        "Mean time per output token over the stats window, from the engine's generation "
-        "time and token counters (engines without a TPOT histogram: llama.cpp)."
-    ),
-    "inferwatch_e2e_latency_mean_seconds": (
-        "Mean end-to-end request time over the stats window, from the engine's cumulative "
-        "duration and request counters (engines without a latency histogram: Triton)."
-    ),
+    TTFT: contract.TTFT_QUANTILE_SECONDS.name,
+    TPOT: contract.TPOT_QUANTILE_SECONDS.name,
+    E2E: contract.E2E_LATENCY_QUANTILE_SECONDS.name,
 }
 
 
@@ -223,7 +160,7 @@ class _Families:
     def _get(self, cls: type, name: str, labels: list[str]) -> Metric:
         fam = self.by_name.get(name)
         if fam is None:
-            fam = cls(name, HELP.get(name, name), labels=labels)
+            fam = cls(name, contract.BY_NAME[name].help, labels=labels)
             self.by_name[name] = fam
         return fam
 
@@ -485,7 +422,7 @@ class EngineSource(Source):
         if dropped and not state.capped:
             log.warning(
                 "worker %s: over scrape.max_series (%d): %d series dropped, "
-                "counted in inferwatch_target_series_dropped_total",
+                f"counted in {contract.TARGET_SERIES_DROPPED}",
                 state.spec.name, self.config.scrape.max_series, dropped,
             )  # fmt: skip
         elif not dropped and state.capped:
@@ -664,7 +601,7 @@ class EngineSource(Source):
         state.ratios = ratios
 
         slopes: dict[LabelKey, float] = {}
-        queue = mapped.gauges.get("inferwatch_queue_depth", {})
+        queue = mapped.gauges.get(contract.QUEUE_DEPTH.name, {})
         for key in set(state.queue_windows) - queue.keys():
             del state.queue_windows[key]
         for key, depth in queue.items():
@@ -703,7 +640,7 @@ class EngineSource(Source):
         if launched is not None:
             return launched
         if state.mapped is not None:
-            engine_value = state.mapped.gauges.get("inferwatch_max_num_seqs")
+            engine_value = state.mapped.gauges.get(contract.MAX_NUM_SEQS.name)
             if engine_value:
                 return int(max(engine_value.values()))
         if state.described is not None:
@@ -746,13 +683,15 @@ class EngineSource(Source):
         extra = state.spec.labels
         wl = ["worker", *(k for k, _ in extra)]
         wv = [name, *(v for _, v in extra)]
-        out.gauge("inferwatch_target_up", wl, wv, 1.0 if state.up else 0.0)
-        out.gauge("inferwatch_worker_endpoint_info", [*wl, "endpoint"], [*wv, endpoint(state)], 1.0)
+        out.gauge(contract.TARGET_UP.name, wl, wv, 1.0 if state.up else 0.0)
+        out.gauge(
+            contract.WORKER_ENDPOINT_INFO.name, [*wl, "endpoint"], [*wv, endpoint(state)], 1.0
+        )
         if state.duration is not None:
-            out.gauge("inferwatch_target_scrape_duration_seconds", wl, wv, state.duration)
+            out.gauge(contract.TARGET_SCRAPE_DURATION_SECONDS.name, wl, wv, state.duration)
         for reason, count in state.errors.items():
-            out.counter("inferwatch_target_scrape_errors", [*wl, "reason"], [*wv, reason], count)
-        out.counter("inferwatch_target_series_dropped", wl, wv, state.series_dropped)
+            out.counter(contract.TARGET_SCRAPE_ERRORS.base, [*wl, "reason"], [*wv, reason], count)
+        out.counter(contract.TARGET_SERIES_DROPPED.base, wl, wv, state.series_dropped)
         mapped = state.mapped
         if mapped is None:
             return
@@ -762,7 +701,7 @@ class EngineSource(Source):
             exported |= {LORA_ACTIVE, LORA_MAX}
         exported |= state.proxy_filled
         for target, series in sorted(mapped.gauges.items()):
-            if target not in exported or target == "inferwatch_max_num_seqs":
+            if target not in exported or target == contract.MAX_NUM_SEQS.name:
                 continue
             for key, value in sorted(series.items()):
                 out.gauge(target, *_labels(name, engine, key, extra), value)
@@ -786,12 +725,12 @@ class EngineSource(Source):
         for (target, key), ratio in sorted(state.ratios.items()):
             out.gauge(target, *_labels(name, engine, key, extra), ratio)
         for key, slope in sorted(state.slopes.items()):
-            out.gauge("inferwatch_queue_depth_slope", *_labels(name, engine, key, extra), slope)
+            out.gauge(contract.QUEUE_DEPTH_SLOPE.name, *_labels(name, engine, key, extra), slope)
         capacity = self.max_num_seqs(state)
         if capacity is not None:
             for model in sorted(mapped.models()) or [""]:
                 out.gauge(
-                    "inferwatch_max_num_seqs",
+                    contract.MAX_NUM_SEQS.name,
                     ["worker", "engine", "model", *(k for k, _ in extra)],
                     [name, engine, model, *(v for _, v in extra)],
                     float(capacity),

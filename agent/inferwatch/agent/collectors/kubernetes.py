@@ -54,6 +54,7 @@ from inferwatch.agent.collectors.podresources import ContainerKey
 from inferwatch.agent.collectors.podworkers import PodWorker, Skipped, pod_workers
 from inferwatch.agent.config import KubernetesConfig
 from inferwatch.agent.httpio import Client, HttpError, Response, StreamedResponse
+from inferwatch.engines import contract
 from inferwatch.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,6 @@ BACKOFF_MAX = 60.0
 LIST_PAGE = 500
 #: the largest page of a pod list read (500 pods of ~20 kB each, with room)
 LIST_MAX_BYTES = 64 << 20
-WORKERS_HELP = "Workers found by Kubernetes discovery among the pods of this node."
 
 
 @dataclass(frozen=True)
@@ -468,6 +468,8 @@ class KubernetesSource(Source):
         return replace(worker, spec=replace(worker.spec, pid=pid))
 
     def families(self) -> Iterable[Metric]:
-        fam = GaugeMetricFamily("inferwatch_kubernetes_workers", WORKERS_HELP, labels=["node"])
+        fam = GaugeMetricFamily(
+            contract.KUBERNETES_WORKERS.name, contract.KUBERNETES_WORKERS.help, labels=["node"]
+        )
         fam.add_metric([self.settings.node], float(len(self.discovered.workers)))
         return [fam]

@@ -50,6 +50,7 @@ from prometheus_client.samples import Sample
 from inferwatch.agent.collectors.attribution import gpu_env
 from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import WorkerSpec
+from inferwatch.engines import contract
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS, LaunchInfo, parse_launch
 
 log = logging.getLogger(__name__)
@@ -542,25 +543,23 @@ class ProcessSource(Source):
 
     def families(self) -> Iterable[Metric]:
         info = GaugeMetricFamily(
-            "inferwatch_worker_info",
-            "Worker process and the launch flags read from its command line "
-            '(psutil); "" where the command line does not say.',
+            contract.WORKER_INFO.name,
+            contract.WORKER_INFO.help,
             labels=INFO_LABELS,
         )
         cpu = CounterMetricFamily(
-            "inferwatch_worker_cpu_seconds",
-            "CPU time of the worker's process tree: live processes plus the children "
-            "they reaped (psutil).",
+            contract.WORKER_CPU_SECONDS.base,
+            contract.WORKER_CPU_SECONDS.help,
             labels=SERIES_LABELS,
         )
         rss = GaugeMetricFamily(
-            "inferwatch_worker_resident_memory_bytes",
-            "Resident memory of the worker's process tree, summed per process (psutil).",
+            contract.WORKER_RESIDENT_MEMORY_BYTES.name,
+            contract.WORKER_RESIDENT_MEMORY_BYTES.help,
             labels=SERIES_LABELS,
         )
         start = GaugeMetricFamily(
-            "inferwatch_worker_start_time_seconds",
-            "Unix time the worker's main process started; a change means a restart (psutil).",
+            contract.WORKER_START_TIME_SECONDS.name,
+            contract.WORKER_START_TIME_SECONDS.help,
             labels=SERIES_LABELS,
         )
         snapshot = self._snapshot

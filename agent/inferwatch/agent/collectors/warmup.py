@@ -60,7 +60,7 @@ from inferwatch import validate
 from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.config import AgentConfig, WorkerSpec, local_url
 from inferwatch.agent.httpio import Client, HttpError
-from inferwatch.engines import lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
+from inferwatch.engines import contract, lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
 from inferwatch.engines.stream import data_payloads
 from inferwatch.errors import ConfigError
 
@@ -74,7 +74,7 @@ ENDPOINTS = ("completions", "chat")
 FAILURE_REASONS = ("connect", "timeout", "http_status", "bad_response", "no_model")
 DEFAULT_PROMPT = "warm-up"
 #: the histogram of every warm-up request's TTFT (docs/metrics.md; pack.names has it too)
-WARMUP_REQUESTS_TTFT = "inferwatch_warmup_requests_ttft_seconds"
+WARMUP_REQUESTS_TTFT = contract.WARMUP_REQUESTS_TTFT_SECONDS.name
 #: the user turn that follows a system prompt in its warm-up request
 SYSTEM_PROMPT_USER_TURN = "ping"
 #: consecutive failed /health probes of a warm worker that count as a restart
@@ -522,7 +522,7 @@ class WarmupGate(Source):
         w.deadline_passed = True
         log.warning(
             "worker %s: not warm after %gs; the gate opens anyway "
-            "(inferwatch_warmup_deadline_exceeded) and the warm-up keeps trying",
+            f"({contract.WARMUP_DEADLINE_EXCEEDED}) and the warm-up keeps trying",
             w.spec.name,
             self.settings.deadline,
         )
@@ -661,45 +661,38 @@ class WarmupGate(Source):
     # ------------------------------------------------------------------ metrics
     def families(self) -> Iterable[Metric]:
         ready = GaugeMetricFamily(
-            "inferwatch_worker_ready",
-            "1 when the warm-up gate has warmed the worker (and it has not restarted since), "
-            "else 0.",
+            contract.WORKER_READY.name,
+            contract.WORKER_READY.help,
             labels=["worker"],
         )
         duration = GaugeMetricFamily(
-            "inferwatch_warmup_duration_seconds",
-            "How long the worker's last completed warm-up took, from its first warm-up "
-            "request to ready.",
+            contract.WARMUP_DURATION_SECONDS.name,
+            contract.WARMUP_DURATION_SECONDS.help,
             labels=["worker"],
         )
         ttft = GaugeMetricFamily(
-            "inferwatch_warmup_ttft_seconds",
-            "Time to first token of the last warm-up: phase=cold is its first request, "
-            "phase=warm the same request sent again at its end.",
+            contract.WARMUP_TTFT_SECONDS.name,
+            contract.WARMUP_TTFT_SECONDS.help,
             labels=["worker", "phase"],
         )
         failures = CounterMetricFamily(
-            "inferwatch_warmup_failures",
-            "Warm-up attempts that failed, by reason (connect, timeout, http_status, "
-            "bad_response, no_model).",
+            contract.WARMUP_FAILURES.base,
+            contract.WARMUP_FAILURES.help,
             labels=["worker", "reason"],
         )
         deadline = GaugeMetricFamily(
-            "inferwatch_warmup_deadline_exceeded",
-            "1 when the gate opened for the worker because its deadline passed before it "
-            "was warm (a warning: the worker takes traffic cold).",
+            contract.WARMUP_DEADLINE_EXCEEDED.name,
+            contract.WARMUP_DEADLINE_EXCEEDED.help,
             labels=["worker"],
         )
         runs = CounterMetricFamily(
-            "inferwatch_warmups",
-            "Completed warm-ups of the worker (one at start, one after each restart).",
+            contract.WARMUPS.base,
+            contract.WARMUPS.help,
             labels=["worker"],
         )
         requests = HistogramMetricFamily(
-            WARMUP_REQUESTS_TTFT,
-            "Time to first token of every warm-up request the gate sent to the worker, as "
-            "the agent timed it; the same requests are in the engine's own TTFT histogram, "
-            "and the SLO rules subtract these.",
+            contract.WARMUP_REQUESTS_TTFT_SECONDS.name,
+            contract.WARMUP_REQUESTS_TTFT_SECONDS.help,
             labels=["worker"],
         )
         for name in sorted(self.workers):
@@ -753,7 +746,7 @@ def engine_progress(engine: EngineSource, worker: str) -> float | None:
         return None
     total = 0.0
     seen = False
-    for target in ("inferwatch_prompt_tokens", "inferwatch_generation_tokens"):
+    for target in (contract.PROMPT_TOKENS.base, contract.GENERATION_TOKENS.base):
         for value in mapped.counters.get(target, {}).values():
             total += value
             seen = True

@@ -20,6 +20,7 @@ from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import WorkerSpec
 from inferwatch.agent.proxy.measure import ModelStats, ProxyStats
 from inferwatch.agent.proxy.server import ProxyServer
+from inferwatch.engines import contract
 from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.mapping import Histogram
 from inferwatch.errors import UsageError
@@ -29,55 +30,17 @@ log = logging.getLogger("inferwatch.agent.proxy")
 
 #: contract histogram -> the proxy's family of the same measurement
 PROXY_HISTOGRAMS = {
-    TTFT: "inferwatch_proxy_ttft_seconds",
-    TPOT: "inferwatch_proxy_tpot_seconds",
-    E2E: "inferwatch_proxy_e2e_latency_seconds",
+    TTFT: contract.PROXY_TTFT_SECONDS.name,
+    TPOT: contract.PROXY_TPOT_SECONDS.name,
+    E2E: contract.PROXY_E2E_LATENCY_SECONDS.name,
 }
 #: contract counter -> the proxy's
 PROXY_COUNTERS = {
-    "inferwatch_prompt_tokens": "inferwatch_proxy_prompt_tokens",
-    "inferwatch_generation_tokens": "inferwatch_proxy_generation_tokens",
+    contract.PROMPT_TOKENS.base: contract.PROXY_PROMPT_TOKENS.base,
+    contract.GENERATION_TOKENS.base: contract.PROXY_GENERATION_TOKENS.base,
 }
-
-HELP = {
-    "inferwatch_proxy_ttft_seconds": (
-        "Time to first token as the proxy's clients saw it: request received to the first "
-        "server-sent event carrying generated text (streamed answers)."
-    ),
-    "inferwatch_proxy_tpot_seconds": (
-        "Time per output token as the proxy's clients saw it: each gap between two token events."
-    ),
-    "inferwatch_proxy_e2e_latency_seconds": (
-        "End-to-end latency as the proxy's clients saw it: request received to the answer's "
-        "last byte (answers the client read to the end)."
-    ),
-    "inferwatch_proxy_prompt_tokens": "Prompt tokens of proxied answers (their usage).",
-    "inferwatch_proxy_generation_tokens": (
-        "Generated tokens of proxied answers (their usage, else the token events counted)."
-    ),
-    "inferwatch_proxy_requests": (
-        "Measured requests through the proxy, by the status class the client got."
-    ),
-    "inferwatch_proxy_client_aborts": (
-        "Measured requests whose client went away before the answer's end (the upstream "
-        "request is cancelled)."
-    ),
-    "inferwatch_proxy_upstream_errors": (
-        "Requests the worker failed: connect (502), timeout (504 or a cut stream), reset."
-    ),
-    "inferwatch_proxy_rejected": "Requests the proxy refused itself, by reason (too_large: 413).",
-    "inferwatch_proxy_upstream_retries": (
-        "Requests sent again on a fresh connection to the worker, which provably never got "
-        "them: closed (a kept-alive connection the worker had closed, no byte of an answer "
-        "back), refused (a connect refused, nothing sent)."
-    ),
-    "inferwatch_proxy_samples_dropped": (
-        "Measured requests whose figures were dropped (never the requests themselves): "
-        "a model beyond the per-worker cap."
-    ),
-    "inferwatch_proxy_connections": "Client connections open on the proxy.",
-    "inferwatch_proxy_requests_in_flight": "Requests the proxy is forwarding now.",
-}
+#: the proxy's families' HELP texts, by prometheus_client's family name (engines.contract)
+HELP = {row.base: row.help for row in contract.FAMILIES if row.name.startswith("inferwatch_proxy_")}
 
 
 def resolve_models(models: Iterable[str], engine_models: set[str]) -> dict[str, str]:
@@ -192,9 +155,9 @@ class ProxySource(Source):
             for target in PROXY_COUNTERS:
                 if target not in has:
                     counters.setdefault(target, {})[key] = float(series.counter(target))
-            if "inferwatch_requests_finished" not in has:
+            if contract.REQUESTS_FINISHED.base not in has:
                 for reason, n in series.finished.items():
-                    finished = counters.setdefault("inferwatch_requests_finished", {})
+                    finished = counters.setdefault(contract.REQUESTS_FINISHED.base, {})
                     finished[(("model", model), ("reason", reason))] = float(n)
         return hists, counters
 
@@ -204,7 +167,7 @@ class ProxySource(Source):
         def fam(cls: type, name: str, labels: list[str]) -> Metric:
             found = fams.get(name)
             if found is None:
-                found = fams[name] = cls(name, HELP[name], labels=labels)
+                found = fams[name] = cls(name, contract.BY_NAME[name].help, labels=labels)
             return found
 
         for worker, stats in self.stats.items():
@@ -215,25 +178,25 @@ class ProxySource(Source):
             wv = [worker, *(v for _, v in extra)]
             ml = ["worker", "engine", "model", *(k for k, _ in extra)]
             server = self.servers[worker]
-            fam(GaugeMetricFamily, "inferwatch_proxy_connections", wl).add_metric(  # type: ignore[attr-defined]
+            fam(GaugeMetricFamily, contract.PROXY_CONNECTIONS.name, wl).add_metric(  # type: ignore[attr-defined]
                 wv, float(server.connections)
             )
-            fam(GaugeMetricFamily, "inferwatch_proxy_requests_in_flight", wl).add_metric(  # type: ignore[attr-defined]
+            fam(GaugeMetricFamily, contract.PROXY_REQUESTS_IN_FLIGHT.name, wl).add_metric(  # type: ignore[attr-defined]
                 wv, float(stats.in_flight)
             )
             for reason, n in stats.upstream_errors.items():
-                fam(CounterMetricFamily, "inferwatch_proxy_upstream_errors", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_UPSTREAM_ERRORS.base, [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
             for reason, n in stats.retries.items():
-                fam(CounterMetricFamily, "inferwatch_proxy_upstream_retries", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_UPSTREAM_RETRIES.base, [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
             for reason, n in stats.rejected.items():
-                fam(CounterMetricFamily, "inferwatch_proxy_rejected", [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_REJECTED.base, [*wl, "reason"]).add_metric(  # type: ignore[attr-defined]
                     [*wv, reason], float(n)
                 )  # fmt: skip
-            fam(CounterMetricFamily, "inferwatch_proxy_samples_dropped", wl).add_metric(  # type: ignore[attr-defined]
+            fam(CounterMetricFamily, contract.PROXY_SAMPLES_DROPPED.base, wl).add_metric(  # type: ignore[attr-defined]
                 wv, float(stats.dropped)
             )
             for model, series in sorted(merged(stats, models).items()):
@@ -248,10 +211,10 @@ class ProxySource(Source):
                 for target, name in PROXY_COUNTERS.items():
                     fam(CounterMetricFamily, name, ml).add_metric(mv, float(series.counter(target)))  # type: ignore[attr-defined]
                 for status_class, n in sorted(series.requests.items()):
-                    fam(CounterMetricFamily, "inferwatch_proxy_requests", [*ml, "status_class"]).add_metric(  # type: ignore[attr-defined]
+                    fam(CounterMetricFamily, contract.PROXY_REQUESTS.base, [*ml, "status_class"]).add_metric(  # type: ignore[attr-defined]
                         [*mv, status_class], float(n)
                     )  # fmt: skip
-                fam(CounterMetricFamily, "inferwatch_proxy_client_aborts", ml).add_metric(  # type: ignore[attr-defined]
+                fam(CounterMetricFamily, contract.PROXY_CLIENT_ABORTS.base, ml).add_metric(  # type: ignore[attr-defined]
                     mv, float(series.aborts)
                 )
         return list(fams.values())

@@ -13,6 +13,7 @@ from inferwatch.agent.proxy.limits import (
     MAX_MODEL_CHARS,
     MAX_MODELS,
 )
+from inferwatch.engines import contract
 from inferwatch.engines.base import TPOT, TTFT
 from inferwatch.engines.mapping import Histogram
 from inferwatch.engines.proxy import E2E_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
@@ -80,7 +81,7 @@ class ModelStats:
 
     def counter(self, target: str) -> int:
         return (
-            self.prompt_tokens if target == "inferwatch_prompt_tokens" else self.generation_tokens
+            self.prompt_tokens if target == contract.PROMPT_TOKENS.base else self.generation_tokens
         )
 
 

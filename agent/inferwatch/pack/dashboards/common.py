@@ -19,6 +19,7 @@ from typing import Any
 
 from grafanalib import core as g
 
+from inferwatch.engines import contract
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import plain
 from inferwatch.pack.dashboards.panels import (
@@ -143,7 +144,7 @@ def mean_utilization_stat(t: Thresholds, title: str) -> Any:
     return p.stat(
         title,
         "Mean utilization of the selected GPUs. " + util_text(t),
-        [Query(f"avg(inferwatch_gpu_utilization_ratio{gpu_sel()})")],
+        [Query(f"avg({contract.GPU_UTILIZATION_RATIO}{gpu_sel()})")],
         unit="percentunit",
         thresholds=utilization_steps(t),
     )
@@ -159,7 +160,7 @@ def gpus_up_stat() -> Any:
     return p.count_stat(
         "GPUs up",
         "GPUs that answer NVML, out of those selected.",
-        f"sum(inferwatch_gpu_up{gpu_sel()})",
+        f"sum({contract.GPU_UP}{gpu_sel()})",
     )
 
 
@@ -202,7 +203,7 @@ def gpu_utilization_panel(t: Thresholds) -> Any:
         t,
         "GPU utilization",
         "Share of time a kernel ran on each GPU (NVML utilization). " + util_text(t),
-        [gpu_series("inferwatch_gpu_utilization_ratio")],
+        [gpu_series(contract.GPU_UTILIZATION_RATIO.name)],
     )
 
 
@@ -324,8 +325,8 @@ def traffic_line(t: Thresholds, by: str, requests: Any) -> Line:
         "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
         by,
         [
-            ("inferwatch_prompt_tokens_total", " prompt"),
-            ("inferwatch_generation_tokens_total", " generated"),
+            (contract.PROMPT_TOKENS.name, " prompt"),
+            (contract.GENERATION_TOKENS.name, " generated"),
         ],
         unit="short",
         axis_label="tokens/s",
@@ -334,7 +335,7 @@ def traffic_line(t: Thresholds, by: str, requests: Any) -> Line:
         "Rejected requests",
         "Requests refused at admission (HTTP 503 from queue limits), per second.",
         by,
-        [("inferwatch_requests_rejected_total", "")],
+        [(contract.REQUESTS_REJECTED.name, "")],
         unit="reqps",
     )
     return p.line(requests, tokens, error_ratio_panel(t), rejected, h=8)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.engines import contract
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
@@ -21,7 +22,7 @@ def vram_panel(t: Thresholds) -> Any:
         "(used + reserved) / total memory of each GPU (NVML). For an engine that "
         "pre-allocates its share of the card this stays flat: the Memory pressure panel "
         "shows its KV cache. " + c.vram_text(t),
-        [c.gpu_series("inferwatch_gpu_memory_used_ratio")],
+        [c.gpu_series(contract.GPU_MEMORY_USED_RATIO.name)],
     )
 
 
@@ -35,18 +36,18 @@ def now_section(t: Thresholds) -> Section:
                 t,
                 "Highest VRAM level",
                 "The fullest selected GPU. " + c.vram_text(t),
-                f"max(inferwatch_gpu_memory_used_ratio{gpu_sel()})",
+                f"max({contract.GPU_MEMORY_USED_RATIO}{gpu_sel()})",
             ),
             p.stat(
                 "Power draw",
                 "Total power drawn by the selected GPUs.",
-                [Query(f"sum(inferwatch_gpu_power_watts{gpu_sel()})")],
+                [Query(f"sum({contract.GPU_POWER_WATTS}{gpu_sel()})")],
                 unit="watt",
             ),
             p.stat(
                 "Hottest GPU",
                 "Core temperature of the hottest selected GPU.",
-                [Query(f"max(inferwatch_gpu_temperature_celsius{gpu_sel()})")],
+                [Query(f"max({contract.GPU_TEMPERATURE_CELSIUS}{gpu_sel()})")],
                 unit="celsius",
                 thresholds=TEMPERATURE_STEPS,
             ),
@@ -66,12 +67,12 @@ def compute_section(t: Thresholds) -> Section:
                 "High utilization with low SM activity is a GPU waiting on small kernels; "
                 "high DRAM activity with low tensor activity is a memory-bound decode.",
                 [
-                    c.gpu_series("inferwatch_gpu_utilization_ratio", "utilization"),
-                    c.gpu_series("inferwatch_gpu_memory_busy_ratio", "memory busy"),
-                    c.gpu_series("inferwatch_gpu_sm_active_ratio", "SM active"),
-                    c.gpu_series("inferwatch_gpu_sm_occupancy_ratio", "SM occupancy"),
-                    c.gpu_series("inferwatch_gpu_tensor_active_ratio", "tensor active"),
-                    c.gpu_series("inferwatch_gpu_dram_active_ratio", "DRAM active"),
+                    c.gpu_series(contract.GPU_UTILIZATION_RATIO.name, "utilization"),
+                    c.gpu_series(contract.GPU_MEMORY_BUSY_RATIO.name, "memory busy"),
+                    c.gpu_series(contract.GPU_SM_ACTIVE_RATIO.name, "SM active"),
+                    c.gpu_series(contract.GPU_SM_OCCUPANCY_RATIO.name, "SM occupancy"),
+                    c.gpu_series(contract.GPU_TENSOR_ACTIVE_RATIO.name, "tensor active"),
+                    c.gpu_series(contract.GPU_DRAM_ACTIVE_RATIO.name, "DRAM active"),
                 ],
                 fill=0,
             ),
@@ -90,9 +91,9 @@ def memory_section(t: Thresholds) -> Section:
                 "Memory used, reserved and total",
                 "Device memory used by allocations, reserved by the driver, and the total.",
                 [
-                    c.gpu_series("inferwatch_gpu_memory_used_bytes", "used"),
-                    c.gpu_series("inferwatch_gpu_memory_reserved_bytes", "reserved"),
-                    c.gpu_series("inferwatch_gpu_memory_total_bytes", "total"),
+                    c.gpu_series(contract.GPU_MEMORY_USED_BYTES.name, "used"),
+                    c.gpu_series(contract.GPU_MEMORY_RESERVED_BYTES.name, "reserved"),
+                    c.gpu_series(contract.GPU_MEMORY_TOTAL_BYTES.name, "total"),
                 ],
                 unit="bytes",
                 min_value=0,
@@ -104,7 +105,7 @@ def memory_section(t: Thresholds) -> Section:
                 "carry the worker's name.",
                 [
                     c.gpu_series(
-                        "inferwatch_gpu_process_memory_used_bytes",
+                        contract.GPU_PROCESS_MEMORY_USED_BYTES.name,
                         "{{process}} pid {{pid}} {{worker}}",
                     )
                 ],
@@ -121,7 +122,7 @@ def memory_section(t: Thresholds) -> Section:
                 "Each process's share of SM time over the last sample period.",
                 [
                     c.gpu_series(
-                        "inferwatch_gpu_process_sm_utilization_ratio",
+                        contract.GPU_PROCESS_SM_UTILIZATION_RATIO.name,
                         "{{process}} pid {{pid}} {{worker}}",
                     )
                 ],
@@ -140,8 +141,8 @@ def power_section(t: Thresholds) -> Section:
                 "Power drawn by each GPU against its enforced power limit. Draw "
                 "pinned at the limit with sw_power_cap events means the clocks are capped.",
                 [
-                    c.gpu_series("inferwatch_gpu_power_watts", "draw"),
-                    c.gpu_series("inferwatch_gpu_power_limit_watts", "limit"),
+                    c.gpu_series(contract.GPU_POWER_WATTS.name, "draw"),
+                    c.gpu_series(contract.GPU_POWER_LIMIT_WATTS.name, "limit"),
                 ],
                 unit="watt",
                 min_value=0,
@@ -152,7 +153,7 @@ def power_section(t: Thresholds) -> Section:
                 "smoother than the power gauge, and what the power bill sees.",
                 [
                     Query(
-                        f"rate(inferwatch_gpu_energy_joules_total{gpu_sel()}[$__rate_interval])",
+                        f"rate({contract.GPU_ENERGY_JOULES}{gpu_sel()}[$__rate_interval])",
                         c.gpu_label(),
                     )
                 ],
@@ -162,7 +163,7 @@ def power_section(t: Thresholds) -> Section:
             p.timeseries(
                 "Temperature",
                 "GPU core temperature.",
-                [c.gpu_series("inferwatch_gpu_temperature_celsius")],
+                [c.gpu_series(contract.GPU_TEMPERATURE_CELSIUS.name)],
                 unit="celsius",
                 thresholds=TEMPERATURE_STEPS,
                 threshold_style="dashed",
@@ -175,8 +176,8 @@ def power_section(t: Thresholds) -> Section:
                 "Current SM and memory clocks. SM clocks dropping under load go with the "
                 "clock-event reasons next to this panel.",
                 [
-                    c.gpu_series("inferwatch_gpu_sm_clock_hertz", "SM"),
-                    c.gpu_series("inferwatch_gpu_memory_clock_hertz", "memory"),
+                    c.gpu_series(contract.GPU_SM_CLOCK_HERTZ.name, "SM"),
+                    c.gpu_series(contract.GPU_MEMORY_CLOCK_HERTZ.name, "memory"),
                 ],
                 unit="hertz",
                 min_value=0,
@@ -186,7 +187,7 @@ def power_section(t: Thresholds) -> Section:
                 "Why the clocks are below maximum, per reason: idle is normal; sw_power_cap, "
                 "hw_slowdown, sw_thermal, hw_thermal and power_brake throttle the GPU "
                 "(InferenceGPUThermalThrottling).",
-                [c.gpu_series("inferwatch_gpu_clock_event_active", "{{reason}}")],
+                [c.gpu_series(contract.GPU_CLOCK_EVENT_ACTIVE.name, "{{reason}}")],
                 mappings=p.value_mappings(
                     {0: ("inactive", "transparent"), 1: ("active", "orange")}
                 ),
@@ -205,7 +206,7 @@ def transfers_section(t: Thresholds) -> Section:
                 "PCIe traffic of each GPU by direction (tx: out of the GPU, rx: into it), "
                 "headers included. Sustained high rx on an inference GPU is weights or KV "
                 "cache moving over the bus (offload, swapping, model load).",
-                [c.gpu_series("inferwatch_gpu_pcie_throughput_bytes_per_second", "{{direction}}")],
+                [c.gpu_series(contract.GPU_PCIE_THROUGHPUT_BYTES_PER_SECOND.name, "{{direction}}")],
                 unit="Bps",
                 min_value=0,
             ),
@@ -214,7 +215,7 @@ def transfers_section(t: Thresholds) -> Section:
                 "NVLink traffic over all links of each GPU: tensor-parallel all-reduce "
                 "traffic. From the dcgm-exporter backend only; absent on boards without "
                 "NVLink.",
-                [c.gpu_series("inferwatch_gpu_nvlink_throughput_bytes_per_second")],
+                [c.gpu_series(contract.GPU_NVLINK_THROUGHPUT_BYTES_PER_SECOND.name)],
                 unit="Bps",
                 min_value=0,
             ),
@@ -226,7 +227,7 @@ def transfers_section(t: Thresholds) -> Section:
                 "P-state of each GPU, 0 the fastest. A GPU under load that leaves P0 "
                 "is being held back (power, thermal or an application-clock setting); "
                 "idle GPUs drop to P8 and lower.",
-                [c.gpu_series("inferwatch_gpu_performance_state")],
+                [c.gpu_series(contract.GPU_PERFORMANCE_STATE.name)],
                 unit="none",
                 min_value=0,
                 max_value=15,
@@ -236,7 +237,7 @@ def transfers_section(t: Thresholds) -> Section:
                 "Fan speed",
                 "Intended fan speed as a share of its maximum (can exceed 100%). Absent "
                 "on passively cooled boards, where the chassis moves the air.",
-                [c.gpu_series("inferwatch_gpu_fan_speed_ratio")],
+                [c.gpu_series(contract.GPU_FAN_SPEED_RATIO.name)],
                 unit="percentunit",
                 min_value=0,
                 fill=0,
@@ -256,7 +257,7 @@ def errors_section(t: Thresholds) -> Section:
                 f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
                 [
                     Query(
-                        f"sum by (instance, gpu, xid) (increase(inferwatch_gpu_xid_errors_total"
+                        f"sum by (instance, gpu, xid) (increase({contract.GPU_XID_ERRORS}"
                         f"{gpu_sel()}[$__rate_interval]))",
                         c.gpu_label("XID {{xid}}"),
                     )
@@ -268,7 +269,7 @@ def errors_section(t: Thresholds) -> Section:
                 "uncorrected ones corrupt results.",
                 [
                     Query(
-                        f"sum by (instance, gpu, type) (increase(inferwatch_gpu_ecc_errors_total"
+                        f"sum by (instance, gpu, type) (increase({contract.GPU_ECC_ERRORS}"
                         f"{gpu_sel()}[$__rate_interval]))",
                         c.gpu_label("{{type}}"),
                     )
@@ -282,9 +283,9 @@ def errors_section(t: Thresholds) -> Section:
                 [
                     Query(
                         "sum by (instance, collector, reason) (rate("
-                        f"inferwatch_collect_errors_total{host_sel()}[$__rate_interval]))"
+                        f"{contract.COLLECT_ERRORS}{host_sel()}[$__rate_interval]))"
                         " or sum by (instance, collector) "
-                        f"(0 * inferwatch_collect_duration_seconds{host_sel()})",
+                        f"(0 * {contract.COLLECT_DURATION_SECONDS}{host_sel()})",
                         "{{instance}} {{collector}} {{reason}}",
                     )
                 ],
@@ -300,7 +301,7 @@ def errors_section(t: Thresholds) -> Section:
                 "MIG instances of the selected GPUs with their profile and VRAM level.",
                 [
                     Query(
-                        "inferwatch_gpu_memory_used_ratio" + gpu_sel('gpu_instance!=""'),
+                        contract.GPU_MEMORY_USED_RATIO.name + gpu_sel('gpu_instance!=""'),
                         "",
                         instant=True,
                         fmt="table",
@@ -314,7 +315,7 @@ def errors_section(t: Thresholds) -> Section:
             p.table(
                 "GPU inventory",
                 "Model, UUID, PCI bus, driver and MIG mode of each selected GPU.",
-                [Query(f"inferwatch_gpu_info{gpu_sel()}", "", instant=True, fmt="table")],
+                [Query(f"{contract.GPU_INFO}{gpu_sel()}", "", instant=True, fmt="table")],
                 unit="none",
                 exclude=("Value", "job"),
                 order=(

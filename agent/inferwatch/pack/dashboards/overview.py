@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.engines import contract
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import slo_row
@@ -42,9 +43,9 @@ def queue_panel(t: Thresholds, by: str = "instance, worker") -> Any:
         "is the leading overload signal: scale out or rate-limit before latency alerts "
         "fire (field guide 6, FAQ).",
         [
-            Query(f"sum by ({by}) (inferwatch_queue_depth{worker_sel()})", "{{worker}} waiting"),
+            Query(f"sum by ({by}) ({contract.QUEUE_DEPTH}{worker_sel()})", "{{worker}} waiting"),
             Query(
-                f"max by ({by}) (inferwatch_max_num_seqs{c.worker_only()})",
+                f"max by ({by}) ({contract.MAX_NUM_SEQS}{c.worker_only()})",
                 "{{worker}} max_num_seqs",
             ),
         ],
@@ -63,11 +64,11 @@ def bottleneck_expr(t: Thresholds) -> str:
     the squeeze line with utilization below the healthy band.
     """
     n = names(t)
-    util = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
+    util = f"{contract.GPU_UTILIZATION_RATIO}{gpu_sel()}"
     vram = f"{n.gpu_pressure}{gpu_sel()}"
     queue = (
         "max by (job, instance, gpu, uuid) ("
-        f"max by (job, instance, worker) (inferwatch_queue_depth{host_sel()}) "
+        f"max by (job, instance, worker) ({contract.QUEUE_DEPTH}{host_sel()}) "
         f"* on (job, instance, worker) group_right () {n.worker_gpu}{host_sel()})"
     )
     busy = t.gpu_utilization.scale_review_above
@@ -147,18 +148,13 @@ def now_section(t: Thresholds) -> Section:
             p.stat(
                 "Fleet requests per second",
                 "Finished requests per second across the selected workers.",
-                [
-                    Query(
-                        f"sum(rate(inferwatch_requests_finished_total{worker_sel()}"
-                        "[$__rate_interval]))"
-                    )
-                ],
+                [Query(f"sum(rate({contract.REQUESTS_FINISHED}{worker_sel()}[$__rate_interval]))")],
                 unit="reqps",
             ),
             p.count_stat(
                 "Workers up",
                 "Workers whose last engine scrape succeeded, out of those selected.",
-                f"sum(inferwatch_target_up{c.worker_only()})",
+                f"sum({contract.TARGET_UP}{c.worker_only()})",
             ),
             c.gpus_up_stat(),
             p.count_stat(
@@ -197,7 +193,7 @@ def traffic_section(t: Thresholds) -> Section:
         "Requests per second",
         "Finished requests per second (every finish reason).",
         "model",
-        [("inferwatch_requests_finished_total", "")],
+        [(contract.REQUESTS_FINISHED.name, "")],
         unit="reqps",
     )
     return Section("Traffic and errors", c.traffic_line(t, "model", requests))

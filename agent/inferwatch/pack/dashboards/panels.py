@@ -15,6 +15,8 @@ from typing import Any
 import attr
 from grafanalib import core as g
 
+from inferwatch.engines import contract
+
 #: Every panel, target and query variable points at the ``datasource`` variable.
 DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -439,24 +441,26 @@ def standard_variables() -> list[g.Template]:
     optional = OPTIONAL_ALL_VALUE
     return [
         datasource_variable(),
-        query_variable("cluster", "inferwatch_agent_info", all_value=optional),
-        query_variable("job", "inferwatch_agent_info", '{cluster=~"$cluster"}'),
+        query_variable("cluster", contract.AGENT_INFO.name, all_value=optional),
+        query_variable("job", contract.AGENT_INFO.name, '{cluster=~"$cluster"}'),
         query_variable(
             "node",
-            "inferwatch_agent_info",
+            contract.AGENT_INFO.name,
             '{cluster=~"$cluster", job=~"$job"}',
             all_value=optional,
         ),
         query_variable(
-            "instance", "inferwatch_agent_info", '{cluster=~"$cluster", job=~"$job", node=~"$node"}'
+            "instance",
+            contract.AGENT_INFO.name,
+            '{cluster=~"$cluster", job=~"$job", node=~"$node"}',
         ),
-        query_variable("namespace", "inferwatch_target_up", host_sel(), all_value=optional),
+        query_variable("namespace", contract.TARGET_UP.name, host_sel(), all_value=optional),
         query_variable(
-            "pod", "inferwatch_target_up", host_sel('namespace=~"$namespace"'), all_value=optional
+            "pod", contract.TARGET_UP.name, host_sel('namespace=~"$namespace"'), all_value=optional
         ),
-        query_variable("model", "inferwatch_requests_running", host_sel()),
+        query_variable("model", contract.REQUESTS_RUNNING.name, host_sel()),
         query_variable(
-            "worker", "inferwatch_target_up", host_sel('namespace=~"$namespace", pod=~"$pod"')
+            "worker", contract.TARGET_UP.name, host_sel('namespace=~"$namespace", pod=~"$pod"')
         ),
-        query_variable("gpu", "inferwatch_gpu_info", host_sel()),
+        query_variable("gpu", contract.GPU_INFO.name, host_sel()),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inferwatch.engines import contract
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import secs, slo_steps, worker_only
 from inferwatch.pack.dashboards.panels import Query, Section
@@ -28,20 +29,20 @@ def warmup_section(t: Thresholds) -> Section:
             p.flag_stat(
                 "Warm",
                 "Whether the agent's warm-up gate has warmed each worker "
-                "(inferwatch_worker_ready): cold while it waits for /health, warms the "
+                f"({contract.WORKER_READY}): cold while it waits for /health, warms the "
                 "worker up, or after a restart; the agent's /readyz answers 200 only once "
                 "every gated worker is warm or its deadline has passed." + gate_off,
-                [_gauge("min", "inferwatch_worker_ready")],
+                [_gauge("min", contract.WORKER_READY.name)],
                 off=("cold", "red"),
                 on=("warm", "green"),
             ),
             p.flag_stat(
                 "Gate opened on deadline",
                 "1 when the gate let a worker into service only because warmup.deadline "
-                "passed before a warm-up succeeded (inferwatch_warmup_deadline_exceeded): "
+                f"passed before a warm-up succeeded ({contract.WARMUP_DEADLINE_EXCEEDED}): "
                 "the worker serves cold and InferenceWarmupDeadlineExceeded fires. It "
                 "returns to 0 when a background warm-up succeeds." + gate_off,
-                [_gauge("max", "inferwatch_warmup_deadline_exceeded")],
+                [_gauge("max", contract.WARMUP_DEADLINE_EXCEEDED.name)],
                 off=("no", "green"),
                 on=("serving cold", "orange"),
             ),
@@ -53,7 +54,7 @@ def warmup_section(t: Thresholds) -> Section:
                 "180 ms warm). The dashed line is ttft.warmup_p95_seconds, "
                 f"{secs(t.ttft.warmup_p95_seconds)}: a warm TTFT above it means the "
                 "warm-up did not help." + gate_off,
-                [_gauge("max", "inferwatch_warmup_ttft_seconds", "phase")],
+                [_gauge("max", contract.WARMUP_TTFT_SECONDS.name, "phase")],
                 unit="s",
                 min_value=0,
                 thresholds=slo_steps(t.ttft.warmup_p95_seconds),
@@ -64,7 +65,7 @@ def warmup_section(t: Thresholds) -> Section:
                 "Warm-up duration",
                 "How long the last completed warm-up took, from its first warm-up request "
                 "to ready (loading the model before /health answers is not counted)." + gate_off,
-                [_gauge("max", "inferwatch_warmup_duration_seconds")],
+                [_gauge("max", contract.WARMUP_DURATION_SECONDS.name)],
                 unit="s",
                 min_value=0,
                 fill=0,
@@ -81,12 +82,12 @@ def warmup_section(t: Thresholds) -> Section:
                 "that keep coming while the worker stays cold end in the deadline." + gate_off,
                 [
                     Query(
-                        "sum by (worker) (increase(inferwatch_warmups_total"
+                        f"sum by (worker) (increase({contract.WARMUPS}"
                         f"{worker_only()}[$__rate_interval]))",
                         "{{worker}} warm-ups",
                     ),
                     Query(
-                        "sum by (worker, reason) (increase(inferwatch_warmup_failures_total"
+                        f"sum by (worker, reason) (increase({contract.WARMUP_FAILURES}"
                         f"{worker_only()}[$__rate_interval]))",
                         "{{worker}} failed: {{reason}}",
                     ),

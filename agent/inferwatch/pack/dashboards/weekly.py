@@ -3,6 +3,7 @@ weekly review as seven days of P99 latency, GPU utilization and memory peak."""
 
 from __future__ import annotations
 
+from inferwatch.engines import contract
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
@@ -11,7 +12,7 @@ from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
 
 #: The GPU utilization series every weekly panel reads.
-_UTIL = f"inferwatch_gpu_utilization_ratio{gpu_sel()}"
+_UTIL = f"{contract.GPU_UTILIZATION_RATIO}{gpu_sel()}"
 
 
 def _band(lo: float | None, hi: float | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.engines import contract
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
@@ -21,7 +22,7 @@ def proxy_gap_panel(t: Thresholds) -> Any:
     """The TTFT P99 the rules read (the engine's histogram, else the measuring proxy's)
     and the one the proxy's clients got: the gap is queueing and network in front of the
     engine (docs/proxy.md)."""
-    proxied = c.worker_buckets(t, "inferwatch_proxy_ttft_seconds", "worker")
+    proxied = c.worker_buckets(t, contract.PROXY_TTFT_SECONDS.name, "worker")
     return p.timeseries(
         PROXY_GAP_TITLE,
         "TTFT P99 per worker as the rules read it (the engine's histogram; the measuring "
@@ -57,9 +58,9 @@ def bucket_heatmap(t: Thresholds, title: str, metric: str, description: str, uni
 
 #: (legend word, histogram) of the per-request phases, in the order a request goes through
 PHASES = (
-    ("prefill", "inferwatch_prefill_time_seconds"),
-    ("decode", "inferwatch_decode_time_seconds"),
-    ("queue", "inferwatch_queue_time_seconds"),
+    ("prefill", contract.PREFILL_TIME_SECONDS.name),
+    ("decode", contract.DECODE_TIME_SECONDS.name),
+    ("queue", contract.QUEUE_TIME_SECONDS.name),
 )
 
 
@@ -92,13 +93,13 @@ def lora_panel() -> Any:
         "while the worker is at its limit waits for a slot.",
         [
             Query(
-                f"max by (worker, adapter, state) (inferwatch_lora_adapter_active{worker_sel()})",
+                f"max by (worker, adapter, state) ({contract.LORA_ADAPTER_ACTIVE}{worker_sel()})",
                 "",
                 instant=True,
                 fmt="table",
             ),
             Query(
-                f"max by (worker) (inferwatch_lora_max_adapters{worker_sel()})",
+                f"max by (worker) ({contract.LORA_MAX_ADAPTERS}{worker_sel()})",
                 "",
                 instant=True,
                 fmt="table",
@@ -119,26 +120,26 @@ def now_section(t: Thresholds) -> Section:
                 "Engine reachable",
                 "1 when the agent's last scrape of the worker's /metrics succeeded and "
                 "carried engine data (the lowest of the selected workers).",
-                [Query(f"min(inferwatch_target_up{c.worker_only()})")],
+                [Query(f"min({contract.TARGET_UP}{c.worker_only()})")],
                 off=("down", "red"),
                 on=("up", "green"),
             ),
             p.stat(
                 "Requests running",
                 "Requests in the running batch now.",
-                [Query(f"sum(inferwatch_requests_running{worker_sel()})")],
+                [Query(f"sum({contract.REQUESTS_RUNNING}{worker_sel()})")],
                 unit="short",
             ),
             p.stat(
                 "Requests waiting",
                 "Requests queued for a batch slot now.",
-                [Query(f"sum(inferwatch_queue_depth{worker_sel()})")],
+                [Query(f"sum({contract.QUEUE_DEPTH}{worker_sel()})")],
                 unit="short",
             ),
             p.stat(
                 "Fullest KV cache",
                 "Share of the KV-cache blocks in use (the fullest selected worker).",
-                [Query(f"max(inferwatch_kv_cache_usage_ratio{worker_sel()})")],
+                [Query(f"max({contract.KV_CACHE_USAGE_RATIO}{worker_sel()})")],
                 unit="percentunit",
             ),
             p.stat(
@@ -153,7 +154,7 @@ def now_section(t: Thresholds) -> Section:
                 "Uptime",
                 "Time since the worker process started (the youngest selected worker). "
                 "A drop is a restart.",
-                [Query(f"min(time() - inferwatch_worker_start_time_seconds{c.worker_only()})")],
+                [Query(f"min(time() - {contract.WORKER_START_TIME_SECONDS}{c.worker_only()})")],
                 unit="s",
                 graph=False,
             ),
@@ -168,7 +169,7 @@ def latency_section(t: Thresholds) -> Section:
         c.slo_latency_line(t, "worker"),
         p.line(
             c.latency_panel(t, "End-to-end latency", E2E, None, "worker"),
-            c.latency_panel(t, "Queue time", "inferwatch_queue_time_seconds", None, "worker"),
+            c.latency_panel(t, "Queue time", contract.QUEUE_TIME_SECONDS.name, None, "worker"),
             h=8,
         ),
         p.line(proxy_gap_panel(t), h=8),
@@ -201,15 +202,15 @@ def batch_section(t: Thresholds) -> Section:
                 "batch is full.",
                 [
                     Query(
-                        f"sum by (worker) (inferwatch_queue_depth{worker_sel()})",
+                        f"sum by (worker) ({contract.QUEUE_DEPTH}{worker_sel()})",
                         "{{worker}} waiting",
                     ),
                     Query(
-                        f"sum by (worker) (inferwatch_requests_running{worker_sel()})",
+                        f"sum by (worker) ({contract.REQUESTS_RUNNING}{worker_sel()})",
                         "{{worker}} running",
                     ),
                     Query(
-                        f"max by (worker) (inferwatch_max_num_seqs{c.worker_only()})",
+                        f"max by (worker) ({contract.MAX_NUM_SEQS}{c.worker_only()})",
                         "{{worker}} max_num_seqs",
                     ),
                 ],
@@ -220,7 +221,7 @@ def batch_section(t: Thresholds) -> Section:
                 "Queue trend",
                 "Least-squares slope of the queue depth over the agent's stats window, in "
                 "requests per second: above zero the queue is growing.",
-                [Query(f"inferwatch_queue_depth_slope{worker_sel()}", "{{worker}}")],
+                [Query(f"{contract.QUEUE_DEPTH_SLOPE}{worker_sel()}", "{{worker}}")],
                 unit="short",
                 axis_label="requests/s",
             ),
@@ -246,20 +247,20 @@ def batch_section(t: Thresholds) -> Section:
                 "KV-cache usage",
                 "Share of the KV-cache blocks in use. Near 100% the engine preempts "
                 "requests; see the preemptions panel.",
-                [Query(f"inferwatch_kv_cache_usage_ratio{worker_sel()}", "{{worker}}")],
+                [Query(f"{contract.KV_CACHE_USAGE_RATIO}{worker_sel()}", "{{worker}}")],
             ),
             c.ratio_chart(
                 "Prefix-cache hit ratio",
                 "Share of prompt tokens served from the prefix cache over the stats window. "
                 "Long shared system prompts should hit often (field guide 6.2: 30-60% lower "
                 "TTFT).",
-                [Query(f"inferwatch_prefix_cache_hit_ratio{worker_sel()}", "{{worker}}")],
+                [Query(f"{contract.PREFIX_CACHE_HIT_RATIO}{worker_sel()}", "{{worker}}")],
             ),
             p.timeseries(
                 "Preemptions",
                 "Requests preempted per second to free KV-cache space. Sustained preemption "
                 "means the KV cache is too small for the batch.",
-                [c.rate_query("inferwatch_preemptions_total", "worker")],
+                [c.rate_query(contract.PREEMPTIONS.name, "worker")],
                 unit="short",
                 axis_label="preemptions/s",
                 min_value=0,
@@ -276,7 +277,7 @@ def shapes_section(t: Thresholds) -> Section:
             bucket_heatmap(
                 t,
                 "Prompt length distribution",
-                "inferwatch_prompt_length_tokens",
+                contract.PROMPT_LENGTH_TOKENS.name,
                 "Prompt tokens of each request: requests per second in each bucket. A "
                 "band of long prompts is the traffic a separate long-context pool "
                 "serves (field guide 5.3; `inferwatch advise` prints its share).",
@@ -285,7 +286,7 @@ def shapes_section(t: Thresholds) -> Section:
             bucket_heatmap(
                 t,
                 "Generation length distribution",
-                "inferwatch_generation_length_tokens",
+                contract.GENERATION_LENGTH_TOKENS.name,
                 "Tokens generated per finished request: requests per second in each "
                 "bucket. Long generations hold batch slots and KV cache for longer.",
                 "short",
@@ -302,7 +303,7 @@ def requests_section(t: Thresholds) -> Section:
         "Finished requests by reason",
         "Requests finished per second by reason: stop (end of sequence), length "
         "(token limit), abort (client went away), error.",
-        [c.rate_query("inferwatch_requests_finished_total", "reason")],
+        [c.rate_query(contract.REQUESTS_FINISHED.name, "reason")],
         unit="reqps",
         min_value=0,
         stack=True,
@@ -318,8 +319,8 @@ def process_section(t: Thresholds) -> Section:
             p.table(
                 "Launch flags",
                 "The worker's engine, model, version and the launch flags that matter, read "
-                "from its command line (inferwatch_worker_info).",
-                [Query(f"inferwatch_worker_info{c.worker_only()}", "", instant=True, fmt="table")],
+                f"from its command line ({contract.WORKER_INFO}).",
+                [Query(f"{contract.WORKER_INFO}{c.worker_only()}", "", instant=True, fmt="table")],
                 unit="none",
                 exclude=("Value", "job"),
                 order=(
@@ -344,7 +345,7 @@ def process_section(t: Thresholds) -> Section:
                 "CPU time of the worker's process tree per second (100% = one core).",
                 [
                     c.rate_query(
-                        "inferwatch_worker_cpu_seconds_total", "worker", selector=c.worker_only()
+                        contract.WORKER_CPU_SECONDS.name, "worker", selector=c.worker_only()
                     )
                 ],
                 unit="percentunit",
@@ -353,7 +354,7 @@ def process_section(t: Thresholds) -> Section:
             p.timeseries(
                 "Process memory",
                 "Resident memory (RSS) of the worker's process tree.",
-                [Query(f"inferwatch_worker_resident_memory_bytes{c.worker_only()}", "{{worker}}")],
+                [Query(f"{contract.WORKER_RESIDENT_MEMORY_BYTES}{c.worker_only()}", "{{worker}}")],
                 unit="bytes",
                 min_value=0,
             ),
@@ -362,7 +363,7 @@ def process_section(t: Thresholds) -> Section:
                 "Worker process restarts: changes of its start time per interval.",
                 [
                     Query(
-                        f"sum by (worker) (changes(inferwatch_worker_start_time_seconds"
+                        f"sum by (worker) (changes({contract.WORKER_START_TIME_SECONDS}"
                         f"{c.worker_only()}[$__interval]))",
                         "{{worker}}",
                     )
@@ -374,7 +375,7 @@ def process_section(t: Thresholds) -> Section:
                 "timeout, http_status, too_large, parse, no_engine_metrics).",
                 [
                     c.rate_query(
-                        "inferwatch_target_scrape_errors_total",
+                        contract.TARGET_SCRAPE_ERRORS.name,
                         "worker, reason",
                         selector=c.worker_only(),
                     )

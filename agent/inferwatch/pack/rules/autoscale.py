@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from inferwatch.engines import contract
 from inferwatch.pack.names import (
     DESIRED_REPLICAS,
     KV_USAGE_MODEL,
@@ -75,17 +76,17 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     samples = t.queue.over_capacity_samples
     span = format_duration((samples + 0.5) * t.pack.scrape_interval)
     young = (
-        f"(time() - max by ({WORKER_KEY}) (inferwatch_worker_start_time_seconds{s()})"
+        f"(time() - max by ({WORKER_KEY}) ({contract.WORKER_START_TIME_SECONDS}{s()})"
         f" < {num(t.cold_start.within)})"
     )
     gate_closed = (
-        f"(max by ({WORKER_KEY}) (inferwatch_worker_ready{s()}) == 0"
+        f"(max by ({WORKER_KEY}) ({contract.WORKER_READY}{s()}) == 0"
         f"\n    unless on ({WORKER_KEY})"
-        f"\n  max by ({WORKER_KEY}) (inferwatch_warmup_deadline_exceeded{s()}) == 1)"
+        f"\n  max by ({WORKER_KEY}) ({contract.WARMUP_DEADLINE_EXCEEDED}{s()}) == 1)"
     )
     open_requests = (
-        f"(max by ({WORKER}) (inferwatch_queue_depth{s()})"
-        f" + max by ({WORKER}) (inferwatch_requests_running{s()}))"
+        f"(max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})"
+        f" + max by ({WORKER}) ({contract.REQUESTS_RUNNING}{s()}))"
     )
     return [
         record(
@@ -100,7 +101,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         record(
             KV_USAGE_MODEL,
             f"max by ({MODEL}) (\n"
-            f"    max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()})\n"
+            f"    max by ({WORKER_KEY}) ({contract.KV_CACHE_USAGE_RATIO}{s()})\n"
             f"  * on ({WORKER_KEY}) group_left (model)\n"
             f"    {n.worker_labels}\n"
             f")",

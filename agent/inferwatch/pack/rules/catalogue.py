@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from inferwatch.engines import contract
 from inferwatch.pack import names as an
 from inferwatch.pack.names import GPU, INSTANCE, MODEL, WORKER, WORKER_KEY, names
 from inferwatch.pack.rules import slo
@@ -133,7 +134,7 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name=an.GPU_LOST,
             group=GPU_GROUP,
-            expr=f"max by ({GPU}) (inferwatch_gpu_up{s()}) == 0",
+            expr=f"max by ({GPU}) ({contract.GPU_UP}{s()}) == 0",
             for_seconds=t.availability.gpu_lost_for,
             severity="critical",
             summary="A GPU stopped answering its GPU source (NVML or dcgm-exporter).",
@@ -192,7 +193,7 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name=an.GPU_THERMAL_THROTTLING,
             group=GPU_GROUP,
-            expr=(f"max by ({GPU}, reason) (inferwatch_gpu_clock_event_active{thermal}) == 1"),
+            expr=(f"max by ({GPU}, reason) ({contract.GPU_CLOCK_EVENT_ACTIVE}{thermal}) == 1"),
             for_seconds=t.gpu_health.thermal_for,
             severity="warning",
             summary="A GPU is slowing its clocks because of heat or the power brake.",
@@ -219,7 +220,7 @@ def _latency_alerts(t: Thresholds) -> list[Alert]:
             name=an.QUEUE_OVER_CAPACITY,
             group=WORKER_GROUP,
             expr=(
-                f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n"
+                f"max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})\n"
                 f"and on ({WORKER})\n"
                 f"{n.queue_over_capacity} == 1"
             ),
@@ -348,7 +349,7 @@ def _worker_alerts(t: Thresholds) -> list[Alert]:
                 # Where the gate opened on its deadline (1) or is off (absent), users
                 # got the cold path.
                 f"unless on ({WORKER_KEY})\n"
-                f"max by ({WORKER_KEY}) (inferwatch_warmup_deadline_exceeded{s()}) == 0"
+                f"max by ({WORKER_KEY}) ({contract.WARMUP_DEADLINE_EXCEEDED}{s()}) == 0"
             ),
             for_seconds=t.cold_start.cold_start_for,
             severity="warning",
@@ -365,7 +366,7 @@ def _worker_alerts(t: Thresholds) -> list[Alert]:
             # and the alert stays silent.
             name=an.WARMUP_DEADLINE_EXCEEDED,
             group=WORKER_GROUP,
-            expr=(f"max by ({WORKER_KEY}) (inferwatch_warmup_deadline_exceeded{s()}) == 1"),
+            expr=(f"max by ({WORKER_KEY}) ({contract.WARMUP_DEADLINE_EXCEEDED}{s()}) == 1"),
             for_seconds=t.cold_start.warmup_deadline_for,
             severity="warning",
             summary="The warm-up gate let a worker into service without warming it up.",
@@ -413,13 +414,13 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
             # A young process whose /metrics does not answer yet is loading its model,
             # not down; a crash loop is down however young each start is.
             expr=(
-                f"max by ({WORKER_KEY}) (inferwatch_target_up{s()}) == 0\n"
+                f"max by ({WORKER_KEY}) ({contract.TARGET_UP}{s()}) == 0\n"
                 f"unless on ({WORKER_KEY})\n"
                 f"(\n"
                 f"    {_young(t, t.availability.startup_grace)}\n"
                 f"  unless on ({WORKER_KEY})\n"
                 f"    max by ({WORKER_KEY}) (\n"
-                f"      changes(inferwatch_worker_start_time_seconds{s()}"
+                f"      changes({contract.WORKER_START_TIME_SECONDS}{s()}"
                 f"[{dur(t.availability.crash_loop_window)}])\n"
                 f"    ) >= {t.availability.crash_loop_restarts}\n"
                 f")"
@@ -440,11 +441,11 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
             name=an.WORKER_UNATTRIBUTED,
             group=HEALTH_GROUP,
             expr=(
-                f"max by ({WORKER_KEY}) (inferwatch_target_up{s()}) == 1\n"
+                f"max by ({WORKER_KEY}) ({contract.TARGET_UP}{s()}) == 1\n"
                 f"unless on ({WORKER_KEY})\n"
-                f"max by ({WORKER_KEY}) (inferwatch_worker_gpu_info{s()})\n"
+                f"max by ({WORKER_KEY}) ({contract.WORKER_GPU_INFO}{s()})\n"
                 f"and on ({INSTANCE})\n"
-                f"max by ({INSTANCE}) (inferwatch_gpu_up{s()})"
+                f"max by ({INSTANCE}) ({contract.GPU_UP}{s()})"
             ),
             for_seconds=t.availability.unattributed_for,
             severity="warning",
@@ -507,7 +508,7 @@ def _xid_expr(t: Thresholds, matcher: str) -> str:
     """
     sel = t.pack.selector(matcher)
     return (
-        f"min by ({GPU}, xid) (time() - inferwatch_gpu_xid_last_timestamp_seconds{sel})\n"
+        f"min by ({GPU}, xid) (time() - {contract.GPU_XID_LAST_TIMESTAMP_SECONDS}{sel})\n"
         f"< {num(t.pack.rate_window)}"
     )
 
@@ -516,7 +517,7 @@ def _young(t: Thresholds, seconds: float) -> str:
     """Workers whose process started less than ``seconds`` ago (labels job, instance, worker)."""
     return (
         f"(time() - max by ({WORKER_KEY}) "
-        f"(inferwatch_worker_start_time_seconds{t.pack.selector()}) < {num(seconds)})"
+        f"({contract.WORKER_START_TIME_SECONDS}{t.pack.selector()}) < {num(seconds)})"
     )
 
 
@@ -568,8 +569,8 @@ def _imbalance_expr(t: Thresholds) -> str:
 def _telemetry_down_expr(t: Thresholds) -> str:
     """No finished GPU pass (NVML or dcgm-exporter) for gpu_lost_for, or errors and never one."""
     nvml = t.pack.selector('collector=~"nvml|dcgm"')  # either GPU backend's collector
-    last = f"inferwatch_last_collect_timestamp_seconds{nvml}"
-    errors = f"inferwatch_collect_errors_total{nvml}"
+    last = f"{contract.LAST_COLLECT_TIMESTAMP_SECONDS}{nvml}"
+    errors = f"{contract.COLLECT_ERRORS}{nvml}"
     return (
         f"time() - max by ({INSTANCE}) ({last}) > {num(t.availability.gpu_lost_for)}\n"
         f"or\n"

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from inferwatch.engines import contract
 from inferwatch.pack.names import (
     CLUSTER,
     COST_STATES,
@@ -79,7 +80,7 @@ def price_expr(pricing: Pricing, selector: str) -> str | None:
             assert p.instance_type is not None
             matcher = f"{pricing.instance_type_label}={promql_string(p.instance_type)}"
         sel = "{" + ", ".join(m for m in (selector, matcher) if m) + "}"
-        branches.append(f"  0 * max by ({GPU}) (inferwatch_gpu_info{sel}) + {lit(p.per_gpu_hour)}")
+        branches.append(f"  0 * max by ({GPU}) ({contract.GPU_INFO}{sel}) + {lit(p.per_gpu_hour)}")
     body = f"\nor on ({GPU})\n".join(branches)
     return f'label_replace(\n{body},\n  "currency", "{pricing.currency}", "", ""\n)'
 
@@ -172,9 +173,9 @@ def raw_util_expr(t: Thresholds, selector: str = "") -> str:
     w = t.pack.window
     sel = "{" + selector + "}"
     return (
-        f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{sel}[{w}]))\n"
+        f"max by ({GPU}) (avg_over_time({contract.GPU_UTILIZATION_RATIO}{sel}[{w}]))\n"
         f"or\n"
-        f"max by ({GPU}) (avg_over_time(inferwatch_gpu_sm_active_ratio{sel}[{w}]))"
+        f"max by ({GPU}) (avg_over_time({contract.GPU_SM_ACTIVE_RATIO}{sel}[{w}]))"
     )
 
 
@@ -183,9 +184,9 @@ def raw_exprs(t: Thresholds, selector: str = "") -> CostExprs:
     sel = "{" + selector + "}"
     return CostExprs(
         util=raw_util_expr(t, selector),
-        attribution=f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{sel})",
+        attribution=f"max by ({WORKER_GPU}) ({contract.WORKER_GPU_INFO}{sel})",
         worker_labels=(
-            f"group by ({WORKER}) (inferwatch_queue_depth{sel} or inferwatch_requests_running{sel})"
+            f"group by ({WORKER}) ({contract.QUEUE_DEPTH}{sel} or {contract.REQUESTS_RUNNING}{sel})"
         ),
         waste_below=t.gpu_utilization.waste_below,
     )
@@ -278,7 +279,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
 
     w = t.pack.window
     rules.append(
-        record(c.gpu_power, f"max by ({GPU}) (rate(inferwatch_gpu_energy_joules_total{s}[{w}]))")
+        record(c.gpu_power, f"max by ({GPU}) (rate({contract.GPU_ENERGY_JOULES}{s}[{w}]))")
     )
     rules.append(record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
     rules.append(record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))

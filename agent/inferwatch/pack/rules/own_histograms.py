@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from inferwatch.engines import ENGINES as ENGINE_MAPS
+from inferwatch.engines import contract
 from inferwatch.engines.base import EngineMap, Signal
 from inferwatch.pack.names import CLUSTER, ENDPOINT_JOIN, ENDPOINT_KEY, INSTANCE, WORKER, WORKER_KEY
 from inferwatch.pack.thresholds import Thresholds
@@ -32,7 +33,7 @@ from inferwatch.pack.thresholds import Thresholds
 #: engines whose own latency histograms the rules read (both pass them through as is)
 ENGINES = ("vllm", "sglang")
 
-ENDPOINT_INFO = "inferwatch_worker_endpoint_info"
+ENDPOINT_INFO = contract.WORKER_ENDPOINT_INFO.name
 
 
 def _passthrough(engine: EngineMap, target: str) -> Signal | None:

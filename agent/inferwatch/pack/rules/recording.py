@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from inferwatch.engines import contract
 from inferwatch.pack.names import (
     CLUSTER,
     GPU,
@@ -97,11 +98,11 @@ def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = []
     # Throughput and errors.
     for name, metric in (
-        ("requests_finished", "inferwatch_requests_finished_total"),
-        ("requests_rejected", "inferwatch_requests_rejected_total"),
-        ("prompt_tokens", "inferwatch_prompt_tokens_total"),
-        ("generation_tokens", "inferwatch_generation_tokens_total"),
-        ("preemptions", "inferwatch_preemptions_total"),
+        ("requests_finished", contract.REQUESTS_FINISHED.name),
+        ("requests_rejected", contract.REQUESTS_REJECTED.name),
+        ("prompt_tokens", contract.PROMPT_TOKENS.name),
+        ("generation_tokens", contract.GENERATION_TOKENS.name),
+        ("preemptions", contract.PREEMPTIONS.name),
     ):
         rules.append(record(n.rate(name), f"sum by ({WORKER}) (rate({metric}{s()}[{w}]))"))
     finished = n.rate("requests_finished")
@@ -115,7 +116,7 @@ def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
             "(\n"
             f"    (\n"
             f"      sum by ({WORKER}) "
-            f"(rate(inferwatch_requests_finished_total{error_sel}[{w}]))\n"
+            f"(rate({contract.REQUESTS_FINISHED}{error_sel}[{w}]))\n"
             f"      or 0 * {finished}\n"
             f"      or 0 * {rejected}\n"
             f"    )\n"
@@ -142,7 +143,7 @@ def _worker_models_records(t: Thresholds) -> list[dict[str, Any]]:
         record(
             n.worker_labels,
             f"group by ({WORKER}) (\n"
-            f"  inferwatch_queue_depth{s()} or inferwatch_requests_running{s()}\n"
+            f"  {contract.QUEUE_DEPTH}{s()} or {contract.REQUESTS_RUNNING}{s()}\n"
             f")",
         ),
     ]
@@ -161,14 +162,14 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
             n.batch_capacity,
             f"min by ({WORKER}) (\n"
             f"    label_replace(\n"
-            f"      max by ({WORKER}) (inferwatch_max_num_seqs{s()}),\n"
+            f"      max by ({WORKER}) ({contract.MAX_NUM_SEQS}{s()}),\n"
             f'      "capacity_from", "max_num_seqs", "", ""\n'
             f"    )\n"
             f"  or\n"
             f"    label_replace(\n"
-            f"        max by ({WORKER}) (inferwatch_requests_running{s()})\n"
+            f"        max by ({WORKER}) ({contract.REQUESTS_RUNNING}{s()})\n"
             f"      and on ({WORKER_KEY})\n"
-            f"        max by ({WORKER_KEY}) (inferwatch_kv_cache_usage_ratio{s()}) "
+            f"        max by ({WORKER_KEY}) ({contract.KV_CACHE_USAGE_RATIO}{s()}) "
             f">= {num(t.vram.scale_above)},\n"
             f'      "capacity_from", "kv_cache", "", ""\n'
             f"    )\n"
@@ -176,20 +177,20 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
         ),
         record(
             n.queue_over_capacity,
-            f"max by ({WORKER}) (inferwatch_queue_depth{s()})\n> bool\n{n.batch_capacity}",
+            f"max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})\n> bool\n{n.batch_capacity}",
         ),
         record(
             n.queue_avg,
-            f"max by ({WORKER}) (avg_over_time(inferwatch_queue_depth{s()}[{w}]))",
+            f"max by ({WORKER}) (avg_over_time({contract.QUEUE_DEPTH}{s()}[{w}]))",
         ),
         record(
             n.running_avg,
-            f"max by ({WORKER}) (avg_over_time(inferwatch_requests_running{s()}[{w}]))",
+            f"max by ({WORKER}) (avg_over_time({contract.REQUESTS_RUNNING}{s()}[{w}]))",
         ),
         record(n.open_avg, f"{n.queue_avg} + {n.running_avg}"),
         record(
             n.queue_deriv,
-            f"max by ({WORKER}) (deriv(inferwatch_queue_depth{s()}[{n.rising_window}]))",
+            f"max by ({WORKER}) (deriv({contract.QUEUE_DEPTH}{s()}[{n.rising_window}]))",
         ),
     ]
 
@@ -203,11 +204,11 @@ def _gpu_utilization_records(t: Thresholds) -> list[dict[str, Any]]:
         # SM activity (Hopper and newer) stands in for it.
         record(
             n.gpu_util,
-            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_utilization_ratio{s()}[{w}]))\n"
+            f"max by ({GPU}) (avg_over_time({contract.GPU_UTILIZATION_RATIO}{s()}[{w}]))\n"
             f"or\n"
-            f"max by ({GPU}) (avg_over_time(inferwatch_gpu_sm_active_ratio{s()}[{w}]))",
+            f"max by ({GPU}) (avg_over_time({contract.GPU_SM_ACTIVE_RATIO}{s()}[{w}]))",
         ),
-        record(n.gpu_vram, f"max by ({GPU}) (inferwatch_gpu_memory_used_ratio{s()})"),
+        record(n.gpu_vram, f"max by ({GPU}) ({contract.GPU_MEMORY_USED_RATIO}{s()})"),
     ]
 
 
@@ -221,7 +222,7 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
         # view of the model's own GPUs, memory pressure per GPU and worker. Memory pressure
         # is averaged over the window: a KV-limited engine's usage swings between 85 and
         # 99 % as it preempts and refills, and the page must not flap with it.
-        record(n.worker_gpu, f"max by ({WORKER_GPU}) (inferwatch_worker_gpu_info{s()})"),
+        record(n.worker_gpu, f"max by ({WORKER_GPU}) ({contract.WORKER_GPU_INFO}{s()})"),
         record(
             n.worker_gpus,
             f"{n.worker_labels}\n"
@@ -248,14 +249,14 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
         record(
             n.worker_gpu_pressure,
             f"label_replace(\n"
-            f"    max by ({WORKER_KEY}) (avg_over_time(inferwatch_kv_cache_usage_ratio{s()}[{w}]))\n"
+            f"    max by ({WORKER_KEY}) (avg_over_time({contract.KV_CACHE_USAGE_RATIO}{s()}[{w}]))\n"
             f"  * on ({WORKER_KEY}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "kv_cache", "", ""\n'
             f")\n"
             f"or on ({WORKER_GPU})\n"
             f"label_replace(\n"
-            f"    max by ({GPU}) (avg_over_time(inferwatch_gpu_memory_used_ratio{s()}[{w}]))\n"
+            f"    max by ({GPU}) (avg_over_time({contract.GPU_MEMORY_USED_RATIO}{s()}[{w}]))\n"
             f"  * on ({GPU}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "gpu_memory", "", ""\n'
@@ -265,8 +266,8 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
             n.gpu_pressure,
             f"max by ({GPU}) ({n.worker_gpu_pressure})\nor\n{n.gpu_vram}",
         ),
-        record(n.cluster_util, f"avg by ({CLUSTER}) (inferwatch_gpu_utilization_ratio{s()})"),
-        record(n.cluster_vram, f"max by ({CLUSTER}) (inferwatch_gpu_memory_used_ratio{s()})"),
+        record(n.cluster_util, f"avg by ({CLUSTER}) ({contract.GPU_UTILIZATION_RATIO}{s()})"),
+        record(n.cluster_vram, f"max by ({CLUSTER}) ({contract.GPU_MEMORY_USED_RATIO}{s()})"),
     ]
 
 

@@ -55,6 +55,7 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
+from inferwatch.engines import contract
 from inferwatch.pack.names import (
     MODEL,
     SLO_BUDGET_REMAINING,
@@ -223,7 +224,7 @@ def good_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: st
             t, spec, entry, f"inferwatch_{o.kind}_seconds", floatToGoString(o.le), w
         )
     m = entry_matchers(spec, entry)
-    return _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason!="error"'), w)
+    return _sum_rate(t, contract.REQUESTS_FINISHED.name, (*m, 'reason!="error"'), w)
 
 
 def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
@@ -236,8 +237,8 @@ def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w:
         return _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", "+Inf", w)
     m = entry_matchers(spec, entry)
     good = slo_good(w) + "{" + ",".join((f'slo="{o.kind}"', *model_matchers(spec, entry))) + "}"
-    failed = _sum_rate(t, "inferwatch_requests_finished_total", (*m, 'reason="error"'), w)
-    rejected = _sum_rate(t, "inferwatch_requests_rejected_total", m, w)
+    failed = _sum_rate(t, contract.REQUESTS_FINISHED.name, (*m, 'reason="error"'), w)
+    rejected = _sum_rate(t, contract.REQUESTS_REJECTED.name, m, w)
     # an engine that never reported an error reason or has no rejection counter has
     # none of them, as long as it reports finished requests at all
     return (

@@ -17,13 +17,14 @@ from inferwatch.agent.collectors.nvml.calls import (
     NvmlCalls,
     text,
 )
+from inferwatch.engines import contract
 
 #: GPM metrics, as (family, NVML GPM metric id); NVML reports percent.
 GPM_METRICS: tuple[tuple[str, int], ...] = (
-    ("inferwatch_gpu_sm_active_ratio", 2),  # NVML_GPM_METRIC_SM_UTIL
-    ("inferwatch_gpu_sm_occupancy_ratio", 3),  # NVML_GPM_METRIC_SM_OCCUPANCY
-    ("inferwatch_gpu_tensor_active_ratio", 5),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
-    ("inferwatch_gpu_dram_active_ratio", 10),  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    (contract.GPU_SM_ACTIVE_RATIO.name, 2),  # NVML_GPM_METRIC_SM_UTIL
+    (contract.GPU_SM_OCCUPANCY_RATIO.name, 3),  # NVML_GPM_METRIC_SM_OCCUPANCY
+    (contract.GPU_TENSOR_ACTIVE_RATIO.name, 5),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (contract.GPU_DRAM_ACTIVE_RATIO.name, 10),  # NVML_GPM_METRIC_DRAM_BW_UTIL
 )
 
 

@@ -16,6 +16,7 @@ from inferwatch.agent.collectors.nvml.calls import SKIP, Device, NvmlCalls, rati
 from inferwatch.agent.collectors.nvml.devices import GPM_METRICS, Devices
 from inferwatch.agent.collectors.nvml.processes import Processes
 from inferwatch.agent.collectors.nvml.snapshot import DeviceReading, ProcessReading
+from inferwatch.engines import contract
 
 #: Clock-event reasons exported, as (label value, NVML bit).
 CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
@@ -78,10 +79,10 @@ class Sampler:
         counters: dict[str, float] = {}
         limit = self.calls.call(gpu, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
         if limit is not SKIP:
-            gauges["inferwatch_gpu_power_limit_watts"] = limit / 1000.0
+            gauges[contract.GPU_POWER_LIMIT_WATTS.name] = limit / 1000.0
         energy = self.calls.call(gpu, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
         if energy is not SKIP:
-            counters["inferwatch_gpu_energy_joules_total"] = energy / 1000.0
+            counters[contract.GPU_ENERGY_JOULES.name] = energy / 1000.0
         gpu.slow_gauges, gpu.slow_counters, gpu.ecc = gauges, counters, self._ecc(gpu)
         self.devices.discover_mig(gpu)
 
@@ -124,7 +125,7 @@ class Sampler:
             mem = self.calls.call(dev, "memory_v2", "nvmlDeviceGetMemoryInfo", h, v2)
         if mem is not SKIP:
             used, reserved, total = int(mem.used), int(mem.reserved), int(mem.total)
-            gauges["inferwatch_gpu_memory_reserved_bytes"] = float(reserved)
+            gauges[contract.GPU_MEMORY_RESERVED_BYTES.name] = float(reserved)
         elif v2 is None or "memory_v2" in dev.unsupported:
             mem = self.calls.call(dev, "memory_v1", "nvmlDeviceGetMemoryInfo", h)
             if mem is SKIP:
@@ -133,36 +134,36 @@ class Sampler:
             used, reserved, total = int(mem.used), 0, int(mem.total)
         else:
             return
-        gauges["inferwatch_gpu_memory_used_bytes"] = float(used)
-        gauges["inferwatch_gpu_memory_total_bytes"] = float(total)
+        gauges[contract.GPU_MEMORY_USED_BYTES.name] = float(used)
+        gauges[contract.GPU_MEMORY_TOTAL_BYTES.name] = float(total)
         if total > 0:
-            gauges["inferwatch_gpu_memory_used_ratio"] = (used + reserved) / total
+            gauges[contract.GPU_MEMORY_USED_RATIO.name] = (used + reserved) / total
 
     def _instant(self, gpu: Device, gauges: dict[str, float]) -> None:
         """The cheap gauges of a whole GPU: utilisation, power, temperature, clocks, fan."""
         call, h = self.calls.call, gpu.handle
         util = call(gpu, "utilization", "nvmlDeviceGetUtilizationRates", h)
         if util is not SKIP:
-            gauges["inferwatch_gpu_utilization_ratio"] = util.gpu / 100.0
-            gauges["inferwatch_gpu_memory_busy_ratio"] = util.memory / 100.0
+            gauges[contract.GPU_UTILIZATION_RATIO.name] = util.gpu / 100.0
+            gauges[contract.GPU_MEMORY_BUSY_RATIO.name] = util.memory / 100.0
         power = call(gpu, "power", "nvmlDeviceGetPowerUsage", h)
         if power is not SKIP:
-            gauges["inferwatch_gpu_power_watts"] = power / 1000.0
+            gauges[contract.GPU_POWER_WATTS.name] = power / 1000.0
         temp = call(gpu, "temperature", "nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)
         if temp is not SKIP:
-            gauges["inferwatch_gpu_temperature_celsius"] = float(temp)
+            gauges[contract.GPU_TEMPERATURE_CELSIUS.name] = float(temp)
         sm = call(gpu, "sm_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
         if sm is not SKIP:
-            gauges["inferwatch_gpu_sm_clock_hertz"] = sm * 1e6
+            gauges[contract.GPU_SM_CLOCK_HERTZ.name] = sm * 1e6
         mem = call(gpu, "mem_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
         if mem is not SKIP:
-            gauges["inferwatch_gpu_memory_clock_hertz"] = mem * 1e6
+            gauges[contract.GPU_MEMORY_CLOCK_HERTZ.name] = mem * 1e6
         pstate = call(gpu, "pstate", "nvmlDeviceGetPerformanceState", h)
         if pstate is not SKIP and 0 <= int(pstate) < _PSTATE_UNKNOWN:
-            gauges["inferwatch_gpu_performance_state"] = float(pstate)
+            gauges[contract.GPU_PERFORMANCE_STATE.name] = float(pstate)
         fan = call(gpu, "fan", "nvmlDeviceGetFanSpeed", h)
         if fan is not SKIP:
-            gauges["inferwatch_gpu_fan_speed_ratio"] = fan / 100.0
+            gauges[contract.GPU_FAN_SPEED_RATIO.name] = fan / 100.0
 
     def _read_whole(self, gpu: Device, seen: set[int], activity: bool) -> DeviceReading:
         gauges: dict[str, float] = dict(gpu.slow_gauges)

@@ -13,74 +13,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.samples import Sample
 
 from inferwatch.agent.collectors.attribution import GpuDevice
-
-GAUGE_HELP: dict[str, str] = {
-    "inferwatch_gpu_utilization_ratio": (
-        "Share of the last sample period in which any kernel ran on the GPU "
-        "(NVML utilization.gpu / 100; coarse, see inferwatch_gpu_sm_active_ratio)."
-    ),
-    "inferwatch_gpu_memory_busy_ratio": (
-        "Share of the last sample period in which device memory was read or written "
-        "(NVML utilization.memory / 100)."
-    ),
-    "inferwatch_gpu_sm_active_ratio": (
-        "Share of SMs busy between two collection passes (NVML GPM SM utilization; "
-        "Hopper and newer)."
-    ),
-    "inferwatch_gpu_sm_occupancy_ratio": (
-        "Resident warps over the theoretical maximum between two passes (NVML GPM SM occupancy)."
-    ),
-    "inferwatch_gpu_tensor_active_ratio": (
-        "Share of time any tensor pipe was busy between two passes (NVML GPM)."
-    ),
-    "inferwatch_gpu_dram_active_ratio": (
-        "DRAM bandwidth used over its maximum between two passes (NVML GPM)."
-    ),
-    "inferwatch_gpu_memory_used_bytes": (
-        "Device memory allocated by processes, excluding the driver's reservation "
-        "(NVML memory info v2 'used'; v1 'used' where v2 is unsupported)."
-    ),
-    "inferwatch_gpu_memory_reserved_bytes": "Device memory reserved by the driver (NVML v2).",
-    "inferwatch_gpu_memory_total_bytes": "Total device memory (NVML).",
-    "inferwatch_gpu_memory_used_ratio": (
-        "(used + reserved) / total device memory: the VRAM level the thresholds speak of."
-    ),
-    "inferwatch_gpu_power_watts": "Power draw reported by NVML, in watts.",
-    "inferwatch_gpu_power_limit_watts": "Enforced power limit (NVML), in watts.",
-    "inferwatch_gpu_temperature_celsius": "GPU core temperature (NVML), in degrees Celsius.",
-    "inferwatch_gpu_sm_clock_hertz": "Current SM clock (NVML), in hertz.",
-    "inferwatch_gpu_memory_clock_hertz": "Current memory clock (NVML), in hertz.",
-    "inferwatch_gpu_performance_state": "Performance state (P-state) 0-15 (NVML); 0 is the fastest.",
-    "inferwatch_gpu_fan_speed_ratio": (
-        "Intended fan speed as a share of its maximum (NVML fan speed / 100; can exceed 1)."
-    ),
-}
-COUNTER_HELP: dict[str, str] = {
-    "inferwatch_gpu_energy_joules_total": (
-        "Energy used since the driver was loaded (NVML total energy consumption), in joules."
-    ),
-}
-INFO_HELP = "Static description of a GPU or MIG device (NVML); always 1."
-UP_HELP = "1 when the GPU answered NVML in the last pass, 0 when it is lost or failing."
-CLOCK_EVENT_HELP = (
-    "1 while NVML reports this reason for holding the clocks down (clock event reasons)."
-)
-XID_HELP = "XID errors reported by NVML events since the agent started, by XID code."
-XID_LAST_HELP = (
-    "Unix time of the last NVML XID event of this XID code on this GPU since the agent started."
-)
-WORKER_GPU_HELP = (
-    "1 for each GPU or MIG device a worker runs on: from NVML's process list, else the "
-    "worker's NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, else the agent's own visible "
-    "devices (one-worker sidecar), else workers[].gpus; absent when unknown."
-)
-ECC_HELP = "Volatile ECC error counts since the driver was loaded (NVML), by type."
-PROCESS_MEMORY_HELP = "Device memory used by one process (NVML compute running processes)."
-PROCESS_SM_HELP = "Share of SM time one process had since the previous pass (NVML)."
-PCIE_HELP = (
-    "PCIe traffic by direction (tx, rx), NVML's 20 ms byte-counter sample taken every "
-    "activity interval, in bytes per second."
-)
+from inferwatch.engines import contract
 
 
 @dataclass(frozen=True)
@@ -137,24 +70,25 @@ class _Families:
         self.gauges: dict[str, Metric] = {}
         self.counters: dict[str, Metric] = {}
 
-    def gauge(self, name: str, help_text: str) -> Metric:
+    def gauge(self, name: str) -> Metric:
         fam = self.gauges.get(name)
         if fam is None:
-            fam = self.gauges[name] = GaugeMetricFamily(name, help_text)
+            fam = self.gauges[name] = GaugeMetricFamily(name, contract.BY_NAME[name].help)
         return fam
 
-    def counter(self, name: str, help_text: str) -> Metric:
+    def counter(self, name: str) -> Metric:
         fam = self.counters.get(name)
         if fam is None:
+            row = contract.BY_NAME[name]
             # prometheus_client names a counter family without the _total suffix.
-            fam = self.counters[name] = CounterMetricFamily(name.removesuffix("_total"), help_text)
+            fam = self.counters[name] = CounterMetricFamily(row.base, row.help)
         return fam
 
-    def add_gauge(self, name: str, help_text: str, labels: dict[str, str], value: float) -> None:
-        self.gauge(name, help_text).samples.append(Sample(name, labels, value))
+    def add_gauge(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.gauge(name).samples.append(Sample(name, labels, value))
 
-    def add_counter(self, name: str, help_text: str, labels: dict[str, str], value: float) -> None:
-        self.counter(name, help_text).samples.append(Sample(name, labels, value))
+    def add_counter(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.counter(name).samples.append(Sample(name, labels, value))
 
     def all(self) -> list[Metric]:
         return [*self.gauges.values(), *self.counters.values()]
@@ -163,21 +97,21 @@ class _Families:
 def _device(out: _Families, dev: DeviceReading) -> None:
     """A device's own series: info, up, gauges, counters, clock events, ECC, PCIe."""
     base = dev.labels()
-    out.add_gauge("inferwatch_gpu_info", INFO_HELP, info_labels(dev), 1.0)
-    out.add_gauge("inferwatch_gpu_up", UP_HELP, base, 1.0 if dev.up else 0.0)
+    out.add_gauge(contract.GPU_INFO.name, info_labels(dev), 1.0)
+    out.add_gauge(contract.GPU_UP.name, base, 1.0 if dev.up else 0.0)
     for name, value in dev.gauges.items():
-        out.add_gauge(name, GAUGE_HELP[name], base, value)
+        out.add_gauge(name, base, value)
     for name, value in dev.counters.items():
-        out.add_counter(name, COUNTER_HELP[name], base, value)
+        out.add_counter(name, base, value)
     for reason, value in dev.clock_events.items():
         labels = {**base, "reason": reason}
-        out.add_gauge("inferwatch_gpu_clock_event_active", CLOCK_EVENT_HELP, labels, value)
+        out.add_gauge(contract.GPU_CLOCK_EVENT_ACTIVE.name, labels, value)
     for kind, value in dev.ecc.items():
         labels = {**base, "type": kind}
-        out.add_counter("inferwatch_gpu_ecc_errors_total", ECC_HELP, labels, value)
+        out.add_counter(contract.GPU_ECC_ERRORS.name, labels, value)
     for direction, value in dev.pcie.items():
-        name = "inferwatch_gpu_pcie_throughput_bytes_per_second"
-        out.add_gauge(name, PCIE_HELP, {**base, "direction": direction}, value)
+        name = contract.GPU_PCIE_THROUGHPUT_BYTES_PER_SECOND.name
+        out.add_gauge(name, {**base, "direction": direction}, value)
 
 
 def _processes(out: _Families, dev: DeviceReading, workers: Mapping[int, str]) -> None:
@@ -189,11 +123,11 @@ def _processes(out: _Families, dev: DeviceReading, workers: Mapping[int, str]) -
         if worker is not None:
             labels["worker"] = worker
         if proc.used_bytes is not None:
-            name = "inferwatch_gpu_process_memory_used_bytes"
-            out.add_gauge(name, PROCESS_MEMORY_HELP, labels, float(proc.used_bytes))
+            name = contract.GPU_PROCESS_MEMORY_USED_BYTES.name
+            out.add_gauge(name, labels, float(proc.used_bytes))
         if proc.sm_ratio is not None:
-            name = "inferwatch_gpu_process_sm_utilization_ratio"
-            out.add_gauge(name, PROCESS_SM_HELP, labels, proc.sm_ratio)
+            name = contract.GPU_PROCESS_SM_UTILIZATION_RATIO.name
+            out.add_gauge(name, labels, proc.sm_ratio)
 
 
 def build_families(
@@ -210,9 +144,9 @@ def build_families(
         _processes(out, dev, workers)
     for gpu, uuid, xid, count, last in snap.xid:
         labels = {"gpu": gpu, "uuid": uuid, "xid": xid}
-        out.add_counter("inferwatch_gpu_xid_errors_total", XID_HELP, labels, float(count))
-        out.add_gauge("inferwatch_gpu_xid_last_timestamp_seconds", XID_LAST_HELP, labels, last)
+        out.add_counter(contract.GPU_XID_ERRORS.name, labels, float(count))
+        out.add_gauge(contract.GPU_XID_LAST_TIMESTAMP_SECONDS.name, labels, last)
     for worker, device in worker_gpus:
         labels = {**(worker_labels or {}).get(worker, {}), **device.labels(), "worker": worker}
-        out.add_gauge("inferwatch_worker_gpu_info", WORKER_GPU_HELP, labels, 1.0)
+        out.add_gauge(contract.WORKER_GPU_INFO.name, labels, 1.0)
     return out.all()
