@@ -438,7 +438,9 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     await rec
                     trace.close([{"name": "load", "start": t0, "end": t1, "rate": rate}])
                     summary.append({"slots": slots, "rate": rate, "sent": sent, "seconds": t1 - t0})
-                    print(f"slots {slots} rate {rate}: {sent} requests in {t1 - t0:.0f} s", flush=True)
+                    print(
+                        f"slots {slots} rate {rate}: {sent} requests in {t1 - t0:.0f} s", flush=True
+                    )
                     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
         finally:
             agent.stop()
