@@ -649,9 +649,14 @@ def predict(
     fit = fit or obs.fit()
     setting, notes = new_setting(obs, flag, value, weights_bytes)
     base = current_setting(obs)
-    # the largest batch the new setting can run, against the largest observed
+    # the largest batch the new setting can run, against the largest observed; the
+    # current setting is no extrapolation, however few of its slots the load used
     reach = setting.slots
-    if flag == "max-num-seqs" and reach > fit.batch_max * EXTRAPOLATE_BAND + 0.5:
+    if (
+        flag == "max-num-seqs"
+        and setting != base
+        and reach > fit.batch_max * EXTRAPOLATE_BAND + 0.5
+    ):
         ratio = reach / fit.batch_max
         if ratio > EXTRAPOLATE_MAX:
             raise NotEnough(
