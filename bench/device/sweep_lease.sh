@@ -1,12 +1,12 @@
 #!/bin/bash
 # One lease: build the CUDA llama-server, write the model, run the slot x load sweep.
-# Prepared for one device lease (docs/advise.md, "Calibration of the bands"); not yet run.
+# Recorded on an H100 lease 2026-12-06 (docs/advise.md, "Calibration of the bands": build
+# 4 min, sweep 6 min; the traces are tests/data/whatif/h100/).
 # The carry folder D holds: llama.tar.xz (the llama-cpp-python 0.3.36 sdist's
 # vendor/llama.cpp trimmed as shared/notes/gpu-llamacpp.md says, 4.9 MB as tar.xz) and
 # repo/ (git archive HEAD agent bench alerts tests/engines/llamacpp pyproject.toml).
 # Start it detached (setsid nohup bash D/sweep_lease.sh &), poll /tmp/tw/DONE, then
-# tar /tmp/tw/sweep/*.jsonl.gz into $OUT. About 4 min of build (FlashAttention kernels
-# off) and 8 min of sweep (5 slot counts x 2 loads x ~45 s).
+# tar /tmp/tw/sweep/*.jsonl.gz into $OUT (5 slot counts x 2 loads x ~35 s of load).
 D="$(cd "$(dirname "$0")" && pwd)"
 W=/tmp/tw
 mkdir -p $W/sweep
