@@ -75,6 +75,63 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             )
 
 
+CAL_FIGURES = ("throughput", "ttft_p50", "ttft_p95")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from inferwatch.advise.trace import calibrate
+
+    result = calibrate(args.traces, args.z)
+    for f in result["fits"]:
+        head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
+        if "refused" in f:
+            print(head + f"refused: {f['refused']}")
+            continue
+        fit = f["fit"]
+        k_lo, k_hi = fit["k_range_ms"] or (fit["k_ms"], fit["k_ms"])
+        print(
+            head + f"step {fit['a_ms']:.2f} ms + {fit['k_ms']:.3f} ({k_lo:.3f}-{k_hi:.3f}) ms x seq"
+            f" + {fit['p_us']:.1f} us x prompt, batch {fit['batch'][0]:.1f}-{fit['batch'][1]:.1f},"
+            f" residual {fit['residual']:.0%}" + ("" if f["trusted"] else "  UNTRUSTED")
+        )
+        for problem in f["problems"]:
+            print(f"    {problem}")
+    lines = []
+    for r in result["rows"]:
+        base = [r["fit_trace"], r["trace"], r["slots"], r.get("rate")]
+        if "refused" in r:
+            lines.append([*base, "refused", r["refused"]])
+            continue
+        cells: list[Any] = []
+        for k in CAL_FIGURES:
+            lo, hi = sorted((r["band"][0][k], r["band"][1][k]))
+            m = r["measured"][k]
+            cells += [m, r["predicted"][k], lo, hi, int(lo <= m <= hi)]
+        lines.append([*base, "answered", "", *cells])
+    summary = result["summary"]
+    print(f"held-out pairs: {len(result['rows'])}, refused {summary['refused']}")
+    for k in CAL_FIGURES:
+        s = summary[k]
+        print(
+            f"{k}: {s['inside']}/{s['pairs']} inside the band ({s['inside_share']:.0%}), "
+            f"median width x{s['width_median']:.2f} (high/low), |point error| median "
+            f"{s['error_median']:.0%}, max {s['error_max']:.0%}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    if args.csv:
+        import csv
+
+        with open(args.csv, "w", newline="") as fh:
+            w = csv.writer(fh)
+            cols = ["fit", "trace", "slots", "rate", "answer", "refused"]
+            for k in CAL_FIGURES:
+                cols += [f"{k}_{c}" for c in ("measured", "predicted", "low", "high", "inside")]
+            w.writerow(cols)
+            w.writerows(lines)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -97,7 +154,19 @@ def main() -> int:
     pre.add_argument("--fit", required=True, help="the trace to fit on (every phase)")
     pre.add_argument("traces", nargs="+", help="traces to predict (their load phase)")
     pre.add_argument("--json", metavar="FILE")
+    cal = sub.add_parser(
+        "calibrate",
+        help="fit on each run, predict every other: share of measured figures in the band",
+    )
+    cal.add_argument("traces", nargs="+")
+    cal.add_argument("--json", metavar="FILE", help="fits, held-out pairs and summary")
+    cal.add_argument("--csv", metavar="FILE", help="one line per held-out pair")
+    cal.add_argument(
+        "--z", type=float, default=None, help="the band's speed range in residuals (BAND_Z)"
+    )
     args = ap.parse_args()
+    if args.cmd == "calibrate":
+        return run_calibrate(args)
     if args.cmd == "record":
         from tests.support.tracerun import OpenLoad, record
 

@@ -206,6 +206,7 @@ async def recorder(
     agent_url: str,
     server_url: str,
     stop: asyncio.Event,
+    every: float = RECORD_EVERY,
 ) -> None:
     loop = asyncio.get_running_loop()
     while not stop.is_set():
@@ -220,7 +221,7 @@ async def recorder(
         if reading is not None:
             trace.record(t, "gpu", reading)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), RECORD_EVERY - (time.time() - t) % RECORD_EVERY)
+            await asyncio.wait_for(stop.wait(), every - (time.time() - t) % every)
 
 
 def prompt(rng: random.Random) -> str:
@@ -373,10 +374,32 @@ async def run_trace(args: argparse.Namespace) -> None:
             p.stop()
 
 
+async def calibrate(url: str, slots: int) -> float:
+    """Requests a second that ``slots`` slots carry, closed loop (2 x slots requests)."""
+    t0 = time.monotonic()
+    recs = await asyncio.gather(
+        *(one_request(url, None, random.Random(i)) for i in range(slots * 2))
+    )
+    return sum(1 for r in recs if r["ok"]) / (time.monotonic() - t0)
+
+
 async def run_sweep(args: argparse.Namespace) -> None:
+    """Each slot count in turn (one server start per count), under each offered load.
+
+    ``--rate R`` (one load) or ``--rates R1,R2`` (requests a second), else
+    ``--rate-factors F1,F2`` times what a closed-loop calibration at the first slot
+    count carries (one factor: ``--rate-factor``). With one load the traces are
+    ``sweep-s<slots>.jsonl.gz``; with several ``sweep-s<slots>-r<rate>.jsonl.gz``.
+    """
     out = Path(args.out)
     counts = [int(s) for s in str(args.slots).split(",")]
-    rate = args.rate
+    rates: list[float] | None = None
+    if args.rates:
+        rates = [float(r) for r in str(args.rates).split(",")]
+    elif args.rate is not None:
+        rates = [args.rate]
+    factors = [float(f) for f in str(args.rate_factors or args.rate_factor).split(",")]
+    every = args.every
     summary: list[dict[str, Any]] = []
     for slots in counts:
         server, server_url = start_server(args, slots, out, f"s{slots}")
@@ -385,37 +408,40 @@ async def run_sweep(args: argparse.Namespace) -> None:
             async with aiohttp.ClientSession() as session:
                 await wait_http(session, server_url + "/health", 180)
                 await wait_http(session, agent_url + "/metrics", 60)
-                if rate is None:
-                    # calibration: what the first slot count carries, closed loop
-                    t0 = time.monotonic()
-                    recs = await asyncio.gather(
-                        *(one_request(client_url, None, random.Random(i)) for i in range(slots * 2))
+                if rates is None:
+                    per_s = await calibrate(client_url, slots)
+                    rates = [round(f * per_s, 2) for f in factors]
+                    print(f"calibration at {slots} slots: {per_s:.2f} req/s -> rates {rates}")
+                    summary.append({"calibration_slots": slots, "carried_per_s": per_s})
+                for rate in rates:
+                    name = f"sweep-s{slots}" + (f"-r{rate:g}" if len(rates) > 1 else "")
+                    header = {
+                        "scrape_interval_s": every, "client_time": "answered",
+                        "source": f"{args.source}; llama-server --parallel {slots}; open loop "
+                                  f"{rate} req/s, {GEN_TOKENS} tokens each",
+                        "phases": [],
+                        "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
+                        "load": {"rate_per_s": rate, "gen_tokens": GEN_TOKENS,
+                                 "prompt_words": PROMPT_WORDS, "seconds": args.load},
+                    }  # fmt: skip
+                    trace = TraceWriter(out / f"{name}.jsonl.gz", header)
+                    stop = asyncio.Event()
+                    rec = asyncio.create_task(
+                        recorder(session, trace, agent_url, server_url, stop, every)
                     )
-                    took = time.monotonic() - t0
-                    per_s = sum(1 for r in recs if r["ok"]) / took
-                    rate = round(args.rate_factor * per_s, 2)
-                    print(f"calibration at {slots} slots: {per_s:.2f} req/s -> rate {rate}")
-                header = {
-                    "scrape_interval_s": RECORD_EVERY, "client_time": "answered",
-                    "source": f"{args.source}; llama-server --parallel {slots}; open loop "
-                              f"{rate} req/s, {GEN_TOKENS} tokens each",
-                    "phases": [], "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
-                    "load": {"rate_per_s": rate, "gen_tokens": GEN_TOKENS,
-                             "prompt_words": PROMPT_WORDS, "seconds": args.load},
-                }  # fmt: skip
-                trace = TraceWriter(out / f"sweep-s{slots}.jsonl.gz", header)
-                stop = asyncio.Event()
-                rec = asyncio.create_task(recorder(session, trace, agent_url, server_url, stop))
-                await asyncio.sleep(RECORD_EVERY)
-                t0 = time.time()
-                sent = await open_loop(client_url, trace, rate, args.load, args.drain, seed=7)
-                t1 = time.time()
-                await asyncio.sleep(RECORD_EVERY)
-                stop.set()
-                await rec
-                trace.close([{"name": "load", "start": t0, "end": t1, "rate": rate}])
-                summary.append({"slots": slots, "rate": rate, "sent": sent, "seconds": t1 - t0})
-                print(f"slots {slots}: {sent} requests in {t1 - t0:.0f} s", flush=True)
+                    await asyncio.sleep(every)
+                    t0 = time.time()
+                    sent = await open_loop(client_url, trace, rate, args.load, args.drain, seed=7)
+                    t1 = time.time()
+                    await asyncio.sleep(every)
+                    stop.set()
+                    await rec
+                    trace.close([{"name": "load", "start": t0, "end": t1, "rate": rate}])
+                    summary.append({"slots": slots, "rate": rate, "sent": sent, "seconds": t1 - t0})
+                    print(
+                        f"slots {slots} rate {rate}: {sent} requests in {t1 - t0:.0f} s", flush=True
+                    )
+                    (out / "sweep.json").write_text(json.dumps(summary, indent=1))
         finally:
             agent.stop()
             server.stop()
@@ -441,6 +467,11 @@ def main() -> int:
     ap.add_argument("--overload-factor", type=int, default=6)
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--rate-factor", type=float, default=1.5)
+    ap.add_argument("--rates", default="", help="sweep: several loads, requests a second")
+    ap.add_argument(
+        "--rate-factors", default="", help="sweep: several loads, times the calibration"
+    )
+    ap.add_argument("--every", type=float, default=RECORD_EVERY, help="record period, s")
     ap.add_argument("--load", type=float, default=30)
     ap.add_argument("--drain", type=float, default=25)
     args = ap.parse_args()

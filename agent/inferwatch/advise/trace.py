@@ -16,8 +16,8 @@ from typing import Any
 
 from inferwatch import traces
 from inferwatch.advise.agent import Scrape, parse_exposition
-from inferwatch.advise.twin import NotEnough, quantile
-from inferwatch.advise.whatif import observe, predict
+from inferwatch.advise.twin import BAND_Z, NotEnough, quantile
+from inferwatch.advise.whatif import check_fit, observe, predict
 from inferwatch.errors import ConfigError
 
 #: the writers, for the recorders (tests/support/tracerun.py)
@@ -157,40 +157,130 @@ def predict_runs(fit_path: str | Path, paths: Iterable[str | Path]) -> list[dict
     obs, fit = fit_whole(source)
     rows = []
     for tr in sorted((read_trace(p) for p in paths), key=lambda t: t.slots()):
-        clients = _clients(tr, *load_phase(tr))
-        meas = measured(clients)
-        row: dict[str, Any] = {
-            "fit_trace": source.path,
-            "fit_slots": source.slots(),
-            "trace": tr.path,
-            "slots": tr.slots(),
-            "measured": _measured_row(meas),
-        }
-        sends = sorted(t for t, _ in clients)
-        if not sends or meas.requests == 0:
-            row["refused"] = "no client records in the load phase"
-            rows.append(row)
-            continue
-        arrivals = [t - sends[0] for t in sends]
-        there = replace(
-            obs,
-            load=replace(
-                obs.load,
-                prompt_tokens=meas.prompt_tokens,
-                output_tokens=meas.gen_tokens,
-                span=arrivals[-1] or obs.load.span,
-                arrival_rate=len(arrivals) / (arrivals[-1] or 1.0),
-            ),
-        )
-        _predict_into(row, there, fit, arrivals)
+        row = {"fit_trace": source.path, "fit_slots": source.slots(), **_held_out(obs, fit, tr)}
         rows.append(row)
     return rows
 
 
-def _predict_into(row: dict[str, Any], obs: Any, fit: Any, arrivals: list[float]) -> None:
+def _held_out(obs: Any, fit: Any, tr: Trace, band_z: float | None = None) -> dict[str, Any]:
+    """The fit's answer for ``tr``'s slot count under ``tr``'s own recorded load."""
+    clients = _clients(tr, *load_phase(tr))
+    meas = measured(clients)
+    row: dict[str, Any] = {"trace": tr.path, "slots": tr.slots(), "measured": _measured_row(meas)}
+    sends = sorted(t for t, _ in clients)
+    if not sends or meas.requests == 0:
+        row["refused"] = "no client records in the load phase"
+        return row
+    arrivals = [t - sends[0] for t in sends]
+    there = replace(
+        obs,
+        load=replace(
+            obs.load,
+            prompt_tokens=meas.prompt_tokens,
+            output_tokens=meas.gen_tokens,
+            span=arrivals[-1] or obs.load.span,
+            arrival_rate=len(arrivals) / (arrivals[-1] or 1.0),
+        ),
+    )
+    _predict_into(row, there, fit, arrivals, band_z)
+    return row
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def offered(trace: Trace) -> float | None:
+    """The offered load a sweep run states (requests a second), else None."""
+    load = trace.header.get("load") or {}
+    rate = load.get("rate_per_s")
+    return float(rate) if rate is not None else None
+
+
+def calibrate(paths: Iterable[str | Path], band_z: float | None = None) -> dict[str, Any]:
+    """Fit the twin on each run's load phase and predict every other run (its slot count,
+    under its own recorded load); how often the measured figures fall in the band.
+
+    Returns ``{"fits": [...], "rows": [...], "summary": {figure: {...}}}``: per fit its
+    step curve and whether it reproduces its own run (:func:`whatif.check_fit`, the
+    clients' TTFT taken as observed, as the measuring proxy would give it); per held-out
+    pair the measured, predicted and band figures; per figure the pairs judged, the
+    share inside the band, the median width (high / low) and the median |point error|.
+    """
+    traces = [read_trace(p) for p in paths]
+    fits: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for src in traces:
+        about = {"trace": _name(src), "slots": src.slots(), "rate": offered(src)}
+        try:
+            obs, fit, sends = fit_trace(src)
+        except NotEnough as exc:
+            fits.append({**about, "refused": str(exc)})
+            continue
+        meas = measured(_clients(src, *load_phase(src)))
+        own = predict(obs, "max-num-seqs", src.slots(), fit, arrivals=sends)
+        assert own.current_band is not None
+        trust = check_fit(
+            fit,
+            own.current,
+            own.current_band,
+            {"throughput": meas.throughput, "ttft_p50": meas.ttft_p50, "ttft_p95": meas.ttft_p95},
+        )
+        fits.append({**about, "fit": _fit_row(fit), "trusted": trust.trusted,
+                     "problems": trust.problems})  # fmt: skip
+        for tr in traces:
+            if tr is src:
+                continue
+            row = _held_out(obs, fit, tr, band_z)
+            row.update(
+                fit_trace=about["trace"], fit_slots=src.slots(), fit_rate=about["rate"],
+                fit_trusted=trust.trusted, trace=_name(tr), rate=offered(tr),
+            )  # fmt: skip
+            rows.append(row)
+    return {"fits": fits, "rows": rows, "summary": calibration_summary(rows)}
+
+
+def _name(trace: Trace) -> str:
+    """A trace's folder and file name (sweeps name their runs alike in several folders)."""
+    path = Path(trace.path)
+    return f"{path.parent.name}/{path.name}"
+
+
+def calibration_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per figure: held-out pairs judged, the share inside the band, the band's median
+    width (high / low), the median and largest |point error|; and the pairs refused."""
+    rows = list(rows)
+    out: dict[str, Any] = {}
+    for key in TARGET:
+        inside, widths, errs = [], [], []
+        for r in rows:
+            if "band" not in r or key not in r.get("error", {}):
+                continue
+            lo, hi = sorted((r["band"][0][key], r["band"][1][key]))
+            m = r["measured"][key]
+            inside.append(lo <= m <= hi)
+            widths.append(hi / lo if lo > 0 else math.inf)
+            errs.append(abs(r["error"][key]))
+        out[key] = {
+            "pairs": len(inside),
+            "inside": sum(inside),
+            "inside_share": sum(inside) / len(inside) if inside else math.nan,
+            "width_median": quantile(widths, 0.5),
+            "error_median": quantile(errs, 0.5),
+            "error_max": max(errs) if errs else math.nan,
+        }
+    out["refused"] = sum(1 for r in rows if "refused" in r)
+    return out
+
+
+def _predict_into(
+    row: dict[str, Any], obs: Any, fit: Any, arrivals: list[float], band_z: float | None = None
+) -> None:
     """The twin's answer for the row's slot count under ``arrivals``, or why it refused."""
     try:
-        pred = predict(obs, "max-num-seqs", row["slots"], fit, arrivals=arrivals)
+        pred = predict(
+            obs, "max-num-seqs", row["slots"], fit, arrivals=arrivals,
+            band_z=BAND_Z if band_z is None else band_z,
+        )  # fmt: skip
     except NotEnough as exc:
         row["refused"] = str(exc).split(": ", 1)[-1]
         return
@@ -214,12 +304,17 @@ def _fill(row: dict[str, Any], pred: Any, fit: Any) -> None:
         for k in TARGET
         if row["measured"][k] and not math.isnan(row["measured"][k])
     }
-    row["extrapolated"] = pred.band is not None
+    row["extrapolated"] = pred.range_note.startswith("extrapolated")
     if pred.band is not None:
         row["band"] = [_figures(b) for b in pred.band]
-    row["fit"] = {
+    row["fit"] = _fit_row(fit)
+
+
+def _fit_row(fit: Any) -> dict[str, Any]:
+    return {
         "a_ms": fit.a * 1e3,
         "k_ms": fit.k * 1e3,
+        "k_range_ms": [fit.k_lo * 1e3, fit.k_hi * 1e3] if fit.k_lo is not None else None,
         "p_us": fit.p * 1e6,
         "k_source": fit.k_source,
         "batch": [fit.batch_min, fit.batch_max],

@@ -30,7 +30,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -80,6 +80,13 @@ class StepFit:
     intervals: int
     #: relative root-mean-square residual of the interval times
     residual: float
+    #: the slope's range: a fitted one's 5th-95th percentile over the fits of resampled
+    #: windows, an assumed one's from a flat step to one in proportion to the batch
+    k_lo: float | None = None
+    k_hi: float | None = None
+    #: the batch (time-weighted mean over the busy windows) whose step time the slope's
+    #: range keeps: a steeper slope is a cheaper fixed cost there
+    b_ref: float = 0.0
 
     def step(self, decoding: float, prompt: float = 0.0) -> float:
         return self.a + self.k * decoding + self.p * prompt
@@ -240,7 +247,62 @@ def fit_steps(
         a, k, p = a * scale, k * scale, p * scale
     pred = [a * i.generated / i.running + k * i.generated + p * i.prompt for i in busy]
     resid = math.sqrt(sum((y - q) ** 2 for y, q in zip(ys, pred, strict=True)) / len(ys))
-    return StepFit(a, k, p, source, b_min, b_max, len(busy), resid / (busy_time / len(ys)))
+    b_ref = sum(i.running * i.dt for i in busy) / busy_time
+    if source == "fitted":
+        k_lo, k_hi = _slope_spread(busy, k)
+    else:  # assumed: from a flat step to one in proportion to the batch
+        k_lo, k_hi = 0.0, max(k, 0.95 * (a + k * b_ref) / b_ref)
+    return StepFit(
+        a, k, p, source, b_min, b_max, len(busy), resid / (busy_time / len(ys)),
+        k_lo=k_lo, k_hi=k_hi, b_ref=b_ref,
+    )  # fmt: skip
+
+
+#: resampled fits for a fitted slope's range, and the share of them left out at each end
+BOOTSTRAP = 200
+BOOTSTRAP_TAIL = 0.05
+
+
+def _slope_spread(busy: Sequence[Interval], k: float) -> tuple[float, float]:
+    """The slope's 5th-95th percentile over fits of the windows drawn with replacement
+    (a seeded draw: the same samples give the same range). ``k`` stays inside."""
+    rng = random.Random(0)
+    rows = [[i.generated / i.running, i.generated, i.prompt] for i in busy]
+    ys = [i.dt for i in busy]
+    ks = []
+    for _ in range(BOOTSTRAP):
+        pick = [rng.randrange(len(rows)) for _ in rows]
+        a_, k_, p_ = nnls([rows[j] for j in pick], [ys[j] for j in pick])
+        total = sum(a_ * rows[j][0] + k_ * rows[j][1] + p_ * rows[j][2] for j in pick)
+        if total > 0:  # scaled to the draw's busy time, as the fit is
+            ks.append(k_ * sum(ys[j] for j in pick) / total)
+    if not ks:
+        return k, k
+    return min(k, quantile(ks, BOOTSTRAP_TAIL)), max(k, quantile(ks, 1 - BOOTSTRAP_TAIL))
+
+
+#: the band's speed: the step times scaled by 1 -/+ BAND_Z x the fit's residual (the
+#: spread of the windows' step times about the fit: a later stretch of serving runs as
+#: much faster or slower as the windows did), the residual taken as SPEED_FLOOR at least.
+#: BAND_Z is the least of 1.5, 2, 2.5, 3 that puts 90% of the held-out runs of the
+#: recorded sweeps inside their band for throughput and TTFT P50 and P95 (docs/advise.md,
+#: "Calibration"; tests/unit/test_whatif_calibration.py)
+BAND_Z = 2.5
+SPEED_FLOOR = 0.10
+
+
+def band_fits(fit: StepFit, z: float = BAND_Z) -> list[StepFit]:
+    """The fits at the corners of the fit's uncertainty: each end of the slope's range
+    (the step time at ``b_ref`` kept) at each end of the speed's range."""
+    spread = z * max(fit.residual, SPEED_FLOOR)
+    k_lo = fit.k if fit.k_lo is None else fit.k_lo
+    k_hi = fit.k if fit.k_hi is None else fit.k_hi
+    out = []
+    for k in sorted({k_lo, k_hi}):
+        a = max(0.0, fit.a + (fit.k - k) * fit.b_ref)
+        for scale in (max(0.05, 1 - spread), 1 + spread):
+            out.append(replace(fit, a=a * scale, k=k * scale, p=fit.p * scale))
+    return out
 
 
 # --------------------------------------------------------------------------- simulation

@@ -20,12 +20,15 @@ from typing import Any
 from inferwatch.advise.agent import Scrape, _sum, _values, maximum, mean
 from inferwatch.advise.model import FLAG_LABELS
 from inferwatch.advise.twin import (
+    BAND_Z,
+    SPEED_FLOOR,
     Interval,
     Load,
     NotEnough,
     Outcome,
     Setting,
     StepFit,
+    band_fits,
     fit_steps,
     simulate,
 )
@@ -49,6 +52,12 @@ FLAGS = {
 #: how far past the largest batch observed a slot count may go (x), and where it is refused
 EXTRAPOLATE_BAND = 1.0
 EXTRAPOLATE_MAX = 2.0
+#: a fit is flagged untrusted past these: the relative scatter of the window times about
+#: the fitted step curve, and how far the twin's replay of the observation itself ("twin
+#: now") may miss an observed figure (relative error) while the figure lies outside the
+#: replay's band as well
+RESIDUAL_BOUND = 0.5
+REPLAY_BOUND = {"throughput": 0.25, "ttft_p50": 0.5, "ttft_p95": 0.5}
 #: prompt tokens per step when the launch flags do not say (llama.cpp's --batch-size)
 DEFAULT_BATCH_TOKENS = 2048
 #: simulation seeds averaged for Poisson arrivals
@@ -474,6 +483,75 @@ class Figures:
         }
 
 
+def envelope(runs: Sequence[Figures]) -> tuple[Figures, Figures]:
+    """Each figure's lowest and highest over ``runs`` (figures without a value skipped)."""
+    lo: dict[str, Any] = {"setting": runs[0].setting}
+    hi: dict[str, Any] = {"setting": runs[0].setting}
+    for f in fields(Figures):
+        if f.name == "setting":
+            continue
+        vals = [
+            v
+            for r in runs
+            if (v := getattr(r, f.name)) is not None
+            and not (isinstance(v, float) and math.isnan(v))
+        ]
+        lo[f.name] = min(vals) if vals else (None if f.name in _OPTIONAL else math.nan)
+        hi[f.name] = max(vals) if vals else (None if f.name in _OPTIONAL else math.nan)
+    return Figures(**lo), Figures(**hi)
+
+
+_OPTIONAL = ("gpu_utilization", "kv_usage")
+
+
+@dataclass
+class Trust:
+    """Whether the fit reproduces what it was fitted on, against the stated bounds."""
+
+    trusted: bool
+    problems: list[str]
+    residual_bound: float = RESIDUAL_BOUND
+    replay_bound: dict[str, float] = field(default_factory=lambda: dict(REPLAY_BOUND))
+    #: the observed figure, the twin's replay of it and the replay's band, per figure
+    replay: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_fit(
+    fit: StepFit,
+    replay: Figures,
+    replay_band: tuple[Figures, Figures],
+    observed: dict[str, float | None],
+) -> Trust:
+    """Flag a fit whose residual, or whose replay of its own observation, is off by more
+    than the bounds (``RESIDUAL_BOUND``, ``REPLAY_BOUND``)."""
+    problems = []
+    if fit.residual > RESIDUAL_BOUND:
+        problems.append(
+            f"the window times scatter {fit.residual:.0%} about the fitted step curve "
+            f"(bound {RESIDUAL_BOUND:.0%}): the engine's speed changed while observed, or the "
+            "step curve does not describe it"
+        )
+    seen: dict[str, dict[str, float]] = {}
+    for key, bound in REPLAY_BOUND.items():
+        obs_v = observed.get(key)
+        twin = getattr(replay, key)
+        if obs_v is None or not obs_v > 0 or twin is None or math.isnan(twin):
+            continue
+        lo, hi = sorted(getattr(b, key) for b in replay_band)
+        err = (twin - obs_v) / obs_v
+        seen[key] = {"observed": obs_v, "twin": twin, "low": lo, "high": hi, "error": err}
+        if abs(err) > bound and not lo <= obs_v <= hi:
+            problems.append(
+                f"the twin's replay of the observation gives {key} {twin:.4g} against "
+                f"{obs_v:.4g} observed ({err:+.0%}, bound {bound:.0%}; band "
+                f"{lo:.4g}-{hi:.4g})"
+            )
+    return Trust(not problems, problems, replay=seen)
+
+
 @dataclass
 class Prediction:
     worker: str
@@ -483,10 +561,13 @@ class Prediction:
     observed: Observed
     current: Figures
     new: Figures
-    #: the same with the slope halved and doubled, where the answer extrapolates
+    #: each figure's low and high end from the fit's uncertainty (twin.band_fits)
     band: tuple[Figures, Figures] | None = None
     range_note: str = ""
     notes: list[str] = field(default_factory=list)
+    #: the same for the replay of the current setting
+    current_band: tuple[Figures, Figures] | None = None
+    trust: Trust | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -496,9 +577,12 @@ class Prediction:
             "fit": self.fit.as_dict(),
             "observed": self.observed.as_dict(),
             "current": self.current.as_dict(),
+            "current_band": [b.as_dict() for b in self.current_band] if self.current_band else None,
             "predicted": self.new.as_dict(),
             "band": [b.as_dict() for b in self.band] if self.band else None,
             "range": self.range_note,
+            "trusted": self.trust.trusted if self.trust else None,
+            "trust": self.trust.as_dict() if self.trust else None,
             "notes": list(self.notes),
         }
 
@@ -606,6 +690,15 @@ def new_setting(
     return replace(base, kv_tokens=base.kv_tokens * scale), notes
 
 
+def observed_figures(obs: Observed) -> dict[str, float | None]:
+    """The figures of the observation the twin's replay is held to."""
+    return {
+        "throughput": sum(i.generated for i in obs.intervals) / obs.span if obs.span else None,
+        "ttft_p50": obs.ttft_p50,
+        "ttft_p95": obs.ttft_p95,
+    }
+
+
 def predict(
     obs: Observed,
     flag: str,
@@ -613,15 +706,29 @@ def predict(
     fit: StepFit | None = None,
     arrivals: Sequence[float] | None = None,
     weights_bytes: float | None = None,
+    bands: bool = True,
+    check: bool | None = None,
+    band_z: float = BAND_Z,
 ) -> Prediction:
-    """The twin's figures at the current setting and at ``flag=value``."""
+    """The twin's figures at the current setting and at ``flag=value``.
+
+    ``bands``: each figure's range over the fit's uncertainty (:func:`twin.band_fits`,
+    ``band_z`` residuals of speed each way).
+    ``check``: hold the replay of the current setting to the observation
+    (:func:`check_fit`); by default where the load replayed is the observation's own
+    (no ``arrivals`` given).
+    """
     fit = fit or obs.fit()
     setting, notes = new_setting(obs, flag, value, weights_bytes)
     base = current_setting(obs)
-    # the largest batch the new setting can run, against the largest observed
-    band = None
+    # the largest batch the new setting can run, against the largest observed; the
+    # current setting is no extrapolation, however few of its slots the load used
     reach = setting.slots
-    if flag == "max-num-seqs" and reach > fit.batch_max * EXTRAPOLATE_BAND + 0.5:
+    if (
+        flag == "max-num-seqs"
+        and setting != base
+        and reach > fit.batch_max * EXTRAPOLATE_BAND + 0.5
+    ):
         ratio = reach / fit.batch_max
         if ratio > EXTRAPOLATE_MAX:
             raise NotEnough(
@@ -631,23 +738,7 @@ def predict(
             )
         range_note = (
             f"extrapolated: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} observed, "
-            f"{setting.slots} asked ({ratio:.1f}x); the band: a fitted slope k halved, and "
-            "doubled plus a tenth of the fixed step cost per sequence; an assumed one from a "
-            "flat step to one in proportion to the batch (same step time at the largest batch "
-            "observed)"
-        )
-        b = fit.batch_max
-        if fit.k_source == "fitted":
-            k_lo, k_hi = fit.k / 2, fit.k * 2 + fit.a / 10
-        else:  # an assumed slope: from a flat step to one in proportion to the batch
-            k_lo, k_hi = 0.0, 0.95 * (fit.a + fit.k * b) / b
-        lo = replace(fit, k=k_lo, a=fit.a + (fit.k - k_lo) * b)
-        hi = replace(fit, k=k_hi, a=max(0.0, fit.a - (k_hi - fit.k) * b))
-        base_lo = run_twin(lo, obs, base, arrivals)
-        base_hi = run_twin(hi, obs, base, arrivals)
-        band = (
-            figures(run_twin(lo, obs, setting, arrivals), setting, obs, base_lo.busy),
-            figures(run_twin(hi, obs, setting, arrivals), setting, obs, base_hi.busy),
+            f"{setting.slots} asked ({ratio:.1f}x)"
         )
     else:
         range_note = (
@@ -655,7 +746,29 @@ def predict(
             f"over {fit.intervals} busy intervals"
         )
     now = run_twin(fit, obs, base, arrivals)
-    new = run_twin(fit, obs, setting, arrivals)
+    new = run_twin(fit, obs, setting, arrivals) if setting != base else now
+    current = figures(now, base, obs, now.busy)
+    predicted = figures(new, setting, obs, now.busy)
+    band = current_band = None
+    if bands:
+        now_runs, new_runs = [current], [predicted]
+        for f in band_fits(fit, band_z):
+            b = run_twin(f, obs, base, arrivals)
+            n = run_twin(f, obs, setting, arrivals) if setting != base else b
+            now_runs.append(figures(b, base, obs, b.busy))
+            new_runs.append(figures(n, setting, obs, b.busy))
+        current_band, band = envelope(now_runs), envelope(new_runs)
+        k_lo = fit.k if fit.k_lo is None else fit.k_lo
+        k_hi = fit.k if fit.k_hi is None else fit.k_hi
+        range_note += (
+            f"; band: slope {k_lo * 1e3:.3f}-{k_hi * 1e3:.3f} ms per sequence "
+            + ("(5-95% of refits)" if fit.k_source == "fitted" else "(flat to proportional)")
+            + f", speed -/+{max(fit.residual, SPEED_FLOOR) * band_z:.0%}"
+            + (" (the fit's residual)" if band_z == 1 else f" ({band_z:g} x the fit's residual)")
+        )
+    trust = None
+    if (arrivals is None if check is None else check) and current_band is not None:
+        trust = check_fit(fit, current, current_band, observed_figures(obs))
     notes = [*notes, *new.notes]
     if fit.k_source != "fitted":
         notes.append(f"step slope: {fit.k_source}")
@@ -669,11 +782,13 @@ def predict(
         value=value,
         fit=fit,
         observed=obs,
-        current=figures(now, base, obs, now.busy),
-        new=figures(new, setting, obs, now.busy),
+        current=current,
+        new=predicted,
         band=band,
         range_note=range_note,
         notes=notes,
+        current_band=current_band,
+        trust=trust,
     )
 
 
@@ -781,11 +896,12 @@ def suggest(
     top = max(obs.slots + 1, math.floor(fit.batch_max * EXTRAPOLATE_MAX))
     best: Prediction | None = None
     for slots in _candidates(obs.slots, top):
-        pred = predict(obs, "max-num-seqs", slots, fit)
+        pred = predict(obs, "max-num-seqs", slots, fit, bands=False)
         best = pred
         if pred.new.queue < 1.0:
             break
     assert best is not None
+    best = predict(obs, "max-num-seqs", best.value, fit)
     return Suggestion(
         "slots",
         f"queue {obs.queue_mean:.1f} with every slot busy ({batch:.1f} of {obs.slots}), "

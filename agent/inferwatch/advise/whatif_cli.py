@@ -17,6 +17,7 @@ from inferwatch.advise.whatif import (
     Prediction,
     Suggestion,
     observe,
+    observed_figures,
     parse_what_if,
     predict,
     suggest,
@@ -123,6 +124,11 @@ def render_prediction(pred: Prediction) -> str:
     lines = [
         f"What if {pred.flag}={pred.value:g} on {pred.worker} ({obs.engine or 'engine ?'}, "
         f"{obs.slots} slots now), from {obs.span:.0f} s observed:",
+    ]
+    if pred.trust is not None and not pred.trust.trusted:
+        lines.append("  UNTRUSTED FIT: the figures below are not an answer to act on:")
+        lines += [f"    - {p}" for p in pred.trust.problems]
+    lines += [
         f"  load: {obs.load.arrival_rate:.2f} req/s, {obs.load.prompt_tokens:.0f} prompt + "
         f"{obs.load.output_tokens:.0f} output tokens each (requests from {obs.requests_from})",
         f"  step time = {fit.a * 1000:.2f} ms + {fit.k * 1000:.3f} ms x sequences + "
@@ -131,27 +137,33 @@ def render_prediction(pred: Prediction) -> str:
     ]
     header = f"  {'':18}{'observed':>12}{'twin now':>12}{'predicted':>12}"
     if pred.band:
-        header += f"  {'band':>24}"
+        header += f"  {'predicted band (low .. high)':>30}"
     lines.append(header)
-    observed = {
-        "throughput": sum(i.generated for i in obs.intervals) / obs.span if obs.span else None,
+    observed: dict[str, float | None] = {
+        **observed_figures(obs),
         "queue": obs.queue_mean,
         "gpu_utilization": obs.gpu_utilization,
         "kv_usage": obs.kv_usage_peak,
-        "ttft_p50": obs.ttft_p50,
-        "ttft_p95": obs.ttft_p95,
         "busy": obs.busy,
     }
     for label, unit, key in ROWS:
         row = f"  {label:18}{_f(observed.get(key), unit):>12}"
         row += f"{_f(getattr(pred.current, key), unit):>12}{_f(getattr(pred.new, key), unit):>12}"
         if pred.band:
-            lo, hi = (getattr(b, key) for b in pred.band)
-            row += f"  {_f(lo, unit) + ' .. ' + _f(hi, unit):>24}"
+            lo, hi = sorted_band(getattr(b, key) for b in pred.band)
+            row += f"  {_f(lo, unit) + ' .. ' + _f(hi, unit):>30}"
         lines.append(row)
     for note in pred.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def sorted_band(ends: Any) -> tuple[Any, Any]:
+    """A band's two ends, low first (None or NaN where the figure has none)."""
+    vals = list(ends)
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in vals):
+        return vals[0], vals[1]
+    return min(vals), max(vals)
 
 
 def render_suggestion(s: Suggestion) -> str:
@@ -159,6 +171,8 @@ def render_suggestion(s: Suggestion) -> str:
         f"Lever for {s.prediction.worker if s.prediction else 'the worker'}: {s.lever}",
         f"  {s.reason}",
     ]
+    if s.prediction and s.prediction.trust is not None and not s.prediction.trust.trusted:
+        lines.append("  UNTRUSTED FIT: the twin does not reproduce what it was fitted on (below)")
     if s.flag and s.prediction:
         p = s.prediction
         lines.append(
