@@ -1107,6 +1107,79 @@ def report(results: list[dict[str, Any]], slo_pattern: str, ours: str) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- markdown
+MARK_BEGIN, MARK_END = "<!-- rule-cost:begin", "<!-- rule-cost:end -->"
+
+
+def markdown(doc: dict[str, Any], slo_pattern: str, ours: str) -> str:
+    """The docs' table of one run (``--json`` of a run): per fleet size, each set's SLO rules
+    (samples read per hour per worker, evaluation seconds per round), all of our groups,
+    and the long windows' largest error against the exact ratio."""
+    pat = re.compile(slo_pattern)
+    m = doc["machine"]
+    out = [
+        f"{MARK_BEGIN} (bench/bench_rule_cost.py --json FILE, then --markdown-from FILE "
+        "--markdown-into docs/alerts.md docs/performance.md) -->",
+        f"One run of `bench/bench_rule_cost.py` ({doc['days']:g} days at a {doc['step']} s scrape, "
+        f"Prometheus 2.42, {m['cpu']} x{m['cpus_allowed']}, load {m['loadavg_at_start'][0]:g} "
+        f"at the start, {m['date']}). Samples read are Prometheus' `totalQueryableSamples`; "
+        "the SLO rules are our `inferwatch-slo.rules`, `inferwatch-slo-long.rules` and "
+        "`inferwatch-slo.alerts`, and every group of each anchor.",
+        "",
+        "| workers | SLO rules | samples read per hour per worker | ours ÷ this | "
+        "evaluation s per hour | largest 1d / 3d / 30d error vs exact |",
+        "|---|---|---|---|---|---|",
+    ]
+    for res in doc["results"]:
+        w = res["workers"]
+        per: dict[str, tuple[float, float]] = {}
+        for name, st in res["sets"].items():
+            groups = [g for g in st["groups"] if name != ours or pat.search(g["group"])]
+            hour = sum(g["samples_per_hour"] for g in groups)
+            secs = sum(g["eval_seconds"] * 3600 / g["interval_s"] for g in groups)
+            per[name] = (hour / w, secs)
+        for name, (hour, secs) in per.items():
+            errs = []
+            for win in ("1d", "3d", "30d"):
+                cells = [
+                    row["sets"][name]["max_rel_error_pct"]
+                    for row in res["accuracy"]
+                    if row["window"] == win and name in row["sets"]
+                ]
+                known = [e for e in cells if e is not None]
+                errs.append(f"{max(known):.2f} %" if known else "n/a")
+            ratio = "" if name == ours else f"{per[ours][0] / hour:.3g}"
+            out.append(
+                f"| {w} | {name} | {fmt(hour)} | {ratio} | {secs:.1f} | {' / '.join(errs)} |"
+            )
+    out += [
+        "",
+        "Every group of ours at the largest fleet size, evaluation time per round against its "
+        "interval:",
+        "",
+        "| group | interval | samples per evaluation | per hour per worker | seconds | of interval |",
+        "|---|---|---|---|---|---|",
+    ]
+    last = doc["results"][-1]
+    for g in last["sets"][ours]["groups"]:
+        out.append(
+            f"| `{g['group']}` | {duration(g['interval_s'])} | {fmt(g['samples_per_eval'])} | "
+            f"{fmt(g['samples_per_hour_per_worker'])} | {g['eval_seconds']:.3f} | "
+            f"{g['interval_share'] * 100:.2f} % |"
+        )
+    out.append(MARK_END)
+    return "\n".join(out)
+
+
+def splice(path: Path, table: str) -> None:
+    """Replace the text between the rule-cost markers of ``path`` with ``table``."""
+    text = path.read_text()
+    start, end = text.find(MARK_BEGIN), text.find(MARK_END)
+    if start < 0 or end < start:
+        raise BadInput(f"{path}: no {MARK_BEGIN} ... {MARK_END} markers")
+    path.write_text(text[:start] + table + text[end + len(MARK_END) :])
+
+
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -1147,7 +1220,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 days, 4 workers, 1 repeat")
     ap.add_argument("--tmp", help="directory for the blocks (default the system's temp)")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument(
+        "--markdown-from",
+        metavar="FILE",
+        help="write the docs' table from a run's --json FILE instead of running (no Prometheus)",
+    )
+    ap.add_argument(
+        "--markdown-into",
+        metavar="DOC",
+        nargs="+",
+        default=[],
+        help="with --markdown-from: replace the table between the rule-cost markers of DOC",
+    )
     args = ap.parse_args(argv)
+    if args.markdown_from:
+        try:
+            table = markdown(
+                json.loads(Path(args.markdown_from).read_text()), args.slo_groups, args.name
+            )
+            for doc in args.markdown_into:
+                splice(Path(doc), table)
+        except (OSError, ValueError, KeyError, BadInput) as exc:
+            print(f"--markdown-from {args.markdown_from}: {exc}", file=sys.stderr)
+            return 2
+        if not args.markdown_into:
+            print(table)
+        return 0
     # a TERM (a time limit) still stops Prometheus and removes the blocks on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
