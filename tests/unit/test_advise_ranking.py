@@ -20,8 +20,9 @@ import pytest
 from tests.support import scenarios as S
 
 from inferwatch.advise import advise
-from inferwatch.advise.model import Recommendation
-from inferwatch.advise.rules import OOM_RISK
+from inferwatch.advise.model import AlertView, Recommendation
+from inferwatch.advise.prometheus import alerts_from_answers
+from inferwatch.advise.rules import OOM_RISK, alert_waits
 from inferwatch.demo.answer import answer
 from inferwatch.demo.conditions import AlertState, Condition
 from inferwatch.pack import loops as L
@@ -191,3 +192,76 @@ def test_the_report_ranks_with_the_same_order() -> None:
     for f in report.findings:
         if f.id:
             assert f.loop.startswith(L.BY_ID[f.id].name), f.loop
+
+
+def test_prometheus_alert_states_rank_the_answer() -> None:
+    """``--prometheus-url``: each loop item takes its alert's state in Prometheus at the end
+    of the range (``ALERTS``, ``ALERTS_FOR_STATE`` as its queries answer them)."""
+    pictures = S.pictures(S.run("overload", 1))
+    (p,) = pictures
+    plain = advise(pictures, T)
+    # a Prometheus that evaluates none of the loops' alerts: the conditions alone, as from
+    # an agent ("condition holds now")
+    assert shape(advise(pictures, T, AlertView(1000.0))) == shape(plain)
+    waits = alert_waits(T)
+    assert waits["InferenceQueueOverCapacity"] == 30.0
+    on = {"instance": p.instance, "worker": p.worker, "model": p.model}
+    answers = {
+        "alerts": [
+            (
+                {"__name__": "ALERTS", "alertname": "InferenceKVCachePreemptions",
+                 "alertstate": "firing", "severity": "warning", **on},
+                1.0,
+            ),
+            (
+                {"__name__": "ALERTS", "alertname": "InferenceQueueOverCapacity",
+                 "alertstate": "pending", "severity": "critical", **on},
+                1.0,
+            ),
+            # the GPU of another worker: not this one's
+            (
+                {"__name__": "ALERTS", "alertname": "InferenceGPUUnderutilized",
+                 "alertstate": "firing", "severity": "warning", "instance": p.instance,
+                 "gpu": "another"},
+                1.0,
+            ),
+        ],
+        "active_at": [
+            ({"__name__": "ALERTS_FOR_STATE", "alertname": "InferenceKVCachePreemptions",
+              "severity": "warning", **on}, 300.0),
+            ({"__name__": "ALERTS_FOR_STATE", "alertname": "InferenceQueueOverCapacity",
+              "severity": "critical", **on}, 990.0),
+        ],
+    }  # fmt: skip
+    view = alerts_from_answers(answers, 1000.0, waits, loaded=waits)
+    assert view.evaluated == frozenset(waits)
+    recs = advise(pictures, T, view)
+    assert R.contradictions(recs) == []
+    assert [R.rank_key(r) for r in recs] == sorted(R.rank_key(r) for r in recs)
+    # the firing warning ranks above the critical condition whose alert still waits
+    first = recs[0]
+    assert (first.id, first.tier, first.severity, first.alert_state) == (
+        "preemptions",
+        R.ALERT,
+        "warning",
+        "firing",
+    )
+    since = 300.0 + waits["InferenceKVCachePreemptions"]
+    assert first.alert_since == since
+    assert first.evidence[0].text() == (
+        "InferenceKVCachePreemptions firing since 1970-01-01 00:15:00 UTC, for 100 s "
+        '[ALERTS{alertstate="firing"}]'
+    )
+    assert "fires since 1970-01-01 00:15:00 UTC (warns" in first.urgency
+    states = {r.id: (r.tier, r.alert_state, r.alert_since) for r in recs}
+    assert states["over_capacity"] == (R.LOOP, "pending", 990.0)
+    # evaluated, neither pending nor firing at the range's end: nobody is paged now
+    assert states["memory"] == (R.LOOP, "silent", None)
+    assert states["long_tail"] == (R.LOOP, "silent", None)
+    assert "not firing at its end" in next(r for r in recs if r.id == "memory").urgency
+    # a firing alert whose condition advise does not find over the range gets its item
+    mine = {**answers["alerts"][2][0], "gpu": p.gpus[0]}
+    waste = alerts_from_answers({"alerts": [(mine, 1.0)]}, 1000.0, waits, loaded=waits)
+    (extra,) = [r for r in advise(pictures, T, waste) if r.id == "consolidate"]
+    assert (extra.tier, extra.alert_state, extra.workers) == (R.ALERT, "firing", (p.label,))
+    assert "--worker overload" in extra.actions[0]
