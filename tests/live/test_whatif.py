@@ -174,16 +174,31 @@ def test_far_extrapolation_is_refused_and_near_one_has_a_band() -> None:
     assert inside.band is None and inside.range_note.startswith("within")
 
 
-def test_slot_limited_raise_the_slots_not_replicas() -> None:
-    """The H200 case of issue 31: a deep queue, every slot busy, GPU and KV with room."""
+def test_slot_limited_raise_the_slots_second_when_the_queue_pages() -> None:
+    """The H200 case of issue 31: a deep queue, every slot busy, GPU and KV with room. The
+    queue (24) is over the 8 slots, InferenceQueueOverCapacity's condition: replicas first,
+    as advise's "scale out" (issue 40), the slots second with their prediction."""
     obs = observe(samples([8] * 30, queue=24, slots=8, gpu=0.35, kv=0.2))
-    s = suggest(obs)
-    assert s.lever == "slots" and s.flag == "max-num-seqs"
+    first = suggest(obs)
+    assert first.paging and first.lever == "replicas" and first.value is not None
+    assert "InferenceQueueOverCapacity" in first.reason
+    s = first.then
+    assert s is not None and s.lever == "slots" and s.flag == "max-num-seqs"
     assert s.value is not None and 8 < s.value <= 16
     assert s.prediction is not None
     assert s.prediction.new.ttft_p95 < s.prediction.current.ttft_p95
     assert s.prediction.new.throughput > s.prediction.current.throughput
-    assert "not the GPU" in s.reason
+    # the GPU past its scale-review line: no slots second
+    busy = suggest(observe(samples([8] * 30, queue=24, slots=8, gpu=0.9, kv=0.2)))
+    assert busy.lever == "replicas" and busy.then is None
+
+
+def test_slot_limited_under_the_page_raise_the_slots() -> None:
+    """Requests wait with every slot busy, fewer than the slots: no page, the slots lever."""
+    obs = observe(samples([8] * 30, queue=4, slots=8, gpu=0.35, kv=0.2))
+    s = suggest(obs)
+    assert not s.paging and s.lever == "slots" and s.flag == "max-num-seqs"
+    assert "not the GPU" in s.reason and "before adding a replica" in s.reason
 
 
 def test_gpu_saturated_wants_replicas() -> None:

@@ -20,6 +20,7 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+from inferwatch.advise.agent import Scrape
 from inferwatch.advise.model import WorkerPicture
 from inferwatch.demo.conditions import Reading
 from inferwatch.pack.loops import loops_of_alerts
@@ -84,6 +85,10 @@ class Sample:
     vram_used_ratio: float
     waiting: int
     running: int
+    #: the engine's counters at the sample: tokens generated and prompted, requests done
+    generated: int = 0
+    prompted: int = 0
+    finished: int = 0
 
 
 @dataclass
@@ -102,6 +107,8 @@ class WorkerRun:
     preempted_at: list[float] = field(default_factory=list)
     preemptions: int = 0
     finished: int = 0
+    generated: int = 0
+    prompted: int = 0
     duration: float = 0.0
 
 
@@ -164,6 +171,9 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
                     used / cfg.device_bytes,
                     snap.waiting,
                     snap.running,
+                    run.generated,
+                    run.prompted,
+                    run.finished,
                 )
             )
             next_sample += SAMPLE
@@ -181,6 +191,8 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
         busy.append((now, now + plan.busy_seconds))
         now += plan.seconds
         stats = core.complete(plan, now)
+        run.generated += stats.generation_tokens
+        run.prompted += stats.prompt_tokens
         run.preemptions += stats.preemptions
         run.preempted_at.extend([now] * stats.preemptions)
         run.itl.extend(stats.itls)
@@ -289,6 +301,43 @@ def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPictur
 def pictures(runs: list[WorkerRun]) -> list[WorkerPicture]:
     merged = [v for r in runs for _, v in r.ttft]
     return [picture(r, merged) for r in runs]
+
+
+def scrapes(r: WorkerRun) -> list[tuple[float, Scrape]]:
+    """What the agent's ``/metrics`` says of the worker at each sample, parsed (``advise
+    --what-if``'s samples): its counters, batch, queue, KV cache, launch flags and GPU."""
+    info = {
+        "worker": r.worker,
+        "engine": "vllm",
+        "max_num_seqs": str(r.cfg.max_num_seqs),
+        "gpu_memory_utilization": f"{r.cfg.gpu_memory_utilization:g}",
+        "prefix_caching": "true" if r.cfg.enable_prefix_caching else "false",
+        "kv_cache_dtype": r.cfg.cache_dtype,
+    }
+    on = {"worker": r.worker, "model": r.model, "engine": "vllm"}
+    gpu = {"gpu": r.worker}
+    out = []
+    for s in r.samples:
+        scrape: Scrape = [
+            ("inferwatch_worker_info", info, 1.0),
+            ("inferwatch_generation_tokens_total", on, float(s.generated)),
+            ("inferwatch_prompt_tokens_total", on, float(s.prompted)),
+            ("inferwatch_requests_finished_total", on, float(s.finished)),
+            ("inferwatch_requests_running", on, float(s.running)),
+            ("inferwatch_queue_depth", on, float(s.waiting)),
+            ("inferwatch_max_num_seqs", on, float(r.cfg.max_num_seqs)),
+            ("inferwatch_kv_cache_usage_ratio", on, s.kv_usage),
+            ("inferwatch_gpu_up", gpu, 1.0),
+            ("inferwatch_gpu_utilization_ratio", gpu, s.utilization),
+            ("inferwatch_gpu_memory_used_ratio", gpu, s.vram_used_ratio),
+            (
+                "inferwatch_gpu_process_memory_used_bytes",
+                {**gpu, "worker": r.worker},
+                s.vram_used_ratio * r.cfg.device_bytes,
+            ),
+        ]
+        out.append((s.t, scrape))
+    return out
 
 
 # --------------------------------------------------------------------------- the demo's view

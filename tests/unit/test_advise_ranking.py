@@ -15,14 +15,20 @@ tests/support/scenarios.py) is read by ``advise``, the weekly report and the dem
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from tests.support import scenarios as S
+from tests.support.proc import REPO
 
 from inferwatch.advise import advise
+from inferwatch.advise.agent import pictures_from_scrapes
 from inferwatch.advise.model import AlertView, Recommendation
 from inferwatch.advise.prometheus import alerts_from_answers
 from inferwatch.advise.rules import OOM_RISK, alert_waits
+from inferwatch.advise.trace import read_trace
+from inferwatch.advise.twin import NotEnough
+from inferwatch.advise.whatif import Suggestion, observe, suggest
 from inferwatch.demo.answer import answer
 from inferwatch.demo.conditions import AlertState, Condition
 from inferwatch.pack import loops as L
@@ -265,3 +271,83 @@ def test_prometheus_alert_states_rank_the_answer() -> None:
     (extra,) = [r for r in advise(pictures, T, waste) if r.id == "consolidate"]
     assert (extra.tier, extra.alert_state, extra.workers) == (R.ALERT, "firing", (p.label,))
     assert "--worker overload" in extra.actions[0]
+
+
+# --------------------------------------------------------------------------- the two modes
+
+#: the moves of each ``--what-if suggest`` lever (pack.ranking's knobs)
+LEVER_MOVES = {"replicas": Move(R.REPLICAS, R.UP), "slots": Move(R.MAX_NUM_SEQS, R.UP)}
+
+
+def _first_moves(r: Recommendation) -> list[Move]:
+    return [m for m in r.moves if m.action == r.actions[0]]
+
+
+def _agree(recs: list[Recommendation], s: Suggestion, worker: str) -> None:
+    """advise's answer about ``worker`` and ``--what-if suggest`` on the same samples."""
+    mine = [r for r in recs if worker in r.workers]
+    # the page of advise is the page of suggest
+    assert s.paging == any(r.id == "over_capacity" for r in mine), (worker, shape(mine), s)
+    if mine and Move(R.REPLICAS, R.UP) in _first_moves(mine[0]):
+        assert s.lever == "replicas", (worker, shape(mine), s.reason)
+    # no lever of suggest, first or second, undoes a move of advise's
+    for lever in (s, s.then):
+        move = LEVER_MOVES.get(lever.lever) if lever else None
+        if move is not None:
+            clash = [m for r in mine for m in r.moves if R.opposed(m, move)]
+            assert clash == [], (worker, lever, clash)
+
+
+@pytest.mark.parametrize(("scenario", "seed"), CASES)
+def test_advise_and_what_if_suggest_agree(scenario: str, seed: int) -> None:
+    """Issue 40: on an H100 with a real llama-server behind the proxy, advise said "scale
+    out" and ``--what-if suggest`` "raise the slots, do not add replicas". Both read
+    ``pack.loops.queue_levers`` now: on every built-in scenario their first actions agree."""
+    runs = S.run(scenario, seed)
+    recs = advise(S.pictures(runs), T)
+    answered = 0
+    for r in runs:
+        try:
+            s = suggest(observe(S.scrapes(r), r.worker), t=T)
+        except NotEnough:
+            continue  # too few busy windows to fit (the idle and the cold-start workers)
+        _agree(recs, s, r.worker)
+        answered += 1
+    assert answered or scenario in ("idle", "cold-start")
+
+
+def test_on_the_overload_suggest_scales_out_as_advise_does() -> None:
+    (run,) = S.run("overload", 1)
+    s = suggest(observe(S.scrapes(run), run.worker), t=T)
+    assert s.paging and s.lever == "replicas" and "InferenceQueueOverCapacity" in s.reason
+    # the KV cache is full: no slots second
+    assert s.then is None and "KV cache is full" in s.reason
+
+
+@pytest.mark.parametrize(
+    ("trace", "phase", "output_tokens"),
+    [
+        # llama.cpp on an H200 behind the measuring proxy: 8 slots, 48 streams
+        (REPO / "tests/data/traces/h200-llamacpp-proxy.jsonl.gz", "overload", None),
+        # the 4-slot run of the H200 sweep: GPU ~60 %, VRAM nearly empty
+        (REPO / "tests/data/whatif/h200/sweep-s4.jsonl.gz", None, 128.0),
+    ],
+)
+def test_on_recorded_traces_the_two_modes_agree(
+    trace: Path, phase: str | None, output_tokens: float | None
+) -> None:
+    """The issue's case, recorded: every slot busy, dozens waiting, the GPU 60-65 % busy."""
+    tr = read_trace(trace)
+    samples = tr.scrapes(*tr.phase(phase))
+    pictures = pictures_from_scrapes(samples, "trace", T.advice.min_rate_span)
+    recs = advise(pictures, T)
+    (p,) = pictures
+    s = suggest(observe(samples, p.worker, output_tokens), t=T)
+    assert recs[0].id == "over_capacity" and recs[0].actions[0] == L.SCALE_OUT
+    _agree(recs, s, p.label)
+    assert s.lever == "replicas" and s.value is not None and s.value >= 2
+    # the slots second, as advise's own third action says, with the twin's band
+    assert s.then is not None and s.then.lever == "slots" and s.then.prediction is not None
+    assert s.then.value is not None and s.then.value > p.capacity()  # type: ignore[operator]
+    assert s.then.prediction.band is not None
+    assert any("--max-num-seqs" in a and "next restart" in a for a in recs[0].actions)

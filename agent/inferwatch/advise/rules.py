@@ -142,8 +142,13 @@ def _over(p: WorkerPicture, t: Thresholds) -> bool:
 
 
 def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """InferenceQueueOverCapacity [6 FAQ]: more waiting than the worker can batch."""
-    if not _over(p, t):
+    """InferenceQueueOverCapacity [6 FAQ]: more waiting than the worker can batch. Its
+    actions follow ``pack.loops.queue_levers``, as ``--what-if suggest``'s lever does:
+    scale out first, more slots second only where they have room."""
+    levers = L.queue_levers(
+        p.queue_depth, p.capacity(), p.running, p.kv_usage, p.gpu_utilization, t
+    )
+    if not levers:
         return None
     cap = L.batch_capacity(p.capacity(), p.running, p.kv_usage, t)
     queue = p.queue_depth or 0.0
@@ -188,16 +193,13 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
                 (R.MAX_NUM_SEQS, R.NO_UP),
             )
         )
-    elif (
-        p.gpu_utilization is not None
-        and p.gpu_utilization < t.gpu_utilization.scale_review_above
-        and p.capacity()
-    ):
+    elif L.SLOTS_LEVER in levers and p.capacity() and p.gpu_utilization is not None:
         actions.append(
             act(
-                f"The batch is full but the GPU is at {fmt(p.gpu_utilization, 'ratio')}: a "
-                f"larger batch than --max-num-seqs {p.capacity():g} may fit; check "
-                "`inferwatch advise capacity` first.",
+                f"Then, at the next restart: the batch is full but the GPU is at "
+                f"{fmt(p.gpu_utilization, 'ratio')}, so a larger batch than --max-num-seqs "
+                f"{p.capacity():g} may fit; check `inferwatch advise capacity` first "
+                "(`--what-if suggest` predicts it).",
                 (R.MAX_NUM_SEQS, R.UP),
             )
         )

@@ -5,9 +5,12 @@ or a recorded trace) it fits the step-time curve (:mod:`inferwatch.advise.twin`)
 replays the observed load at the current setting and at the asked one, and prints
 throughput, TTFT P50/P95, queue, busy share (GPU utilization) and KV head-room for
 both, with the range of batch sizes the fit rests on. ``suggest`` picks the lever
-for an overloaded worker: more slots when the slots are the bound and the GPU and
-the KV cache have room, replicas when the GPU is saturated, never more slots when
-the KV cache is full, a larger prompt batch when prefill dominates.
+for an overloaded worker: replicas first where the queue is over what the worker can
+batch (the page; ``pack.loops.queue_levers``, as ``inferwatch advise`` ranks it), with
+more slots second where they have room; otherwise more slots when the slots are the
+bound and the GPU and the KV cache have room, replicas when the GPU is saturated,
+never more slots when the KV cache is full, a larger prompt batch when prefill
+dominates.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from inferwatch.advise.twin import (
     simulate,
 )
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack import loops as L
+from inferwatch.pack.thresholds import Thresholds
 
 SOURCE = "command line"
 
@@ -343,7 +348,6 @@ def observe(
     kv = [_worker_sum(s, "inferwatch_kv_cache_usage_ratio", worker) for _, s in scrapes]
     long_share = None
     from inferwatch.advise.agent import PROMPT_BUCKETS, bucket_increase, buckets_by_bound
-    from inferwatch.pack import loops as L
 
     added = bucket_increase(
         buckets_by_bound(first, PROMPT_BUCKETS, worker=worker),
@@ -687,12 +691,18 @@ class Suggestion:
     flag: str | None = None
     value: float | None = None
     prediction: Prediction | None = None
+    #: the queue is over what the worker can batch: InferenceQueueOverCapacity's
+    #: condition, the page (pack.loops.queue_levers), so the lever is replicas
+    paging: bool = False
+    #: the lever after this one (the slots, at the next restart), with its prediction
+    then: Suggestion | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, the prediction's as that one's own ``as_dict``."""
         return {
             **{f.name: getattr(self, f.name) for f in fields(self)},
             "prediction": self.prediction.as_dict() if self.prediction else None,
+            "then": self.then.as_dict() if self.then else None,
         }
 
 
@@ -708,8 +718,17 @@ def suggest(
     gpu_saturated: float = GPU_SATURATED,
     kv_full: float = 0.92,
     long_prompt_share: float = 0.02,
+    t: Thresholds | None = None,
 ) -> Suggestion:
-    """The lever for this worker: which flag to change, to what, and what to expect."""
+    """The lever for this worker: which flag to change, to what, and what to expect.
+
+    Where the queue is over what the worker can batch (``pack.loops.queue_levers``:
+    InferenceQueueOverCapacity's condition, read as ``inferwatch advise`` reads it), the
+    lever is replicas, as advise's first action is "scale out"; more slots come second
+    (``then``) where they have room, with the twin's figures and band."""
+    from inferwatch.pack.thresholds import load_thresholds
+
+    t = t or load_thresholds()
     fit = fit or obs.fit()
     # every slot busy while requests waited (an idle sample at the edge of the span
     # does not hide a deep queue)
@@ -723,6 +742,11 @@ def suggest(
     ) >= long_prompt_share or prefill_share >= PREFILL_SHARE
     gpu_sat = obs.gpu_utilization is not None and obs.gpu_utilization >= gpu_saturated
     kv_is_full = obs.kv_usage_peak is not None and obs.kv_usage_peak >= kv_full
+    levers = L.queue_levers(
+        obs.queue_mean, obs.slots, obs.running_mean, obs.kv_usage_peak, obs.gpu_utilization, t
+    )
+    if levers:
+        return _paging(obs, fit, levers, batch, slots_busy, kv_is_full, gpu_sat, t)
     if not over:
         if long_prompts and obs.batch_tokens < 8192:
             target = min(8192, max(4096, obs.batch_tokens * 2))
@@ -778,21 +802,14 @@ def suggest(
         )
     # the slots are the bound: the fewest more slots (within the observed reach) that
     # bring the queue under one request, else the furthest the twin goes
-    top = max(obs.slots + 1, math.floor(fit.batch_max * EXTRAPOLATE_MAX))
-    best: Prediction | None = None
-    for slots in _candidates(obs.slots, top):
-        pred = predict(obs, "max-num-seqs", slots, fit)
-        best = pred
-        if pred.new.queue < 1.0:
-            break
-    assert best is not None
+    best = _more_slots(obs, fit)
     return Suggestion(
         "slots",
         f"queue {obs.queue_mean:.1f} with every slot busy ({batch:.1f} of {obs.slots}), "
         + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen")
         + (f", KV {obs.kv_usage_peak:.0%}" if obs.kv_usage_peak is not None else "")
         + (
-            ": the slots are the bound, not the GPU; raise them, do not add replicas"
+            ": the slots are the bound, not the GPU; raise them before adding a replica"
             if obs.gpu_utilization is not None
             else ": the slots are the bound; with no GPU seen the twin takes a step to grow "
             "with the batch, so more slots gain little throughput (see the band)"
@@ -800,6 +817,79 @@ def suggest(
         "max-num-seqs",
         best.value,
         best,
+    )
+
+
+def _more_slots(obs: Observed, fit: StepFit) -> Prediction:
+    """The fewest more slots (within the twin's reach) whose replay keeps the queue under
+    one request, else the furthest the twin goes."""
+    top = max(obs.slots + 1, math.floor(fit.batch_max * EXTRAPOLATE_MAX))
+    best: Prediction | None = None
+    for slots in _candidates(obs.slots, top):
+        best = predict(obs, "max-num-seqs", slots, fit)
+        if best.new.queue < 1.0:
+            break
+    assert best is not None
+    return best
+
+
+def _paging(
+    obs: Observed,
+    fit: StepFit,
+    levers: Sequence[str],
+    batch: float,
+    slots_busy: bool,
+    kv_is_full: bool,
+    gpu_sat: bool,
+    t: Thresholds,
+) -> Suggestion:
+    """Replicas first, the slots second where ``levers`` has them (``pack.loops``)."""
+    cap = L.batch_capacity(obs.slots, obs.running_mean, obs.kv_usage_peak, t) or obs.slots
+    gpu = f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen"
+    if kv_is_full:
+        why = f"the KV cache is full (peak {obs.kv_usage_peak:.0%}): more slots would preempt"
+    elif obs.cpu and (obs.busy or 0.0) >= 0.9:
+        why = (
+            f"no GPU seen and the engine busy {obs.busy:.0%} of the time: a CPU engine at its "
+            "slot limit is compute-bound (more slots made the measured llama.cpp slower, "
+            "docs/advise.md)"
+        )
+    elif gpu_sat:
+        why = f"the GPU is saturated ({gpu}): more slots only lengthen each step"
+    elif L.SLOTS_LEVER in levers:
+        why = f"the slots are the bound too ({batch:.1f} of {obs.slots} busy, {gpu}): see below"
+    else:
+        why = gpu
+    need = _replicas_for(obs, fit)
+    reason = (
+        f"queue {obs.queue_mean:.1f} over what the worker can batch ({cap:.3g}): "
+        "InferenceQueueOverCapacity's condition, which pages; scale out (or rate-limit at the "
+        f"gateway) first, as `inferwatch advise` ranks it (6 FAQ); {why}"
+    )
+    then = None
+    if L.SLOTS_LEVER in levers and slots_busy:
+        try:
+            more = _more_slots(obs, fit)
+        except NotEnough as exc:
+            then = Suggestion("slots", f"what more slots would do: not answered ({exc})")
+        else:
+            then = Suggestion(
+                "slots",
+                f"then, at the next restart (a launch flag): every slot busy ({batch:.1f} of "
+                f"{obs.slots}) with the {gpu} and the KV cache below their lines "
+                "(pack.loops.slots_have_room): more slots may carry the load too",
+                "max-num-seqs",
+                more.value,
+                more,
+            )
+    return Suggestion(
+        "replicas",
+        reason,
+        "replicas",
+        need,
+        predict(obs, "replicas", need, fit),
+        paging=True,
+        then=then,
     )
 
 

@@ -282,6 +282,46 @@ def over_capacity(
     return waiting is not None and cap is not None and waiting > cap
 
 
+#: the levers of a queue over capacity, as ``queue_levers`` names them (and ``advise
+#: --what-if suggest``'s ``lever``)
+REPLICAS_LEVER = "replicas"
+SLOTS_LEVER = "slots"
+
+
+def slots_have_room(gpu_utilization: float | None, kv_usage: float | None, t: Thresholds) -> bool:
+    """Whether more slots (a larger --max-num-seqs) could carry more: the GPU below
+    ``gpu_utilization.scale_review_above`` ([6.1]: past it, more sequences only lengthen
+    each step) and the KV cache below ``vram.scale_above`` (a full one would preempt
+    them). A GPU not seen is no room: a CPU engine at its slots is compute-bound."""
+    gpu_room = gpu_utilization is not None and (
+        gpu_utilization < t.gpu_utilization.scale_review_above
+    )
+    kv_full = kv_usage is not None and kv_usage >= t.vram.scale_above
+    return gpu_room and not kv_full
+
+
+def queue_levers(
+    waiting: float | None,
+    max_num_seqs: float | None,
+    running: float | None,
+    kv_usage: float | None,
+    gpu_utilization: float | None,
+    t: Thresholds,
+) -> tuple[str, ...]:
+    """The levers of a queue, first to act on first; () while it is within capacity.
+
+    Over capacity (InferenceQueueOverCapacity's condition, a page) the first is always
+    ``REPLICAS_LEVER``: the 6 FAQ answers a queue past the limit with scale-out or a rate
+    limit, and a launch flag waits for a restart. ``SLOTS_LEVER`` comes second where
+    the slots have room (``slots_have_room``). ``inferwatch advise`` orders its actions
+    and ``--what-if suggest`` its lever by this one answer, so the two never disagree."""
+    if not over_capacity(waiting, max_num_seqs, running, kv_usage, t):
+        return ()
+    if slots_have_room(gpu_utilization, kv_usage, t):
+        return (REPLICAS_LEVER, SLOTS_LEVER)
+    return (REPLICAS_LEVER,)
+
+
 def preempting(rate_per_second: float | None, t: Thresholds) -> bool:
     """InferenceKVCachePreemptions: preemptions per second above the line."""
     return rate_per_second is not None and rate_per_second > t.kv_cache.preemption_rate_above
