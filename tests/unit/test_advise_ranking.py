@@ -9,7 +9,12 @@ tests/support/scenarios.py) is read by ``advise``, the weekly report and the dem
   paging one, whose first actions are scale out and rate-limit;
 - no answer holds two items that undo each other (``pack.ranking.contradictions``),
   and none undoes a move of the report's findings for the same data;
-- the demo's answer is advise's, in the same order.
+- the demo's answer is advise's, in the same order;
+- the demo's layouts (tp, colocate, host8, mig: tests/support/scenarios.py
+  ``run_layout``) are held the same way;
+- ``--prometheus-url``'s alert states rank the answer (firing first);
+- ``advise`` and ``advise --what-if suggest`` give the same first action on every
+  scenario, layout and the recorded H200 traces.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from inferwatch.advise.twin import NotEnough
 from inferwatch.advise.whatif import Suggestion, observe, suggest
 from inferwatch.demo.answer import answer
 from inferwatch.demo.conditions import AlertState, Condition
+from inferwatch.demo.layouts import LAYOUT_SCENARIOS
 from inferwatch.pack import loops as L
 from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
@@ -70,6 +76,33 @@ ANSWERS: dict[str, list[tuple[str, tuple[str, ...], str, str | None]]] = {
     ],
 }
 
+#: the demo's layouts (inferwatch.demo.layouts, in virtual time: scenarios.run_layout),
+#: item by item, for seed 1
+LAYOUT_ANSWERS: dict[str, list[tuple[str, tuple[str, ...], str, str | None]]] = {
+    # one model over four GPUs, a third of its batch busy: the guide's 0.85 note only
+    "tp": [(OOM_RISK, ("worker-tp",), "note", None)],
+    # two small workers in 45 % of one card each, a trickle: nothing to do
+    "colocate": [],
+    # eight workers, the first overloaded: its page first, the others' notes last
+    "host8": [
+        ("over_capacity", ("worker-0",), "alert", "critical"),
+        ("memory", ("worker-0",), "alert", "critical"),
+        ("preemptions", ("worker-0",), "alert", "warning"),
+        ("long_tail", ("worker-0",), "alert", "warning"),
+        *((OOM_RISK, (f"worker-{i}",), "note", None) for i in range(1, 8)),
+    ],
+    # two MIG slices, both past what they batch: both pages, then the tails, then notes
+    "mig": [
+        ("over_capacity", ("slice-full",), "alert", "critical"),
+        ("over_capacity", ("slice-rising",), "alert", "critical"),
+        ("long_tail", ("slice-full",), "alert", "warning"),
+        ("long_tail", ("slice-rising",), "alert", "warning"),
+        (OOM_RISK, ("slice-full",), "note", None),
+        (OOM_RISK, ("slice-rising",), "note", None),
+    ],
+}
+LAYOUT_CASES = [(name, seed) for name in LAYOUT_ANSWERS for seed in SEEDS]
+
 CRASH_WORDS = ("crash", "out-of-memory", "oom-killed", "close to")
 
 
@@ -86,6 +119,41 @@ def test_the_answers_are_held() -> None:
     for scenario, expected in ANSWERS.items():
         recs = advise(S.pictures(S.run(scenario, 1)), T)
         assert shape(recs) == expected, (scenario, shape(recs))
+
+
+def test_the_layouts_answers_are_held() -> None:
+    assert set(LAYOUT_ANSWERS) == set(LAYOUT_SCENARIOS)
+    for layout, expected in LAYOUT_ANSWERS.items():
+        recs = advise(S.pictures(S.run_layout(layout, 1)), T)
+        assert shape(recs) == expected, (layout, shape(recs))
+        # where a worker pages, its first item is the paging one: scale out, rate-limit
+        for r in recs:
+            if r.id == "over_capacity":
+                first = next(x for x in recs if r.workers[0] in x.workers)
+                assert first is r and r.actions[:2] == (L.SCALE_OUT, L.RATE_LIMIT)
+
+
+@pytest.mark.parametrize(("layout", "seed"), LAYOUT_CASES)
+def test_the_layouts_answers_agree_with_themselves_and_the_demo(layout: str, seed: int) -> None:
+    """Every seed: no two items undo each other, none claims a crash without evidence; the
+    demo's "what to do first" is ranked the same way and, for the held seed, is advise's
+    answer in the same order."""
+    runs = S.run_layout(layout, seed)
+    recs = advise(S.pictures(runs), T)
+    assert R.contradictions(recs) == [], shape(recs)
+    assert [R.rank_key(r) for r in recs] == sorted(R.rank_key(r) for r in recs)
+    for r in recs:
+        assert r.urgency and r.evidence and any(e.series for e in r.evidence), r
+        if r.tier != R.ALERT:
+            assert not any(word in r.urgency.lower() for word in CRASH_WORDS), r
+    demo = answer(S.demo_readings(runs), T)
+    assert R.contradictions(demo) == []
+    assert [R.rank_key(r) for r in demo] == sorted(R.rank_key(r) for r in demo)
+    if seed == 1:
+        # the held answer (the demo's readings carry no launch flags: without prefix
+        # caching stated, no 0.85 note; its levels are peaks, advise's queue a mean, so
+        # a slice near its line can differ on another seed)
+        assert shape(demo) == [x for x in LAYOUT_ANSWERS[layout] if x[0] != OOM_RISK]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -298,12 +366,12 @@ def _agree(recs: list[Recommendation], s: Suggestion, worker: str) -> None:
             assert clash == [], (worker, lever, clash)
 
 
-@pytest.mark.parametrize(("scenario", "seed"), CASES)
+@pytest.mark.parametrize(("scenario", "seed"), CASES + LAYOUT_CASES)
 def test_advise_and_what_if_suggest_agree(scenario: str, seed: int) -> None:
     """Issue 40: on an H100 with a real llama-server behind the proxy, advise said "scale
     out" and ``--what-if suggest`` "raise the slots, do not add replicas". Both read
     ``pack.loops.queue_levers`` now: on every built-in scenario their first actions agree."""
-    runs = S.run(scenario, seed)
+    runs = S.runs_of(scenario, seed)
     recs = advise(S.pictures(runs), T)
     answered = 0
     for r in runs:
@@ -313,7 +381,7 @@ def test_advise_and_what_if_suggest_agree(scenario: str, seed: int) -> None:
             continue  # too few busy windows to fit (the idle and the cold-start workers)
         _agree(recs, s, r.worker)
         answered += 1
-    assert answered or scenario in ("idle", "cold-start")
+    assert answered or scenario in ("idle", "cold-start", "colocate")
 
 
 def test_on_the_overload_suggest_scales_out_as_advise_does() -> None:
