@@ -174,23 +174,35 @@ def test_far_extrapolation_is_refused_and_near_one_has_a_band() -> None:
     assert inside.band is None and inside.range_note.startswith("within")
 
 
-def test_slot_limited_raise_the_slots_second_when_the_queue_pages() -> None:
-    """The H200 case of issue 31: a deep queue, every slot busy, GPU and KV with room. The
-    queue (24) is over the 8 slots, InferenceQueueOverCapacity's condition: replicas first,
-    as advise's "scale out" (issue 40), the slots second with their prediction."""
+def test_slot_limited_raise_the_slots_first_only_on_an_idle_gpu() -> None:
+    """The H200 case of issue 31: a deep queue, every slot busy, KV with room. The queue
+    (24) is over the 8 slots, InferenceQueueOverCapacity's condition (issue 40): with the
+    GPU idle under gpu_utilization.idle_below (40 %) the batch is too small for the card,
+    the slots first and replicas second, as advise and the runbook say."""
     obs = observe(samples([8] * 30, queue=24, slots=8, gpu=0.35, kv=0.2))
-    first = suggest(obs)
-    assert first.paging and first.lever == "replicas" and first.value is not None
-    assert "InferenceQueueOverCapacity" in first.reason
-    s = first.then
-    assert s is not None and s.lever == "slots" and s.flag == "max-num-seqs"
+    s = suggest(obs)
+    assert s.paging and s.lever == "slots" and s.flag == "max-num-seqs"
+    assert "InferenceQueueOverCapacity" in s.reason and "too small for the card" in s.reason
     assert s.value is not None and 8 < s.value <= 16
     assert s.prediction is not None
     assert s.prediction.new.ttft_p95 < s.prediction.current.ttft_p95
     assert s.prediction.new.throughput > s.prediction.current.throughput
-    # the GPU past its scale-review line: no slots second
+    assert s.then is not None and s.then.lever == "replicas" and s.then.advised
+
+
+def test_a_paging_queue_on_a_busy_gpu_wants_replicas_and_shows_the_slots() -> None:
+    """Issue 40's case: every slot busy, dozens waiting, the GPU busy (60 %, past the 40 %
+    line) and the KV cache with room: replicas, as advise's "scale out"; what more slots
+    would do follows, not advised, with its prediction."""
+    obs = observe(samples([8] * 30, queue=24, slots=8, gpu=0.6, kv=0.2))
+    s = suggest(obs)
+    assert s.paging and s.lever == "replicas" and s.value is not None and s.value >= 2
+    assert "scale out" in s.reason and "not the remedy" in s.reason
+    assert s.then is not None and s.then.lever == "slots" and not s.then.advised
+    assert s.then.prediction is not None and s.then.value is not None and s.then.value > 8
+    # the GPU saturated: the same lever
     busy = suggest(observe(samples([8] * 30, queue=24, slots=8, gpu=0.9, kv=0.2)))
-    assert busy.lever == "replicas" and busy.then is None
+    assert busy.lever == "replicas" and "saturated" in busy.reason
 
 
 def test_slot_limited_under_the_page_raise_the_slots() -> None:

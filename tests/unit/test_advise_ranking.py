@@ -356,11 +356,13 @@ def _agree(recs: list[Recommendation], s: Suggestion, worker: str) -> None:
     mine = [r for r in recs if worker in r.workers]
     # the page of advise is the page of suggest
     assert s.paging == any(r.id == "over_capacity" for r in mine), (worker, shape(mine), s)
-    if mine and Move(R.REPLICAS, R.UP) in _first_moves(mine[0]):
-        assert s.lever == "replicas", (worker, shape(mine), s.reason)
-    # no lever of suggest, first or second, undoes a move of advise's
+    # the first action is the first lever
+    for lever, move in LEVER_MOVES.items():
+        if mine and move in _first_moves(mine[0]):
+            assert s.lever == lever, (worker, shape(mine), s.reason)
+    # no lever suggest advises, first or second, undoes a move of advise's
     for lever in (s, s.then):
-        move = LEVER_MOVES.get(lever.lever) if lever else None
+        move = LEVER_MOVES.get(lever.lever) if lever and lever.advised else None
         if move is not None:
             clash = [m for r in mine for m in r.moves if R.opposed(m, move)]
             assert clash == [], (worker, lever, clash)
@@ -392,6 +394,25 @@ def test_on_the_overload_suggest_scales_out_as_advise_does() -> None:
     assert s.then is None and "KV cache is full" in s.reason
 
 
+def test_on_an_idle_gpu_both_raise_the_slots_first() -> None:
+    """The other side of the line: the queue over the slots with the GPU idle under
+    gpu_utilization.idle_below and the KV cache with room: advise, suggest and the
+    runbook's "Do this now" raise --max-num-seqs first, scale out second."""
+    (run,) = S.run("overload", 1)
+    quiet = [
+        dataclasses.replace(x, utilization=0.3 * x.utilization, kv_usage=0.5 * x.kv_usage)
+        for x in run.samples
+    ]
+    run = dataclasses.replace(run, samples=quiet, preemptions=0)
+    (p,) = S.pictures([run])
+    recs = [r for r in advise([p], T) if r.id == "over_capacity"]
+    assert recs and recs[0].actions[0].startswith("Raise --max-num-seqs from 20: the GPU is at")
+    assert recs[0].actions[1:3] == (L.SCALE_OUT, L.RATE_LIMIT)
+    s = suggest(observe(S.scrapes(run), run.worker), t=T)
+    _agree(advise([p], T), s, p.label)
+    assert s.lever == "slots" and s.then is not None and s.then.lever == "replicas"
+
+
 @pytest.mark.parametrize(
     ("trace", "phase", "output_tokens"),
     [
@@ -414,8 +435,9 @@ def test_on_recorded_traces_the_two_modes_agree(
     assert recs[0].id == "over_capacity" and recs[0].actions[0] == L.SCALE_OUT
     _agree(recs, s, p.label)
     assert s.lever == "replicas" and s.value is not None and s.value >= 2
-    # the slots second, as advise's own third action says, with the twin's band
-    assert s.then is not None and s.then.lever == "slots" and s.then.prediction is not None
+    # with the GPU past its 40 % line neither advises more slots; suggest shows what they
+    # would do, for comparison, with the twin's band
+    assert not any("Raise --max-num-seqs" in a for a in recs[0].actions)
+    assert s.then is not None and s.then.lever == "slots" and not s.then.advised
+    assert s.then.prediction is not None and s.then.prediction.band is not None
     assert s.then.value is not None and s.then.value > p.capacity()  # type: ignore[operator]
-    assert s.then.prediction.band is not None
-    assert any("--max-num-seqs" in a and "next restart" in a for a in recs[0].actions)

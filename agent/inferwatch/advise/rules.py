@@ -143,8 +143,9 @@ def _over(p: WorkerPicture, t: Thresholds) -> bool:
 
 def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     """InferenceQueueOverCapacity [6 FAQ]: more waiting than the worker can batch. Its
-    actions follow ``pack.loops.queue_levers``, as ``--what-if suggest``'s lever does:
-    scale out first, more slots second only where they have room."""
+    actions follow ``pack.loops.queue_levers``, as ``--what-if suggest``'s lever and the
+    runbook's "Do this now" do: scale out first with the GPU busy; more slots first only
+    where the GPU idles under its line."""
     levers = L.queue_levers(
         p.queue_depth, p.capacity(), p.running, p.kv_usage, p.gpu_utilization, t
     )
@@ -193,15 +194,18 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
                 (R.MAX_NUM_SEQS, R.NO_UP),
             )
         )
-    elif L.SLOTS_LEVER in levers and p.capacity() and p.gpu_utilization is not None:
-        actions.append(
+    elif levers[0] == L.SLOTS_LEVER and p.gpu_utilization is not None:
+        # the GPU idles under its line: the batch is what is too small for the card
+        actions.insert(
+            0,
             act(
-                f"Then, at the next restart: the batch is full but the GPU is at "
-                f"{fmt(p.gpu_utilization, 'ratio')}, so a larger batch than --max-num-seqs "
-                f"{p.capacity():g} may fit; check `inferwatch advise capacity` first "
-                "(`--what-if suggest` predicts it).",
+                f"Raise --max-num-seqs{f' from {p.capacity():g}' if p.capacity() else ''}: the "
+                f"GPU is at {fmt(p.gpu_utilization, 'ratio')}, under "
+                f"{fmt(t.gpu_utilization.idle_below, 'ratio')} (gpu_utilization.idle_below), so "
+                "the batch is too small for it. Check the memory budget with `inferwatch "
+                "advise capacity` (`--what-if suggest` predicts the new count).",
                 (R.MAX_NUM_SEQS, R.UP),
-            )
+            ),
         )
     return _rec("over_capacity", [p], queue / max(1.0, cap or 1.0), ev, actions)
 

@@ -6,8 +6,8 @@ replays the observed load at the current setting and at the asked one, and print
 throughput, TTFT P50/P95, queue, busy share (GPU utilization) and KV head-room for
 both, with the range of batch sizes the fit rests on. ``suggest`` picks the lever
 for an overloaded worker: replicas first where the queue is over what the worker can
-batch (the page; ``pack.loops.queue_levers``, as ``inferwatch advise`` ranks it), with
-more slots second where they have room; otherwise more slots when the slots are the
+batch (the page; ``pack.loops.queue_levers``, as ``inferwatch advise`` ranks it) with
+the GPU busy, more slots first only with the GPU idle; otherwise more slots when the slots are the
 bound and the GPU and the KV cache have room, replicas when the GPU is saturated,
 never more slots when the KV cache is full, a larger prompt batch when prefill
 dominates.
@@ -694,8 +694,10 @@ class Suggestion:
     #: the queue is over what the worker can batch: InferenceQueueOverCapacity's
     #: condition, the page (pack.loops.queue_levers), so the lever is replicas
     paging: bool = False
-    #: the lever after this one (the slots, at the next restart), with its prediction
+    #: the lever after this one, with its prediction
     then: Suggestion | None = None
+    #: False: shown for comparison, not advised (more slots on a busy GPU)
+    advised: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, the prediction's as that one's own ``as_dict``."""
@@ -724,8 +726,9 @@ def suggest(
 
     Where the queue is over what the worker can batch (``pack.loops.queue_levers``:
     InferenceQueueOverCapacity's condition, read as ``inferwatch advise`` reads it), the
-    lever is replicas, as advise's first action is "scale out"; more slots come second
-    (``then``) where they have room, with the twin's figures and band."""
+    levers come in advise's order: replicas with the GPU busy (what more slots would do
+    follows in ``then``, not advised, with the twin's figures and band), the slots first
+    only with the GPU idle under its line."""
     from inferwatch.pack.thresholds import load_thresholds
 
     t = t or load_thresholds()
@@ -843,9 +846,37 @@ def _paging(
     gpu_sat: bool,
     t: Thresholds,
 ) -> Suggestion:
-    """Replicas first, the slots second where ``levers`` has them (``pack.loops``)."""
+    """The queue pages: ``levers`` (``pack.loops.queue_levers``) in their order. With the
+    GPU busy the lever is replicas, and what more slots would do is shown after it, as
+    information (``advised`` False); with the GPU idle under its line, the slots first,
+    replicas second."""
     cap = L.batch_capacity(obs.slots, obs.running_mean, obs.kv_usage_peak, t) or obs.slots
     gpu = f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen"
+    line = f"{t.gpu_utilization.idle_below:.0%}"
+    page = (
+        f"queue {obs.queue_mean:.1f} over what the worker can batch ({cap:.3g}): "
+        "InferenceQueueOverCapacity's condition, which pages"
+    )
+    need = _replicas_for(obs, fit)
+
+    def replicas(reason: str) -> Suggestion:
+        return Suggestion(
+            "replicas", reason, "replicas", need, predict(obs, "replicas", need, fit), paging=True
+        )
+
+    if levers[0] == L.SLOTS_LEVER:
+        more = _more_slots(obs, fit)
+        return Suggestion(
+            "slots",
+            f"{page}; every slot busy ({batch:.1f} of {obs.slots}) with the {gpu}, under "
+            f"{line} (gpu_utilization.idle_below): the batch is too small for the card; "
+            "raise the slots first, as `inferwatch advise` and the runbook say",
+            "max-num-seqs",
+            more.value,
+            more,
+            paging=True,
+            then=replicas("if the queue outlasts the restart, or the new slot count does not fit"),
+        )
     if kv_is_full:
         why = f"the KV cache is full (peak {obs.kv_usage_peak:.0%}): more slots would preempt"
     elif obs.cpu and (obs.busy or 0.0) >= 0.9:
@@ -856,41 +887,31 @@ def _paging(
         )
     elif gpu_sat:
         why = f"the GPU is saturated ({gpu}): more slots only lengthen each step"
-    elif L.SLOTS_LEVER in levers:
-        why = f"the slots are the bound too ({batch:.1f} of {obs.slots} busy, {gpu}): see below"
     else:
-        why = gpu
-    need = _replicas_for(obs, fit)
-    reason = (
-        f"queue {obs.queue_mean:.1f} over what the worker can batch ({cap:.3g}): "
-        "InferenceQueueOverCapacity's condition, which pages; scale out (or rate-limit at the "
-        f"gateway) first, as `inferwatch advise` ranks it (6 FAQ); {why}"
+        why = f"the {gpu} is busy (at or past {line}): the slots are not the remedy"
+    first = replicas(
+        f"{page}; scale out (or rate-limit at the gateway) first, as `inferwatch advise` and "
+        f"the runbook say (6 FAQ); {why}"
     )
-    then = None
-    if L.SLOTS_LEVER in levers and slots_busy:
+    if slots_busy and not kv_is_full and not (obs.cpu and (obs.busy or 0.0) >= 0.9):
         try:
             more = _more_slots(obs, fit)
         except NotEnough as exc:
-            then = Suggestion("slots", f"what more slots would do: not answered ({exc})")
+            first.then = Suggestion(
+                "slots", f"what more slots would do: not answered ({exc})", advised=False
+            )
         else:
-            then = Suggestion(
+            first.then = Suggestion(
                 "slots",
-                f"then, at the next restart (a launch flag): every slot busy ({batch:.1f} of "
-                f"{obs.slots}) with the {gpu} and the KV cache below their lines "
-                "(pack.loops.slots_have_room): more slots may carry the load too",
+                f"what more slots would do, for comparison (not advised: the {gpu} is at or "
+                f"past {line}, under which the runbook raises them; a launch flag also waits "
+                "for a restart)",
                 "max-num-seqs",
                 more.value,
                 more,
+                advised=False,
             )
-    return Suggestion(
-        "replicas",
-        reason,
-        "replicas",
-        need,
-        predict(obs, "replicas", need, fit),
-        paging=True,
-        then=then,
-    )
+    return first
 
 
 def _candidates(current: int, top: int) -> list[int]:

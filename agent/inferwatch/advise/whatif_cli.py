@@ -188,7 +188,7 @@ def render_suggestion(s: Suggestion) -> str:
         lines.append(_arrow(s))
     then = s.then
     if then is not None:
-        lines.append(f"Then: {then.lever}")
+        lines.append(f"Then: {then.lever}" if then.advised else f"For comparison: {then.lever}")
         lines.append(f"  {then.reason}")
         if then.flag and then.prediction:
             lines.append(_arrow(then))

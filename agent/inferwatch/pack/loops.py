@@ -289,15 +289,16 @@ SLOTS_LEVER = "slots"
 
 
 def slots_have_room(gpu_utilization: float | None, kv_usage: float | None, t: Thresholds) -> bool:
-    """Whether more slots (a larger --max-num-seqs) could carry more: the GPU below
-    ``gpu_utilization.scale_review_above`` ([6.1]: past it, more sequences only lengthen
-    each step) and the KV cache below ``vram.scale_above`` (a full one would preempt
-    them). A GPU not seen is no room: a CPU engine at its slots is compute-bound."""
-    gpu_room = gpu_utilization is not None and (
-        gpu_utilization < t.gpu_utilization.scale_review_above
-    )
+    """Whether the batch, not the GPU, is what is too small: the GPU under
+    ``gpu_utilization.idle_below`` (the guide's "persistently low", 40 %) and the KV cache
+    below ``vram.scale_above`` (a full one would preempt more sequences). At or past the
+    line the GPU is busy: more sequences lengthen each step ([6 FAQ]: at 80 % add no
+    concurrency), the queue wants replicas. A GPU not seen is no room (a CPU engine at
+    its slots is compute-bound). The InferenceQueueOverCapacity runbook's "Do this now"
+    reads the same line."""
+    idle = gpu_utilization is not None and gpu_utilization < t.gpu_utilization.idle_below
     kv_full = kv_usage is not None and kv_usage >= t.vram.scale_above
-    return gpu_room and not kv_full
+    return idle and not kv_full
 
 
 def queue_levers(
@@ -310,15 +311,16 @@ def queue_levers(
 ) -> tuple[str, ...]:
     """The levers of a queue, first to act on first; () while it is within capacity.
 
-    Over capacity (InferenceQueueOverCapacity's condition, a page) the first is always
-    ``REPLICAS_LEVER``: the 6 FAQ answers a queue past the limit with scale-out or a rate
-    limit, and a launch flag waits for a restart. ``SLOTS_LEVER`` comes second where
-    the slots have room (``slots_have_room``). ``inferwatch advise`` orders its actions
-    and ``--what-if suggest`` its lever by this one answer, so the two never disagree."""
+    Over capacity (InferenceQueueOverCapacity's condition, a page) with the GPU busy, the
+    one lever is ``REPLICAS_LEVER``: the 6 FAQ answers a queue past the limit with
+    scale-out or a rate limit. Only where the slots have room (``slots_have_room``: the
+    GPU idle under its line) is the batch too small for the card: ``SLOTS_LEVER`` first,
+    replicas second. ``inferwatch advise`` orders its actions, ``--what-if suggest`` its
+    lever and the runbook its "Do this now" by this one answer."""
     if not over_capacity(waiting, max_num_seqs, running, kv_usage, t):
         return ()
     if slots_have_room(gpu_utilization, kv_usage, t):
-        return (REPLICAS_LEVER, SLOTS_LEVER)
+        return (SLOTS_LEVER, REPLICAS_LEVER)
     return (REPLICAS_LEVER,)
 
 
