@@ -9,7 +9,10 @@ loopback port, and opens it in headless Chromium at 1280x800. Prints the figures
 seconds from the demo's start to the alert in Alertmanager, clicks from the
 notification to the action, words before the action and in the Do this now block,
 whether the action and the advise line are on the first screen; runs the advise line
-the page shows against the demo's agent. Writes the screenshots with --shots DIR.
+the page shows against the demo's agent, then ``advise --prometheus-url`` on the
+Prometheus the link names (ranked by the alerts firing there), and prints each one's
+first item and the words of its output up to that item's title and first action.
+Writes the screenshots with --shots DIR.
 Asserts nothing.
 
     PYTHONPATH=agent:. python bench/runbook_walkthrough.py --shots docs/img
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -52,6 +56,24 @@ def _small_png(path: Path) -> None:
         return
     image = Image.open(path).convert("RGB")
     image.quantize(colors=64).save(path, optimize=True)
+
+
+def _first_item(out: str) -> None:
+    """advise's first item, and the words of its output up to it (and its first action)."""
+    lines = out.splitlines()
+    title = next((i for i, ln in enumerate(lines) if ln.startswith("1. ")), None)
+    do = next((i for i, ln in enumerate(lines) if ln.strip() == "do:"), None)
+    if title is None or do is None:
+        return
+    to_title = len(" ".join(lines[: title + 1]).split())
+    to_action = len(" ".join(lines[: do + 2]).split())
+    print(
+        f"advise's first item: {lines[title][3:]}\n"
+        f"  its first action: {lines[do + 1].strip()[2:]}\n"
+        f"  words of advise's output to the item's title: {to_title} "
+        f"({to_title / WPM * 60:.0f} s), to its first action: {to_action} "
+        f"({to_action / WPM * 60:.0f} s)"
+    )
 
 
 def main() -> int:
@@ -153,6 +175,21 @@ def main() -> int:
         )  # fmt: skip
         print(f"advise ran in {time.monotonic() - t0:.1f}s, exit {done.returncode}:")
         print("\n".join(done.stdout.splitlines()[:14]))
+        _first_item(done.stdout)
+        # the same worker from the Prometheus that fired the alert (the link's
+        # `prometheus` label): ranked by the alerts that fire there
+        prom = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("prometheus")
+        if prom:
+            worker = fired["labels"]["worker"]
+            t0 = time.monotonic()
+            done = subprocess.run(
+                [sys.executable, "-m", "inferwatch.cli", "advise", "--prometheus-url", prom[0],
+                 "--start", "now-2m", "--worker", worker],
+                capture_output=True, text=True, timeout=120, cwd=REPO,
+            )  # fmt: skip
+            print(f"advise --prometheus-url ran in {time.monotonic() - t0:.1f}s:")
+            print("\n".join(done.stdout.splitlines()[:6]))
+            _first_item(done.stdout)
         if done.returncode:
             print(done.stderr[-800:])
         return 0

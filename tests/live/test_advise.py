@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.agentrun import AgentRun
+from tests.support.e2e import E2E_THRESHOLDS, OVER, Stack, WorkerSpec
 from tests.support.proc import Process, Prometheus, free_port, http_get, inferwatch_cmd, wait_until
 from tests.support.scenarios import expected_loops
 
@@ -44,6 +45,7 @@ from inferwatch.advise.agent import sample_times
 from inferwatch.advise.prometheus import prometheus_queries
 from inferwatch.errors import ConfigError
 from inferwatch.pack import loops as L
+from inferwatch.pack.ranking import TIERS as TIER_ORDER
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.sim.loadgen import run_load
 
@@ -876,3 +878,91 @@ def test_live_long_tail_advice_counts_the_long_prompts(advice: Advice) -> None:
     (rec,) = [r for r in doc["recommendations"] if r["id"] == "long_tail"]
     assert any(e["text"].startswith("prompts over 2,000 tokens: ") for e in rec["evidence"])
     assert rec["actions"][0].startswith("Give long-context traffic its own pool: ")
+
+
+# --------------------------------------------------------------------------- alerts that fire
+
+
+def _alert_states(stack: Stack, worker: str) -> dict[str, tuple[str, float]]:
+    """Prometheus' active alerts about ``worker`` (its /api/v1/alerts): name -> (state,
+    when it became active)."""
+    out = {}
+    for a in stack.prom.api("alerts")["alerts"]:
+        if a["labels"].get("worker") == worker:
+            # RFC 3339 with up to nine digits of fraction: Python reads six
+            stamp = re.sub(r"(\.\d{6})\d+", r"\1", a["activeAt"])
+            active = parse_time(stamp, time.time(), "activeAt")
+            out[a["labels"]["alertname"]] = (a["state"], active)
+    return out
+
+
+@pytest.mark.slow
+def test_from_prometheus_the_firing_alert_ranks_first(tmp_path: Path) -> None:
+    """Issue 40: with ``--prometheus-url`` the ranking reads the loops' alerts in Prometheus
+    (the committed rules' generator, the live tests' short `for`s): the overload's firing
+    InferenceQueueOverCapacity ranks its item first, with the alert and since when in its
+    evidence; every other loop item takes its alert's state at the range's end (pending:
+    not paging yet; evaluated and silent: its condition held, nobody is paged)."""
+    stack = Stack(
+        tmp_path, [WorkerSpec(OVER, time_scale=0.25, args=("--cold-start-requests", "0"))]
+    )
+    load = None
+    try:
+        load = stack.load("overload", [OVER], 40, rate=4.0, drain=0)
+
+        def fired() -> dict[str, Any] | None:
+            found = [
+                a for a in stack.firing("InferenceQueueOverCapacity", worker=OVER)
+                if a["state"] == "firing"
+            ]  # fmt: skip
+            return found[0] if found else None
+
+        wait_until(fired, 60, 0.5, "InferenceQueueOverCapacity firing")
+        # the states on both sides of the moment advise reads, one evaluation away at least
+        before = _alert_states(stack, OVER)
+        time.sleep(1.5)
+        moment = time.time()
+        time.sleep(1.5)
+        after = _alert_states(stack, OVER)
+        done = subprocess.run(
+            inferwatch_cmd(
+                "advise", "--prometheus-url", stack.prom.url, "--json", "--worker", OVER,
+                "--thresholds", str(E2E_THRESHOLDS),
+                "--start", f"{moment - 20:.3f}", "--end", f"{moment:.3f}",
+            ),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        if load is not None:
+            load.stop()
+        stack.stop()
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert set(doc["source"]["alerts_evaluated"]) == set(L.BY_ALERT), doc["source"]
+    recs = doc["recommendations"]
+    first = recs[0]
+    assert (first["id"], first["tier"], first["severity"]) == ("over_capacity", "alert", "critical")
+    assert first["alert_state"] == "firing"
+    assert "InferenceQueueOverCapacity fires since" in first["urgency"]
+    assert first["evidence"][0]["text"].startswith("InferenceQueueOverCapacity firing since ")
+    assert first["evidence"][0]["series"] == 'ALERTS{alertstate="firing"}'
+    # since when: Prometheus' activeAt plus the alert's `for` (2 s), as its API says; its
+    # ALERTS_FOR_STATE keeps whole seconds
+    state, active = before["InferenceQueueOverCapacity"]
+    assert state == "firing" and first["alert_since"] == pytest.approx(active + 2.0, abs=1.0)
+    assert first["actions"][0] == L.SCALE_OUT
+    # every loop item ranked by its alert's state where the two looks agree on it
+    checked = 0
+    for rec in recs:
+        states = {before.get(a, ("silent", 0))[0] for a in rec["alerts"]} | {
+            after.get(a, ("silent", 0))[0] for a in rec["alerts"]
+        }
+        if rec["id"] not in L.BY_ID or len(states) != 1:
+            continue
+        (state,) = states
+        assert rec["alert_state"] == state, rec
+        assert rec["tier"] == ("alert" if state == "firing" else "loop"), rec
+        checked += 1
+    assert checked >= 1
+    keys = [(TIER_ORDER.index(r["tier"]), r["rank"]) for r in recs]
+    assert keys == sorted(keys)

@@ -180,16 +180,43 @@ def test_far_extrapolation_is_refused_and_near_one_has_a_band() -> None:
     assert near.band[1].ttft_p95 / near.band[0].ttft_p95 > 1.2
 
 
-def test_slot_limited_raise_the_slots_not_replicas() -> None:
-    """The H200 case of issue 31: a deep queue, every slot busy, GPU and KV with room."""
+def test_slot_limited_raise_the_slots_first_only_on_an_idle_gpu() -> None:
+    """The H200 case of issue 31: a deep queue, every slot busy, KV with room. The queue
+    (24) is over the 8 slots, InferenceQueueOverCapacity's condition (issue 40): with the
+    GPU idle under gpu_utilization.idle_below (40 %) the batch is too small for the card,
+    the slots first and replicas second, as advise and the runbook say."""
     obs = observe(samples([8] * 30, queue=24, slots=8, gpu=0.35, kv=0.2))
     s = suggest(obs)
-    assert s.lever == "slots" and s.flag == "max-num-seqs"
+    assert s.paging and s.lever == "slots" and s.flag == "max-num-seqs"
+    assert "InferenceQueueOverCapacity" in s.reason and "too small for the card" in s.reason
     assert s.value is not None and 8 < s.value <= 16
     assert s.prediction is not None
     assert s.prediction.new.ttft_p95 < s.prediction.current.ttft_p95
     assert s.prediction.new.throughput > s.prediction.current.throughput
-    assert "not the GPU" in s.reason
+    assert s.then is not None and s.then.lever == "replicas" and s.then.advised
+
+
+def test_a_paging_queue_on_a_busy_gpu_wants_replicas_and_shows_the_slots() -> None:
+    """Issue 40's case: every slot busy, dozens waiting, the GPU busy (60 %, past the 40 %
+    line) and the KV cache with room: replicas, as advise's "scale out"; what more slots
+    would do follows, not advised, with its prediction."""
+    obs = observe(samples([8] * 30, queue=24, slots=8, gpu=0.6, kv=0.2))
+    s = suggest(obs)
+    assert s.paging and s.lever == "replicas" and s.value is not None and s.value >= 2
+    assert "scale out" in s.reason and "not the remedy" in s.reason
+    assert s.then is not None and s.then.lever == "slots" and not s.then.advised
+    assert s.then.prediction is not None and s.then.value is not None and s.then.value > 8
+    # the GPU saturated: the same lever
+    busy = suggest(observe(samples([8] * 30, queue=24, slots=8, gpu=0.9, kv=0.2)))
+    assert busy.lever == "replicas" and "saturated" in busy.reason
+
+
+def test_slot_limited_under_the_page_raise_the_slots() -> None:
+    """Requests wait with every slot busy, fewer than the slots: no page, the slots lever."""
+    obs = observe(samples([8] * 30, queue=4, slots=8, gpu=0.35, kv=0.2))
+    s = suggest(obs)
+    assert not s.paging and s.lever == "slots" and s.flag == "max-num-seqs"
+    assert "not the GPU" in s.reason and "before adding a replica" in s.reason
 
 
 def test_gpu_saturated_wants_replicas() -> None:

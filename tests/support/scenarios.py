@@ -20,7 +20,8 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-from inferwatch.advise.model import WorkerPicture
+from inferwatch.advise.agent import Scrape
+from inferwatch.advise.model import WarmupState, WorkerPicture
 from inferwatch.demo.conditions import Reading
 from inferwatch.pack.loops import loops_of_alerts
 from inferwatch.pack.thresholds import Thresholds
@@ -84,6 +85,10 @@ class Sample:
     vram_used_ratio: float
     waiting: int
     running: int
+    #: the engine's counters at the sample: tokens generated and prompted, requests done
+    generated: int = 0
+    prompted: int = 0
+    finished: int = 0
 
 
 @dataclass
@@ -100,8 +105,14 @@ class WorkerRun:
     itl_at: list[float] = field(default_factory=list)
     e2e_at: list[float] = field(default_factory=list)
     preempted_at: list[float] = field(default_factory=list)
+    #: the GPUs it runs on, as the agent names them (empty: one of its own, its name)
+    gpus: tuple[str, ...] = ()
+    #: warmed by the agent's warm-up gate before its traffic (the demo's layouts)
+    gated: bool = False
     preemptions: int = 0
     finished: int = 0
+    generated: int = 0
+    prompted: int = 0
     duration: float = 0.0
 
 
@@ -164,6 +175,9 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
                     used / cfg.device_bytes,
                     snap.waiting,
                     snap.running,
+                    run.generated,
+                    run.prompted,
+                    run.finished,
                 )
             )
             next_sample += SAMPLE
@@ -181,6 +195,8 @@ def _engine_run(run: WorkerRun, arrivals: list[SimRequest], end: float) -> None:
         busy.append((now, now + plan.busy_seconds))
         now += plan.seconds
         stats = core.complete(plan, now)
+        run.generated += stats.generation_tokens
+        run.prompted += stats.prompt_tokens
         run.preemptions += stats.preemptions
         run.preempted_at.extend([now] * stats.preemptions)
         run.itl.extend(stats.itls)
@@ -220,6 +236,65 @@ def run(name: str, seed: int = 1, duration: float | None = None) -> list[WorkerR
     return runs
 
 
+def run_layout(name: str, seed: int = 1) -> list[WorkerRun]:
+    """Every worker of a demo layout (``inferwatch.demo.layouts``: tp, colocate, host8,
+    mig) in virtual time, as ``inferwatch demo --scenario NAME`` starts them: each
+    worker's simulator flags as the demo passes them (warmed: the demo's warm-up gate
+    takes the cold start), each load group's scenario at its ``--rate`` spread at
+    random over its workers, as ``inferwatch loadgen`` spreads it. Workers that share a
+    card (colocated) read the card as the fake GPU merges them: utilization summed and
+    capped at 1, memory summed; a MIG slice is a device of its own."""
+    import argparse
+
+    from inferwatch.demo.layouts import layout_for
+    from inferwatch.sim.simulate_cmd import add_arguments, config_from_args
+
+    layout = layout_for(name)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfgs = {}
+    for w in layout.workers:
+        flags = ["--port", "0", "--model", w.served_model, "--max-num-seqs", str(w.max_num_seqs)]
+        args = parser.parse_args([*flags, "--cold-start-requests", "0", *w.sim_args])
+        cfgs[w.name] = config_from_args(args)
+    rng = random.Random(seed)
+    runs: dict[str, WorkerRun] = {}
+    for group in layout.loads:
+        sc = SCENARIOS[group.scenario]
+        if "--rate" in group.extra:
+            sc = replace(sc, rate=float(group.extra[group.extra.index("--rate") + 1]))
+        planned = _requests(sc, rng, len(group.workers))
+        for i, worker in enumerate(group.workers):
+            r = WorkerRun(worker, cfgs[worker].model, cfgs[worker], gated=True)
+            _engine_run(r, [req for _, tgt, req in planned if tgt == i], sc.duration)
+            runs[worker] = r
+    by_device: dict[str, list[WorkerRun]] = {}
+    for w in layout.workers:
+        r = runs[w.name]
+        if w.gpu_instance is not None:
+            r.gpus = (f"{w.gpus[0]}/{w.gpu_instance}",)
+        else:
+            r.gpus = tuple(str(g) for g in w.gpus)
+        for g in r.gpus:
+            by_device.setdefault(g, []).append(r)
+    for sharing in by_device.values():
+        if len(sharing) < 2:
+            continue
+        for k in range(min(len(r.samples) for r in sharing)):
+            util = min(1.0, sum(r.samples[k].utilization for r in sharing))
+            used = min(1.0, sum(r.samples[k].vram_used_ratio for r in sharing))
+            for r in sharing:
+                r.samples[k] = replace(r.samples[k], utilization=util, vram_used_ratio=used)
+    return [runs[w.name] for w in layout.workers]
+
+
+def runs_of(name: str, seed: int = 1) -> list[WorkerRun]:
+    """A demo scenario's workers in virtual time: a load scenario, or a layout."""
+    from inferwatch.demo.layouts import LAYOUT_SCENARIOS
+
+    return run_layout(name, seed) if name in LAYOUT_SCENARIOS else run(name, seed)
+
+
 def buckets(values: list[float], bounds: tuple[float, ...]) -> tuple[tuple[float, float], ...]:
     """The observations as a classic histogram: (upper bound, cumulative count), +Inf last."""
     return tuple((b, float(sum(1 for v in values if v <= b))) for b in (*bounds, math.inf))
@@ -256,7 +331,7 @@ def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPictur
         instance="127.0.0.1:10127",
         model=r.model,
         engine="vllm",
-        gpus=(r.worker,),
+        gpus=r.gpus or (r.worker,),
         gpu_utilization=sum(s.utilization for s in r.samples) / n,
         vram_used_ratio=max(s.vram_used_ratio for s in r.samples),
         ttft_p50=quantile(ttft, 0.5, "ttft"),
@@ -276,6 +351,7 @@ def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPictur
         preemption_rate=r.preemptions / r.duration,
         request_rate=r.finished / r.duration,
         uptime_seconds=r.duration,
+        warmup=WarmupState(ready=True) if r.gated else None,
         model_ttft_p99=quantile(model_ttft, 0.99, "ttft") if model_ttft else None,
         flags={
             "max_num_seqs": str(r.cfg.max_num_seqs),
@@ -289,6 +365,47 @@ def picture(r: WorkerRun, model_ttft: list[float] | None = None) -> WorkerPictur
 def pictures(runs: list[WorkerRun]) -> list[WorkerPicture]:
     merged = [v for r in runs for _, v in r.ttft]
     return [picture(r, merged) for r in runs]
+
+
+def scrapes(r: WorkerRun) -> list[tuple[float, Scrape]]:
+    """What the agent's ``/metrics`` says of the worker at each sample, parsed (``advise
+    --what-if``'s samples): its counters, batch, queue, KV cache, launch flags and GPU."""
+    info = {
+        "worker": r.worker,
+        "engine": "vllm",
+        "max_num_seqs": str(r.cfg.max_num_seqs),
+        "gpu_memory_utilization": f"{r.cfg.gpu_memory_utilization:g}",
+        "prefix_caching": "true" if r.cfg.enable_prefix_caching else "false",
+        "kv_cache_dtype": r.cfg.cache_dtype,
+    }
+    on = {"worker": r.worker, "model": r.model, "engine": "vllm"}
+    out = []
+    for s in r.samples:
+        scrape: Scrape = []
+        for g in r.gpus or (r.worker,):
+            gpu = {"gpu": g}
+            scrape += [
+                ("inferwatch_gpu_up", gpu, 1.0),
+                ("inferwatch_gpu_utilization_ratio", gpu, s.utilization),
+                ("inferwatch_gpu_memory_used_ratio", gpu, s.vram_used_ratio),
+                (
+                    "inferwatch_gpu_process_memory_used_bytes",
+                    {**gpu, "worker": r.worker},
+                    s.vram_used_ratio * r.cfg.device_bytes,
+                ),
+            ]
+        scrape += [
+            ("inferwatch_worker_info", info, 1.0),
+            ("inferwatch_generation_tokens_total", on, float(s.generated)),
+            ("inferwatch_prompt_tokens_total", on, float(s.prompted)),
+            ("inferwatch_requests_finished_total", on, float(s.finished)),
+            ("inferwatch_requests_running", on, float(s.running)),
+            ("inferwatch_queue_depth", on, float(s.waiting)),
+            ("inferwatch_max_num_seqs", on, float(r.cfg.max_num_seqs)),
+            ("inferwatch_kv_cache_usage_ratio", on, s.kv_usage),
+        ]
+        out.append((s.t, scrape))
+    return out
 
 
 # --------------------------------------------------------------------------- the demo's view
@@ -324,6 +441,7 @@ def demo_readings(runs: list[WorkerRun]) -> dict[str, Reading]:
             kv=max(s.kv_usage for s in r.samples),
             uptime=r.duration,
             preemption_rate=r.preemptions / r.duration,
+            gate_deadline_exceeded=False if r.gated else None,
             ttft=quantiles["ttft"],
             tpot=quantiles["tpot"],
             e2e=quantiles["e2e"],

@@ -125,9 +125,12 @@ def test_the_4_slot_run_replayed_from_its_own_fit_meets_the_targets() -> None:
     assert all("refused" in rows[n] for n in (16, 32, 64))
 
 
-def test_suggest_on_the_slot_limited_h200_run_raises_the_slots() -> None:
+def test_suggest_on_the_slot_limited_h200_run_scales_out_and_shows_the_slots() -> None:
     """Issue 31's case: queue dozens deep, every slot busy, the GPU ~60% busy and VRAM
-    nearly empty: raise the slots (to what, with the predicted TTFT), not replicas."""
+    nearly empty. The queue is over the slots, InferenceQueueOverCapacity's condition,
+    with the GPU past the 40 % line: scale out, as ``inferwatch advise`` and the runbook
+    say (issue 40); what more slots would do follows for comparison (to what, with the
+    predicted TTFT and its band)."""
     args = ["--trace", str(SWEEP[0]), "--what-if", "suggest", "--output-tokens", "128", "--json"]
     done = subprocess.run(
         [sys.executable, "-m", "inferwatch.cli", "advise", *args],
@@ -136,9 +139,11 @@ def test_suggest_on_the_slot_limited_h200_run_raises_the_slots() -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    s = json.loads(done.stdout)["suggestion"]
-    assert s["lever"] == "slots" and s["flag"] == "max-num-seqs"
-    assert "do not add replicas" in s["reason"]
+    first = json.loads(done.stdout)["suggestion"]
+    assert first["paging"] and (first["lever"], first["flag"]) == ("replicas", "replicas")
+    assert "InferenceQueueOverCapacity" in first["reason"] and first["value"] >= 2
+    s = first["then"]
+    assert s["lever"] == "slots" and s["flag"] == "max-num-seqs" and not s["advised"]
     assert 4 < s["value"] <= 8  # the twin goes to 2x the batch observed
     pred = s["prediction"]
     # the twin's replay of the 4-slot run: its queue and TTFT as the clients saw them

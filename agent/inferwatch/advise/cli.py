@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, read_agent, workers_of
-from inferwatch.advise.model import Unreachable
-from inferwatch.advise.prometheus import read_prometheus
-from inferwatch.advise.render import age, render_capacity, render_rich, render_text, report_dict
-from inferwatch.advise.rules import advise
+from inferwatch.advise.model import Unreachable, age
+from inferwatch.advise.prometheus import read_alerts, read_prometheus
+from inferwatch.advise.render import render_capacity, render_rich, render_text, report_dict
+from inferwatch.advise.rules import advise, alert_waits
 from inferwatch.cli import add_options
 from inferwatch.errors import ConfigError, UsageError
 
@@ -311,6 +311,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(SOURCE, "--worker", f"a worker in the data ({names})", args.worker)
 
     source: dict[str, Any]
+    view = None
     try:
         if args.agent_url:
             pictures = read_agent(
@@ -326,12 +327,31 @@ def main(args: argparse.Namespace) -> int:
         else:
             start, end, selector = prometheus_range(args, thresholds)
             pictures = read_prometheus(args.prometheus_url, start, end, selector)
-            source = {"kind": "prometheus", "url": args.prometheus_url, "start": start, "end": end}
-            where = f"{args.prometheus_url} over {age(end - start)}"
+            # the loops' alerts as Prometheus holds them at the range's end: a firing one
+            # ranks its item first (pack.ranking), the conditions alone where it has none
+            view = read_alerts(args.prometheus_url, end, alert_waits(thresholds))
+            source = {
+                "kind": "prometheus",
+                "url": args.prometheus_url,
+                "start": start,
+                "end": end,
+                "alerts_evaluated": sorted(view.evaluated),
+                "alerts_active": [
+                    {"alert": s.alert, "state": s.state, "since": s.since, "labels": dict(s.labels)}
+                    for s in view.active
+                ],
+            }
+            firing = sum(1 for s in view.active if s.state == "firing")
+            alerts_note = (
+                f"ranked by its alerts ({firing} firing)"
+                if view.evaluated
+                else "it evaluates none of the loops' alerts: ranked by their conditions"
+            )
+            where = f"{args.prometheus_url} over {age(end - start)}; {alerts_note}"
     except Unreachable as exc:
         print(f"inferwatch advise: error: {exc}", file=sys.stderr)
         return 3
-    recs = advise(pictures, thresholds)
+    recs = advise(pictures, thresholds, view)
     if args.worker:
         if not any(args.worker in (p.worker, p.label) for p in pictures):
             known = ", ".join(p.label for p in pictures) or "none"

@@ -146,6 +146,22 @@ def finite(value: Any) -> Any:
     return value
 
 
+def age(seconds: float) -> str:
+    """A span for people: 45 s, 12 min, 3.5 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def clock(unix: float) -> str:
+    """A moment for people, in UTC: 2025-01-31 12:03:10 UTC."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def fmt(value: float, unit: str) -> str:
     """A number for people: ratios as percent, seconds in ms below one second."""
     if unit == "ratio":
@@ -154,9 +170,55 @@ def fmt(value: float, unit: str) -> str:
         return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
     if unit == "x":
         return f"{value:.1f}x"
+    if unit == "age":
+        return age(value)
     if unit:
         return f"{value:.3g} {unit}"
     return f"{value:.3g}"
+
+
+#: an alert's states in Prometheus' ALERTS series; SILENT: Prometheus evaluates the alert
+#: and it is neither (advise's own word)
+FIRING, PENDING, SILENT = "firing", "pending", "silent"
+
+
+@dataclass(frozen=True)
+class AlertSeen:
+    """One alert of the pack as Prometheus holds it at the end of the range read: its
+    ``ALERTS`` series (state, labels) and ``ALERTS_FOR_STATE`` (when it became active)."""
+
+    alert: str
+    #: FIRING or PENDING
+    state: str
+    labels: Mapping[str, str]
+    #: when its condition began to hold (unix seconds; None: not known)
+    active_at: float | None = None
+    #: the alert's ``for`` in seconds (pack.rules; None: not known)
+    wait: float | None = None
+
+    @property
+    def severity(self) -> str | None:
+        return self.labels.get("severity")
+
+    @property
+    def since(self) -> float | None:
+        """When it began to fire (firing: active plus its ``for``) or to wait (pending)."""
+        if self.active_at is None:
+            return None
+        if self.state == FIRING:
+            return self.active_at + (self.wait or 0.0)
+        return self.active_at
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """What Prometheus says of the pack's alerts at ``at``: those active (pending or
+    firing) and the names of those it evaluates (from its rules API, and any seen
+    active). With no name evaluated the conditions stand on their own, as in agent mode."""
+
+    at: float
+    active: tuple[AlertSeen, ...] = ()
+    evaluated: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -219,6 +281,11 @@ class Recommendation:
     urgency: str = ""
     #: the knobs its actions turn (pack.ranking: no two items may undo each other)
     moves: tuple[Move, ...] = ()
+    #: its alerts' state in Prometheus at the end of the range read (FIRING, PENDING,
+    #: SILENT); None: not read (agent mode, or a Prometheus that evaluates none of them)
+    alert_state: str | None = None
+    #: since when (unix seconds): firing since, or pending since
+    alert_since: float | None = None
 
     def as_dict(self, rank: int) -> dict[str, Any]:
         return {
@@ -229,6 +296,8 @@ class Recommendation:
             "severity": self.severity,
             "urgency": self.urgency,
             "moves": [m.as_dict() for m in self.moves],
+            "alert_state": self.alert_state,
+            "alert_since": self.alert_since,
             "title": self.title,
             "workers": list(self.workers),
             "model": self.model,

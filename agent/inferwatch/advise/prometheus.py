@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from inferwatch.advise.agent import maximum, mean
 from inferwatch.advise.model import (
     FLAG_LABELS,
+    PENDING,
+    AlertSeen,
+    AlertView,
     Unreachable,
     WarmupState,
     WorkerPicture,
@@ -115,6 +118,62 @@ def read_prometheus(
     except QueryError as exc:
         raise Unreachable(str(exc).splitlines()[0]) from None
     return pictures_from_answers(answers, end)
+
+
+def alert_queries(names: Sequence[str]) -> dict[str, str]:
+    """The instant queries (at the end of the range) of the pack's alerts: their states and
+    labels, and when each became active (``ALERTS_FOR_STATE``'s value, an alert with a
+    ``for``)."""
+    matcher = f'alertname=~"{"|".join(sorted(names))}"'
+    return {"alerts": f"ALERTS{{{matcher}}}", "active_at": f"ALERTS_FOR_STATE{{{matcher}}}"}
+
+
+def read_alerts(
+    url: str, end: float, waits: Mapping[str, float], timeout: float = 60.0
+) -> AlertView:
+    """The alerts named in ``waits`` (name -> its ``for``) as Prometheus holds them at
+    ``end``, and which of them it evaluates: its rules API, else the ones seen active (a
+    store that only receives ``ALERTS``, or one without the API, says nothing of the rest)."""
+    from inferwatch.report.promapi import PrometheusClient, PrometheusUnreachable, QueryError
+
+    client = PrometheusClient(url, timeout=timeout)
+    answers: dict[str, list[tuple[dict[str, str], float]]] = {}
+    try:
+        for name, query in alert_queries(list(waits)).items():
+            answers[name] = [(s.labels, s.value) for s in client.instant(query, end)]
+        try:
+            loaded = set(client.alerting_rules())
+        except QueryError:
+            loaded = set()
+    except PrometheusUnreachable as exc:
+        raise Unreachable(str(exc)) from None
+    except QueryError as exc:
+        raise Unreachable(str(exc).splitlines()[0]) from None
+    return alerts_from_answers(answers, end, waits, loaded)
+
+
+def _alert_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
+
+
+def alerts_from_answers(
+    answers: Mapping[str, Sequence[tuple[Mapping[str, str], float]]],
+    end: float,
+    waits: Mapping[str, float],
+    loaded: Iterable[str] = (),
+) -> AlertView:
+    """Join the answers of :func:`alert_queries` into the view at ``end``."""
+    active_at = {_alert_key(lb): v for lb, v in answers.get("active_at", ())}
+    seen = []
+    for labels, _ in answers.get("alerts", ()):
+        name = labels.get("alertname", "")
+        if name not in waits:
+            continue
+        state = labels.get("alertstate", PENDING)
+        plain = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
+        seen.append(AlertSeen(name, state, plain, active_at.get(_alert_key(labels)), waits[name]))
+    evaluated = (set(loaded) | {s.alert for s in seen}) & set(waits)
+    return AlertView(end, tuple(seen), frozenset(evaluated))
 
 
 def pictures_from_answers(

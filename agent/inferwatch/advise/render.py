@@ -11,14 +11,6 @@ if TYPE_CHECKING:
     from inferwatch.advise.capacity import CapacityPlan
 
 
-def age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def report_dict(
     pictures: Sequence[WorkerPicture],
     recs: Sequence[Recommendation],

@@ -10,11 +10,23 @@ notes) and reconciles any two that would undo each other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
 from inferwatch.advise.agent import mean
-from inferwatch.advise.model import Evidence, Recommendation, WorkerPicture, fmt
+from inferwatch.advise.model import (
+    FIRING,
+    PENDING,
+    SILENT,
+    AlertSeen,
+    AlertView,
+    Evidence,
+    Recommendation,
+    WorkerPicture,
+    clock,
+    fmt,
+)
 from inferwatch.pack import loops as L
 from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
@@ -130,8 +142,14 @@ def _over(p: WorkerPicture, t: Thresholds) -> bool:
 
 
 def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
-    """InferenceQueueOverCapacity [6 FAQ]: more waiting than the worker can batch."""
-    if not _over(p, t):
+    """InferenceQueueOverCapacity [6 FAQ]: more waiting than the worker can batch. Its
+    actions follow ``pack.loops.queue_levers``, as ``--what-if suggest``'s lever and the
+    runbook's "Do this now" do: scale out first with the GPU busy; more slots first only
+    where the GPU idles under its line."""
+    levers = L.queue_levers(
+        p.queue_depth, p.capacity(), p.running, p.kv_usage, p.gpu_utilization, t
+    )
+    if not levers:
         return None
     cap = L.batch_capacity(p.capacity(), p.running, p.kv_usage, t)
     queue = p.queue_depth or 0.0
@@ -176,18 +194,18 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
                 (R.MAX_NUM_SEQS, R.NO_UP),
             )
         )
-    elif (
-        p.gpu_utilization is not None
-        and p.gpu_utilization < t.gpu_utilization.scale_review_above
-        and p.capacity()
-    ):
-        actions.append(
+    elif levers[0] == L.SLOTS_LEVER and p.gpu_utilization is not None:
+        # the GPU idles under its line: the batch is what is too small for the card
+        actions.insert(
+            0,
             act(
-                f"The batch is full but the GPU is at {fmt(p.gpu_utilization, 'ratio')}: a "
-                f"larger batch than --max-num-seqs {p.capacity():g} may fit; check "
-                "`inferwatch advise capacity` first.",
+                f"Raise --max-num-seqs{f' from {p.capacity():g}' if p.capacity() else ''}: the "
+                f"GPU is at {fmt(p.gpu_utilization, 'ratio')}, under "
+                f"{fmt(t.gpu_utilization.idle_below, 'ratio')} (gpu_utilization.idle_below), so "
+                "the batch is too small for it. Check the memory budget with `inferwatch "
+                "advise capacity` (`--what-if suggest` predicts the new count).",
                 (R.MAX_NUM_SEQS, R.UP),
-            )
+            ),
         )
     return _rec("over_capacity", [p], queue / max(1.0, cap or 1.0), ev, actions)
 
@@ -687,8 +705,170 @@ WORKER_RULES = (
 )
 
 
-def advise(pictures: Sequence[WorkerPicture], t: Thresholds) -> list[Recommendation]:
-    """Every recommendation for these workers, most urgent first."""
+# --------------------------------------------------------------------------- the alerts
+
+
+def alert_waits(t: Thresholds) -> dict[str, float]:
+    """Each loop's alert (``pack.loops``) with its ``for`` in seconds under ``t``."""
+    from inferwatch.pack.rules import alerts
+
+    return {a.name: a.for_seconds for a in alerts(t) if a.name in L.BY_ALERT}
+
+
+def about(seen: AlertSeen, p: WorkerPicture) -> bool:
+    """Whether an alert's labels point at this worker: its worker (on its instance), one of
+    its GPUs, or, for an alert of a whole model, its model."""
+    labels = seen.labels
+    if "instance" in labels and labels["instance"] != p.instance:
+        return False
+    if "worker" in labels:
+        return labels["worker"] == p.worker
+    if "gpu" in labels:
+        return labels["gpu"] in p.gpus
+    return "model" in labels and labels["model"] == p.model
+
+
+def _alert_evidence(seen: Sequence[AlertSeen], at: float) -> list[Evidence]:
+    out = []
+    for s in seen:
+        since = s.since
+        when = f" since {clock(since)}" if since is not None else ""
+        out.append(
+            Evidence(
+                f"{s.alert} {s.state}{when}, for", max(0.0, at - since) if since else 0.0,
+                "age", series=f'ALERTS{{alertstate="{s.state}"}}',
+            )
+        )  # fmt: skip
+    return out
+
+
+def _earliest(seen: Sequence[AlertSeen]) -> float | None:
+    known = [s.since for s in seen if s.since is not None]
+    return min(known) if known else None
+
+
+def _most_urgent(seen: Sequence[AlertSeen], fallback: str | None) -> str | None:
+    known = [s.severity for s in seen if s.severity is not None and s.severity in R.SEVERITIES]
+    return min(known, key=R.SEVERITIES.index) if known else fallback
+
+
+def with_alerts(
+    recs: Sequence[Recommendation], pictures: Sequence[WorkerPicture], view: AlertView
+) -> list[Recommendation]:
+    """Each loop's item ranked by what Prometheus says of its alerts at the end of the range
+    read: firing, it pages (``ALERT``, at the firing alert's severity, with the alert and
+    since when in its evidence); pending, it is not paging yet (``LOOP``); evaluated and
+    neither, its condition held over the range but pages nobody now (``LOOP``). An alert
+    Prometheus does not evaluate leaves the item as its condition ranks it (agent mode's
+    "condition holds now"). A firing alert of a loop with no item (its condition does not
+    hold over the whole range) gets one that says so, with the span to read instead."""
+    by_label = {p.label: p for p in pictures}
+    out = []
+    for rec in recs:
+        if rec.id not in L.BY_ID or not set(rec.alerts) & view.evaluated:
+            out.append(rec)
+            continue
+        mine = [by_label[w] for w in rec.workers if w in by_label]
+        seen = [s for s in view.active if s.alert in rec.alerts and any(about(s, p) for p in mine)]
+        firing = [s for s in seen if s.state == FIRING]
+        pending = [s for s in seen if s.state == PENDING]
+        names = ", ".join(dict.fromkeys(s.alert for s in firing or pending)) or ", ".join(
+            a for a in rec.alerts if a in view.evaluated
+        )
+        if firing:
+            severity = _most_urgent(firing, rec.severity)
+            since = _earliest(firing)
+            pages = "pages" if severity == "critical" else "warns"
+            when = f" since {clock(since)}" if since is not None else ""
+            rec = dataclasses.replace(
+                rec,
+                tier=R.ALERT,
+                severity=severity,
+                urgency=f"{severity}: {names} fires{when} ({pages}; Prometheus' ALERTS)",
+                evidence=(*_alert_evidence(firing, view.at), *rec.evidence),
+                alert_state=FIRING,
+                alert_since=since,
+            )
+        elif pending:
+            since = _earliest(pending)
+            when = f" since {clock(since)}" if since is not None else ""
+            rec = dataclasses.replace(
+                rec,
+                tier=R.LOOP,
+                urgency=f"active, not paging yet: {names} pending{when} (its 'for' not yet passed)",
+                evidence=(*_alert_evidence(pending, view.at), *rec.evidence),
+                alert_state=PENDING,
+                alert_since=since,
+            )
+        else:
+            rec = dataclasses.replace(
+                rec,
+                tier=R.LOOP,
+                urgency=f"held over the range read, but {names} is not firing at its end "
+                f"({clock(view.at)}): it pages nobody now",
+                alert_state=SILENT,
+            )
+        out.append(rec)
+    return out + _firing_without_item(out, pictures, view)
+
+
+def _firing_without_item(
+    recs: Sequence[Recommendation], pictures: Sequence[WorkerPicture], view: AlertView
+) -> list[Recommendation]:
+    """An item for each firing loop alert whose condition advise did not find over the
+    range (a range much longer than the episode averages it away)."""
+    covered = {(r.id, w) for r in recs for w in r.workers}
+    holding = [(r.id, r.model, r.workers) for r in recs]
+    out: list[Recommendation] = []
+    for p in pictures:
+        for loop_id in dict.fromkeys(L.BY_ALERT[s.alert] for s in view.active):
+            firing = [
+                s
+                for s in view.active
+                if s.state == FIRING and L.BY_ALERT[s.alert] == loop_id and about(s, p)
+            ]
+            if not firing or (loop_id, p.label) in covered:
+                continue
+            if L.silenced(loop_id, p.model, (p.label,), holding):
+                continue
+            loop = L.BY_ID[loop_id]
+            severity = _most_urgent(firing, R.severity(loop.alerts))
+            since = _earliest(firing)
+            names = ", ".join(dict.fromkeys(s.alert for s in firing))
+            start = f"--start {since:.0f} " if since is not None else ""
+            when = f" since {clock(since)}" if since is not None else ""
+            out.append(
+                Recommendation(
+                    id=loop_id,
+                    loop=loop.name,
+                    title=loop.title,
+                    workers=(p.label,),
+                    model=p.model,
+                    score=0.0,
+                    evidence=tuple(_alert_evidence(firing, view.at)),
+                    actions=(
+                        f"{names} fires, but over the whole range read its condition does not "
+                        "hold: read the span it fires in for the remedy (inferwatch advise "
+                        f"--prometheus-url ... {start}--worker {p.label}), and its runbook.",
+                    ),
+                    guide=L.sections(loop_id),
+                    alerts=loop.alerts,
+                    tier=R.ALERT,
+                    severity=severity,
+                    urgency=f"{severity}: {names} fires{when} (Prometheus' ALERTS)",
+                    alert_state=FIRING,
+                    alert_since=since,
+                )
+            )
+            covered.add((loop_id, p.label))
+    return out
+
+
+def advise(
+    pictures: Sequence[WorkerPicture], t: Thresholds, alerts: AlertView | None = None
+) -> list[Recommendation]:
+    """Every recommendation for these workers, most urgent first; with ``alerts`` (read from
+    Prometheus), each loop's item ranked by its alerts' state there (``with_alerts``)."""
     recs: list[Recommendation] = []
     for p in pictures:
         for rule in WORKER_RULES:
@@ -717,6 +897,8 @@ def advise(pictures: Sequence[WorkerPicture], t: Thresholds) -> list[Recommendat
     recs = [
         r for r in recs if r.id not in L.BY_ID or not L.silenced(r.id, r.model, r.workers, holding)
     ]
+    if alerts is not None:
+        recs = with_alerts(recs, pictures, alerts)
     recs.sort(key=lambda r: r.workers)
     # one answer: ranked (pack.ranking), no two items undoing each other; the guide's 0.85
     # note, where a full KV pool forbids lowering it now, becomes that item's last step

@@ -5,9 +5,12 @@ or a recorded trace) it fits the step-time curve (:mod:`inferwatch.advise.twin`)
 replays the observed load at the current setting and at the asked one, and prints
 throughput, TTFT P50/P95, queue, busy share (GPU utilization) and KV head-room for
 both, with the range of batch sizes the fit rests on. ``suggest`` picks the lever
-for an overloaded worker: more slots when the slots are the bound and the GPU and
-the KV cache have room, replicas when the GPU is saturated, never more slots when
-the KV cache is full, a larger prompt batch when prefill dominates.
+for an overloaded worker: replicas first where the queue is over what the worker can
+batch (the page; ``pack.loops.queue_levers``, as ``inferwatch advise`` ranks it) with
+the GPU busy, more slots first only with the GPU idle; otherwise more slots when the slots are the
+bound and the GPU and the KV cache have room, replicas when the GPU is saturated,
+never more slots when the KV cache is full, a larger prompt batch when prefill
+dominates.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from inferwatch.advise.twin import (
     simulate,
 )
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack import loops as L
+from inferwatch.pack.thresholds import Thresholds
 
 SOURCE = "command line"
 
@@ -352,7 +357,6 @@ def observe(
     kv = [_worker_sum(s, "inferwatch_kv_cache_usage_ratio", worker) for _, s in scrapes]
     long_share = None
     from inferwatch.advise.agent import PROMPT_BUCKETS, bucket_increase, buckets_by_bound
-    from inferwatch.pack import loops as L
 
     added = bucket_increase(
         buckets_by_bound(first, PROMPT_BUCKETS, worker=worker),
@@ -802,12 +806,20 @@ class Suggestion:
     flag: str | None = None
     value: float | None = None
     prediction: Prediction | None = None
+    #: the queue is over what the worker can batch: InferenceQueueOverCapacity's
+    #: condition, the page (pack.loops.queue_levers), so the lever is replicas
+    paging: bool = False
+    #: the lever after this one, with its prediction
+    then: Suggestion | None = None
+    #: False: shown for comparison, not advised (more slots on a busy GPU)
+    advised: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, the prediction's as that one's own ``as_dict``."""
         return {
             **{f.name: getattr(self, f.name) for f in fields(self)},
             "prediction": self.prediction.as_dict() if self.prediction else None,
+            "then": self.then.as_dict() if self.then else None,
         }
 
 
@@ -823,8 +835,18 @@ def suggest(
     gpu_saturated: float = GPU_SATURATED,
     kv_full: float = 0.92,
     long_prompt_share: float = 0.02,
+    t: Thresholds | None = None,
 ) -> Suggestion:
-    """The lever for this worker: which flag to change, to what, and what to expect."""
+    """The lever for this worker: which flag to change, to what, and what to expect.
+
+    Where the queue is over what the worker can batch (``pack.loops.queue_levers``:
+    InferenceQueueOverCapacity's condition, read as ``inferwatch advise`` reads it), the
+    levers come in advise's order: replicas with the GPU busy (what more slots would do
+    follows in ``then``, not advised, with the twin's figures and band), the slots first
+    only with the GPU idle under its line."""
+    from inferwatch.pack.thresholds import load_thresholds
+
+    t = t or load_thresholds()
     fit = fit or obs.fit()
     # every slot busy while requests waited (an idle sample at the edge of the span
     # does not hide a deep queue)
@@ -838,6 +860,11 @@ def suggest(
     ) >= long_prompt_share or prefill_share >= PREFILL_SHARE
     gpu_sat = obs.gpu_utilization is not None and obs.gpu_utilization >= gpu_saturated
     kv_is_full = obs.kv_usage_peak is not None and obs.kv_usage_peak >= kv_full
+    levers = L.queue_levers(
+        obs.queue_mean, obs.slots, obs.running_mean, obs.kv_usage_peak, obs.gpu_utilization, t
+    )
+    if levers:
+        return _paging(obs, fit, levers, batch, slots_busy, kv_is_full, gpu_sat, t)
     if not over:
         if long_prompts and obs.batch_tokens < 8192:
             target = min(8192, max(4096, obs.batch_tokens * 2))
@@ -893,22 +920,14 @@ def suggest(
         )
     # the slots are the bound: the fewest more slots (within the observed reach) that
     # bring the queue under one request, else the furthest the twin goes
-    top = max(obs.slots + 1, math.floor(fit.batch_max * EXTRAPOLATE_MAX))
-    best: Prediction | None = None
-    for slots in _candidates(obs.slots, top):
-        pred = predict(obs, "max-num-seqs", slots, fit, bands=False)
-        best = pred
-        if pred.new.queue < 1.0:
-            break
-    assert best is not None
-    best = predict(obs, "max-num-seqs", best.value, fit)
+    best = _more_slots(obs, fit)
     return Suggestion(
         "slots",
         f"queue {obs.queue_mean:.1f} with every slot busy ({batch:.1f} of {obs.slots}), "
         + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen")
         + (f", KV {obs.kv_usage_peak:.0%}" if obs.kv_usage_peak is not None else "")
         + (
-            ": the slots are the bound, not the GPU; raise them, do not add replicas"
+            ": the slots are the bound, not the GPU; raise them before adding a replica"
             if obs.gpu_utilization is not None
             else ": the slots are the bound; with no GPU seen the twin takes a step to grow "
             "with the batch, so more slots gain little throughput (see the band)"
@@ -917,6 +936,98 @@ def suggest(
         best.value,
         best,
     )
+
+
+def _more_slots(obs: Observed, fit: StepFit) -> Prediction:
+    """The fewest more slots (within the twin's reach) whose replay keeps the queue under
+    one request, else the furthest the twin goes."""
+    top = max(obs.slots + 1, math.floor(fit.batch_max * EXTRAPOLATE_MAX))
+    best: Prediction | None = None
+    for slots in _candidates(obs.slots, top):
+        best = predict(obs, "max-num-seqs", slots, fit, bands=False)
+        if best.new.queue < 1.0:
+            break
+    assert best is not None
+    # the band only for the answer: the search needs the point figures
+    return predict(obs, "max-num-seqs", best.value, fit)
+
+
+def _paging(
+    obs: Observed,
+    fit: StepFit,
+    levers: Sequence[str],
+    batch: float,
+    slots_busy: bool,
+    kv_is_full: bool,
+    gpu_sat: bool,
+    t: Thresholds,
+) -> Suggestion:
+    """The queue pages: ``levers`` (``pack.loops.queue_levers``) in their order. With the
+    GPU busy the lever is replicas, and what more slots would do is shown after it, as
+    information (``advised`` False); with the GPU idle under its line, the slots first,
+    replicas second."""
+    cap = L.batch_capacity(obs.slots, obs.running_mean, obs.kv_usage_peak, t) or obs.slots
+    gpu = f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen"
+    line = f"{t.gpu_utilization.idle_below:.0%}"
+    page = (
+        f"queue {obs.queue_mean:.1f} over what the worker can batch ({cap:.3g}): "
+        "InferenceQueueOverCapacity's condition, which pages"
+    )
+    need = _replicas_for(obs, fit)
+
+    def replicas(reason: str) -> Suggestion:
+        return Suggestion(
+            "replicas", reason, "replicas", need, predict(obs, "replicas", need, fit), paging=True
+        )
+
+    if levers[0] == L.SLOTS_LEVER:
+        more = _more_slots(obs, fit)
+        return Suggestion(
+            "slots",
+            f"{page}; every slot busy ({batch:.1f} of {obs.slots}) with the {gpu}, under "
+            f"{line} (gpu_utilization.idle_below): the batch is too small for the card; "
+            "raise the slots first, as `inferwatch advise` and the runbook say",
+            "max-num-seqs",
+            more.value,
+            more,
+            paging=True,
+            then=replicas("if the queue outlasts the restart, or the new slot count does not fit"),
+        )
+    if kv_is_full:
+        why = f"the KV cache is full (peak {obs.kv_usage_peak:.0%}): more slots would preempt"
+    elif obs.cpu and (obs.busy or 0.0) >= 0.9:
+        why = (
+            f"no GPU seen and the engine busy {obs.busy:.0%} of the time: a CPU engine at its "
+            "slot limit is compute-bound (more slots made the measured llama.cpp slower, "
+            "docs/advise.md)"
+        )
+    elif gpu_sat:
+        why = f"the GPU is saturated ({gpu}): more slots only lengthen each step"
+    else:
+        why = f"the {gpu} is busy (at or past {line}): the slots are not the remedy"
+    first = replicas(
+        f"{page}; scale out (or rate-limit at the gateway) first, as `inferwatch advise` and "
+        f"the runbook say (6 FAQ); {why}"
+    )
+    if slots_busy and not kv_is_full and not (obs.cpu and (obs.busy or 0.0) >= 0.9):
+        try:
+            more = _more_slots(obs, fit)
+        except NotEnough as exc:
+            first.then = Suggestion(
+                "slots", f"what more slots would do: not answered ({exc})", advised=False
+            )
+        else:
+            first.then = Suggestion(
+                "slots",
+                f"what more slots would do, for comparison (not advised: the {gpu} is at or "
+                f"past {line}, under which the runbook raises them; a launch flag also waits "
+                "for a restart)",
+                "max-num-seqs",
+                more.value,
+                more,
+                advised=False,
+            )
+    return first
 
 
 def _candidates(current: int, top: int) -> list[int]:

@@ -166,6 +166,29 @@ def sorted_band(ends: Any) -> tuple[Any, Any]:
     return min(vals), max(vals)
 
 
+def _band(p: Prediction, key: str, unit: str) -> str:
+    """`` (band LOW .. HIGH)``, low to high, where the prediction has a band."""
+    if not p.band:
+        return ""
+    values = [getattr(b, key) for b in p.band]
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    if len(known) != 2:
+        return ""
+    return f" (band {_f(min(known), unit)} .. {_f(max(known), unit)})"
+
+
+def _arrow(s: Suggestion) -> str:
+    p = s.prediction
+    assert p is not None and s.flag
+    return (
+        f"  -> {s.flag}={s.value:g}: TTFT P95 {_f(p.current.ttft_p95, 's')} -> "
+        f"{_f(p.new.ttft_p95, 's')}{_band(p, 'ttft_p95', 's')}, P50 {_f(p.current.ttft_p50, 's')} "
+        f"-> {_f(p.new.ttft_p50, 's')}{_band(p, 'ttft_p50', 's')}, "
+        f"throughput {_f(p.current.throughput, 'tok/s')} -> {_f(p.new.throughput, 'tok/s')}"
+        f"{_band(p, 'throughput', 'tok/s')}, queue {p.current.queue:.1f} -> {p.new.queue:.1f}"
+    )
+
+
 def render_suggestion(s: Suggestion) -> str:
     lines = [
         f"Lever for {s.prediction.worker if s.prediction else 'the worker'}: {s.lever}",
@@ -174,15 +197,17 @@ def render_suggestion(s: Suggestion) -> str:
     if s.prediction and s.prediction.trust is not None and not s.prediction.trust.trusted:
         lines.append("  UNTRUSTED FIT: the twin does not reproduce what it was fitted on (below)")
     if s.flag and s.prediction:
-        p = s.prediction
-        lines.append(
-            f"  -> {s.flag}={s.value:g}: TTFT P95 {_f(p.current.ttft_p95, 's')} -> "
-            f"{_f(p.new.ttft_p95, 's')}, P50 {_f(p.current.ttft_p50, 's')} -> {_f(p.new.ttft_p50, 's')}, "
-            f"throughput {_f(p.current.throughput, 'tok/s')} -> {_f(p.new.throughput, 'tok/s')}, "
-            f"queue {p.current.queue:.1f} -> {p.new.queue:.1f}"
-        )
-        lines.append("")
-        lines.append(render_prediction(p).rstrip("\n"))
+        lines.append(_arrow(s))
+    then = s.then
+    if then is not None:
+        lines.append(f"Then: {then.lever}" if then.advised else f"For comparison: {then.lever}")
+        lines.append(f"  {then.reason}")
+        if then.flag and then.prediction:
+            lines.append(_arrow(then))
+    for shown in (s, then):
+        if shown is not None and shown.prediction is not None:
+            lines.append("")
+            lines.append(render_prediction(shown.prediction).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -281,6 +306,7 @@ def main_what_if(args: Any, prometheus_range: Range) -> int:
                 gpu_saturated=thresholds.gpu_utilization.scale_review_above,
                 kv_full=thresholds.vram.scale_above,
                 long_prompt_share=thresholds.latency.long_prompt_share,
+                t=thresholds,
             )
             doc: dict[str, Any] = {"source": where, "suggestion": s.as_dict()}
             text = render_suggestion(s)

@@ -282,6 +282,48 @@ def over_capacity(
     return waiting is not None and cap is not None and waiting > cap
 
 
+#: the levers of a queue over capacity, as ``queue_levers`` names them (and ``advise
+#: --what-if suggest``'s ``lever``)
+REPLICAS_LEVER = "replicas"
+SLOTS_LEVER = "slots"
+
+
+def slots_have_room(gpu_utilization: float | None, kv_usage: float | None, t: Thresholds) -> bool:
+    """Whether the batch, not the GPU, is what is too small: the GPU under
+    ``gpu_utilization.idle_below`` (the guide's "persistently low", 40 %) and the KV cache
+    below ``vram.scale_above`` (a full one would preempt more sequences). At or past the
+    line the GPU is busy: more sequences lengthen each step ([6 FAQ]: at 80 % add no
+    concurrency), the queue wants replicas. A GPU not seen is no room (a CPU engine at
+    its slots is compute-bound). The InferenceQueueOverCapacity runbook's "Do this now"
+    reads the same line."""
+    idle = gpu_utilization is not None and gpu_utilization < t.gpu_utilization.idle_below
+    kv_full = kv_usage is not None and kv_usage >= t.vram.scale_above
+    return idle and not kv_full
+
+
+def queue_levers(
+    waiting: float | None,
+    max_num_seqs: float | None,
+    running: float | None,
+    kv_usage: float | None,
+    gpu_utilization: float | None,
+    t: Thresholds,
+) -> tuple[str, ...]:
+    """The levers of a queue, first to act on first; () while it is within capacity.
+
+    Over capacity (InferenceQueueOverCapacity's condition, a page) with the GPU busy, the
+    one lever is ``REPLICAS_LEVER``: the 6 FAQ answers a queue past the limit with
+    scale-out or a rate limit. Only where the slots have room (``slots_have_room``: the
+    GPU idle under its line) is the batch too small for the card: ``SLOTS_LEVER`` first,
+    replicas second. ``inferwatch advise`` orders its actions, ``--what-if suggest`` its
+    lever and the runbook its "Do this now" by this one answer."""
+    if not over_capacity(waiting, max_num_seqs, running, kv_usage, t):
+        return ()
+    if slots_have_room(gpu_utilization, kv_usage, t):
+        return (SLOTS_LEVER, REPLICAS_LEVER)
+    return (REPLICAS_LEVER,)
+
+
 def preempting(rate_per_second: float | None, t: Thresholds) -> bool:
     """InferenceKVCachePreemptions: preemptions per second above the line."""
     return rate_per_second is not None and rate_per_second > t.kv_cache.preemption_rate_above

@@ -223,6 +223,18 @@ class PrometheusClient:
                 out.append(Sample(dict(item.get("metric", {})), value))
         return out
 
+    def alerting_rules(self) -> list[str]:
+        """The names of the alerting rules the server evaluates (``/api/v1/rules``)."""
+        data = self._get("rules", {"type": "alert"})
+        groups = data.get("groups", []) if isinstance(data, dict) else []
+        return [
+            str(rule["name"])
+            for group in groups
+            if isinstance(group, dict)
+            for rule in group.get("rules", [])
+            if isinstance(rule, dict) and rule.get("type") == "alerting" and "name" in rule
+        ]
+
     def range(self, query: str, start: float, end: float, step: float) -> list[Series]:
         """A range query, split into chunks when it has too many points."""
         merged: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
