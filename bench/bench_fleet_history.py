@@ -36,7 +36,7 @@ its value at ``--project`` (1,000) workers and whether it stays inside the inter
 machine line and the load average (start and end of each measurement) are printed: the figures
 are the store's and vmalert's on this machine under the load there was.
 
-    PYTHONPATH=agent python bench/bench_fleet_history.py --quick     # 2 workers, 1 day, 60 s
+    PYTHONPATH=agent python bench/bench_fleet_history.py --quick     # 2 workers, 1 day, 30 s
 """
 
 from __future__ import annotations
@@ -602,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--project", type=int, default=1000, help="fleet size to project to")
     ap.add_argument("--rules", default=str(REPO / "alerts"), help="directory of *.yaml rules")
-    ap.add_argument("--quick", action="store_true", help="smoke test: 2 workers, 1 day, 60 s")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 2 workers, 1 day, 30 s")
     ap.add_argument("--tmp", default=str(REPO / "build" / "bench-fleet-history"))
     ap.add_argument("--keep", action="store_true", help="keep the store's data directory")
     ap.add_argument("--json", metavar="FILE")
@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     args.run = 450.0 if args.run is None and not args.quick else args.run
     if args.quick:
         args.workers, args.days = "2", 1.0
-        args.run = 60.0 if args.run is None else args.run
+        args.run = 30.0 if args.run is None else args.run
         args.short_hours = min(args.short_hours, 1.0)
     try:
         sizes = [int(x) for x in args.workers.split(",")]
