@@ -549,6 +549,10 @@ class History:
     short_hours: float
     objectives: list[Slo]
     promtool: str
+    #: the last sample's time (seconds); a fixed one by default, so that runs compare
+    end: int = END
+    #: workers spread over this many ``cluster`` label values (0: no cluster label)
+    clusters: int = 0
     samples: int = 0
     series_long: int = 0
     series_short: int = 0
@@ -569,25 +573,38 @@ class History:
             keys.add(("inferwatch_requests_finished_total", reason))
         return keys
 
+    def prepare(self) -> None:
+        """The traffic, the short series and the counters' state; :meth:`series_at` continues it."""
+        self.traffic = Traffic(self.workers)
+        self.short = [worker_short_series(w, self.long_keys()) for w in range(self.workers)]
+        self.series_short = sum(len(s) for s in self.short)
+        self.carry: dict[tuple[int, str], int] = {}
+
+    def spans(self) -> Iterator[np.ndarray]:
+        """The timestamps of the history, one array per 2 h block (aligned on the epoch)."""
+        start = self.end - int(self.days * 86400)
+        for block_start in range(start - start % BLOCK, self.end, BLOCK):
+            ts = np.arange(max(block_start, start), min(block_start + BLOCK, self.end + 1), STEP)
+            if ts.size:
+                yield ts
+
+    def series_at(self, ts: np.ndarray) -> Iterator[tuple[str, np.ndarray | list[str]]]:
+        """Every series' samples at ``ts`` (after the ones asked for before): ``(head, values)``,
+        head = ``name{labels}``; the long series' values are integers (counts), the short ones'
+        rendered text; a short series only at the timestamps in the last ``short_hours``."""
+        yield from self._long(self.traffic, ts, self.carry)
+        self.series_long = len(self.carry)
+        short_start = self.end - int(self.short_hours * 3600)
+        if ts[-1] >= short_start:
+            yield from self._short(self.short, ts[ts >= short_start], short_start)
+
     def build(self, tsdb: Path) -> None:
-        start = END - int(self.days * 86400)
-        short_start = END - int(self.short_hours * 3600)
-        traffic = Traffic(self.workers)
-        keys = self.long_keys()
-        short = [worker_short_series(w, keys) for w in range(self.workers)]
-        self.series_short = sum(len(s) for s in short)
-        carry: dict[tuple[int, str], int] = {}
+        self.prepare()
         pending: subprocess.Popen[bytes] | None = None
-        t0 = start - start % BLOCK
-        for block_start in range(t0, END, BLOCK):
-            ts = np.arange(max(block_start, start), min(block_start + BLOCK, END + 1), STEP)
-            if ts.size == 0:
-                continue
-            path = self.root / f"chunk-{block_start}.om"
+        for ts in self.spans():
+            path = self.root / f"chunk-{ts[0] - ts[0] % BLOCK}.om"
             with path.open("w") as f:
-                self._write_long(f, traffic, ts, carry)
-                if ts[-1] >= short_start:
-                    self._write_short(f, short, ts[ts >= short_start], short_start)
+                self._write(f, ts)
                 f.write("# EOF\n")
             if pending is not None:
                 self._wait(pending)
@@ -600,6 +617,18 @@ class History:
         if pending is not None:
             self._wait(pending)
 
+    def _write(self, f: Any, ts: np.ndarray) -> None:
+        """OpenMetrics lines (timestamps in seconds) of :meth:`series_at`."""
+        lines: list[str] = []
+        stamps = [f" {t}\n" for t in ts.tolist()]
+        for head, values in self.series_at(ts):
+            vals = values.tolist() if isinstance(values, np.ndarray) else values
+            # a short series has only the last of the timestamps
+            tstr = stamps[len(stamps) - len(vals) :]
+            lines.extend(f"{head} {v}{t}" for v, t in zip(vals, tstr, strict=True))
+            self.samples += len(vals)
+        f.write("".join(lines))
+
     def _wait(self, proc: subprocess.Popen[bytes]) -> None:
         _, err = proc.communicate()
         path: Path = proc.args_path  # type: ignore[attr-defined]
@@ -607,14 +636,19 @@ class History:
             raise RuntimeError(f"promtool failed on {path}: {err.decode()[-2000:]}")
         path.unlink()
 
-    def _write_long(
-        self, f: Any, traffic: Traffic, ts: np.ndarray, carry: dict[tuple[int, str], int]
-    ) -> None:
-        tstr = [f" {t}\n" for t in ts.tolist()]
-        lines: list[str] = []
+    def target(self, w: int) -> str:
+        """Worker ``w``'s scrape labels: job, instance, and with ``clusters`` the cluster (the
+        workers in contiguous runs, so that every cluster serves every model)."""
+        if not self.clusters:
+            return instance(w)
+        return f'cluster="cluster-{w * self.clusters // self.workers}",{instance(w)}'
+
+    def _long(
+        self, traffic: Traffic, ts: np.ndarray, carry: dict[tuple[int, str], int]
+    ) -> Iterator[tuple[str, np.ndarray]]:
         for w in range(self.workers):
             model = MODELS[w % len(MODELS)]
-            base = f'{instance(w)},engine="vllm",model="{model}",worker="vllm-{w}"'
+            base = f'{self.target(w)},engine="vllm",model="{model}",worker="vllm-{w}"'
             step = traffic.step(w, ts)
             n = step["n"]
             finished = n - step["rejected"]
@@ -630,7 +664,7 @@ class History:
                 series[f"{slo.kind}-count"] = (f"{h}_count{{{base}}}", seen)
                 if slo.kind == "ttft":
                     warm = np.zeros_like(n)
-                    wl = f'{instance(w)},worker="vllm-{w}"'
+                    wl = f'{self.target(w)},worker="vllm-{w}"'
                     name = "inferwatch_warmup_requests_ttft_seconds_bucket"
                     series["warm-inf"] = (f'{name}{{{wl},le="+Inf"}}', warm)
                     series["warm-le"] = (f'{name}{{{wl},le="{slo.le}"}}', warm)
@@ -651,24 +685,17 @@ class History:
                 first = carry.get((w, key), 6 if key.startswith("warm") else 0)
                 values = first + np.cumsum(inc)
                 carry[(w, key)] = int(values[-1])
-                lines.extend(
-                    head + " " + str(v) + t for v, t in zip(values.tolist(), tstr, strict=True)
-                )
-                self.samples += len(ts)
-        self.series_long = len(carry)
-        f.write("".join(lines))
+                yield head, values
 
-    def _write_short(
-        self, f: Any, short: list[list[Series]], ts: np.ndarray, short_start: int
-    ) -> None:
-        tstr = [f" {t}\n" for t in ts.tolist()]
+    def _short(
+        self, short: list[list[Series]], ts: np.ndarray, short_start: int
+    ) -> Iterator[tuple[str, list[str]]]:
         elapsed = (ts - short_start).astype(np.float64)
         wave = 1.0 + 0.1 * np.sin(2 * math.pi * ts / 1800.0)
-        lines: list[str] = []
         for w, series in enumerate(short):
             for s in series:
-                lab = ",".join(x for x in (instance(w), s.labels) if x)
-                head = f"{s.name}{{{lab}}} "
+                lab = ",".join(x for x in (self.target(w), s.labels) if x)
+                head = f"{s.name}{{{lab}}}"
                 if s.counter:
                     values = s.value + s.value / 600.0 * elapsed
                     vals = [f"{v:.6g}" for v in values.tolist()]
@@ -678,9 +705,7 @@ class History:
                     vals = [f"{s.value:g}"] * len(ts)
                 else:
                     vals = [f"{s.value * x:.6g}" for x in wave.tolist()]
-                lines.extend(head + v + t for v, t in zip(vals, tstr, strict=True))
-                self.samples += len(ts)
-        f.write("".join(lines))
+                yield head, vals
 
 
 # --------------------------------------------------------------------------- Prometheus
