@@ -329,7 +329,9 @@ def recording_groups(t: Thresholds) -> list[dict[str, Any]]:
         slow.append(record(slo_errors(w), error_ratio(w)))
     budget_window = window_name(spec.window)
     # The budget exists for each model and objective that has an SLI at all (a value,
-    # NaN included, over the budget window).
+    # NaN included) over the budget window, or, before the long group's first evaluation
+    # (a fresh Prometheus), over the longest short window: it lives in the fast group, so
+    # the short windows' burn rates never wait for the long group.
     budget_parts = []
     for entry, o in pairs:
         sel = [f'slo="{o.kind}"']
@@ -337,11 +339,12 @@ def recording_groups(t: Thresholds) -> list[dict[str, Any]]:
             sel.append(f'model="{_string(entry.model)}"')
         elif spec.models:
             sel.append(f'model!~"{_regex(spec.models)}"')
+        where = "{" + ",".join(sel) + "}"
+        seen = f"{slo_requests(short[-1])}{where} or {slo_errors(budget_window)}{where}"
         budget_parts.append(
-            f"(0 * group by ({SLO_LABELS}) ({slo_errors(budget_window)}{{{','.join(sel)}}}) "
-            f"+ {num_text(round(o.budget, 12))})"
+            f"(0 * group by ({SLO_LABELS}) ({seen}) + {num_text(round(o.budget, 12))})"
         )
-    slow.append(record(SLO_ERROR_BUDGET, "\nor\n".join(budget_parts)))
+    fast.append(record(SLO_ERROR_BUDGET, "\nor\n".join(budget_parts)))
     for rules, ws in ((fast, short), (slow, long)):
         rules.extend(
             record(slo_burn_rate(w), f"{slo_errors(w)}\n/\n{SLO_ERROR_BUDGET}") for w in ws
