@@ -356,6 +356,18 @@ def test_a_promtool_past_its_time_is_one_error(monkeypatch: pytest.MonkeyPatch) 
     assert "\n" not in message and "did not finish a 2h backtest within 0.01 s" in message
 
 
+def test_a_scenario_past_promtools_sample_limit_is_one_error() -> None:
+    """A month at 2m30s has 17,281 steps: the 30d record would read more samples of its
+    2m30s records than promtool allows (10,000) and fail at day 17; the run says so
+    up front, with the least evaluation interval that fits."""
+    from inferwatch.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        evaluate({"x{}": [0.0]}, 30 * 86400.0, RULES, 60.0, 150.0)
+    message = str(err.value)
+    assert "\n" not in message and "17281 steps" in message and "4m20s or more" in message
+
+
 # --------------------------------------------------------------------------- traces
 
 

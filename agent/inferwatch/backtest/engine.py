@@ -13,6 +13,7 @@ Prometheus would have recorded.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -28,6 +29,10 @@ from inferwatch.validate import format_duration
 
 #: a guard against a hung promtool, not a speed limit: a day-long scenario takes minutes
 PROMTOOL_TIMEOUT = 1800
+#: promtool's rule tests read at most this many samples of a series in one query
+#: (Prometheus' promql test engine, MaxSamples); the records of a day or more read one
+#: sample a step of their own 2m30s records, so a scenario must have fewer steps
+PROMTOOL_MAX_SAMPLES = 10000
 
 _EXPR = re.compile(r'^\s*expr: "([^"]*)", time: (\S+),\s*$')
 _SERIES = re.compile(r"\{((?:[^{}\"]|\"(?:[^\"\\]|\\.)*\")*)\} ([-+0-9.eEInfNa]+)")
@@ -173,6 +178,14 @@ def evaluate(
     promtool quotes the expression it reports on."""
     binary = promtool_binary()
     steps = [k * evaluation for k in range(int(duration // evaluation) + 1)]
+    if len(steps) >= PROMTOOL_MAX_SAMPLES:
+        least = format_duration(math.ceil(duration / (PROMTOOL_MAX_SAMPLES - 1)))
+        raise UsageError(
+            f"a {format_duration(duration)} backtest at a {format_duration(evaluation)} "
+            f"evaluation interval has {len(steps)} steps, and promtool reads at most "
+            f"{PROMTOOL_MAX_SAMPLES} samples of a series in one query (the long windows' "
+            f"records would fail): give the scenario an evaluation_interval of {least} or more"
+        )
     with tempfile.TemporaryDirectory(prefix="inferwatch-backtest-") as tmp:
         work = Path(tmp)
         order: list[str] = []
