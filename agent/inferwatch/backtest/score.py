@@ -239,8 +239,10 @@ def _secs(value: float | None) -> str:
     if value >= 3600 and value % 3600 == 0:
         return f"{value / 3600:g}h"
     if value >= 7200:
-        hours, rest = divmod(value, 3600)
-        return f"{hours:.0f}h{rest / 60:.1f}m".replace(".0m", "m")
+        days, rest = divmod(value, 86400) if value >= 172800 else (0.0, value)
+        hours, rest = divmod(rest, 3600)
+        text = f"{hours:.0f}h{rest / 60:.1f}m".replace(".0m", "m")
+        return f"{days:.0f}d{text}" if days else text
     if value >= 120:
         return f"{value / 60:.1f}m".replace(".0m", "m")
     return f"{value:g}s"
@@ -369,11 +371,11 @@ def markdown(
     if checked:
         lines += [
             "",
-            "| scenario | window | model | SLO | exact error ratio | recorded | off |",
+            "| scenario | window | model | SLO | exact error ratio | recorded | recorded / exact - 1 |",
             "|---|---|---|---|---|---|---|",
         ]
         for name, window, model, slo, exact, recorded in checked:
-            off = "-" if recorded is None or not exact else f"{(recorded / exact - 1):+.2%}"
+            off = "-" if recorded is None or not exact else f"{recorded / exact - 1:+.1e}"
             shown = "none" if recorded is None else f"{recorded:.6g}"
             lines.append(f"| {name} | {window} | {model} | {slo} | {exact:.6g} | {shown} | {off} |")
     return "\n".join(lines) + "\n"
