@@ -31,10 +31,15 @@ from inferwatch.backtest import (
     rule_files,
     run_backtest,
 )
-from inferwatch.backtest.engine import evaluate
-from inferwatch.backtest.scenario import Expect, load_scenario, scenario_files
-from inferwatch.backtest.score import ScenarioScore, markdown, score, summarize
-from inferwatch.backtest.truth import alert_facts
+from inferwatch.backtest.engine import evaluate, promtool_binary, rule_copies
+from inferwatch.backtest.scenario import (
+    Expect,
+    exact_error_ratios,
+    load_scenario,
+    scenario_files,
+)
+from inferwatch.backtest.score import ScenarioScore, markdown, pair_row, score, summarize
+from inferwatch.backtest.truth import BURN_KINDS, PAIRS, alert_facts
 from inferwatch.engines import proxy
 from inferwatch.pack.thresholds import load_thresholds
 
@@ -99,6 +104,151 @@ def test_committed_table_is_current(results: dict[str, ScenarioScore]) -> None:
         "docs/alerts.md's backtest table is stale: run "
         "`inferwatch backtest --all --markdown-into docs/alerts.md`"
     )
+
+
+def test_every_burn_alert_is_expected_as_a_page_and_as_a_ticket(
+    results: dict[str, ScenarioScore],
+) -> None:
+    """Each burn-rate alert is held, by some scenario, to firing as a page and as a
+    ticket, each with a pair's own bound, and every one of the four pairs is exercised."""
+    pairs: dict[str, set[str]] = {}
+    for s in results.values():
+        for name, a in s.alerts.items():
+            for alert in BURN_KINDS:
+                for pair in PAIRS:
+                    if name == pair_row(alert, pair) and a.expected:
+                        assert a.detected and not a.misses, (s.scenario, name)
+                        pairs.setdefault(alert, set()).add(pair)
+    for alert in BURN_KINDS:
+        severities = {PAIRS[p].severity for p in pairs.get(alert, set())}
+        assert severities == {"critical", "warning"}, (alert, pairs.get(alert))
+    assert set().union(*pairs.values()) == set(PAIRS)
+
+
+def test_the_30_day_ratios_are_checked(results: dict[str, ScenarioScore]) -> None:
+    """The 30-day scenario's 3d and 30d error ratios (the long group's, from the 5m
+    records) were read back and compared; its availability burn is not trivially 0."""
+    s = results["slo-30d"]
+    checked = {(w, k): (exact, got) for w, _, k, exact, got in s.ratios}
+    assert {w for w, _ in checked} == {"3d", "30d"}
+    exact, got = checked[("30d", "availability")]
+    assert exact > 0.002 and got is not None and abs(got / exact - 1) < 0.02
+
+
+# --------------------------------------------------------------------------- promtool-free
+
+
+def test_stated_bad_shares_are_what_the_series_hold() -> None:
+    """A burn row's ``share`` (its bound's input) is the share of bad requests the
+    synthesized counters hold from its onset on: at most 10 % above it, never below it
+    by more than 10 %."""
+    alerts = catalogue(RULES)
+    rows = 0
+    for path in scenario_files():
+        if "share:" not in path.read_text():
+            continue
+        sc = load_scenario(path, alerts, SCRAPE)
+        step = sc.scrape or SCRAPE
+        for exp in sc.truth.expect:
+            if exp.share is None:
+                continue
+            rows += 1
+            kind = BURN_KINDS[exp.alert]
+            held = dict(
+                exact_error_ratios(sc.series, exp.labels["model"], exp.onset, sc.duration, step)
+            )
+            assert 0.9 * exp.share <= held[kind] <= 1.1 * exp.share, (path.name, exp, held)
+    assert rows >= 6
+
+
+def test_a_burn_rows_bound_is_its_pairs() -> None:
+    """The ticket's bound waits for its coverage (half a day of a 1d window) or its fill
+    (the long window's bad share past factor x budget), the page's keeps today's formula."""
+    facts = alert_facts(load_thresholds())
+    ttft = facts["InferenceTTFTBudgetBurn"]
+    # at 100 % bad the fast pair's bound is the alert's default one
+    assert ttft.burn_bound("1h", 1.0, 1800.0, 15, 15) == ttft.bound(15, 15)
+    # 1d at 4.5x: fill 16h + 5m, more than 12h of coverage from an onset at 2h
+    assert ttft.burn_bound("1d", 0.045, 7200.0, 15, 15) == 60 + 16 * 3600 + 300 + 150
+    # 3d at 1.5x from day 20: 2 days' fill; coverage (36h) long past
+    avail = facts["InferenceAvailabilityBudgetBurn"]
+    got = avail.burn_bound("3d", 0.0075, 20 * 86400.0, 60, 150)
+    assert got is not None and abs(got - (420 + 2 * 86400 + 300 + 150)) < 1e-6
+    # a share the pair's factor never passes has no bound: the row is reported
+    assert avail.burn_bound("1h", 0.07, 0.0, 15, 15) is None
+
+
+@pytest.mark.parametrize(
+    ("evaluation", "expected", "fast"),
+    [
+        # 15 s divides 2m30s: a new value at each multiple, held between; x is stale from
+        # 5m15s, so the record ends at 7m30s instead of living on for the 5m lookback
+        (
+            15,
+            {0: 0, 135: 0, 150: 10, 165: 10, 285: 10, 300: 20, 435: 20, 450: None, 465: None},
+            (165, 11),
+        ),
+        # 1m does not: a new value at the first step at or after each multiple (3m, 5m)
+        (60, {0: 0, 120: 0, 180: 12, 240: 12, 300: 20, 420: 20, 480: None, 540: None}, (240, 16)),
+    ],
+)
+def test_a_held_record_changes_only_every_interval_and_goes_stale(
+    tmp_path: Path, evaluation: int, expected: dict[int, int | None], fast: tuple[int, int]
+) -> None:
+    """``rule_copies`` holds a 2m30s group's record between its evaluations when promtool
+    evaluates every step: the record of a counter x rising by one every 15 s (0 to 20,
+    then stale) keeps the value of its group's last evaluation, and once x is gone the
+    record ends at the group's next evaluation, as Prometheus' staleness marker ends it.
+    A group at the evaluation interval follows x at every step."""
+    rules = tmp_path / "slow.yaml"
+    rules.write_text(
+        "groups:\n  - name: slow\n    interval: 2m30s\n    rules:\n"
+        "      - record: r\n        expr: sum(x)\n"
+        "  - name: fast\n    interval: 15s\n    rules:\n"
+        "      - record: f\n        expr: sum(x)\n"
+    )
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    files = rule_copies([rules], float(evaluation), copies)
+    tests = [
+        {
+            "expr": "r",
+            "eval_time": f"{t}s",
+            "exp_samples": [] if v is None else [{"labels": "r", "value": v}],
+        }
+        for t, v in expected.items()
+    ]
+    tests.append(
+        {
+            "expr": "f",
+            "eval_time": f"{fast[0]}s",
+            "exp_samples": [{"labels": "f", "value": fast[1]}],
+        }
+    )
+    test = tmp_path / "held.test.yaml"
+    test.write_text(
+        json.dumps(
+            {
+                "rule_files": files,
+                "evaluation_interval": f"{evaluation}s",
+                "tests": [
+                    {
+                        "interval": "15s",
+                        "input_series": [{"series": "x", "values": "0+1x20 stale"}],
+                        "promql_expr_test": tests,
+                    }
+                ],
+            }
+        )
+    )
+    done = subprocess.run(
+        [promtool_binary(), "test", "rules", str(test)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # --------------------------------------------------------------------------- the check can fail
@@ -204,6 +354,18 @@ def test_a_promtool_past_its_time_is_one_error(monkeypatch: pytest.MonkeyPatch) 
         evaluate(sc.series, sc.duration, RULES, SCRAPE, EVALUATION)
     message = str(err.value)
     assert "\n" not in message and "did not finish a 2h backtest within 0.01 s" in message
+
+
+def test_a_scenario_past_promtools_sample_limit_is_one_error() -> None:
+    """A month at 2m30s has 17,281 steps: the 30d record would read more samples of its
+    2m30s records than promtool allows (10,000) and fail at day 17; the run says so
+    up front, with the least evaluation interval that fits."""
+    from inferwatch.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        evaluate({"x{}": [0.0]}, 30 * 86400.0, RULES, 60.0, 150.0)
+    message = str(err.value)
+    assert "\n" not in message and "17281 steps" in message and "4m20s or more" in message
 
 
 # --------------------------------------------------------------------------- traces

@@ -197,8 +197,11 @@ def run_backtest(
 
     def one(sc: Scenario) -> ScenarioScore:
         kept = keep / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', sc.name)}.test.yaml" if keep else None
-        timeline = evaluate(sc.series, sc.duration, rules, scrape, evaluation, kept)
-        return score(sc.name, sc.source, timeline, sc.truth, facts, scrape, evaluation)
+        # a scenario that sets its own intervals (a month at 15 s would take hours) runs at them
+        own_scrape, own_evaluation = sc.scrape or scrape, sc.evaluation or evaluation
+        probes = tuple(dict.fromkeys((r.record, r.at) for r in sc.truth.ratios))
+        timeline = evaluate(sc.series, sc.duration, rules, own_scrape, own_evaluation, kept, probes)
+        return score(sc.name, sc.source, timeline, sc.truth, facts, own_scrape, own_evaluation)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, scenarios))

@@ -6,15 +6,19 @@ interval, and keeps the ``ALERTS`` series the rule manager writes. One test file
 scenario asks, at every evaluation step, for ``ALERTS`` and expects nothing; every
 step where an alert is pending or firing fails and promtool prints what it got.
 Those "got:" lines are the alert timeline (nothing of PromQL is re-implemented here).
+A scenario may add *probes*, other expressions asked for the same way at one step
+(the recorded error ratios of the long windows): their "got:" lines are the values
+Prometheus would have recorded.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +29,13 @@ from inferwatch.validate import format_duration
 
 #: a guard against a hung promtool, not a speed limit: a day-long scenario takes minutes
 PROMTOOL_TIMEOUT = 1800
+#: promtool's rule tests read at most this many samples of a series in one query
+#: (Prometheus' promql test engine, MaxSamples); the records of a day or more read one
+#: sample a step of their own 2m30s records, so a scenario must have fewer steps
+PROMTOOL_MAX_SAMPLES = 10000
 
-_EXPR = re.compile(r'^\s*expr: "ALERTS", time: (\S+),\s*$')
-_SERIES = re.compile(r"\{((?:[^{}\"]|\"(?:[^\"\\]|\\.)*\")*)\} [-+0-9.eEInfNa]+")
+_EXPR = re.compile(r'^\s*expr: "([^"]*)", time: (\S+),\s*$')
+_SERIES = re.compile(r"\{((?:[^{}\"]|\"(?:[^\"\\]|\\.)*\")*)\} ([-+0-9.eEInfNa]+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
@@ -43,6 +51,10 @@ class Timeline:
     steps: list[float]
     #: key -> {time: "pending" | "firing"}
     states: dict[AlertKey, dict[float, str]]
+    #: (probe expression, time) -> [(labels, value)] of what it returned
+    probes: dict[tuple[str, float], list[tuple[dict[str, str], float]]] = field(
+        default_factory=dict
+    )
 
 
 def promtool_binary() -> str:
@@ -112,8 +124,8 @@ def rule_copies(
     ``order`` gets the groups' names, recording rules' files first.
 
     promtool evaluates every group at every step of the test's evaluation interval,
-    whatever the group's own ``interval``. A group with a longer interval (a whole
-    number of steps) gets its recording rules rewritten to sample and hold
+    whatever the group's own ``interval``. A group with a longer interval gets its
+    recording rules rewritten to sample and hold
     (:func:`held`): they take a new value only at the steps where Prometheus would
     evaluate the group and keep their last one in between, as a recorded series does
     in Prometheus between two evaluations of its group. Every other group is evaluated
@@ -123,11 +135,8 @@ def rule_copies(
         doc = yaml.safe_load(path.read_text())
         for group in doc.get("groups", []):
             own = _seconds(str(group.get("interval", "0s")))
-            steps = round(own / evaluation) if own > evaluation else 1
-            if steps > 1:
-                group["rules"] = [
-                    held(rule, steps * evaluation, evaluation) for rule in group["rules"]
-                ]
+            if own > evaluation:
+                group["rules"] = [held(rule, own, evaluation) for rule in group["rules"]]
             group["interval"] = format_duration(evaluation)
             if order is not None:
                 order.append(group["name"])
@@ -139,14 +148,15 @@ def rule_copies(
 
 def held(rule: dict[str, Any], interval: float, evaluation: float) -> dict[str, Any]:
     """A recording rule of a group evaluated every ``interval``, for a harness that
-    evaluates it every ``evaluation``: its own expression where ``time()`` is a
-    multiple of ``interval``, else its own last sample (one step old). A series its
-    expression stops returning at such a step ends there (Prometheus' staleness
-    marker), as in Prometheus. Alerting rules are left as they are."""
+    evaluates it every ``evaluation``: its own expression at the first step at or after
+    each multiple of ``interval`` (the multiple itself where ``evaluation`` divides
+    ``interval``), else its own last sample (one step old). A series its expression
+    stops returning at such a step ends there (Prometheus' staleness marker), as in
+    Prometheus. Alerting rules are left as they are."""
     if "record" not in rule:
         return rule
-    on_step = f"vector(time()) % {_num(interval)} < {_num(evaluation / 2)}"
-    off_step = f"vector(time()) % {_num(interval)} >= {_num(evaluation / 2)}"
+    on_step = f"vector(time()) % {_num(interval)} < {_num(evaluation)}"
+    off_step = f"vector(time()) % {_num(interval)} >= {_num(evaluation)}"
     return {
         **rule,
         "expr": f"(\n{rule['expr']}\n) and on () ({on_step})\n"
@@ -161,10 +171,21 @@ def evaluate(
     scrape: float,
     evaluation: float,
     keep: Path | None = None,
+    probes: tuple[tuple[str, float], ...] = (),
 ) -> Timeline:
-    """Every alert's state at every evaluation step of ``duration``, as promtool has it."""
+    """Every alert's state at every evaluation step of ``duration``, as promtool has it,
+    and what each probe (a series name, a time) returned. A probe must be a bare name:
+    promtool quotes the expression it reports on."""
     binary = promtool_binary()
     steps = [k * evaluation for k in range(int(duration // evaluation) + 1)]
+    if len(steps) >= PROMTOOL_MAX_SAMPLES:
+        least = format_duration(math.ceil(duration / (PROMTOOL_MAX_SAMPLES - 1)))
+        raise UsageError(
+            f"a {format_duration(duration)} backtest at a {format_duration(evaluation)} "
+            f"evaluation interval has {len(steps)} steps, and promtool reads at most "
+            f"{PROMTOOL_MAX_SAMPLES} samples of a series in one query (the long windows' "
+            f"records would fail): give the scenario an evaluation_interval of {least} or more"
+        )
     with tempfile.TemporaryDirectory(prefix="inferwatch-backtest-") as tmp:
         work = Path(tmp)
         order: list[str] = []
@@ -185,6 +206,10 @@ def evaluate(
                     "promql_expr_test": [
                         {"expr": "ALERTS", "eval_time": format_duration(t), "exp_samples": []}
                         for t in steps
+                    ]
+                    + [
+                        {"expr": expr, "eval_time": format_duration(t), "exp_samples": []}
+                        for expr, t in probes
                     ],
                 }
             ],
@@ -207,29 +232,35 @@ def evaluate(
                 f"{PROMTOOL_TIMEOUT} s (a busy machine: fewer --jobs, or a shorter scenario)"
             ) from None
     out = done.stdout + done.stderr
-    if done.returncode != 0 and 'expr: "ALERTS"' not in out:
+    if done.returncode != 0 and "    expr: " not in out:
         first = next((line.strip() for line in out.splitlines() if line.strip()), "no output")
         raise UsageError(f"promtool test rules failed on the backtest: {first[-300:]}")
     return parse(out, steps)
 
 
 def parse(output: str, steps: list[float]) -> Timeline:
-    """The timeline out of promtool's failure report."""
+    """The timeline out of promtool's failure report (and the probes' values)."""
     states: dict[AlertKey, dict[float, str]] = {}
+    probes: dict[tuple[str, float], list[tuple[dict[str, str], float]]] = {}
     at: float | None = None
+    expr = ""
     for line in output.splitlines():
         m = _EXPR.match(line)
         if m:
-            at = _seconds(m.group(1))
+            expr, at = m.group(1), _seconds(m.group(2))
             continue
         stripped = line.strip()
         if at is None or not stripped.startswith("got:"):
             continue
         for series in _SERIES.finditer(stripped[4:]):
             labels = dict(_LABEL.findall(series.group(1)))
+            if expr != "ALERTS":
+                labels.pop("__name__", None)
+                probes.setdefault((expr, at), []).append((labels, float(series.group(2))))
+                continue
             name = labels.pop("alertname", "")
             state = labels.pop("alertstate", "")
             labels.pop("__name__", None)
             key = (name, tuple(sorted(labels.items())))
             states.setdefault(key, {})[at] = state
-    return Timeline(steps, states)
+    return Timeline(steps, states, probes)

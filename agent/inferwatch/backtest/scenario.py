@@ -38,10 +38,13 @@ from typing import Any
 
 import yaml
 
+from inferwatch.backtest.truth import BURN_KINDS, PAIRS
 from inferwatch.engines import ENGINES, proxy
 from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from inferwatch.errors import ConfigError
+from inferwatch.pack.names import slo_errors
+from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.validate import duration_seconds
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -123,6 +126,9 @@ class Expect:
     alert: str
     onset: float
     labels: dict[str, str] = field(default_factory=dict)
+    #: a burn-rate row's share of bad requests from the onset on: the row is held to
+    #: the bound of the pair its ``labels.burn_window`` names (truth.AlertFacts.burn_bound)
+    share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,12 +138,28 @@ class Allow:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """A recorded error ratio the rules must reproduce: ``record`` (a window's
+    ``model:inferwatch_slo_errors:ratio_rate<W>``) at ``at`` for one model and objective,
+    and the exact share of bad requests the raw counters hold over that window."""
+
+    record: str
+    window: str
+    at: float
+    model: str
+    slo: str
+    exact: float
+
+
 @dataclass
 class Truth:
     expect: list[Expect]
     allow: list[Allow]
     #: the issue defect this scenario fails on today ("issue 29 item 1: ...")
     xfail: str | None = None
+    #: long-window error ratios checked against the exact ones (``ratios:``)
+    ratios: list[Ratio] = field(default_factory=list)
 
 
 @dataclass
@@ -149,6 +171,10 @@ class Scenario:
     source: str
     #: series selector -> one value (or None: no sample, "stale") per scrape step
     series: dict[str, list[float | str | None]] = field(default_factory=dict)
+    #: the scenario's own scrape and evaluation intervals (``scrape_interval``,
+    #: ``evaluation_interval``); None: the run's (the CLI's, the deployment's)
+    scrape: float | None = None
+    evaluation: float | None = None
 
 
 # --------------------------------------------------------------------------- reading
@@ -196,8 +222,28 @@ def read_truth(doc: dict[str, Any], where: str, alerts: frozenset[str]) -> Truth
     def labels(row: dict[str, Any], key: str) -> dict[str, str]:
         return _labels(row.get("labels"), where, f"{key}.labels")
 
+    def share(row: dict[str, Any], key: str) -> float | None:
+        value = row.get("share")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ConfigError(where, f"{key}.share", "a share of bad requests in (0, 1]", value)
+        if row.get("alert") not in BURN_KINDS:
+            raise ConfigError(where, f"{key}.share", "only on a burn-rate alert's row", value)
+        pair = labels(row, key).get("burn_window")
+        if pair not in PAIRS:
+            raise ConfigError(
+                where, f"{key}.labels.burn_window", f"one of {', '.join(PAIRS)} with share", pair
+            )
+        return float(value)
+
     expect = [
-        Expect(name, _duration(row.get("onset"), where, f"{key}.onset"), labels(row, key))
+        Expect(
+            name,
+            _duration(row.get("onset"), where, f"{key}.onset"),
+            labels(row, key),
+            share(row, key),
+        )
         for key, row, name in _alert_rows(doc, "expect", where, alerts)
     ]
     allow = [
@@ -277,8 +323,18 @@ def _check_signals(signals: dict[str, Any], where: str, key: str) -> None:
             raise ConfigError(where, f"{key}.{name}", "a number, a mapping or null", value)
 
 
+def _own_interval(doc: dict[str, Any], where: str, key: str) -> float | None:
+    if doc.get(key) is None:
+        return None
+    seconds = _duration(doc[key], where, key)
+    if seconds <= 0:
+        raise ConfigError(where, key, "a positive duration such as 1m", doc[key])
+    return seconds
+
+
 def load_scenario(path: Path, alerts: frozenset[str], scrape: float) -> Scenario:
-    """Read one scenario file; a malformed one raises :class:`ConfigError`."""
+    """Read one scenario file; a malformed one raises :class:`ConfigError`. Its series
+    are at its own ``scrape_interval`` where it sets one, else at ``scrape``."""
     where = str(path)
     try:
         doc = yaml.safe_load(path.read_text())
@@ -317,8 +373,117 @@ def load_scenario(path: Path, alerts: frozenset[str], scrape: float) -> Scenario
     if any(b[0] < a[0] for a, b in itertools.pairwise(phases)):
         raise ConfigError(where, "phases", "phases in time order")
     truth = read_truth(doc, where, alerts)
+    own_scrape = _own_interval(doc, where, "scrape_interval")
+    own_evaluation = _own_interval(doc, where, "evaluation_interval")
+    scrape = own_scrape or scrape
     series = synthesize(name, workers, phases, duration, scrape)
-    return Scenario(name, str(doc.get("description", "")), duration, truth, where, series)
+    truth.ratios = ratios(doc, where, series, workers, duration, scrape)
+    return Scenario(
+        name,
+        str(doc.get("description", "")),
+        duration,
+        truth,
+        where,
+        series,
+        own_scrape,
+        own_evaluation,
+    )
+
+
+def ratios(
+    doc: dict[str, Any],
+    where: str,
+    series: dict[str, list[float | str | None]],
+    workers: list[Worker],
+    duration: float,
+    scrape: float,
+) -> list[Ratio]:
+    """The ``ratios:`` a scenario asks for (windows such as ``3d``, ``30d``): at the
+    scenario's end, every model's and objective's exact share of bad requests over that
+    window, from the synthesized raw counters (the thresholds' ``slos.default``)."""
+    wanted = doc.get("ratios") or []
+    if not isinstance(wanted, list):
+        raise ConfigError(where, "ratios", "a list of windows such as [3d, 30d]", wanted)
+    out = []
+    for i, window in enumerate(wanted):
+        seconds = _duration(window, where, f"ratios[{i}]")
+        if seconds <= 0 or seconds > duration:
+            raise ConfigError(where, f"ratios[{i}]", "a window within the scenario", window)
+        for model in sorted({w.model for w in workers}):
+            for kind, exact in exact_error_ratios(
+                series, model, duration - seconds, duration, scrape
+            ):
+                out.append(
+                    Ratio(slo_errors(str(window)), str(window), duration, model, kind, exact)
+                )
+    return out
+
+
+def _counter(series: dict[str, list[float | str | None]], selector: str, k: int) -> float:
+    """A synthesized counter at step ``k`` (its last value before a gap), 0 where absent."""
+    values = series.get(selector)
+    if values is None:
+        return 0.0
+    for v in reversed(values[: k + 1]):
+        if isinstance(v, (int, float)):
+            return float(v)
+    return 0.0
+
+
+def exact_error_ratios(
+    series: dict[str, list[float | str | None]],
+    model: str,
+    start: float,
+    end: float,
+    scrape: float,
+) -> list[tuple[str, float]]:
+    """(objective, share of bad requests) of ``model`` over (start, end], straight from
+    the raw counters' increases: a latency request is good in the bucket at the
+    objective's threshold, less the warm-up gate's own; an availability one is bad when
+    it failed (``reason="error"``). Objectives with no request in the window are left out."""
+    entry = next(e for e in load_thresholds().slos.entries if e.model is None)
+    a, b = round(start / scrape), round(end / scrape)
+
+    def increase(name: str, match: dict[str, str]) -> float:
+        total = 0.0
+        for sel in series:
+            if not sel.startswith(name + "{"):
+                continue
+            labels = dict(pair.split("=", 1) for pair in sel[len(name) + 1 : -1].split(","))
+            if all(labels.get(k) == f'"{v}"' for k, v in match.items()):
+                total += _counter(series, sel, b) - _counter(series, sel, a)
+        return total
+
+    out = []
+    for o in entry.objectives:
+        if o.le is not None:
+            metric = f"inferwatch_{o.kind}_seconds_bucket"
+            le = repr(float(o.le))
+            good = increase(metric, {"model": model, "le": le})
+            total = increase(metric, {"model": model, "le": "+Inf"})
+            if o.kind == "ttft":
+                warm = {"le": le}, {"le": "+Inf"}
+                workers = {
+                    sel.split('worker="', 1)[1].split('"', 1)[0]
+                    for sel in series
+                    if sel.startswith("inferwatch_worker_info{") and f'model="{model}"' in sel
+                }
+                for w in workers:
+                    good -= increase(
+                        "inferwatch_warmup_requests_ttft_seconds_bucket", {**warm[0], "worker": w}
+                    )
+                    total -= increase(
+                        "inferwatch_warmup_requests_ttft_seconds_bucket", {**warm[1], "worker": w}
+                    )
+            bad = total - good
+        else:
+            bad = increase(
+                "inferwatch_requests_finished_total", {"model": model, "reason": "error"}
+            )
+            total = increase("inferwatch_requests_finished_total", {"model": model})
+        if total > 0:
+            out.append((o.kind, bad / total))
+    return out
 
 
 # --------------------------------------------------------------------------- series
@@ -388,7 +553,11 @@ def synthesize(
     out: dict[str, list[float | str | None]] = {}
 
     def put(sel: str, k: int, value: float | str | None) -> None:
-        out.setdefault(sel, [None] * steps)[k] = value
+        # not setdefault: that builds a list of every step on every call (a month: 43,200)
+        values = out.get(sel)
+        if values is None:
+            values = out[sel] = [None] * steps
+        values[k] = value
 
     counters: dict[str, float] = {}
     last_collect: dict[str, float] = {}

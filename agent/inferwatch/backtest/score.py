@@ -7,6 +7,13 @@ A page that no ``expect`` or ``allow`` entry of the ground truth covers is a
 *false page*, counted by severity; an ``expect`` entry no page matches after its
 onset is a *miss*; the time from the onset to the first matching firing step is
 the *time to detect*, held to the alert's bound (``truth.AlertFacts.bound``).
+
+A burn-rate row with a ``share`` is held to its pair's bound
+(``truth.AlertFacts.burn_bound``) and counted in a row of its own in the table,
+``<alert> (<long>/<short>)``, since a ticket's pair takes hours where a page's takes
+minutes; false pages and flaps stay on the alert's row. A recorded long-window error
+ratio (the scenario's ``ratios:``) more than :data:`RATIO_TOLERANCE` (relative) away
+from the exact one is a failure too.
 """
 
 from __future__ import annotations
@@ -15,7 +22,11 @@ from dataclasses import asdict, dataclass, field
 
 from inferwatch.backtest.engine import AlertKey, Timeline
 from inferwatch.backtest.scenario import Truth
-from inferwatch.backtest.truth import AlertFacts
+from inferwatch.backtest.truth import PAIRS, AlertFacts
+from inferwatch.validate import format_duration
+
+#: how far (relative) a recorded long-window error ratio may be from the exact one
+RATIO_TOLERANCE = 0.02
 
 
 @dataclass
@@ -58,6 +69,11 @@ class ScenarioScore:
     failures: list[str]
     #: every page, as (alert, severity, first firing second, labels)
     pages: list[tuple[str, str, float, dict[str, str]]]
+    #: the intervals it ran at (a scenario may set its own)
+    scrape: float = 0.0
+    evaluation: float = 0.0
+    #: (window, model, slo, exact, recorded or None) of every ratio checked
+    ratios: list[tuple[str, str, str, float, float | None]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -70,6 +86,12 @@ class ScenarioScore:
             "xfail": self.xfail,
             "passed": self.passed,
             "failures": self.failures,
+            "scrape_interval_s": self.scrape,
+            "evaluation_interval_s": self.evaluation,
+            "ratios": [
+                {"window": w, "model": m, "slo": k, "exact": e, "recorded": r}
+                for w, m, k, e, r in self.ratios
+            ],
             "alerts": {name: asdict(a) for name, a in sorted(self.alerts.items())},
             "pages": [
                 {"alert": a, "severity": s, "at": t, "labels": labels}
@@ -100,6 +122,11 @@ def _matches(labels: dict[str, str], want: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in want.items())
 
 
+def pair_row(alert: str, pair: str) -> str:
+    """The table row of a burn-rate alert's expected firings of one window pair."""
+    return f"{alert} ({pair}/{_secs(PAIRS[pair].short)})"
+
+
 def score(
     name: str,
     source: str,
@@ -123,6 +150,23 @@ def score(
     used: set[int] = set()
     for exp in truth.expect:
         r = row(exp.alert)
+        f = facts.get(exp.alert)
+        pair = exp.labels.get("burn_window", "")
+        if exp.share is not None and f is not None and pair in PAIRS:
+            key = pair_row(exp.alert, pair)
+            own = f.burn_bound(pair, exp.share, exp.onset, scrape, evaluation)
+            if own is None:
+                failures.append(
+                    f"bound: {exp.alert}{exp.labels} at a bad share of {exp.share:g} never "
+                    f"passes {PAIRS[pair].factor:g} x its budget"
+                )
+                continue
+            if key not in alerts:
+                alerts[key] = AlertScore(key, own)
+            r = alerts[key]
+            r.bound = own if r.bound is None else max(r.bound, own)
+        else:
+            own = r.bound
         r.expected += 1
         hits = [
             (i, e)
@@ -142,9 +186,9 @@ def score(
             continue
         took = min(after) - exp.onset
         r.detected.append(took)
-        if r.bound is not None and took > r.bound:
+        if own is not None and took > own:
             r.slow += 1
-            failures.append(f"slow: {where} fired {took:g}s after its onset, bound {r.bound:g}s")
+            failures.append(f"slow: {where} fired {took:g}s after its onset, bound {own:g}s")
     for i, e in enumerate(eps):
         alert = e.key[0]
         if e.fired_at is None:
@@ -167,7 +211,23 @@ def score(
         r.false_pages[e.severity] = r.false_pages.get(e.severity, 0) + 1
         if e.severity == "critical":
             failures.append(f"false critical page: {alert}{e.labels} fired at {e.fired_at:g}s")
-    return ScenarioScore(name, source, truth.xfail, alerts, failures, pages)
+    checked = []
+    for ratio in truth.ratios:
+        got = [
+            v
+            for labels, v in timeline.probes.get((ratio.record, ratio.at), [])
+            if labels.get("model") == ratio.model and labels.get("slo") == ratio.slo
+        ]
+        recorded = got[0] if got else None
+        checked.append((ratio.window, ratio.model, ratio.slo, ratio.exact, recorded))
+        where = f"{ratio.window} {ratio.slo} error ratio of {ratio.model} at {_secs(ratio.at)}"
+        if recorded is None:
+            failures.append(f"ratio: no recorded {where}")
+        elif abs(recorded - ratio.exact) > RATIO_TOLERANCE * abs(ratio.exact):
+            failures.append(f"ratio: {where} recorded {recorded:.6g}, exact {ratio.exact:.6g}")
+    return ScenarioScore(
+        name, source, truth.xfail, alerts, failures, pages, scrape, evaluation, checked
+    )
 
 
 # --------------------------------------------------------------------------- the table
@@ -178,6 +238,11 @@ def _secs(value: float | None) -> str:
         return "-"
     if value >= 3600 and value % 3600 == 0:
         return f"{value / 3600:g}h"
+    if value >= 7200:
+        days, rest = divmod(value, 86400) if value >= 172800 else (0.0, value)
+        hours, rest = divmod(rest, 3600)
+        text = f"{hours:.0f}h{rest / 60:.1f}m".replace(".0m", "m")
+        return f"{days:.0f}d{text}" if days else text
     if value >= 120:
         return f"{value / 60:.1f}m".replace(".0m", "m")
     return f"{value:g}s"
@@ -209,6 +274,8 @@ def summarize(
     for s in scores:
         for name, a in s.alerts.items():
             row = out.setdefault(name, Summary(name, "", a.bound))
+            if name not in facts and a.bound is not None:
+                row.bound = max(row.bound or 0.0, a.bound)
             row.expected += a.expected
             row.misses += a.misses
             row.slow += a.slow
@@ -274,10 +341,17 @@ def text_table(summary: list[Summary], scores: list[ScenarioScore]) -> str:
 def markdown(
     summary: list[Summary], scores: list[ScenarioScore], scrape: float, evaluation: float
 ) -> str:
+    own = [
+        f"{s.scenario} at {format_duration(s.scrape)} and {format_duration(s.evaluation)}"
+        for s in scores
+        if (s.scrape, s.evaluation) != (scrape, evaluation) and s.scrape
+    ]
     lines = [
-        f"Scrape interval {_secs(scrape)}, evaluation interval {_secs(evaluation)}; "
-        f"{len(scores)} scenarios. Times to detect run from the scenario's ground-truth "
-        "onset to the first firing evaluation.",
+        f"Scrape interval {_secs(scrape)}, evaluation interval {_secs(evaluation)}"
+        + (f" ({', '.join(own)}, its own)" if own else "")
+        + f"; {len(scores)} scenarios. Times to detect run from the scenario's ground-truth "
+        "onset to the first firing evaluation; a burn-rate row with its window pair "
+        "(long/short) is held to that pair's bound (the largest of its scenarios' shown).",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join("---" for _ in HEADER) + "|",
@@ -293,4 +367,15 @@ def markdown(
             f"{a} ({sev}, {_secs(t)})" for (a, sev), t in sorted(first.items(), key=lambda p: p[1])
         )
         lines.append(f"| {s.scenario} | {verdict} | {pages or 'none'} |")
+    checked = [(s.scenario, *r) for s in scores for r in s.ratios]
+    if checked:
+        lines += [
+            "",
+            "| scenario | window | model | SLO | exact error ratio | recorded | recorded / exact - 1 |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, window, model, slo, exact, recorded in checked:
+            off = "-" if recorded is None or not exact else f"{recorded / exact - 1:+.1e}"
+            shown = "none" if recorded is None else f"{recorded:.6g}"
+            lines.append(f"| {name} | {window} | {model} | {slo} | {exact:.6g} | {shown} | {off} |")
     return "\n".join(lines) + "\n"
