@@ -50,6 +50,7 @@ from tests.support.e2e import (
 from tests.support.proc import AMTOOL, PROMTOOL, require_binary
 from tests.support.webhook import WebhookReceiver
 
+from inferwatch.pack.rules import slo
 from inferwatch.pack.thresholds import load_thresholds
 
 # ---------------------------------------------------------------------- without a stack
@@ -88,7 +89,11 @@ def test_generated_rules_for_the_test_thresholds_pass_promtool(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stdout + result.stderr
     groups = [g for f in files for g in yaml.safe_load(f.read_text())["groups"]]
-    assert {g["interval"] for g in groups} == {"1s"}  # = the test Prometheus's scrape interval
+    # = the test Prometheus's scrape interval, but for the SLO windows of a day or more
+    # (pack.rules.slo.LONG_GROUP), whose interval does not follow the scrape's
+    intervals = {g["name"]: g["interval"] for g in groups}
+    assert intervals.pop(slo.LONG_GROUP) == "2m30s"
+    assert set(intervals.values()) == {"1s"}
     fors = {r["alert"]: r.get("for") for g in groups for r in g["rules"] if "alert" in r}
     assert fors["InferenceQueueOverCapacity"] == "2s"  # 3 samples 1 s apart
     assert fors["InferenceWorkerDown"] == "3s"
