@@ -200,8 +200,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             return [] if missing() else ["ready"]
 
         try:
-            # QueueOverCapacity needs 3 evaluations 15s apart after the queue passes 4
-            wait_until(ready, 150, interval=1.0, message="the conditions the dashboards need")
+            # QueueOverCapacity needs 3 evaluations 15s apart after the queue passes 4,
+            # ... and the long SLO group's first evaluation, within its 2m30s
+            wait_until(ready, 200, interval=1.0, message="the conditions the dashboards need")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; still missing: {missing()}\n{st.logs_tail()}") from None
         yield st
@@ -222,6 +223,8 @@ NEEDED = {
     "recording rules evaluated": "worker:inferwatch_e2e_latency_seconds:p99_5m",
     "GPU state rule": "gpu:inferwatch_gpu_state:code",
     "prefix-cache hits": "inferwatch_prefix_cache_hit_ratio > 0",
+    # the SLO windows of a day or more: a group of their own, every 2m30s (pack.rules.slo)
+    "the long SLO windows evaluated": "model:inferwatch_slo_burn_rate:ratio_rate3d",
 }
 
 
