@@ -7,30 +7,18 @@ backfills, measures our rule groups and both anchors (Sloth-style, Pyrra-style),
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.support import benchrun
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench" / "bench_rule_cost.py"
 
 
 def run_bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "agent"), str(REPO), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
+    return benchrun.run_bench("bench_rule_cost.py", *args, timeout=timeout)
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from inferwatch.backtest.truth import BURN_KINDS, PAIRS
-from inferwatch.engines import ENGINES, proxy
+from inferwatch.engines import ENGINES, contract, proxy
 from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.engines.vllm import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from inferwatch.errors import ConfigError
@@ -470,17 +470,17 @@ def exact_error_ratios(
                 }
                 for w in workers:
                     good -= increase(
-                        "inferwatch_warmup_requests_ttft_seconds_bucket", {**warm[0], "worker": w}
+                        contract.WARMUP_REQUESTS_TTFT_SECONDS.name + "_bucket",
+                        {**warm[0], "worker": w},
                     )
                     total -= increase(
-                        "inferwatch_warmup_requests_ttft_seconds_bucket", {**warm[1], "worker": w}
+                        contract.WARMUP_REQUESTS_TTFT_SECONDS.name + "_bucket",
+                        {**warm[1], "worker": w},
                     )
             bad = total - good
         else:
-            bad = increase(
-                "inferwatch_requests_finished_total", {"model": model, "reason": "error"}
-            )
-            total = increase("inferwatch_requests_finished_total", {"model": model})
+            bad = increase(contract.REQUESTS_FINISHED.name, {"model": model, "reason": "error"})
+            total = increase(contract.REQUESTS_FINISHED.name, {"model": model})
         if total > 0:
             out.append((o.kind, bad / total))
     return out
@@ -600,11 +600,11 @@ def synthesize(
             if agent_up:
                 if host in last_collect:
                     put(
-                        _selector("inferwatch_last_collect_timestamp_seconds", coll),
+                        _selector(contract.LAST_COLLECT_TIMESTAMP_SECONDS.name, coll),
                         k,
                         last_collect[host],
                     )
-                put(_selector("inferwatch_collect_errors_total", coll), k, counters.get(host, 0.0))
+                put(_selector(contract.COLLECT_ERRORS.name, coll), k, counters.get(host, 0.0))
         for w in workers:
             s = state[w.name]
             instance = f"{w.host}:10127"
@@ -618,15 +618,17 @@ def synthesize(
 
             up = float(s["up"]) >= 1
             put(
-                _selector("inferwatch_target_up", {**base, "worker": w.name}), k, 1.0 if up else 0.0
+                _selector(contract.TARGET_UP.name, {**base, "worker": w.name}),
+                k,
+                1.0 if up else 0.0,
             )
             # the agent names every worker it watches, up or not (the SLO rules read its model)
-            put(_selector("inferwatch_worker_info", eng), k, 1.0)
+            put(_selector(contract.WORKER_INFO.name, eng), k, 1.0)
             if starts[w.name] is not None:
-                put(_selector("inferwatch_worker_start_time_seconds", eng), k, starts[w.name])
+                put(_selector(contract.WORKER_START_TIME_SECONDS.name, eng), k, starts[w.name])
             if s["gate"] is not None:
                 put(
-                    _selector("inferwatch_warmup_deadline_exceeded", {**base, "worker": w.name}),
+                    _selector(contract.WARMUP_DEADLINE_EXCEEDED.name, {**base, "worker": w.name}),
                     k,
                     float(s["gate"]),
                 )
@@ -636,7 +638,7 @@ def synthesize(
                 for le in (*TTFT_BUCKETS, math.inf):
                     frac = _lognormal_cdf(le, float(dist["p50"]), float(dist["p99"]))
                     sel = _selector(
-                        "inferwatch_warmup_requests_ttft_seconds_bucket",
+                        contract.WARMUP_REQUESTS_TTFT_SECONDS.name + "_bucket",
                         {
                             **base,
                             "worker": w.name,
@@ -649,13 +651,13 @@ def synthesize(
             for g in w.gpus:
                 uuid = f"MIG-{w.host}-{g}" if w.mig else f"GPU-{w.host}-{g}"
                 gpu = {**base, "gpu": str(g), "uuid": uuid}
-                put(_selector("inferwatch_gpu_up", gpu), k, 1.0 if gpu_up else 0.0)
+                put(_selector(contract.GPU_UP.name, gpu), k, 1.0 if gpu_up else 0.0)
                 if nvml_ok_for(state, workers, w.host) and gpu_up:
-                    put(_selector("inferwatch_gpu_utilization_ratio", gpu), k, val("util"))
-                    put(_selector("inferwatch_gpu_memory_used_ratio", gpu), k, val("vram"))
+                    put(_selector(contract.GPU_UTILIZATION_RATIO.name, gpu), k, val("util"))
+                    put(_selector(contract.GPU_MEMORY_USED_RATIO.name, gpu), k, val("vram"))
                     put(
                         _selector(
-                            "inferwatch_gpu_clock_event_active", {**gpu, "reason": "hw_thermal"}
+                            contract.GPU_CLOCK_EVENT_ACTIVE.name, {**gpu, "reason": "hw_thermal"}
                         ),
                         k,
                         float(s["throttle"]),
@@ -663,7 +665,7 @@ def synthesize(
                 if w.attributed:
                     put(
                         _selector(
-                            "inferwatch_worker_gpu_info",
+                            contract.WORKER_GPU_INFO.name,
                             {**base, "worker": w.name, "gpu": str(g), "uuid": uuid},
                         ),
                         k,
@@ -673,27 +675,27 @@ def synthesize(
                     if h == w.host and gi == g:
                         put(
                             _selector(
-                                "inferwatch_gpu_xid_last_timestamp_seconds", {**gpu, "xid": code}
+                                contract.GPU_XID_LAST_TIMESTAMP_SECONDS.name, {**gpu, "xid": code}
                             ),
                             k,
                             at,
                         )
             if not up:
                 continue
-            put(_selector("inferwatch_queue_depth", eng), k, val("waiting"))
-            put(_selector("inferwatch_requests_running", eng), k, val("running"))
+            put(_selector(contract.QUEUE_DEPTH.name, eng), k, val("waiting"))
+            put(_selector(contract.REQUESTS_RUNNING.name, eng), k, val("running"))
             kv = val("kv")
             if kv is not None:
-                put(_selector("inferwatch_kv_cache_usage_ratio", eng), k, kv)
+                put(_selector(contract.KV_CACHE_USAGE_RATIO.name, eng), k, kv)
             if w.slots is not None:
-                put(_selector("inferwatch_max_num_seqs", eng), k, float(w.slots))
+                put(_selector(contract.MAX_NUM_SEQS.name, eng), k, float(w.slots))
             done = (val("rps") or 0.0) * scrape
             bad = done * (val("errors") or 0.0)
             for reason, n in (("length", done - bad), ("error", bad)):
-                sel = _selector("inferwatch_requests_finished_total", {**eng, "reason": reason})
+                sel = _selector(contract.REQUESTS_FINISHED.name, {**eng, "reason": reason})
                 counters[sel] = counters.get(sel, 0.0) + n
                 put(sel, k, round(counters[sel], 6))
-            sel = _selector("inferwatch_preemptions_total", eng)
+            sel = _selector(contract.PREEMPTIONS.name, eng)
             counters[sel] = counters.get(sel, 0.0) + (val("preempt") or 0.0) * scrape
             put(sel, k, round(counters[sel], 6))
             # the gate's warm-up requests (max_tokens 1): in the engine's TTFT histogram too
