@@ -243,9 +243,7 @@ def test_sli_over_a_backfilled_week_matches_the_generated_counts(
     # qwen-7b runs on TGI: not an engine of the default entry, so it has no SLI here
     assert all(
         r["metric"]["model"] == "llama-8b"  # type: ignore[index]
-        for r in query(
-            server.url, raw_error_ratio(t, entry, entry.objectives[0]), fx.END
-        )
+        for r in query(server.url, raw_error_ratio(t, entry, entry.objectives[0]), fx.END)
     )
     for kind, bounds, le in (("ttft", fx.TTFT_LE, 2.5), ("tpot", fx.TPOT_LE, 0.1)):
         good, total = good_and_total(truth, kind, bounds, le)
