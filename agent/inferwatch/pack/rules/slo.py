@@ -243,8 +243,8 @@ def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w:
     # none of them, as long as it reports finished requests at all
     return (
         f"{good}\n"
-        f"+ on ({MODEL}) group_left ()\n({failed} or 0 * sum by ({MODEL}) ({good}))\n"
-        f"+ on ({MODEL}) group_left ()\n({rejected} or 0 * sum by ({MODEL}) ({good}))"
+        f"+ on ({BY}) group_left ()\n({failed} or 0 * sum by ({BY}) ({good}))\n"
+        f"+ on ({BY}) group_left ()\n({rejected} or 0 * sum by ({BY}) ({good}))"
     )
 
 
@@ -268,11 +268,6 @@ def long_average(name: str, window: str) -> str:
     raw data, centred where the window is (its first and last 5 minutes weigh less)."""
     span = format_duration(window_seconds(window) - window_seconds(BASE))
     return f"avg_over_time({sampled(name)}[{span}])"
-
-
-def long_windows() -> tuple[str, ...]:
-    """The long window of every burn pair, shortest first."""
-    return tuple(dict.fromkeys(b.long for b in BURNS))
 
 
 def coverage(spec: SloSpec, b: Burn) -> str:
@@ -334,12 +329,7 @@ def recording_groups(t: Thresholds) -> list[dict[str, Any]]:
     # the short windows' burn rates never wait for the long group.
     budget_parts = []
     for entry, o in pairs:
-        sel = [f'slo="{o.kind}"']
-        if entry.model is not None:
-            sel.append(f'model="{_string(entry.model)}"')
-        elif spec.models:
-            sel.append(f'model!~"{_regex(spec.models)}"')
-        where = "{" + ",".join(sel) + "}"
+        where = "{" + ",".join((f'slo="{o.kind}"', *model_matchers(spec, entry))) + "}"
         seen = f"{slo_requests(short[-1])}{where} or {slo_errors(budget_window)}{where}"
         budget_parts.append(
             f"(0 * group by ({SLO_LABELS}) ({seen}) + {num_text(round(o.budget, 12))})"
