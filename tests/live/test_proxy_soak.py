@@ -111,7 +111,7 @@ def test_an_engine_restart_fails_only_the_requests_in_flight(stack) -> None:  # 
         server.start()
 
     res = soak.run(proxy_port, RESTART, clients=8, max_tokens=4, deadline_s=240,
-                   at={RESTART // 2: restart}, timeout=30)  # fmt: skip
+                   at={RESTART // 4: restart}, timeout=30)  # fmt: skip
     assert len(moments) == 2 and len(res.done) == RESTART
     flying = res.in_flight_at(moments[0], moments[1])
     failed = res.failed
@@ -130,5 +130,13 @@ def test_an_engine_restart_fails_only_the_requests_in_flight(stack) -> None:  # 
     # each failure a 5xx: the 502s, the worker's 503s, and a stream cut after its head
     # (its status class is the 502 the proxy could no longer send)
     assert seen.get("inferwatch_proxy_requests_total.5xx", 0) == len(failed)
-    after = sorted((d for d in res.done if d.start > moments[1] + 1.0), key=lambda d: d.start)
-    assert len(after) > 100 and all(d.outcome == "ok" for d in after)
+    # once the worker answered its health check, every request is served; and the last
+    # hundred (the restart came a quarter in, so all of them began after the kill) are too.
+    # No fixed margin after the health check: the proxy serves as soon as the worker is
+    # up, often before the 0.2 s health poll sees it, so a busy machine can finish most
+    # of the soak inside any margin.
+    by_start = sorted(res.done, key=lambda d: d.start)
+    after = [d for d in by_start if d.start > moments[1]]
+    assert all(d.outcome == "ok" for d in after), [d for d in after if d.outcome != "ok"][:5]
+    last = by_start[-100:]
+    assert last[0].start > moments[0] and all(d.outcome == "ok" for d in last)
