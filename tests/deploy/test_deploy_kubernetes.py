@@ -148,35 +148,25 @@ def _crd(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _monitor_spec(endpoints: str) -> dict[str, Any]:
+    """A PodMonitor's or ServiceMonitor's spec: a selector and its list of endpoints
+    (``podMetricsEndpoints`` or ``endpoints``)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["selector", endpoints],
+        "properties": {
+            "selector": _LABEL_SELECTOR,
+            "jobLabel": {"type": "string"},
+            "namespaceSelector": {"type": "object"},
+            endpoints: {"type": "array", "minItems": 1, "items": _ENDPOINT},
+        },
+    }
+
+
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "PodMonitor": _crd(
-        "PodMonitor",
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["selector", "podMetricsEndpoints"],
-            "properties": {
-                "selector": _LABEL_SELECTOR,
-                "jobLabel": {"type": "string"},
-                "namespaceSelector": {"type": "object"},
-                "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-            },
-        },
-    ),
-    "ServiceMonitor": _crd(
-        "ServiceMonitor",
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["selector", "endpoints"],
-            "properties": {
-                "selector": _LABEL_SELECTOR,
-                "jobLabel": {"type": "string"},
-                "namespaceSelector": {"type": "object"},
-                "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-            },
-        },
-    ),
+    "PodMonitor": _crd("PodMonitor", _monitor_spec("podMetricsEndpoints")),
+    "ServiceMonitor": _crd("ServiceMonitor", _monitor_spec("endpoints")),
     "PrometheusRule": _crd(
         "PrometheusRule",
         {

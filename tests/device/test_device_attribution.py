@@ -4,20 +4,17 @@ Skipped elsewhere."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from tests.support.nvidia import gpu_count, run_validator
+from tests.support.nvidia import validated
 
 
 @pytest.mark.device
 def test_worker_gpu_info_agrees_with_nvidia_smi(tmp_path: Path) -> None:
-    if gpu_count() < 1:
-        pytest.skip("needs a host with an NVIDIA GPU (nvidia-smi -L lists none)")
-    pytest.importorskip("torch", reason="the worker stand-ins are PyTorch processes")
-    result = run_validator("validate_attribution.py", tmp_path, timeout=300)
-    record = json.loads((tmp_path / "attribution.json").read_text())
+    result, record = validated("validate_attribution.py", tmp_path, "attribution.json", gpus=1,
+                               torch_for="the worker stand-ins are PyTorch processes",
+                               timeout=300)  # fmt: skip
     assert not record["errors"], record["errors"]
     assert record["agent_ok"], record["agent"]
     assert record["environment_ok"], record["environment"]

@@ -3,20 +3,16 @@ with nvidia-smi (bench/device/validate_multi_gpu.py). Skipped elsewhere."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from tests.support.nvidia import gpu_count, run_validator
+from tests.support.nvidia import validated
 
 
 @pytest.mark.device
 def test_every_gpu_and_process_agrees_with_nvidia_smi(tmp_path: Path) -> None:
-    if gpu_count() < 2:
-        pytest.skip("needs a host with two or more NVIDIA GPUs (nvidia-smi -L)")
-    pytest.importorskip("torch", reason="the GPU load is a PyTorch process")
-    result = run_validator("validate_multi_gpu.py", tmp_path, timeout=600)
-    record = json.loads((tmp_path / "multi_gpu.json").read_text())
+    result, record = validated("validate_multi_gpu.py", tmp_path, "multi_gpu.json", gpus=2,
+                               torch_for="the GPU load is a PyTorch process", timeout=600)  # fmt: skip
     assert not record["errors"], record["errors"]
     assert record["gpus"] >= 2
     for sample in record["samples"]:

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.agentrun import AgentRun
-from tests.support.llamaserver import LlamaServer, require_server
-from tests.support.proc import free_port, http_get, wait_until
+from tests.support.llamaserver import proxied
+from tests.support.proc import http_get, wait_until
 
 from inferwatch.engines.proxy import TPOT_BUCKETS, TTFT_BUCKETS
 from inferwatch.stats import window_quantiles
@@ -31,25 +30,12 @@ PROMPT = "Write a long story about a lighthouse keeper and the sea."
 
 @pytest.fixture
 def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
-    require_server()
-    server = LlamaServer(tmp_path, ["--metrics", "--parallel", "2", "-a", "tiny-alias"]).start()
-    proxy_port = free_port()
-    config = {
-        "collect_interval": "0.5s",
-        "gpu": {"backend": "none"},
-        "workers": [{"name": "llama", "url": server.url,
-                     "proxy": {"listen": f"127.0.0.1:{proxy_port}"}}],
-    }  # fmt: skip
-    agent = AgentRun(tmp_path, config=config, ready=None)
-    url = agent.url
-    wait_until(lambda: 'model="tiny-alias"' in http_get(url + "/metrics")[1].decode(), 60,
-               message="the agent reading llama-server")  # fmt: skip
-    try:
+    with proxied(tmp_path, ["--metrics", "--parallel", "2", "-a", "tiny-alias"]) as parts:
+        server, agent, proxy_port = parts
+        url = agent.url
+        wait_until(lambda: 'model="tiny-alias"' in http_get(url + "/metrics")[1].decode(), 60,
+                   message="the agent reading llama-server")  # fmt: skip
         yield server, url, proxy_port
-    finally:
-        agent.stop()
-        server.stop()
-        assert "Traceback" not in agent.log(), agent.log()[-3000:]
 
 
 def stream(port: int, n: int) -> tuple[float, list[float]]:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from tests.support import soak
 from tests.support.agentrun import AgentRun
-from tests.support.llamaserver import LlamaServer, require_server
-from tests.support.proc import free_port, http_get, wait_until
+from tests.support.llamaserver import proxied
+from tests.support.proc import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -32,24 +32,8 @@ RESTART = 1200
 
 @pytest.fixture
 def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
-    require_server()
-    server = LlamaServer(tmp_path, ["--metrics", "--parallel", "2"]).start()
-    proxy_port = free_port()
-    config = {
-        "collect_interval": "0.5s",
-        "gpu": {"backend": "none"},
-        "workers": [{"name": "llama", "url": server.url, "engine": "llamacpp",
-                     "proxy": {"listen": f"127.0.0.1:{proxy_port}"}}],
-    }  # fmt: skip
-    agent = AgentRun(tmp_path, config=config, ready=None)
-    wait_until(lambda: http_get(f"http://127.0.0.1:{proxy_port}/health")[0] == 200, 60,
-               message="the proxy in front of llama-server")  # fmt: skip
-    try:
-        yield server, agent, proxy_port
-    finally:
-        agent.stop()
-        server.stop()
-        assert "Traceback" not in agent.log(), agent.log()[-3000:]
+    with proxied(tmp_path, ["--metrics", "--parallel", "2"]) as parts:
+        yield parts
 
 
 def counters(agent: AgentRun) -> dict[str, float]:

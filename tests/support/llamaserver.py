@@ -13,17 +13,19 @@ counts, never with timings.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.proc import REPO, Process, free_port, http_get, wait_answering
+from tests.support.agentrun import AgentRun
+from tests.support.proc import REPO, Process, free_port, http_get, wait_answering, wait_until
 
 BUILD = REPO / ".llama-server"
 SERVER = BUILD / "llama-server"
@@ -230,3 +232,28 @@ PREFIX = (
 PROMPTS = tuple(
     f"{PREFIX}Question {i}: how many slots does worker {i % 3} have?" for i in range(12)
 )
+
+
+@contextlib.contextmanager
+def proxied(tmp_path: Path, args: Sequence[str]) -> Iterator[tuple[LlamaServer, AgentRun, int]]:
+    """llama-server (started with ``args``) behind the agent's measuring proxy: the server,
+    the agent and the proxy's port once the proxy answers; both stopped at the end, and the
+    agent's log free of tracebacks."""
+    require_server()
+    server = LlamaServer(tmp_path, list(args)).start()
+    proxy_port = free_port()
+    config = {
+        "collect_interval": "0.5s",
+        "gpu": {"backend": "none"},
+        "workers": [{"name": "llama", "url": server.url, "engine": "llamacpp",
+                     "proxy": {"listen": f"127.0.0.1:{proxy_port}"}}],
+    }  # fmt: skip
+    agent = AgentRun(tmp_path, config=config, ready=None)
+    try:
+        wait_until(lambda: http_get(f"http://127.0.0.1:{proxy_port}/health")[0] == 200, 60,
+                   message="the proxy in front of llama-server")  # fmt: skip
+        yield server, agent, proxy_port
+    finally:
+        agent.stop()
+        server.stop()
+    assert "Traceback" not in agent.log(), agent.log()[-3000:]

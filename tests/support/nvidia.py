@@ -3,12 +3,15 @@ tests skip without), and a run of one of bench/device/'s validators."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from tests.support.proc import REPO
 
 
@@ -30,3 +33,16 @@ def run_validator(script: str, out: Path, timeout: float) -> subprocess.Complete
         [sys.executable, str(REPO / "bench" / "device" / script), "--out", str(out)],
         capture_output=True, text=True, timeout=timeout, env=env,
     )  # fmt: skip
+
+
+def validated(
+    script: str, out: Path, record: str, *, gpus: int, torch_for: str, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run ``bench/device/<script>`` where the host has ``gpus`` GPUs or more and PyTorch
+    (``torch_for``: what the validator needs it for), else skip; the run and the JSON record
+    it wrote to ``out/<record>``."""
+    if gpu_count() < gpus:
+        pytest.skip(f"needs a host with {gpus} or more NVIDIA GPUs (nvidia-smi -L lists fewer)")
+    pytest.importorskip("torch", reason=torch_for)
+    result = run_validator(script, out, timeout=timeout)
+    return result, json.loads((out / record).read_text())
