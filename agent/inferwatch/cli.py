@@ -1,8 +1,8 @@
 """The ``inferwatch`` command line: one sub-command per module.
 
 Each sub-command lives in its own module that exposes ``add_arguments(parser)``
-and ``main(args) -> int``. Modules keep their heavy imports (matplotlib, rich,
-grafanalib) inside ``main`` so that ``inferwatch run`` starts fast.
+and ``main(args) -> int``. Modules keep their heavy imports (matplotlib, rich)
+inside ``main`` so that ``inferwatch run`` starts fast.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from inferwatch.errors import UsageError
 #: library (top-level module) -> the extra that installs it (pyproject.toml); the base
 #: install is the agent only
 EXTRA_OF = {
-    "grafanalib": "generate",
     "promql_parser": "generate",
     "jinja2": "generate",
     "markdown_it": "generate",

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -188,7 +190,7 @@ def test_lines_share_the_grid_and_stack_under_their_row() -> None:
         with pytest.raises(ValueError):
             p.line("a", "b", h=8, widths=widths)
     section = p.Section("s", p.line(p.row("a"), p.row("b"), h=3), p.line(p.row("c"), h=2))
-    placed = [panel.gridPos for panel in p.layout([section, p.Section("t")])]
+    placed = [panel.grid for panel in p.layout([section, p.Section("t")])]
     assert [(pos.x, pos.y, pos.w, pos.h) for pos in placed] == [
         (0, 0, 24, 1),
         (0, 1, 12, 3),
@@ -239,24 +241,69 @@ def test_panels_validate_against_their_panel_schemas(
     assert problems == []
 
 
-def test_schema_check_refuses_raw_grafanalib_output(thresholds: Thresholds) -> None:
-    """The normaliser is what makes the dashboards valid: without it, they are not."""
-    import attr
-    from grafanalib import core as g
+#: What grafanalib 0.7.1 writes where Grafana's schema wants another shape (docs/dashboards.md,
+#: "Why our own panel model"): each, put into a generated dashboard, must fail the schema.
+LEGACY_SHAPES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "datasource by name": lambda d: _first(d, lambda p: True).update(datasource="${datasource}"),
+    'base threshold "null"': lambda d: _first(d, lambda p: p["type"] == "stat")["fieldConfig"][
+        "defaults"
+    ]["thresholds"]["steps"][0].update(value="null"),
+    "panel span": lambda d: _first(d, lambda p: True).update(span=6),
+    "variable tags": lambda d: _var(d, "job")["current"].update(tags=[]),
+}
 
-    from inferwatch.pack.dashboards import common, panels, plain
 
+@pytest.mark.parametrize("shape", sorted(LEGACY_SHAPES))
+def test_schema_check_refuses_legacy_shapes(shape: str, boards: dict[str, dict[str, Any]]) -> None:
+    """The schema check can fail: each shape grafanalib wrote (and plain.py used to
+    convert) is refused once it is in a dashboard."""
     schema = _schema("dashboard")
-    panel = common.gpu_utilization_panel(thresholds)
-    raw = g.Dashboard(
-        title="raw",
-        panels=[attr.evolve(panel, gridPos=g.GridPos(h=8, w=12, x=0, y=0))],
-        templating=g.Templating(panels.standard_variables()),
-    ).auto_panel_ids()
-    raw_json = plain.to_plain(raw)
-    errors = _errors(schema, raw_json)
-    assert errors, "grafanalib's raw output unexpectedly validates"
-    assert _errors(schema, plain.normalise_dashboard(raw_json)) == []
+    doc = copy.deepcopy(boards["inference-overview"])
+    assert _errors(schema, doc) == []
+    LEGACY_SHAPES[shape](doc)
+    assert _errors(schema, doc), f"{shape} unexpectedly validates"
+
+
+def test_heatmap_schema_refuses_the_pre_v8_heatmap(boards: dict[str, dict[str, Any]]) -> None:
+    """grafanalib's heatmap options (the panel Grafana 9.1 replaced) miss what the new
+    heatmap's schema requires; ours pass."""
+    schema = _definition(_schema("heatmap"), "Options")
+    ours = _first(boards["inference-worker"], lambda p: p["type"] == "heatmap")["options"]
+    assert _errors(schema, ours) == []
+    legacy = {"yAxis": {"format": "s"}, "dataFormat": "tsbuckets", "cards": {}}
+    assert _errors(schema, legacy)
+
+
+def test_generated_without_grafanalib() -> None:
+    """One way to build dashboards: generating with grafanalib and attrs unimportable gives
+    the committed files, byte for byte."""
+    code = (
+        "import sys\n"
+        "sys.modules['grafanalib'] = sys.modules['attr'] = None\n"
+        "from inferwatch.pack import dashboards\n"
+        "from inferwatch.pack.thresholds import load_thresholds\n"
+        "for path, text in dashboards.generate(load_thresholds()).items():\n"
+        "    if path.endswith('.json'):\n"
+        "        print(path, text == open(path).read())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")[:-1]
+    assert lines == [f"dashboards/{name}.json True" for name in NAMES]
+
+
+def test_panel_model_refuses_what_grafana_cannot_show() -> None:
+    from inferwatch.pack.dashboards import panels as p
+
+    q = [p.Query("up")]
+    with pytest.raises(ValueError, match="title and a description"):
+        p.stat("", "d", q, unit="none")
+    with pytest.raises(ValueError, match="at least one query"):
+        p.timeseries("t", "d", [], unit="s")
+    with pytest.raises(ValueError, match="no place on the grid"):
+        p.heatmap("t", "d", q, unit="s").to_json(1)
 
 
 # --- dashboard-linter rules ------------------------------------------------------------

@@ -6,12 +6,12 @@
 - ``deploy/kubernetes/dashboards/<name>.yaml``: the same JSON in a ConfigMap
   labelled ``grafana_dashboard: "1"`` for Grafana's dashboard sidecar.
 
-The dashboards themselves are built with grafanalib (imported only when
-generating), one module each: :mod:`.overview`, :mod:`.worker`, :mod:`.gpu`,
-:mod:`.weekly`. Each declares its ``DASHBOARD`` (a :class:`.common.Dashboard`: UID
-key, title, description and a function per row) and :func:`.common.build` turns it
-into JSON; what they share is in :mod:`.common`, the building blocks in
-:mod:`.panels` and the conversion to schema-valid JSON in :mod:`.plain`.
+The dashboards themselves are built in Grafana's current schema by our own small
+panel model (:mod:`.panels`: dataclasses written out as JSON, no grafanalib), one
+module each: :mod:`.overview`, :mod:`.worker`, :mod:`.gpu`, :mod:`.weekly`. Each
+declares its ``DASHBOARD`` (a :class:`.common.Dashboard`: UID key, title, description
+and a function per row) and :func:`.common.build` turns it into JSON; what they share
+is in :mod:`.common`, the building blocks in :mod:`.panels`.
 
 For the linter and tests against a live stack, :func:`dashboard_variables` and
 :func:`expand_variables` fill in the dashboard and Grafana variables of a
@@ -86,7 +86,7 @@ def configmap(name: str, json_text: str) -> str:
 
 def dashboards(thresholds: Thresholds) -> dict[str, dict[str, Any]]:
     """Name (file stem) -> dashboard JSON, as Python values."""
-    # grafanalib: slow to import, so only here
+    # only here: the linter and the live tests import this package for its variables
     from inferwatch.pack.dashboards import common, gpu, overview, weekly, worker
 
     specs = (overview.DASHBOARD, worker.DASHBOARD, gpu.DASHBOARD, weekly.DASHBOARD)

@@ -2,8 +2,8 @@
 thresholds, the panels two dashboards show, and the dashboard itself: declared as data
 (:class:`Dashboard`) and built in its frame (links, variables) by :func:`build`.
 
-Imported only when dashboards are generated (grafanalib is slow to import);
-everything else goes through :mod:`inferwatch.pack.dashboards`.
+Imported only when dashboards are generated; everything else goes through
+:mod:`inferwatch.pack.dashboards`.
 
 Thresholds drawn on panels (utilization bands, VRAM lines, latency SLOs, the
 error-ratio line) and recording-rule names all come from ``Thresholds``.
@@ -17,11 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grafanalib import core as g
-
 from inferwatch.engines import contract
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards import plain
 from inferwatch.pack.dashboards.panels import (
     Line,
     Query,
@@ -341,20 +338,6 @@ def traffic_line(t: Thresholds, by: str, requests: Any) -> Line:
     return p.line(requests, tokens, error_ratio_panel(t), rejected, h=8)
 
 
-def _links() -> list[g.DashboardLink]:
-    return [
-        g.DashboardLink(
-            title="Inference dashboards",
-            type="dashboards",
-            tags=[TAG],
-            asDropdown=False,
-            includeVars=True,
-            keepTime=True,
-            tooltip="The other inferwatch dashboards, same time range and variables",
-        )
-    ]
-
-
 @dataclass(frozen=True)
 class Dashboard:
     """A generated dashboard as data: ``key`` names its UID in ``pack.dashboard_uids``
@@ -374,18 +357,20 @@ def build(spec: Dashboard, t: Thresholds) -> dict[str, Any]:
     """The dashboard's JSON, as Python values."""
     description = spec.description if isinstance(spec.description, str) else spec.description(t)
     sections = [section for row in spec.rows if (section := row(t)) is not None]
-    dashboard = g.Dashboard(
+    return p.dashboard_json(
         title=spec.title,
         uid=getattr(t.pack.dashboard_uids, spec.key),
         description=description,
         tags=[TAG, spec.key],
-        editable=False,
-        graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        time=g.Time(spec.time_from, "now"),
-        timezone="browser",
+        time_from=spec.time_from,
         refresh=spec.refresh,
-        templating=g.Templating(p.standard_variables()),
-        links=_links(),
+        links=[
+            p.dashboards_link(
+                TAG,
+                "Inference dashboards",
+                "The other inferwatch dashboards, same time range and variables",
+            )
+        ],
+        variables=p.standard_variables(),
         panels=p.layout(sections),
-    ).auto_panel_ids()
-    return plain.normalise_dashboard(plain.to_plain(dashboard))
+    )

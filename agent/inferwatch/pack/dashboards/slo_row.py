@@ -1,7 +1,7 @@
 """The "SLOs and error budgets" row of the Inference overview dashboard (pack.rules.slo's series).
 
-Kept apart from :mod:`inferwatch.pack.rules.slo` because it imports grafanalib, which only
-dashboard generation pays for. ``section(t)`` is None when ``slos.enabled`` is off.
+Kept apart from :mod:`inferwatch.pack.rules.slo`: the rules do not import the dashboards'
+panel model. ``section(t)`` is None when ``slos.enabled`` is off.
 SLO series are per model (labels ``job, model, slo``): they have no ``instance``, so
 the instance matcher also accepts an empty value, as the alert panels' do.
 """
