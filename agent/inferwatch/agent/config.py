@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from inferwatch.agent.redact import redact_url
+from inferwatch.engines import ENGINES as ENGINE_TABLES
 from inferwatch.errors import ConfigError, Kind
 from inferwatch.validate import (
     Parser,
@@ -32,7 +33,8 @@ from inferwatch.validate import (
 DEFAULT_PORT = 10127
 """Outside the fully allocated 9100-9999 exporter range and unused by any known exporter."""
 
-ENGINES = ("auto", "vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
+#: what ``workers[].engine`` accepts: auto (told by the exposition) or an engine of the registry
+ENGINES = ("auto", *ENGINE_TABLES)
 GPU_BACKENDS = ("nvml", "fake", "none", "dcgm-exporter")
 DEFAULT_DCGM_EXPORTER_URL = "http://127.0.0.1:9400/metrics"
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -1,4 +1,12 @@
-"""Engine mapping tables, by name.
+"""The engines, by name: every module ``engines/<name>.py`` that defines ``ENGINE``.
+
+An engine's module is its one home: the mapping table and every other fact
+about it (:class:`~inferwatch.engines.base.EngineMap`). The registry imports
+each module of this package except the helpers in :data:`HELPERS` and lists
+their ``ENGINE`` in the engines' ``position`` order; the configuration's
+choices, launch-flag parsing, pod recognition, self-descriptions, the warm-up's
+bounds, the SLO checks, the rules' own-histogram branches and the simulator's
+writers are all derived from :data:`ENGINES`.
 
 ``detect`` picks a table from an exposition's family names; ``metrics_locations``
 lists where to look for an engine's exposition when the worker's URL is only the
@@ -8,25 +16,39 @@ Triton a separate port).
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from inferwatch.engines.base import EngineMap, Ratio, Signal
-from inferwatch.engines.llamacpp import LLAMACPP
-from inferwatch.engines.lmdeploy import LMDEPLOY
-from inferwatch.engines.nim import NIM
-from inferwatch.engines.sglang import SGLANG
-from inferwatch.engines.tgi import TGI
-from inferwatch.engines.triton import TRITON
-from inferwatch.engines.trtllm import TRTLLM
-from inferwatch.engines.vllm import VLLM
 
-ENGINES: dict[str, EngineMap] = {
-    m.name: m for m in (VLLM, SGLANG, TGI, LLAMACPP, TRITON, TRTLLM, LMDEPLOY, NIM)
-}
+#: the modules of this package that are no engine (everything else must define ENGINE)
+HELPERS = frozenset({"base", "contract", "launchflags", "mapping", "proxy", "stream"})
+
+
+def _discover() -> dict[str, EngineMap]:
+    found: list[EngineMap] = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name in HELPERS or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        engine = getattr(module, "ENGINE", None)
+        if not isinstance(engine, EngineMap) or engine.name != info.name:
+            raise ImportError(
+                f"{module.__name__}: expected ENGINE = EngineMap(name={info.name!r}, ...) "
+                "(or the module's name in engines.HELPERS)"
+            )
+        found.append(engine)
+    return {e.name: e for e in sorted(found, key=lambda e: (e.position, e.name))}
+
+
+#: every engine, in ``position`` order
+ENGINES: dict[str, EngineMap] = _discover()
 
 __all__ = [
     "ENGINES",
+    "HELPERS",
     "EngineMap",
     "Ratio",
     "Signal",

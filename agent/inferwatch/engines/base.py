@@ -4,7 +4,16 @@ An :class:`EngineMap` lists :class:`Signal` entries. Each signal names the
 contract family it feeds, the engine families that can provide it (the current
 name first, older names after: the first one present in a scrape wins, which is
 how renames upstream never reach a dashboard), how per-rank copies combine, and
-how labels and units translate. Adding an engine means adding a table.
+how labels and units translate.
+
+The same :class:`EngineMap` holds every other fact about the engine that some
+part of inferwatch needs: its launch flags and launchers (:class:`EngineFlags`,
+read by :mod:`inferwatch.engines.launchflags`), how its pods look
+(:class:`PodFacts`), where it describes itself (:class:`SelfDescribed`), the
+bucket bounds its SLOs are checked against, and where it stands in lists. Adding
+an engine means adding one module ``engines/<name>.py`` that defines ``ENGINE``
+(the registry, :mod:`inferwatch.engines`, finds it) and its simulator writer
+``sim/expo/<name>.py``; everything else is derived (docs/development.md).
 
 Several signals may feed one contract family: their series are merged (two
 engine families that count different finish reasons of one counter), unless a
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from inferwatch.engines import contract
@@ -168,6 +178,94 @@ class LoraFamily:
     max_label: str | None = None
 
 
+#: how a launch flag's value is read: int / float / str: one value; hint: an int that
+#: may carry k/K/M... suffixes (vLLM, SGLang); names: one or more values up to the next
+#: option (argparse nargs="+"); csv: one comma-separated value; multi: one value per
+#: occurrence, all kept (a repeatable option); true / false: a switch that sets the key
+#: without taking a value
+FlagKind = Literal["int", "hint", "float", "str", "names", "csv", "multi", "true", "false"]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_NO_SUBCOMMANDS: Mapping[str, bool] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One launch option: the spellings the engine accepts and where its value goes.
+
+    ``key`` is a :class:`~inferwatch.engines.launchflags.LaunchInfo` field name, or
+    any other name, which then lands in its ``extra``.
+    """
+
+    names: tuple[str, ...]
+    key: str
+    kind: FlagKind = "str"
+    #: environment variables the engine reads when the option is absent
+    env: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A program that starts the engine, as a process's command line shows it."""
+
+    #: the executable's base name (or an alias that only ``modules`` lead to)
+    program: str
+    #: sub-commands that must follow the program (``vllm serve``)
+    subcommand: tuple[str, ...] = ()
+    #: whether the first argument after them, when not an option, is the model
+    positional_model: bool = False
+    #: Python modules (dotted) that run this launcher with ``python -m`` or as a script
+    modules: tuple[str, ...] = ()
+    #: sub-commands the program may take instead of running its default command, each
+    #: with whether its first argument is the model (trtllm-serve's click group)
+    optional_subcommands: Mapping[str, bool] = field(default_factory=lambda: _NO_SUBCOMMANDS)
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """How the engine is started and which of its launch options matter."""
+
+    flags: tuple[Flag, ...]
+    launchers: tuple[Launcher, ...] = ()
+    #: environment variable -> key for settings that have no option at all
+    env_only: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+    @property
+    def reads_environ(self) -> bool:
+        """Whether the engine takes settings from its environment too (TGI, llama.cpp)."""
+        return bool(self.env_only) or any(flag.env for flag in self.flags)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """How the engine's containers look in a pod (``kubernetes.auto_detect``)."""
+
+    #: substrings of the image reference
+    images: tuple[str, ...]
+    #: substrings of the joined command and arguments
+    commands: tuple[str, ...]
+    #: the port the engine listens on when nothing says otherwise
+    port: int
+
+
+@dataclass(frozen=True)
+class SelfDescribed:
+    """Where the engine describes itself in JSON, and the keys that say what.
+
+    Each fact is read from the first key of its tuple that holds a usable value.
+    """
+
+    path: str
+    version: tuple[str, ...] = ()
+    model: tuple[str, ...] = ()
+    #: the batch capacity (a positive whole JSON number)
+    max_num_seqs: tuple[str, ...] = ()
+
+
+#: where an engine without a ``position`` stands: after the engines listed today
+LAST = 1000
+
+
 @dataclass(frozen=True)
 class EngineMap:
     name: str
@@ -196,6 +294,26 @@ class EngineMap:
     #: the LoRA adapters in use (vLLM's lora_requests_info)
     lora: LoraFamily | None = None
     notes: str = ""
+    #: where the engine stands in every list of engines (the configuration's choices,
+    #: probing for ``engine: auto``, pod recognition, the rules' branches); ties by name
+    position: int = LAST
+    #: launch flags and launchers (None: the command line says nothing we read)
+    flags: EngineFlags | None = None
+    #: how its containers look in a pod (None: never recognised without annotations)
+    pods: PodFacts | None = None
+    #: its JSON self-description (None: it has none)
+    self_description: SelfDescribed | None = None
+    #: bucket bounds (seconds, as the agent exports them) of the histogram a TTFT / TPOT
+    #: SLO is read from: the engine's own, else the measuring proxy's; () when none
+    ttft_buckets: tuple[float, ...] = ()
+    tpot_buckets: tuple[float, ...] = ()
+    #: whether an availability SLO can be set (its finished requests are counted, by the
+    #: engine or by the measuring proxy in front of it)
+    availability: bool = True
+    #: whether the pack's rules read its own latency histograms where Prometheus scrapes
+    #: the engine directly (``export_histograms: false``; pack.rules.own_histograms):
+    #: only for tables that pass their histograms through unchanged
+    own_histograms: bool = False
 
     def source_families(self) -> set[str]:
         names: set[str] = set()

@@ -10,9 +10,11 @@ engines' defaults differ between versions, so a flag that is absent stays
 ``None`` (or ``"unknown"`` for prefix caching) and is never filled with a
 guessed default.
 
-Each engine's flags are a table (:class:`EngineFlags`), not code: the option
+Each engine's flags are a table (:class:`EngineFlags`), not code, in the
+engine's own module (``engines/<name>.py``, as ``ENGINE.flags``): the option
 names are copied from the engine's own argument parser, whose file and commit
-are cited next to the table. Option names are compared after turning ``_``
+are cited next to the table; its launchers (program, sub-commands, Python
+modules) are rows of the same table. Option names are compared after turning ``_``
 into ``-`` so that ``--max_num_seqs`` (accepted by vLLM's parser) and
 trtllm-serve's native ``--max_batch_size`` match one spelling each.
 """
@@ -27,8 +29,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from inferwatch.engines import ENGINES
+from inferwatch.engines.base import EngineFlags, Flag, Launcher
+from inferwatch.engines.base import FlagKind as Kind
+
 __all__ = [
     "ENGINE_FLAGS",
+    "ENVIRON_ENGINES",
     "EngineFlags",
     "Flag",
     "LaunchInfo",
@@ -81,16 +88,8 @@ WORKER_INFO_FLAGS = (
 
 
 # ---------------------------------------------------------------------------
-# Flag tables
+# Which values are LaunchInfo fields
 # ---------------------------------------------------------------------------
-
-#: how a flag's value is read:
-#: int / float / str: one value; hint: an int that may carry k/K/M... suffixes
-#: (vLLM, SGLang); names: one or more values up to the next option (argparse
-#: nargs="+"); csv: one comma-separated value; multi: one value per
-#: occurrence, all kept (a repeatable option); true / false: a switch that sets
-#: the key without taking a value
-Kind = Literal["int", "hint", "float", "str", "names", "csv", "multi", "true", "false"]
 
 _FIELDS_INT = frozenset(
     {
@@ -106,211 +105,13 @@ _FIELDS_FLOAT = frozenset({"gpu_memory_utilization"})
 _FIELDS_STR = frozenset({"model", "served_model_name", "prefix_caching"})
 
 
-@dataclass(frozen=True)
-class Flag:
-    """One launch option: the spellings the engine accepts and where its value goes.
-
-    ``key`` is a :class:`LaunchInfo` field name, or any other name, which then
-    lands in :attr:`LaunchInfo.extra`.
-    """
-
-    names: tuple[str, ...]
-    key: str
-    kind: Kind = "str"
-    #: environment variables the engine reads when the option is absent
-    env: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class EngineFlags:
-    engine: str
-    flags: tuple[Flag, ...]
-    #: environment variable -> key for settings that have no option at all
-    env_only: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-
-
-# vLLM. Option names: vllm-project/vllm vllm/engine/arg_utils.py
-# @ 99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b (EngineArgs.add_cli_args: -tp, -dp, -pp,
-# BooleanOptionalAction for --enable-prefix-caching, served_model_name as a list, so
-# nargs="+", max_model_len / max_num_batched_tokens parsed by human_readable_int); the
-# same names at 001999d2f360c2c5da23a916510c273b1a73d06c (older, store_true switches);
-# --host / --port: vllm/entrypoints/openai/cli_args.py
-# @ 005223338608bc94fd165a4f976c102a57bd1fc4; `_` == `-` in option names and the
-# k/K suffixes: vllm/utils/argparse_utils.py @ 00da11e37d1ffac917c3427fff227500302eb452;
-# the positional model of `vllm serve`: vllm/entrypoints/cli/serve.py
-# @ 00a5fdd20935ba7679750db22997dcf539ca4591 (model_tag).
-VLLM = EngineFlags(
-    "vllm",
-    (
-        Flag(("--model",), "model"),
-        Flag(("--served-model-name",), "served_model_name", "names"),
-        Flag(("--port",), "port", "int"),
-        Flag(("--host",), "host"),
-        Flag(("--max-num-seqs",), "max_num_seqs", "int"),
-        Flag(("--max-model-len",), "max_model_len", "hint"),
-        Flag(("--max-num-batched-tokens",), "max_num_batched_tokens", "hint"),
-        Flag(("--gpu-memory-utilization",), "gpu_memory_utilization", "float"),
-        Flag(("--enable-prefix-caching",), "prefix_caching", "true"),
-        Flag(("--no-enable-prefix-caching",), "prefix_caching", "false"),
-        Flag(("--tensor-parallel-size", "-tp"), "tensor_parallel_size", "int"),
-        Flag(("--data-parallel-size", "-dp"), "data_parallel_size", "int"),
-        Flag(("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", "int"),
-        Flag(("--kv-cache-dtype",), "kv_cache_dtype"),
-        Flag(("--config",), "config_file"),
-    ),
-)
-
-# SGLang. Option names: sgl-project/sglang python/sglang/srt/server_args.py
-# @ 001067fffe33427bee0ed2f007fb7551a1d76b44 (flags derived from the ServerArgs field
-# names plus their aliases; --context-length and --max-total-tokens use
-# human_readable_int); `sglang serve`: python/sglang/cli/main.py
-# @ 16c8ff4f96e743ce5a1dbf3f640caadd6ae32e07. Radix (prefix) caching is on unless
-# --disable-radix-cache, but that default is not assumed here.
-SGLANG = EngineFlags(
-    "sglang",
-    (
-        Flag(("--model-path", "--model"), "model"),
-        Flag(("--served-model-name",), "served_model_name"),
-        Flag(("--port",), "port", "int"),
-        Flag(("--host",), "host"),
-        Flag(("--max-running-requests",), "max_num_seqs", "int"),
-        Flag(("--context-length",), "max_model_len", "hint"),
-        Flag(("--mem-fraction-static",), "gpu_memory_utilization", "float"),
-        Flag(("--disable-radix-cache",), "prefix_caching", "false"),
-        Flag(("--tp-size", "--tensor-parallel-size"), "tensor_parallel_size", "int"),
-        Flag(("--dp-size", "--data-parallel-size"), "data_parallel_size", "int"),
-        Flag(("--pp-size", "--pipeline-parallel-size"), "pipeline_parallel_size", "int"),
-        Flag(("--chunked-prefill-size",), "chunked_prefill_size", "int"),
-        Flag(("--max-prefill-tokens",), "max_prefill_tokens", "hint"),
-        Flag(("--max-total-tokens",), "max_total_tokens", "hint"),
-        Flag(("--max-queued-requests",), "max_queued_requests", "int"),
-        Flag(("--enable-metrics",), "enable_metrics", "true"),
-        Flag(("--config",), "config_file"),
-    ),
-)
-
-
-def _clap(names: tuple[str, ...], key: str, kind: Kind = "str") -> Flag:
-    """A TGI launcher option and its variable: clap's ``#[clap(long, env)]`` names the
-    variable after the field, upper case (``--max-batch-size``: ``MAX_BATCH_SIZE``)."""
-    return Flag(names, key, kind, env=(names[0].removeprefix("--").replace("-", "_").upper(),))
-
-
-# TGI. Option names: huggingface/text-generation-inference launcher/src/main.rs
-# @ 009c4e0b945b2c111368afdc2c9813c32db0a9b7 (clap `#[clap(long, env)]`: the option is
-# the field name in kebab case, the environment variable the field name in upper case;
-# `port` also has `short`, so -p). PREFIX_CACHING is read from the environment only
-# (resolve_attention). HOSTNAME is deliberately not read: every container sets it.
-TGI = EngineFlags(
-    "tgi",
-    (
-        _clap(("--model-id",), "model"),
-        _clap(("--port", "-p"), "port", "int"),
-        Flag(("--hostname",), "host"),
-        _clap(("--max-concurrent-requests",), "max_num_seqs", "int"),
-        _clap(("--max-total-tokens",), "max_model_len", "int"),
-        _clap(("--cuda-memory-fraction",), "gpu_memory_utilization", "float"),
-        _clap(("--num-shard",), "tensor_parallel_size", "int"),
-        _clap(("--max-input-tokens",), "max_input_tokens", "int"),
-        _clap(("--max-input-length",), "max_input_length", "int"),
-        _clap(("--max-batch-prefill-tokens",), "max_batch_prefill_tokens", "int"),
-        _clap(("--max-batch-total-tokens",), "max_batch_total_tokens", "int"),
-        _clap(("--max-batch-size",), "max_batch_size", "int"),
-    ),
-    env_only=MappingProxyType({"PREFIX_CACHING": "prefix_caching"}),
-)
-
-# llama.cpp server. Option names: ggml-org/llama.cpp common/arg.cpp
-# @ 145b6280d6aa1890e22457143dad0badb3fd6820 (-m/--model LLAMA_ARG_MODEL, -a/--alias
-# LLAMA_ARG_ALIAS, -hf/-hfr/--hf-repo, -np/--parallel LLAMA_ARG_N_PARALLEL, --host
-# LLAMA_ARG_HOST, --port LLAMA_ARG_PORT, -ngl, --metrics); -c/--ctx-size
-# LLAMA_ARG_CTX_SIZE in the same parser of other revisions; --metrics also from
-# LLAMA_ARG_ENDPOINT_METRICS (common/arg.cpp of the llama.cpp that llama-cpp-python
-# 0.3.36 vendors: a switch read from the environment is on for "on", "enabled",
-# "true" or "1", common_arg_utils::is_truthy). --parallel -1 means "auto"
-# in newer builds, so only a positive value is a capacity. --ctx-size is the context
-# shared by all slots, not a per-request limit, so it is kept in extra.
-LLAMACPP = EngineFlags(
-    "llamacpp",
-    (
-        Flag(("-m", "--model"), "model", env=("LLAMA_ARG_MODEL",)),
-        Flag(("-hf", "-hfr", "--hf-repo"), "hf_repo", env=("LLAMA_ARG_HF_REPO",)),
-        Flag(("-a", "--alias"), "served_model_name", "csv", env=("LLAMA_ARG_ALIAS",)),
-        Flag(("--port",), "port", "int", env=("LLAMA_ARG_PORT",)),
-        Flag(("--host",), "host", env=("LLAMA_ARG_HOST",)),
-        Flag(("-np", "--parallel"), "max_num_seqs", "int", env=("LLAMA_ARG_N_PARALLEL",)),
-        Flag(("-c", "--ctx-size"), "ctx_size", "int", env=("LLAMA_ARG_CTX_SIZE",)),
-        Flag(("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", "int"),
-        Flag(("--metrics",), "metrics", "true", env=("LLAMA_ARG_ENDPOINT_METRICS",)),
-    ),
-)
-
-# Triton Inference Server. Option names: triton-inference-server/server
-# src/command_line_parser.cc @ 0299e638036b53bd5426fc2051161dc1da484358 (--http-port,
-# --grpc-port, --metrics-port, --model-repository and its older spelling --model-store,
-# --load-model, all repeatable where noted there). The batch capacity lives in each
-# model's config.pbtxt / the TensorRT-LLM engine, never on this command line.
-TRITON = EngineFlags(
-    "triton",
-    (
-        Flag(("--http-port",), "port", "int"),
-        Flag(("--grpc-port",), "grpc_port", "int"),
-        Flag(("--metrics-port",), "metrics_port", "int"),
-        Flag(("--model-repository", "--model-store"), "model_repository", "multi"),
-        Flag(("--load-model",), "load_model", "multi"),
-    ),
-)
-
-# trtllm-serve. Option names: NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py
-# @ 00209af149e7774406881a37283dce303571eb11 (click options spelled with underscores;
-# the group defaults to the `serve` command, whose MODEL is positional).
-# --kv_cache_free_gpu_memory_fraction is a share of the memory left after the weights,
-# not of the whole GPU, so it stays in extra.
-TRTLLM = EngineFlags(
-    "trtllm",
-    (
-        Flag(("--port",), "port", "int"),
-        Flag(("--host",), "host"),
-        Flag(("--max_batch_size",), "max_num_seqs", "int"),
-        Flag(("--max_seq_len",), "max_model_len", "int"),
-        Flag(("--max_num_tokens",), "max_num_batched_tokens", "int"),
-        Flag(("--tensor_parallel_size", "--tp_size"), "tensor_parallel_size", "int"),
-        Flag(("--pipeline_parallel_size", "--pp_size"), "pipeline_parallel_size", "int"),
-        Flag(
-            ("--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction"),
-            "kv_cache_free_gpu_memory_fraction",
-            "float",
-        ),
-        Flag(("--backend",), "backend"),
-        Flag(("--config", "--extra_llm_api_options"), "config_file"),
-    ),
-)
-
-# LMDeploy. Option names: InternLM/lmdeploy lmdeploy/cli/serve.py
-# @ 00596da999e74d269a3557cb300a5a64b2c7175f (`lmdeploy serve api_server MODEL_PATH`,
-# --server-name, --server-port) and lmdeploy/cli/utils.py
-# @ 00948ee273c696465b3a301519c08ef9c674683f (ArgumentHelper: --model-name, --tp,
-# --session-len, --max-batch-size, --cache-max-entry-count, --enable-prefix-caching,
-# --backend). --cache-max-entry-count is a share of free memory, so it stays in extra.
-LMDEPLOY = EngineFlags(
-    "lmdeploy",
-    (
-        Flag(("--server-port",), "port", "int"),
-        Flag(("--server-name",), "host"),
-        Flag(("--model-name",), "served_model_name"),
-        Flag(("--max-batch-size",), "max_num_seqs", "int"),
-        Flag(("--session-len",), "max_model_len", "int"),
-        Flag(("--tp",), "tensor_parallel_size", "int"),
-        Flag(("--enable-prefix-caching",), "prefix_caching", "true"),
-        Flag(("--cache-max-entry-count",), "cache_max_entry_count", "float"),
-        Flag(("--max-prefill-token-num",), "max_prefill_token_num", "int"),
-        Flag(("--backend",), "backend"),
-    ),
-)
-
+#: engine name -> its flags table, for every engine that has one (the registry's order)
 ENGINE_FLAGS: Mapping[str, EngineFlags] = MappingProxyType(
-    {t.engine: t for t in (VLLM, SGLANG, TGI, LLAMACPP, TRITON, TRTLLM, LMDEPLOY)}
+    {name: engine.flags for name, engine in ENGINES.items() if engine.flags is not None}
 )
+#: the engines that take settings from their environment too (TGI, llama.cpp): the
+#: process source reads a worker's environment for these only
+ENVIRON_ENGINES = frozenset(name for name, table in ENGINE_FLAGS.items() if table.reads_environ)
 
 
 # ---------------------------------------------------------------------------
@@ -332,54 +133,25 @@ _PYTHON = re.compile(r"^(python|pypy)(\d+(\.\d+)*)?[a-z]?(\.exe)?$")
 _PY_VALUE_OPTS = frozenset("XW")
 _PY_LONG_VALUE_OPTS = frozenset({"--check-hash-based-pycs"})
 
-# modules run with `python -m`, as dotted names; scripts whose path ends like one
-# of these are treated the same (`python .../vllm/entrypoints/openai/api_server.py`)
+#: inferwatch's own simulator takes vLLM's flag names (sim/simulate_cmd.py): not an
+#: engine, so its launcher is written here
+_SIMULATOR = ("vllm", Launcher("inferwatch", ("simulate",), modules=("inferwatch.cli",)))
+
+#: (engine, launcher) for every launcher of every engine's table, then the simulator's
+_LAUNCHERS = (
+    *((name, launcher) for name, table in ENGINE_FLAGS.items() for launcher in table.launchers),
+    _SIMULATOR,
+)
+
+# modules run with `python -m`, as dotted names -> their launcher's program; scripts whose
+# path ends like one of these are treated the same
+# (`python .../vllm/entrypoints/openai/api_server.py`)
 _MODULES: Mapping[str, str] = MappingProxyType(
-    {
-        "vllm.entrypoints.openai.api_server": "vllm-api-server",
-        "vllm.entrypoints.cli.main": "vllm",
-        "sglang.launch_server": "sglang-launch-server",
-        "sglang.cli.main": "sglang",
-        "tensorrt_llm.commands.serve": "trtllm-serve",
-        "inferwatch.cli": "inferwatch",
-    }
+    {module: launcher.program for _, launcher in _LAUNCHERS for module in launcher.modules}
 )
-
-
-@dataclass(frozen=True)
-class _Program:
-    engine: str
-    #: sub-commands that must follow the program (`vllm serve`)
-    subcommand: tuple[str, ...] = ()
-    #: whether the first argument after them, when not an option, is the model
-    positional_model: bool = False
-
-
-# program (basename, or module alias above) -> how it launches an engine
-_PROGRAMS: Mapping[str, _Program] = MappingProxyType(
-    {
-        "vllm": _Program("vllm", ("serve",), positional_model=True),
-        "vllm-api-server": _Program("vllm"),
-        "sglang-launch-server": _Program("sglang"),
-        "sglang": _Program("sglang", ("serve",)),
-        "text-generation-launcher": _Program("tgi"),
-        "llama-server": _Program("llamacpp"),
-        "tritonserver": _Program("triton"),
-        "lmdeploy": _Program("lmdeploy", ("serve", "api_server"), positional_model=True),
-        # trtllm-serve's click group runs `serve` for anything that is not a sub-command
-        "trtllm-serve": _Program("trtllm", positional_model=True),
-        # inferwatch's own simulator takes vLLM's flag names (sim/simulate_cmd.py)
-        "inferwatch": _Program("vllm", ("simulate",)),
-    }
-)
-_TRTLLM_SUBCOMMANDS: Mapping[str, bool] = MappingProxyType(
-    {
-        "serve": True,
-        "grpc": True,
-        "mm_embedding_serve": True,
-        "disaggregated": False,
-        "disaggregated_mpi_worker": False,
-    }
+# program (basename, or module alias above) -> (engine, how it launches the engine)
+_PROGRAMS: Mapping[str, tuple[str, Launcher]] = MappingProxyType(
+    {launcher.program: (name, launcher) for name, launcher in _LAUNCHERS}
 )
 
 
@@ -442,15 +214,16 @@ def _recognize(argv: Sequence[str]) -> _Launch | None:
     if found is None:
         return None
     name, args = found
-    program = _PROGRAMS.get(name.removesuffix(".exe"))
-    if program is None:
+    found_program = _PROGRAMS.get(name.removesuffix(".exe"))
+    if found_program is None:
         return None
-    if program.engine == "trtllm" and args[:1] and args[0] in _TRTLLM_SUBCOMMANDS:
-        return _Launch("trtllm", args[1:], _TRTLLM_SUBCOMMANDS[args[0]])
-    depth = len(program.subcommand)
-    if args[:depth] != program.subcommand:
+    engine, launcher = found_program
+    if args[:1] and args[0] in launcher.optional_subcommands:
+        return _Launch(engine, args[1:], launcher.optional_subcommands[args[0]])
+    depth = len(launcher.subcommand)
+    if args[:depth] != launcher.subcommand:
         return None
-    return _Launch(program.engine, args[depth:], program.positional_model)
+    return _Launch(engine, args[depth:], launcher.positional_model)
 
 
 # ---------------------------------------------------------------------------
@@ -473,7 +246,7 @@ _INDEXES: Mapping[str, Mapping[str, Flag]] = MappingProxyType(
 
 _SWITCH: Mapping[str, str] = MappingProxyType({"true": "true", "false": "false"})
 #: values of an environment variable that turn a switch on (llama.cpp's is_truthy; see
-#: the llama.cpp table): the only engine here whose switches have variables
+#: its table in engines/llamacpp.py): the only engine whose switches have variables
 _ENV_SWITCH_ON = frozenset({"on", "enabled", "true", "1"})
 
 

@@ -39,7 +39,45 @@ distributions, queue, prefill or decode time, no LoRA series.
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, counter, gauge, prefix_cache_hit_ratio
+from inferwatch.engines import proxy
+from inferwatch.engines.base import (
+    EngineFlags,
+    EngineMap,
+    Flag,
+    Launcher,
+    PodFacts,
+    Ratio,
+    SelfDescribed,
+    counter,
+    gauge,
+    prefix_cache_hit_ratio,
+)
+
+# llama.cpp server. Option names: ggml-org/llama.cpp common/arg.cpp
+# @ 145b6280d6aa1890e22457143dad0badb3fd6820 (-m/--model LLAMA_ARG_MODEL, -a/--alias
+# LLAMA_ARG_ALIAS, -hf/-hfr/--hf-repo, -np/--parallel LLAMA_ARG_N_PARALLEL, --host
+# LLAMA_ARG_HOST, --port LLAMA_ARG_PORT, -ngl, --metrics); -c/--ctx-size
+# LLAMA_ARG_CTX_SIZE in the same parser of other revisions; --metrics also from
+# LLAMA_ARG_ENDPOINT_METRICS (common/arg.cpp of the llama.cpp that llama-cpp-python
+# 0.3.36 vendors: a switch read from the environment is on for "on", "enabled",
+# "true" or "1", common_arg_utils::is_truthy). --parallel -1 means "auto"
+# in newer builds, so only a positive value is a capacity. --ctx-size is the context
+# shared by all slots, not a per-request limit, so it is kept in extra.
+FLAGS = EngineFlags(
+    (
+        Flag(("-m", "--model"), "model", env=("LLAMA_ARG_MODEL",)),
+        Flag(("-hf", "-hfr", "--hf-repo"), "hf_repo", env=("LLAMA_ARG_HF_REPO",)),
+        Flag(("-a", "--alias"), "served_model_name", "csv", env=("LLAMA_ARG_ALIAS",)),
+        Flag(("--port",), "port", "int", env=("LLAMA_ARG_PORT",)),
+        Flag(("--host",), "host", env=("LLAMA_ARG_HOST",)),
+        Flag(("-np", "--parallel"), "max_num_seqs", "int", env=("LLAMA_ARG_N_PARALLEL",)),
+        Flag(("-c", "--ctx-size"), "ctx_size", "int", env=("LLAMA_ARG_CTX_SIZE",)),
+        Flag(("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", "int"),
+        Flag(("--metrics",), "metrics", "true", env=("LLAMA_ARG_ENDPOINT_METRICS",)),
+    ),
+    launchers=(Launcher("llama-server"),),
+)
+
 
 LLAMACPP = EngineMap(
     name="llamacpp",
@@ -66,4 +104,24 @@ LLAMACPP = EngineMap(
             cap=None,
         ),
     ),
+    position=4,
+    flags=FLAGS,
+    # `llama-server`, port 8080 (llama.cpp's documentation)
+    pods=PodFacts(("ggml-org/llama.cpp", "ggerganov/llama.cpp"), ("llama-server",), 8080),
+    # tools/server/server-context.cpp (get_res_props) of the vendored server; total_slots
+    # is the slot count in use: with --parallel -1 (the default) the server picks it at
+    # start and reports the number it picked
+    self_description=SelfDescribed(
+        "/props",
+        version=("build_info",),
+        model=("model_alias", "model_path"),
+        max_num_seqs=("total_slots",),
+    ),
+    # no latency histogram: the measuring proxy's (workers[].proxy), which also counts the
+    # finished requests of the availability SLO
+    ttft_buckets=proxy.TTFT_BUCKETS,
+    tpot_buckets=proxy.TPOT_BUCKETS,
 )
+
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = LLAMACPP

@@ -36,7 +36,11 @@ not documented as a queue-limit refusal; it is counted as an error).
 from __future__ import annotations
 
 from inferwatch.engines.base import (
+    EngineFlags,
     EngineMap,
+    Flag,
+    Launcher,
+    PodFacts,
     counter,
     gauge,
     histogram,
@@ -59,6 +63,45 @@ _REASONS = {
     "ResponseType.INPUT_LENGTH_ERROR": "error",
     "ResponseType.NOT_SUPPORTED": "error",
 }
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TPOT_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+# LMDeploy. Option names: InternLM/lmdeploy lmdeploy/cli/serve.py
+# @ 00596da999e74d269a3557cb300a5a64b2c7175f (`lmdeploy serve api_server MODEL_PATH`,
+# --server-name, --server-port) and lmdeploy/cli/utils.py
+# @ 00948ee273c696465b3a301519c08ef9c674683f (ArgumentHelper: --model-name, --tp,
+# --session-len, --max-batch-size, --cache-max-entry-count, --enable-prefix-caching,
+# --backend). --cache-max-entry-count is a share of free memory, so it stays in extra.
+FLAGS = EngineFlags(
+    (
+        Flag(("--server-port",), "port", "int"),
+        Flag(("--server-name",), "host"),
+        Flag(("--model-name",), "served_model_name"),
+        Flag(("--max-batch-size",), "max_num_seqs", "int"),
+        Flag(("--session-len",), "max_model_len", "int"),
+        Flag(("--tp",), "tensor_parallel_size", "int"),
+        Flag(("--enable-prefix-caching",), "prefix_caching", "true"),
+        Flag(("--cache-max-entry-count",), "cache_max_entry_count", "float"),
+        Flag(("--max-prefill-token-num",), "max_prefill_token_num", "int"),
+        Flag(("--backend",), "backend"),
+    ),
+    launchers=(Launcher("lmdeploy", ("serve", "api_server"), positional_model=True),),
+)
+
 
 LMDEPLOY = EngineMap(
     name="lmdeploy",
@@ -101,19 +144,13 @@ LMDEPLOY = EngineMap(
         histogram("inferwatch_generation_length_tokens", "lmdeploy:request_generation_tokens"),
     ),
     ratios=(prefix_cache_hit_ratio("inferwatch_request_prompt_tokens"),),
+    position=8,
+    flags=FLAGS,
+    # `lmdeploy serve api_server`, port 23333 (LMDeploy's documentation)
+    pods=PodFacts(("openmmlab/lmdeploy",), ("lmdeploy serve",), 23333),
+    ttft_buckets=TTFT_BUCKETS,
+    tpot_buckets=TPOT_BUCKETS,
 )
 
-# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
-# the SLO objectives are checked against them).
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-TPOT_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-LATENCY_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = LMDEPLOY

@@ -31,7 +31,25 @@ series (none in the page's table or the capture).
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, counter, gauge, histogram
+from inferwatch.engines.base import (
+    EngineMap,
+    PodFacts,
+    counter,
+    gauge,
+    histogram,
+)
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+TOKEN_BUCKETS = (
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
+)  # fmt: skip
+
 
 NIM = EngineMap(
     name="nim",
@@ -64,15 +82,12 @@ NIM = EngineMap(
         histogram("inferwatch_prompt_length_tokens", "request_prompt_tokens"),
         histogram("inferwatch_generation_length_tokens", "request_generation_tokens"),
     ),
+    position=7,
+    # NVIDIA's images, port 8000 (NIM's documentation)
+    pods=PodFacts(("nvcr.io/nim/",), (), 8000),
+    ttft_buckets=TTFT_BUCKETS,
+    tpot_buckets=TPOT_BUCKETS,
 )
 
-# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
-# the SLO objectives are checked against them).
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-)  # fmt: skip
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-E2E_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
-TOKEN_BUCKETS = (
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
-)  # fmt: skip
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = NIM

@@ -49,7 +49,12 @@ is empty here.
 from __future__ import annotations
 
 from inferwatch.engines.base import (
+    EngineFlags,
     EngineMap,
+    Flag,
+    Launcher,
+    PodFacts,
+    SelfDescribed,
     counter,
     gauge,
     histogram,
@@ -58,6 +63,63 @@ from inferwatch.engines.base import (
 
 #: copies of one series reported by every tensor/pipeline/expert-parallel rank
 _RANK_COPIES = ("pid", "tp_rank", "pp_rank", "moe_ep_rank")
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+ITL_BUCKETS = (
+    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+    0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800,
+    2400,
+)  # fmt: skip
+QUEUE_BUCKETS = (
+    0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300,
+    400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+)  # fmt: skip
+#: the tokenizer's default prompt and generation token buckets (--collect-tokens-histogram;
+#: collector.py @ 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538: one list for both)
+TOKEN_BUCKETS = (
+    100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000,
+    12000, 15000, 20000, 22000, 25000, 30000, 35000, 40000, 66000, 99000, 132000, 300000,
+    600000, 900000, 1100000,
+)  # fmt: skip
+
+
+# SGLang. Option names: sgl-project/sglang python/sglang/srt/server_args.py
+# @ 001067fffe33427bee0ed2f007fb7551a1d76b44 (flags derived from the ServerArgs field
+# names plus their aliases; --context-length and --max-total-tokens use
+# human_readable_int); `sglang serve`: python/sglang/cli/main.py
+# @ 16c8ff4f96e743ce5a1dbf3f640caadd6ae32e07. Radix (prefix) caching is on unless
+# --disable-radix-cache, but that default is not assumed here.
+FLAGS = EngineFlags(
+    (
+        Flag(("--model-path", "--model"), "model"),
+        Flag(("--served-model-name",), "served_model_name"),
+        Flag(("--port",), "port", "int"),
+        Flag(("--host",), "host"),
+        Flag(("--max-running-requests",), "max_num_seqs", "int"),
+        Flag(("--context-length",), "max_model_len", "hint"),
+        Flag(("--mem-fraction-static",), "gpu_memory_utilization", "float"),
+        Flag(("--disable-radix-cache",), "prefix_caching", "false"),
+        Flag(("--tp-size", "--tensor-parallel-size"), "tensor_parallel_size", "int"),
+        Flag(("--dp-size", "--data-parallel-size"), "data_parallel_size", "int"),
+        Flag(("--pp-size", "--pipeline-parallel-size"), "pipeline_parallel_size", "int"),
+        Flag(("--chunked-prefill-size",), "chunked_prefill_size", "int"),
+        Flag(("--max-prefill-tokens",), "max_prefill_tokens", "hint"),
+        Flag(("--max-total-tokens",), "max_total_tokens", "hint"),
+        Flag(("--max-queued-requests",), "max_queued_requests", "int"),
+        Flag(("--enable-metrics",), "enable_metrics", "true"),
+        Flag(("--config",), "config_file"),
+    ),
+    launchers=(
+        Launcher("sglang-launch-server", modules=("sglang.launch_server",)),
+        Launcher("sglang", ("serve",), modules=("sglang.cli.main",)),
+    ),
+)
+
 
 SGLANG = EngineMap(
     name="sglang",
@@ -93,27 +155,22 @@ SGLANG = EngineMap(
         # cached prompt tokens / prompt tokens, both counted per finished request
         prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),
     ),
+    position=2,
+    flags=FLAGS,
+    # `sglang.launch_server`, port 30000 (SGLang's documentation)
+    pods=PodFacts(("lmsysorg/sglang", "/sglang:"), ("sglang.launch_server", "sglang serve"), 30000),
+    # python/sglang/srt/entrypoints/http_server.py @ 0025436eab0556737d615b36a4dd3e1e26e82f3d
+    # (get_server_info: the server arguments, the scheduler's info and version)
+    self_description=SelfDescribed(
+        "/get_server_info",
+        version=("version",),
+        model=("served_model_name", "model_path"),
+        max_num_seqs=("max_running_requests",),
+    ),
+    ttft_buckets=tuple(map(float, TTFT_BUCKETS)),
+    tpot_buckets=ITL_BUCKETS,
+    own_histograms=True,
 )
 
-# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
-# the SLO objectives are checked against them).
-TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-ITL_BUCKETS = (
-    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
-    0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
-)  # fmt: skip
-E2E_BUCKETS = (
-    0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800,
-    2400,
-)  # fmt: skip
-QUEUE_BUCKETS = (
-    0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300,
-    400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
-)  # fmt: skip
-#: the tokenizer's default prompt and generation token buckets (--collect-tokens-histogram;
-#: collector.py @ 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538: one list for both)
-TOKEN_BUCKETS = (
-    100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000,
-    12000, 15000, 20000, 22000, 25000, 30000, 35000, 40000, 66000, 99000, 132000, 300000,
-    600000, 900000, 1100000,
-)  # fmt: skip
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = SGLANG

@@ -32,7 +32,57 @@ whole), per-adapter LoRA series.
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, counter, gauge, histogram
+from types import MappingProxyType
+
+from inferwatch.engines import proxy
+from inferwatch.engines.base import (
+    EngineFlags,
+    EngineMap,
+    Flag,
+    FlagKind,
+    Launcher,
+    PodFacts,
+    SelfDescribed,
+    counter,
+    gauge,
+    histogram,
+)
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))
+
+
+def _clap(names: tuple[str, ...], key: str, kind: FlagKind = "str") -> Flag:
+    """A TGI launcher option and its variable: clap's ``#[clap(long, env)]`` names the
+    variable after the field, upper case (``--max-batch-size``: ``MAX_BATCH_SIZE``)."""
+    return Flag(names, key, kind, env=(names[0].removeprefix("--").replace("-", "_").upper(),))
+
+
+# TGI. Option names: huggingface/text-generation-inference launcher/src/main.rs
+# @ 009c4e0b945b2c111368afdc2c9813c32db0a9b7 (clap `#[clap(long, env)]`: the option is
+# the field name in kebab case, the environment variable the field name in upper case;
+# `port` also has `short`, so -p). PREFIX_CACHING is read from the environment only
+# (resolve_attention). HOSTNAME is deliberately not read: every container sets it.
+FLAGS = EngineFlags(
+    (
+        _clap(("--model-id",), "model"),
+        _clap(("--port", "-p"), "port", "int"),
+        Flag(("--hostname",), "host"),
+        _clap(("--max-concurrent-requests",), "max_num_seqs", "int"),
+        _clap(("--max-total-tokens",), "max_model_len", "int"),
+        _clap(("--cuda-memory-fraction",), "gpu_memory_utilization", "float"),
+        _clap(("--num-shard",), "tensor_parallel_size", "int"),
+        _clap(("--max-input-tokens",), "max_input_tokens", "int"),
+        _clap(("--max-input-length",), "max_input_length", "int"),
+        _clap(("--max-batch-prefill-tokens",), "max_batch_prefill_tokens", "int"),
+        _clap(("--max-batch-total-tokens",), "max_batch_total_tokens", "int"),
+        _clap(("--max-batch-size",), "max_batch_size", "int"),
+    ),
+    launchers=(Launcher("text-generation-launcher"),),
+    env_only=MappingProxyType({"PREFIX_CACHING": "prefix_caching"}),
+)
+
 
 TGI = EngineMap(
     name="tgi",
@@ -60,8 +110,22 @@ TGI = EngineMap(
         histogram("inferwatch_prompt_length_tokens", "tgi_request_input_length"),
         histogram("inferwatch_generation_length_tokens", "tgi_request_generated_tokens"),
     ),
+    position=3,
+    flags=FLAGS,
+    # `text-generation-launcher`, port 80 in its image (TGI's documentation)
+    pods=PodFacts(("text-generation-inference",), ("text-generation-launcher",), 80),
+    # router/src/lib.rs @ 014d3fd4effb4e1e742b64c1d6b68ab5c0420686 (struct Info); the
+    # capacity is its concurrent-request limit, what --max-concurrent-requests sets
+    self_description=SelfDescribed(
+        "/info",
+        version=("version",),
+        model=("model_id",),
+        max_num_seqs=("max_concurrent_requests",),
+    ),
+    # no TTFT histogram: the measuring proxy's (workers[].proxy)
+    ttft_buckets=proxy.TTFT_BUCKETS,
+    tpot_buckets=DURATION_BUCKETS,
 )
 
-# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
-# the SLO objectives are checked against them).
-DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = TGI

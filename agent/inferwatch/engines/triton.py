@@ -51,9 +51,42 @@ executor's queued requests was read from the label name and README, not from
 
 from __future__ import annotations
 
-from inferwatch.engines.base import EngineMap, Ratio, counter, gauge, histogram
+from inferwatch.engines.base import (
+    EngineFlags,
+    EngineMap,
+    Flag,
+    Launcher,
+    PodFacts,
+    Ratio,
+    counter,
+    gauge,
+    histogram,
+)
 
 _TRT_REQUESTS = "nv_trt_llm_request_metrics"
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+FIRST_RESPONSE_MS_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
+TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
+
+
+# Triton Inference Server. Option names: triton-inference-server/server
+# src/command_line_parser.cc @ 0299e638036b53bd5426fc2051161dc1da484358 (--http-port,
+# --grpc-port, --metrics-port, --model-repository and its older spelling --model-store,
+# --load-model, all repeatable where noted there). The batch capacity lives in each
+# model's config.pbtxt / the TensorRT-LLM engine, never on this command line.
+FLAGS = EngineFlags(
+    (
+        Flag(("--http-port",), "port", "int"),
+        Flag(("--grpc-port",), "grpc_port", "int"),
+        Flag(("--metrics-port",), "metrics_port", "int"),
+        Flag(("--model-repository", "--model-store"), "model_repository", "multi"),
+        Flag(("--load-model",), "load_model", "multi"),
+    ),
+    launchers=(Launcher("tritonserver"),),
+)
+
 
 TRITON = EngineMap(
     name="triton",
@@ -118,9 +151,13 @@ TRITON = EngineMap(
             cap=None,
         ),
     ),
+    position=5,
+    flags=FLAGS,
+    # `tritonserver`, HTTP port 8000 (Triton's documentation)
+    pods=PodFacts(("tritonserver",), ("tritonserver",), 8000),
+    # the first-response histogram in ms, as the agent exports it (seconds); no TPOT
+    ttft_buckets=tuple(ms * 0.001 for ms in FIRST_RESPONSE_MS_BUCKETS),
 )
 
-# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
-# the SLO objectives are checked against them).
-FIRST_RESPONSE_MS_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
-TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = TRITON

@@ -37,13 +37,83 @@ counts HTTP errors by code, not queue-limit rejections; not mapped).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from inferwatch.engines.base import (
+    EngineFlags,
     EngineMap,
+    Flag,
+    Launcher,
+    PodFacts,
     counter,
     gauge,
     histogram,
     prefix_cache_hit_ratio,
 )
+
+# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
+# the SLO objectives are checked against them).
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TPOT_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+#: trtllm_request_prefill_time_seconds' default buckets (tensorrt_llm/metrics/collector.py
+#: @ 050f80def8df236e326949c8bd9dee10fd896a83); decode time uses LATENCY_BUCKETS
+PREFILL_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
+)  # fmt: skip
+
+
+# trtllm-serve. Option names: NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py
+# @ 00209af149e7774406881a37283dce303571eb11 (click options spelled with underscores;
+# the group defaults to the `serve` command, whose MODEL is positional).
+# --kv_cache_free_gpu_memory_fraction is a share of the memory left after the weights,
+# not of the whole GPU, so it stays in extra.
+FLAGS = EngineFlags(
+    (
+        Flag(("--port",), "port", "int"),
+        Flag(("--host",), "host"),
+        Flag(("--max_batch_size",), "max_num_seqs", "int"),
+        Flag(("--max_seq_len",), "max_model_len", "int"),
+        Flag(("--max_num_tokens",), "max_num_batched_tokens", "int"),
+        Flag(("--tensor_parallel_size", "--tp_size"), "tensor_parallel_size", "int"),
+        Flag(("--pipeline_parallel_size", "--pp_size"), "pipeline_parallel_size", "int"),
+        Flag(
+            ("--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction"),
+            "kv_cache_free_gpu_memory_fraction",
+            "float",
+        ),
+        Flag(("--backend",), "backend"),
+        Flag(("--config", "--extra_llm_api_options"), "config_file"),
+    ),
+    launchers=(
+        Launcher(
+            "trtllm-serve",
+            positional_model=True,
+            modules=("tensorrt_llm.commands.serve",),
+            # its click group runs `serve` for anything that is not a sub-command
+            optional_subcommands=MappingProxyType(
+                {
+                    "serve": True,
+                    "grpc": True,
+                    "mm_embedding_serve": True,
+                    "disaggregated": False,
+                    "disaggregated_mpi_worker": False,
+                }
+            ),
+        ),
+    ),
+)
+
 
 TRTLLM = EngineMap(
     name="trtllm",
@@ -74,25 +144,13 @@ TRTLLM = EngineMap(
         histogram("inferwatch_decode_time_seconds", "trtllm_request_decode_time_seconds"),
     ),
     ratios=(prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),),
+    position=6,
+    flags=FLAGS,
+    # `trtllm-serve`, port 8000 (TensorRT-LLM's documentation)
+    pods=PodFacts(("tensorrt-llm", "tensorrt_llm"), ("trtllm-serve",), 8000),
+    ttft_buckets=TTFT_BUCKETS,
+    tpot_buckets=TPOT_BUCKETS,
 )
 
-# Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
-# the SLO objectives are checked against them).
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-TPOT_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-    40.0, 80.0,
-)  # fmt: skip
-LATENCY_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
-#: trtllm_request_prefill_time_seconds' default buckets (tensorrt_llm/metrics/collector.py
-#: @ 050f80def8df236e326949c8bd9dee10fd896a83); decode time uses LATENCY_BUCKETS
-PREFILL_BUCKETS = (
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0,
-    160.0, 640.0, 2560.0,
-)  # fmt: skip
+#: the registry's entry (inferwatch.engines finds every module's ENGINE)
+ENGINE = TRTLLM

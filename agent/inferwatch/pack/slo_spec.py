@@ -37,35 +37,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from inferwatch.engines import lmdeploy, nim, proxy, sglang, tgi, triton, trtllm, vllm
+from inferwatch.engines import ENGINES
 from inferwatch.errors import ConfigError
 
 #: the three objectives, in the order of every generated list
 KINDS = ("ttft", "tpot", "availability")
 LATENCY_KINDS = ("ttft", "tpot")
 
-#: engines whose finished-request counter feeds the availability SLI; llama.cpp has none
-#: of its own: the agent's measuring proxy counts its finished requests (docs/proxy.md)
-AVAILABILITY_ENGINES = ("vllm", "sglang", "tgi", "triton", "trtllm", "nim", "lmdeploy", "llamacpp")
+#: engines whose finished requests feed the availability SLI, counted by the engine or
+#: (llama.cpp) by the measuring proxy in front of it (docs/proxy.md): the tables'
+#: ``availability``
+AVAILABILITY_ENGINES = tuple(name for name, table in ENGINES.items() if table.availability)
 
-# Bucket boundaries (seconds, as the agent re-exports them) of the histograms the
-# agent maps to inferwatch_ttft_seconds / inferwatch_tpot_seconds, per engine, read
-# from the engine modules (the simulator writes the same tuples): vLLM's from
-# vllm/v1/metrics/loggers.py (v0.33.0, see shared/reference/vllm-metrics.md),
-# SGLang's from python/sglang/srt/metrics/collector.py, TGI's 0.0001 x 1.5^k from
-# router/src/server.rs, Triton's first-response histogram (ms, converted by the
-# agent) from its --metrics-config defaults, TensorRT-LLM, NIM and LMDeploy as their
-# engine modules cite. llama.cpp exports no latency histogram and TGI no TTFT one:
-# theirs come from the agent's measuring proxy (workers[].proxy), in its buckets.
+#: Bucket boundaries (seconds, as the agent re-exports them) of the histograms the agent
+#: maps to inferwatch_ttft_seconds / inferwatch_tpot_seconds, per engine: each table's
+#: ``ttft_buckets`` / ``tpot_buckets`` (engines/<name>.py cites where they come from; the
+#: simulator writes the same tuples). An engine without its own histogram names the
+#: measuring proxy's (workers[].proxy); one without either has no entry for that kind.
 ENGINE_BUCKETS: dict[str, dict[str, tuple[float, ...]]] = {
-    "vllm": {"ttft": vllm.TTFT_BUCKETS, "tpot": vllm.ITL_BUCKETS},
-    "sglang": {"ttft": tuple(map(float, sglang.TTFT_BUCKETS)), "tpot": sglang.ITL_BUCKETS},
-    "tgi": {"ttft": proxy.TTFT_BUCKETS, "tpot": tgi.DURATION_BUCKETS},
-    "triton": {"ttft": tuple(ms * 0.001 for ms in triton.FIRST_RESPONSE_MS_BUCKETS)},
-    "trtllm": {"ttft": trtllm.TTFT_BUCKETS, "tpot": trtllm.TPOT_BUCKETS},
-    "nim": {"ttft": nim.TTFT_BUCKETS, "tpot": nim.TPOT_BUCKETS},
-    "lmdeploy": {"ttft": lmdeploy.TTFT_BUCKETS, "tpot": lmdeploy.TPOT_BUCKETS},
-    "llamacpp": {"ttft": proxy.TTFT_BUCKETS, "tpot": proxy.TPOT_BUCKETS},
+    name: {
+        kind: bounds
+        for kind, bounds in (("ttft", table.ttft_buckets), ("tpot", table.tpot_buckets))
+        if bounds
+    }
+    for name, table in ENGINES.items()
 }
 
 _KIND_TITLE = {"ttft": "TTFT", "tpot": "TPOT", "availability": "availability"}

@@ -9,8 +9,8 @@ when its image or command is an engine's. Annotations (docs/deploy.md):
                             ``"false"``: never scrape this pod
 ``inferwatch.io/port``      the port: a number or a container port's name
 ``inferwatch.io/path``      the metrics path (default: the engine's own)
-``inferwatch.io/engine``    vllm, sglang, tgi, llamacpp, triton, trtllm, nim,
-                            lmdeploy (default: auto, told by its exposition)
+``inferwatch.io/engine``    an engine's name (``agent.config.ENGINES``; default:
+                            auto, told by its exposition)
 ``inferwatch.io/container`` the container (default: the one with that port, or
                             the recognised engine, or the first)
 =========================== ==================================================
@@ -28,6 +28,8 @@ from typing import Any
 
 from inferwatch.agent.collectors.cgroups import container_id
 from inferwatch.agent.config import ENGINES, WorkerSpec
+from inferwatch.engines import ENGINES as ENGINE_TABLES
+from inferwatch.engines.base import PodFacts
 
 ANNOTATION = "inferwatch.io/"
 SCRAPE = ANNOTATION + "scrape"
@@ -39,36 +41,22 @@ CONTAINER = ANNOTATION + "container"
 
 @dataclass(frozen=True)
 class Recognition:
+    """An engine and how its containers look (its table's ``pods``)."""
+
     engine: str
-    #: substrings of the image reference
-    images: tuple[str, ...]
-    #: substrings of the joined command and arguments
-    commands: tuple[str, ...]
-    #: the port the engine listens on when nothing says otherwise
-    port: int
+    facts: PodFacts
+
+    @property
+    def port(self) -> int:
+        """The port the engine listens on when nothing says otherwise."""
+        return self.facts.port
 
 
-#: How each engine's official images and launchers look, and their default ports (each
-#: engine's own documentation: vLLM `vllm serve` 8000, SGLang `sglang.launch_server`
-#: 30000, TGI `text-generation-launcher` 80 in its image, llama.cpp `llama-server` 8080,
-#: Triton `tritonserver` 8000, TensorRT-LLM `trtllm-serve` 8000, NIM 8000, LMDeploy
-#: `lmdeploy serve api_server` 23333).
-RECOGNISED = (
-    Recognition(
-        "vllm",
-        ("vllm/vllm-openai", "vllm-openai", "/vllm:"),
-        ("vllm serve", "vllm.entrypoints"),
-        8000,
-    ),
-    Recognition(
-        "sglang", ("lmsysorg/sglang", "/sglang:"), ("sglang.launch_server", "sglang serve"), 30000
-    ),
-    Recognition("tgi", ("text-generation-inference",), ("text-generation-launcher",), 80),
-    Recognition("llamacpp", ("ggml-org/llama.cpp", "ggerganov/llama.cpp"), ("llama-server",), 8080),
-    Recognition("triton", ("tritonserver",), ("tritonserver",), 8000),
-    Recognition("trtllm", ("tensorrt-llm", "tensorrt_llm"), ("trtllm-serve",), 8000),
-    Recognition("nim", ("nvcr.io/nim/",), (), 8000),
-    Recognition("lmdeploy", ("openmmlab/lmdeploy",), ("lmdeploy serve",), 23333),
+#: How each engine's official images and launchers look, and their default ports: the
+#: ``pods`` of every engine table that has them, in the registry's order (the first
+#: engine that matches a container wins)
+RECOGNISED = tuple(
+    Recognition(name, table.pods) for name, table in ENGINE_TABLES.items() if table.pods
 )
 _PORT_ARG = re.compile(r"^--port(?:=(\d+))?$")
 
@@ -101,7 +89,8 @@ def recognise(container: Mapping[str, Any]) -> Recognition | None:
         str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]
     )
     for rec in RECOGNISED:
-        if any(i in image for i in rec.images) or any(c in command for c in rec.commands):
+        facts = rec.facts
+        if any(i in image for i in facts.images) or any(c in command for c in facts.commands):
             return rec
     return None
 

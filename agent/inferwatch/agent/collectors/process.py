@@ -51,12 +51,15 @@ from inferwatch.agent.collectors.attribution import gpu_env
 from inferwatch.agent.collectors.base import Source
 from inferwatch.agent.config import WorkerSpec
 from inferwatch.engines import contract
-from inferwatch.engines.launchflags import WORKER_INFO_FLAGS, LaunchInfo, parse_launch
+from inferwatch.engines.launchflags import (
+    ENVIRON_ENGINES,
+    WORKER_INFO_FLAGS,
+    LaunchInfo,
+    parse_launch,
+)
 
 log = logging.getLogger(__name__)
 
-#: engines that read launch settings from environment variables as well
-_ENV_ENGINES = frozenset({"tgi", "llamacpp"})
 #: how long a decision "this host name is (not) this machine" is kept, seconds
 _LOCALITY_TTL = 300.0
 #: ancestors climbed at most from a listener towards the engine's main process
@@ -504,7 +507,7 @@ class ProcessSource(Source):
             environ = dict(proc.environ())
         except (psutil.Error, OSError):
             environ = None  # another user's environment: the command line alone
-        if environ and launch is not None and launch.engine in _ENV_ENGINES:
+        if environ and launch is not None and launch.engine in ENVIRON_ENGINES:
             launch = parse_launch(cmdline, environ=environ)
         return _Tracked(
             root=proc,

@@ -8,23 +8,12 @@ the ``model`` label of engines whose series have none (llama.cpp, TGI), and
 line gives a capacity (llama.cpp picks its slot count itself without
 ``--parallel``).
 
-| engine | path | version | model | capacity |
-|---|---|---|---|---|
-| vLLM | ``/version`` | ``version`` | - | - |
-| llama.cpp | ``/props`` | ``build_info`` | ``model_alias`` | ``total_slots`` |
-| SGLang | ``/get_server_info`` | ``version`` | ``served_model_name`` | ``max_running_requests`` |
-| TGI | ``/info`` | ``version`` | ``model_id`` | ``max_concurrent_requests`` |
-
-Sources: vLLM ``vllm/entrypoints/openai/api_server.py`` (``show_version``);
-llama.cpp: the server that llama-cpp-python 0.3.36 vendors
-(``tools/server/server-context.cpp``, ``get_res_props``), also read from the
-running server by ``tests/live/test_llamacpp_live.py``; SGLang
-``python/sglang/srt/entrypoints/http_server.py`` @
-0025436eab0556737d615b36a4dd3e1e26e82f3d (``get_server_info``: the server
-arguments, the scheduler's info and ``version``); TGI ``router/src/lib.rs`` @
-014d3fd4effb4e1e742b64c1d6b68ab5c0420686 (``struct Info``). TGI's capacity is
-its concurrent-request limit, the same fact the launch-flag table reads from
-``--max-concurrent-requests``. The readers are pure; :func:`fetch` does the I/O.
+Which engine serves one, at which path, and under which JSON keys it states
+each fact is its table's ``self_description``
+(:class:`~inferwatch.engines.base.SelfDescribed`, in ``engines/<name>.py``,
+with the sources cited there): vLLM ``/version``, llama.cpp ``/props``, SGLang
+``/get_server_info``, TGI ``/info`` today. The readers are pure; :func:`fetch`
+does the I/O.
 """
 
 from __future__ import annotations
@@ -34,10 +23,14 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from inferwatch.agent.httpio import Client, HttpError, TooLarge
+from inferwatch.engines import ENGINES
+from inferwatch.engines.base import SelfDescribed
 from inferwatch.engines.mapping import LabelKey, Mapped
+
+T = TypeVar("T")
 
 #: the longest label value taken from a self-description
 _MAX_TEXT = 128
@@ -73,48 +66,29 @@ def _count(value: object) -> int | None:
     return int(value)
 
 
-def _vllm(doc: Mapping[str, Any]) -> SelfDescription:
-    return SelfDescription(version=_text(doc.get("version")))
+def _first(doc: Mapping[str, Any], keys: tuple[str, ...], read: Callable[[object], T]) -> T | None:
+    """The first usable value among ``keys``."""
+    for key in keys:
+        value = read(doc.get(key))
+        if value is not None:
+            return value
+    return None
 
 
-def _llamacpp(doc: Mapping[str, Any]) -> SelfDescription:
-    # total_slots is the slot count in use: with --parallel -1 (the default) the
-    # server picks it at start and reports the number it picked
+def read(described: SelfDescribed, doc: Mapping[str, Any]) -> SelfDescription:
+    """The facts of one self-description document, under the keys the table names."""
     return SelfDescription(
-        version=_text(doc.get("build_info")),
-        model=_text(doc.get("model_alias")) or _text(doc.get("model_path")),
-        max_num_seqs=_count(doc.get("total_slots")),
+        version=_first(doc, described.version, _text),
+        model=_first(doc, described.model, _text),
+        max_num_seqs=_first(doc, described.max_num_seqs, _count),
     )
 
 
-def _sglang(doc: Mapping[str, Any]) -> SelfDescription:
-    return SelfDescription(
-        version=_text(doc.get("version")),
-        model=_text(doc.get("served_model_name")) or _text(doc.get("model_path")),
-        max_num_seqs=_count(doc.get("max_running_requests")),
-    )
-
-
-def _tgi(doc: Mapping[str, Any]) -> SelfDescription:
-    return SelfDescription(
-        version=_text(doc.get("version")),
-        model=_text(doc.get("model_id")),
-        max_num_seqs=_count(doc.get("max_concurrent_requests")),
-    )
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    path: str
-    read: Callable[[Mapping[str, Any]], SelfDescription]
-
-
-#: engine name -> where it describes itself and how to read it
-ENDPOINTS: Mapping[str, Endpoint] = {
-    "vllm": Endpoint("/version", _vllm),
-    "llamacpp": Endpoint("/props", _llamacpp),
-    "sglang": Endpoint("/get_server_info", _sglang),
-    "tgi": Endpoint("/info", _tgi),
+#: engine name -> where it describes itself and under which keys (the registry's tables)
+ENDPOINTS: Mapping[str, SelfDescribed] = {
+    name: table.self_description
+    for name, table in ENGINES.items()
+    if table.self_description is not None
 }
 
 
@@ -127,7 +101,7 @@ def describe(engine: str, body: bytes) -> SelfDescription:
         doc = json.loads(body)
     except ValueError:
         return SelfDescription()
-    return endpoint.read(doc) if isinstance(doc, dict) else SelfDescription()
+    return read(endpoint, doc) if isinstance(doc, dict) else SelfDescription()
 
 
 async def fetch(

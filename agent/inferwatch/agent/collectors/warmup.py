@@ -60,7 +60,7 @@ from inferwatch import validate
 from inferwatch.agent.collectors.base import ReasonError, Source
 from inferwatch.agent.config import AgentConfig, WorkerSpec, local_url
 from inferwatch.agent.httpio import Client, HttpError
-from inferwatch.engines import contract, lmdeploy, nim, proxy, sglang, triton, trtllm, vllm
+from inferwatch.engines import ENGINES, contract, proxy
 from inferwatch.engines.stream import data_payloads
 from inferwatch.errors import ConfigError
 
@@ -100,18 +100,14 @@ KEYS = (
 )
 REQUEST_KEYS = ("endpoint", "prompt", "max_tokens", "system_prompt")
 
-#: every TTFT bucket boundary of the histograms the agent maps (the engines' own and the
-#: measuring proxy's): an SLO threshold is one of its engine's boundaries, so the
-#: warm-up requests' histogram has a bucket at every threshold the SLO rules can read
+#: every TTFT bucket boundary of the histograms the agent maps (each engine's own, as its
+#: table states them in seconds, and the measuring proxy's): an SLO threshold is one of
+#: its engine's boundaries, so the warm-up requests' histogram has a bucket at every
+#: threshold the SLO rules can read
 WARMUP_TTFT_BOUNDS: tuple[float, ...] = tuple(
     sorted(
         {
-            *vllm.TTFT_BUCKETS,
-            *map(float, sglang.TTFT_BUCKETS),
-            *(ms * 0.001 for ms in triton.FIRST_RESPONSE_MS_BUCKETS),
-            *trtllm.TTFT_BUCKETS,
-            *nim.TTFT_BUCKETS,
-            *lmdeploy.TTFT_BUCKETS,
+            *(float(b) for table in ENGINES.values() for b in table.ttft_buckets),
             *proxy.TTFT_BUCKETS,
         }
     )

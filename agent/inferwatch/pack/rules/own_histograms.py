@@ -16,7 +16,8 @@ with the same observations), the same label handling (duplicate copies such as
 API-server ``pid`` taken once, ranks summed, the model label renamed to
 ``model``, ``engine`` set to the table's name: vLLM's own ``engine`` label is its
 data-parallel rank). Only engines whose latency histograms the agent passes
-through unchanged are read this way (:data:`ENGINES`); a table that converts
+through unchanged and say so (``own_histograms``) are read this way
+(:data:`ENGINES`); a table that converts
 units or selects samples would need the conversion in PromQL as well.
 """
 
@@ -30,8 +31,9 @@ from inferwatch.engines.base import EngineMap, Signal
 from inferwatch.pack.names import CLUSTER, ENDPOINT_JOIN, ENDPOINT_KEY, INSTANCE, WORKER, WORKER_KEY
 from inferwatch.pack.thresholds import Thresholds
 
-#: engines whose own latency histograms the rules read (both pass them through as is)
-ENGINES = ("vllm", "sglang")
+#: engines whose own latency histograms the rules read (their tables' ``own_histograms``:
+#: vLLM and SGLang, which the agent passes through as is), in the registry's order
+ENGINES = tuple(name for name, table in ENGINE_MAPS.items() if table.own_histograms)
 
 ENDPOINT_INFO = contract.WORKER_ENDPOINT_INFO.name
 

@@ -4,15 +4,15 @@ A writer turns the engine's records (:mod:`inferwatch.sim.stats`) into one
 engine's exact metric names, types, labels and buckets. The worker feeds it
 and serves what it renders; it never sees a metric name itself.
 
-To add an engine (SGLang, TGI, llama.cpp, Triton, trtllm-serve, NIM, ...):
-write ``sim/expo/<name>.py`` with
+Every engine of the registry (:data:`inferwatch.engines.ENGINES`) has a writer
+``sim/expo/<name>.py`` with
 
 - ``FORMATS``: the format names it accepts (the first is the default), e.g.
   ``("v1", "v0", "multiprocess")`` for vLLM;
 - ``create(cfg: SimConfig) -> MetricsWriter``;
 
-and add the name to :data:`WRITERS`. ``inferwatch simulate --engine NAME
---format F`` then serves it. A writer whose engine serves metrics somewhere
+:data:`WRITERS` is derived from the registry, so ``inferwatch simulate --engine
+NAME --format F`` serves a new engine once both its table and this module exist. A writer whose engine serves metrics somewhere
 else sets ``metrics_path`` (NIM ``/v1/metrics``, trtllm-serve
 ``/prometheus/metrics``); the OpenAI-compatible API stays the same for all.
 An engine that writes with prometheus_client subclasses
@@ -27,15 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from inferwatch.engines import ENGINES
 from inferwatch.errors import ConfigError
 from inferwatch.sim.config import SimConfig
 from inferwatch.sim.stats import EngineSnapshot, HttpRecord, StepStats
 
-#: engine name -> writer module
-WRITERS: dict[str, str] = {
-    name: f"inferwatch.sim.expo.{name}"
-    for name in ("vllm", "sglang", "tgi", "llamacpp", "triton", "trtllm", "nim", "lmdeploy")
-}
+#: engine name -> writer module: one per engine of the registry
+WRITERS: dict[str, str] = {name: f"inferwatch.sim.expo.{name}" for name in ENGINES}
 
 
 @dataclass(frozen=True)
