@@ -161,6 +161,17 @@ def test_flags_the_agent_could_not_read_are_kept_as_written_and_not_known() -> N
     assert r.flags["max_num_seqs"] == "unknown" and "max_num_seqs" not in r.known_flags
 
 
+def test_a_worker_without_its_batch_or_info_takes_its_model_from_its_other_series() -> None:
+    text = (
+        "# TYPE inferwatch_worker_start_time_seconds gauge\n"
+        'inferwatch_worker_start_time_seconds{worker="a",model="m",engine="vllm"} 1000\n'
+        "# TYPE inferwatch_target_up gauge\n"
+        'inferwatch_target_up{worker="a"} 1\n'
+    )
+    r = rd.read_workers([(1250.0, rd.parse_exposition(text))])["a"]
+    assert (r.up, r.model, r.uptime, r.queue) == (True, "m", 250.0, None)
+
+
 def test_a_text_that_is_no_exposition_is_refused() -> None:
     with pytest.raises(ValueError):
         rd.parse_exposition('inferwatch_queue_depth{worker="a" 1\n')

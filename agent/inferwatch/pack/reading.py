@@ -329,6 +329,11 @@ def read_workers(
         for labels, _ in values(last, c.REQUESTS_RUNNING, worker=w) or [(info_labels, 0.0)]:
             r.model = labels.get("model") or r.model
             r.engine = labels.get("engine", "") or r.engine
+        if r.model is None:  # neither its batch nor its info: any series of the worker's
+            r.model = next(
+                (lab["model"] for _, lab, _ in last if lab.get("worker") == w and lab.get("model")),
+                None,
+            )
         r.up = (peak(last, c.TARGET_UP, worker=w) or 0.0) == 1
         queue = series(scrapes, c.QUEUE_DEPTH, w)
         running = series(scrapes, c.REQUESTS_RUNNING, w)
