@@ -21,7 +21,6 @@ from typing import Any
 
 from tests.support.proc import REPO
 
-from inferwatch.advise.agent import _sum
 from inferwatch.advise.trace import (
     TARGET,
     fit_trace,
@@ -31,6 +30,8 @@ from inferwatch.advise.trace import (
     read_trace,
 )
 from inferwatch.advise.whatif import observe
+from inferwatch.engines import contract
+from inferwatch.pack.reading import total
 
 DATA = REPO / "tests" / "data" / "traces"
 LONG = DATA / "h200-llamacpp.jsonl.gz"
@@ -58,7 +59,7 @@ def test_the_reader_skips_a_sample_taken_before_the_engine_was_scraped() -> None
     start, end = load_phase(trace)
     scrapes = trace.scrapes(start - 7.5, end + 1)
     # the agent's first exposition has no engine series yet
-    assert _sum(scrapes[0][1], "inferwatch_generation_tokens_total", worker="llama") is None
+    assert total(scrapes[0][1], contract.GENERATION_TOKENS, worker="llama") is None
     obs = observe(scrapes, None, 128)
     assert obs.slots == 4 and obs.span > 30
     assert obs.queue_mean > 10 and obs.running_when_queued == 4

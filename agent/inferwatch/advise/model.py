@@ -9,6 +9,7 @@ from typing import Any
 
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
 from inferwatch.pack.ranking import ALERT, Move
+from inferwatch.pack.reading import WorkerReading
 
 #: launch flags of inferwatch_worker_info that advise reads (docs/metrics.md)
 FLAG_LABELS = WORKER_INFO_FLAGS
@@ -86,6 +87,52 @@ class WorkerPicture:
     warmup: WarmupState | None = None
     #: shown name: the worker, with its instance when another instance has the same name
     name: str = ""
+
+    @classmethod
+    def of(cls, r: WorkerReading, instance: str) -> WorkerPicture:
+        """A worker's reading (``pack.reading``) as advise's picture."""
+        warmup = None
+        if r.ready is not None:
+            warmup = WarmupState(
+                ready=r.ready,
+                deadline_exceeded=bool(r.gate_deadline_exceeded),
+                cold_ttft=r.warmup_ttft.get("cold"),
+                warm_ttft=r.warmup_ttft.get("warm"),
+            )
+        return cls(
+            worker=r.worker,
+            instance=instance,
+            model=r.model or "",
+            engine=r.engine,
+            gpus=r.gpus,
+            gpu_utilization=r.gpu_util,
+            vram_used_ratio=r.vram,
+            ttft_p50=r.ttft.get("0.5"),
+            ttft_p95=r.ttft.get("0.95"),
+            ttft_p99=r.ttft.get("0.99"),
+            tpot_p50=r.tpot.get("0.5"),
+            tpot_p99=r.tpot.get("0.99"),
+            e2e_p50=r.e2e.get("0.5"),
+            e2e_p99=r.e2e.get("0.99"),
+            queue_depth=r.queue,
+            queue_depth_max=r.queue_max,
+            queue_slope=r.slope,
+            running=r.running,
+            running_max=r.running_max,
+            max_num_seqs=r.capacity,
+            kv_usage=r.kv,
+            prefix_hit_ratio=r.prefix_hit_ratio,
+            preemption_rate=r.preemption_rate,
+            request_rate=r.request_rate,
+            long_prompt_share=r.long_prompt_share,
+            uptime_seconds=r.uptime,
+            restarts=r.restarts,
+            xid_errors=r.xid_errors,
+            ttft_p95_since_start=r.ttft_p95_since_start,
+            ttft_count_since_start=r.ttft_count_since_start,
+            flags=dict(r.flags),
+            warmup=warmup,
+        )
 
     @property
     def key(self) -> str:

@@ -14,7 +14,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from inferwatch.advise.agent import mean
 from inferwatch.advise.model import (
     FIRING,
     PENDING,
@@ -27,9 +26,11 @@ from inferwatch.advise.model import (
     clock,
     fmt,
 )
+from inferwatch.engines import contract as c
 from inferwatch.pack import loops as L
 from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
+from inferwatch.pack.reading import mean
 from inferwatch.pack.thresholds import Thresholds
 
 #: the id of the VRAM loop's out-of-memory item ([2.3], [6.2]): its condition and remedy
@@ -162,27 +163,25 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
             ">",
             cap,
             "running batch, KV cache full" if kv_bound else "max_num_seqs",
-            series="inferwatch_queue_depth",
+            series=c.QUEUE_DEPTH.name,
         )
     ]
     if p.queue_slope is not None:
         ev.append(
-            Evidence(
-                "queue trend", p.queue_slope, "requests/s", series="inferwatch_queue_depth_slope"
-            )
+            Evidence("queue trend", p.queue_slope, "requests/s", series=c.QUEUE_DEPTH_SLOPE.name)
         )
     if p.kv_usage is not None:
         ev.append(
             Evidence(
                 "KV cache usage (peak)", p.kv_usage, "ratio",
-                series="inferwatch_kv_cache_usage_ratio",
+                series=c.KV_CACHE_USAGE_RATIO.name,
             )
         )  # fmt: skip
     if p.gpu_utilization is not None:
         ev.append(
             Evidence(
                 "GPU utilization", p.gpu_utilization, "ratio",
-                series="inferwatch_gpu_utilization_ratio",
+                series=c.GPU_UTILIZATION_RATIO.name,
             )
         )  # fmt: skip
     actions: list[str | Action] = [SCALE_OUT, L.RATE_LIMIT]
@@ -224,9 +223,7 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             ">",
             t.vram.scale_above,
             "vram.scale_above",
-            series="inferwatch_kv_cache_usage_ratio"
-            if from_kv
-            else "inferwatch_gpu_memory_used_ratio",
+            series=c.KV_CACHE_USAGE_RATIO.name if from_kv else c.GPU_MEMORY_USED_RATIO.name,
         ),
         Evidence(
             "queue trend",
@@ -235,7 +232,7 @@ def rule_memory(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             ">",
             t.queue.rising_min_per_minute,
             "queue.rising_min_per_minute",
-            series="inferwatch_queue_depth_slope",
+            series=c.QUEUE_DEPTH_SLOPE.name,
         ),
     ]
     # [4.2]: past the line with the queue rising, scale out or rate-limit first; then
@@ -275,14 +272,14 @@ def ran_out(p: WorkerPicture) -> list[Evidence]:
         out.append(
             Evidence(
                 "worker restarts in the span", p.restarts, "", ">", 0.0,
-                series="inferwatch_worker_start_time_seconds",
+                series=c.WORKER_START_TIME_SECONDS.name,
             )
         )  # fmt: skip
     if p.xid_errors:
         out.append(
             Evidence(
                 "XID errors on its GPUs in the span", p.xid_errors, "", ">", 0.0,
-                series="inferwatch_gpu_xid_errors_total",
+                series=c.GPU_XID_ERRORS.name,
             )
         )  # fmt: skip
     return out
@@ -308,16 +305,16 @@ def rule_oom_risk(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         Evidence(
             "VRAM used (peak, NVML)" + (" with prefix caching on" if at_risk else ""),
             used, "ratio", ">=", L.OOM_RISK_USED_RATIO, "pack.loops.OOM_RISK_USED_RATIO",
-            series="inferwatch_gpu_memory_used_ratio",
+            series=c.GPU_MEMORY_USED_RATIO.name,
         ),
     ]  # fmt: skip
     if gmu is not None:
-        ev.append(Evidence("--gpu-memory-utilization", gmu, "", series="inferwatch_worker_info"))
+        ev.append(Evidence("--gpu-memory-utilization", gmu, "", series=c.WORKER_INFO.name))
     if p.kv_usage is not None:
         ev.append(
             Evidence(
                 "KV cache usage (peak): what the VRAM rules read", p.kv_usage, "ratio",
-                series="inferwatch_kv_cache_usage_ratio",
+                series=c.KV_CACHE_USAGE_RATIO.name,
             )
         )  # fmt: skip
     ev += measured
@@ -403,21 +400,21 @@ def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             ">",
             t.kv_cache.preemption_rate_above,
             "kv_cache.preemption_rate_above",
-            series="inferwatch_preemptions_total",
+            series=c.PREEMPTIONS.name,
         )
     ]
     if p.kv_usage is not None:
         ev.append(
             Evidence(
                 "KV cache usage (peak)", p.kv_usage, "ratio",
-                series="inferwatch_kv_cache_usage_ratio",
+                series=c.KV_CACHE_USAGE_RATIO.name,
             )
         )  # fmt: skip
     if p.vram_used_ratio is not None:
         ev.append(
             Evidence(
                 "VRAM used (peak, NVML)", p.vram_used_ratio, "ratio",
-                series="inferwatch_gpu_memory_used_ratio",
+                series=c.GPU_MEMORY_USED_RATIO.name,
             )
         )  # fmt: skip
     actions: list[str | Action] = [_kv_pool_action(p)]
@@ -437,7 +434,7 @@ def _uptime_evidence(p: WorkerPicture, t: Thresholds, relation: str) -> Evidence
         return None
     return Evidence(
         "worker uptime", p.uptime_seconds, "s", relation, t.cold_start.within,
-        "cold_start.within", series="inferwatch_worker_start_time_seconds",
+        "cold_start.within", series=c.WORKER_START_TIME_SECONDS.name,
     )  # fmt: skip
 
 
@@ -471,7 +468,7 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         ev.append(
             Evidence(
                 name, p95, "s", ">", line, "ttft.warmup_p95_seconds",
-                series="inferwatch_ttft_seconds",
+                series=c.TTFT_SECONDS.name,
             )
         )  # fmt: skip
     up = _uptime_evidence(p, t, "<")
@@ -483,7 +480,7 @@ def rule_cold_start(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     elif deadline:
         actions.append(
             "The warm-up gate opened on its deadline without warming this worker: see "
-            f'inferwatch_warmup_failures_total{{worker="{p.worker}"}} and the agent\'s log.'
+            f'{c.WARMUP_FAILURES}{{worker="{p.worker}"}} and the agent\'s log.'
         )
     prefix = _prefix_action(p, L.CACHED_SYSTEM_PROMPT)
     actions.append(prefix or f"Prefix caching is on. {L.CACHED_SYSTEM_PROMPT}")
@@ -502,12 +499,12 @@ def rule_warmup(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     ev = [
         Evidence(
             "TTFT P95", p.ttft_p95 or 0.0, "s", ">", line, "ttft.warmup_p95_seconds",
-            series="inferwatch_ttft_seconds",
+            series=c.TTFT_SECONDS.name,
         ),
         Evidence(
             "GPU utilization", p.gpu_utilization or 0.0, "ratio", "<",
             t.gpu_utilization.idle_below, "gpu_utilization.idle_below",
-            series="inferwatch_gpu_utilization_ratio",
+            series=c.GPU_UTILIZATION_RATIO.name,
         ),
     ]  # fmt: skip
     up = _uptime_evidence(p, t, ">=")
@@ -544,7 +541,7 @@ def rule_long_tail(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             Evidence(
                 f"{name} P99 / P50", ratio or 0.0, "x", ">=", t.latency.tail_ratio,
                 "latency.tail_ratio",
-                series="inferwatch_ttft_seconds" if name == "TTFT" else "inferwatch_tpot_seconds",
+                series=c.TTFT_SECONDS.name if name == "TTFT" else c.TPOT_SECONDS.name,
             ),
         ]  # fmt: skip
     share = p.long_prompt_share
@@ -616,7 +613,7 @@ def rule_imbalance(group: Sequence[WorkerPicture], t: Thresholds) -> Recommendat
             "<",
             t.gpu_utilization.idle_below,
             "gpu_utilization.idle_below",
-            series="inferwatch_gpu_utilization_ratio",
+            series=c.GPU_UTILIZATION_RATIO.name,
         )
     ]
     for p in group:
@@ -665,7 +662,7 @@ def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     ev = [
         Evidence(
             "GPU utilization", util, "ratio", "<", line, "gpu_utilization.waste_below",
-            series="inferwatch_gpu_utilization_ratio",
+            series=c.GPU_UTILIZATION_RATIO.name,
         )
     ]  # fmt: skip
     actions: list[str | Action] = [L.SHARE_GPU]

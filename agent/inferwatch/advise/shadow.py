@@ -14,7 +14,6 @@ gauges in the Prometheus text format (for node_exporter's textfile collector).
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -22,11 +21,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from inferwatch.advise.agent import Scrape, _values
 from inferwatch.advise.model import finite
 from inferwatch.advise.twin import StepFit
 from inferwatch.advise.whatif import Observed, predict
+from inferwatch.engines import contract
 from inferwatch.errors import ConfigError
+from inferwatch.pack.reading import Scrape, quantiles
 
 VERSION = 1
 KEEP = 50
@@ -61,17 +61,13 @@ def save_state(path: str, doc: dict[str, Any]) -> None:
 def outcome(obs: Observed, last: Scrape) -> dict[str, float | None]:
     """What the worker did over the observed span (TTFT where the engine reports it)."""
 
-    def q(level: str) -> float | None:
-        found = _values(last, "inferwatch_ttft_quantile_seconds", worker=obs.worker, quantile=level)
-        vals = [v for _, v in found if not math.isnan(v)]
-        return max(vals) if vals else None
-
+    ttft = quantiles(last, contract.TTFT_QUANTILE_SECONDS, worker=obs.worker)
     generated = sum(i.generated for i in obs.intervals)
     return {
         "throughput": generated / obs.span if obs.span > 0 else None,
         "queue": obs.queue_mean,
-        "ttft_p50": q("0.5"),
-        "ttft_p95": q("0.95"),
+        "ttft_p50": ttft.get("0.5"),
+        "ttft_p95": ttft.get("0.95"),
     }
 
 

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from inferwatch.advise.agent import Scrape, _sum, _values, maximum, mean
-from inferwatch.advise.model import FLAG_LABELS
 from inferwatch.advise.twin import (
     BAND_Z,
     SPEED_FLOOR,
@@ -35,8 +33,11 @@ from inferwatch.advise.twin import (
     fit_steps,
     simulate,
 )
+from inferwatch.engines import contract as c
 from inferwatch.errors import ConfigError, UsageError
 from inferwatch.pack import loops as L
+from inferwatch.pack import reading as rd
+from inferwatch.pack.reading import Scrape, mean
 from inferwatch.pack.thresholds import Thresholds
 
 SOURCE = "command line"
@@ -140,18 +141,22 @@ class Observed:
         return out
 
 
-def _worker_sum(scrape: Scrape, name: str, worker: str) -> float | None:
-    return _sum(scrape, name, worker=worker)
+#: the series that name a worker to the twin (an engine's batch, or its info)
+_NAMING = (str(c.WORKER_INFO), str(c.REQUESTS_RUNNING))
+#: the counters the twin counts requests by, the first one found
+_REQUEST_COUNTERS = (str(c.REQUESTS_FINISHED), f"{c.PROMPT_LENGTH_TOKENS}_count")
+_NO_SLOTS = f"the slot count is unknown (no {c.MAX_NUM_SEQS}, no max_num_seqs flag)"
+_NO_COUNT = (
+    f"the engine counts no requests (no {c.REQUESTS_FINISHED}): "
+    "give --output-tokens N, the mean answer length"
+)
 
 
 def workers_in(scrapes: Sequence[tuple[float, Scrape]]) -> list[str]:
     seen: dict[str, None] = {}
     for _, scrape in scrapes:
         for name, labels, _ in scrape:
-            if (
-                name in ("inferwatch_worker_info", "inferwatch_requests_running")
-                and "worker" in labels
-            ):
+            if name in _NAMING and "worker" in labels:
                 seen.setdefault(labels["worker"], None)
     return list(seen)
 
@@ -186,27 +191,16 @@ def precheck(
     engine does not export. Raises ``NotEnough`` (or the worker's refusal); returns the
     worker."""
     name = choose_worker(scrape, worker)
-    info = _values(scrape, "inferwatch_worker_info", worker=name)
+    info = rd.values(scrape, c.WORKER_INFO, worker=name)
     labels = info[0][0] if info else {}
-    engine_seen = _sum(scrape, "inferwatch_generation_tokens_total", worker=name) is not None
-    slots_metric = _values(scrape, "inferwatch_max_num_seqs", worker=name)
+    engine_seen = rd.total(scrape, c.GENERATION_TOKENS, worker=name) is not None
+    slots_metric = rd.values(scrape, c.MAX_NUM_SEQS, worker=name)
     slots = slots_metric[0][1] if slots_metric else _num(labels.get("max_num_seqs"))
     if engine_seen and not slots:
-        raise NotEnough(
-            f"{name}: the slot count is unknown (no inferwatch_max_num_seqs, no max_num_seqs flag)"
-        )
-    counted = any(
-        _sum(scrape, series, worker=name) is not None
-        for series in (
-            "inferwatch_requests_finished_total",
-            "inferwatch_prompt_length_tokens_count",
-        )
-    )
+        raise NotEnough(f"{name}: {_NO_SLOTS}")
+    counted = any(rd.total(scrape, n, worker=name) is not None for n in _REQUEST_COUNTERS)
     if engine_seen and not counted and not output_tokens:
-        raise NotEnough(
-            f"{name}: the engine counts no requests (no inferwatch_requests_finished_total): "
-            "give --output-tokens N, the mean answer length"
-        )
+        raise NotEnough(f"{name}: {_NO_COUNT}")
     if what_if is None:
         return name
     flag, value = what_if
@@ -233,7 +227,9 @@ def observe(
     worker: str | None = None,
     output_tokens: float | None = None,
 ) -> Observed:
-    """What the twin needs from a worker's samples (agent expositions in time order)."""
+    """What the twin needs from a worker's samples (agent expositions in time order): its
+    ``pack.reading`` reading over the samples that hold the engine's data, and the
+    twin's own intervals and load from the token and request counters."""
     if len(scrapes) < 2:
         raise NotEnough(f"{len(scrapes)} sample(s): at least two, over a minute or more, needed")
     names = workers_in(scrapes)
@@ -253,22 +249,18 @@ def observe(
     scrapes = [
         (t, s)
         for t, s in scrapes
-        if _worker_sum(s, "inferwatch_generation_tokens_total", worker) is not None
-        and _worker_sum(s, "inferwatch_requests_running", worker) is not None
+        if rd.total(s, c.GENERATION_TOKENS, worker=worker) is not None
+        and rd.total(s, c.REQUESTS_RUNNING, worker=worker) is not None
     ]
     if len(scrapes) < 2:
         raise NotEnough(
-            f"{worker}: {len(scrapes)} sample(s) with inferwatch_generation_tokens_total and "
-            "inferwatch_requests_running: the engine must export token counters and its batch"
+            f"{worker}: {len(scrapes)} sample(s) with {c.GENERATION_TOKENS} and "
+            f"{c.REQUESTS_RUNNING}: the engine must export token counters and its batch"
         )
-
-    def series(name: str) -> list[float | None]:
-        return [_worker_sum(s, name, worker) for _, s in scrapes]
-
-    gen = series("inferwatch_generation_tokens_total")
-    prompt = series("inferwatch_prompt_tokens_total")
-    running = series("inferwatch_requests_running")
-    queue = series("inferwatch_queue_depth")
+    gen = rd.series(scrapes, c.GENERATION_TOKENS, worker)
+    prompt = rd.series(scrapes, c.PROMPT_TOKENS, worker)
+    running = rd.series(scrapes, c.REQUESTS_RUNNING, worker)
+    queue = rd.series(scrapes, c.QUEUE_DEPTH, worker)
     intervals = []
     for i in range(1, len(scrapes)):
         g0, g1, p0, p1 = gen[i - 1], gen[i], prompt[i - 1], prompt[i]
@@ -293,24 +285,17 @@ def observe(
     span = last_t - first_t
     generated = (gen[-1] or 0.0) - (gen[0] or 0.0)
     prompted = (prompt[-1] or 0.0) - (prompt[0] or 0.0)
-    finished_a = _worker_sum(first, "inferwatch_requests_finished_total", worker)
-    finished_b = _worker_sum(last, "inferwatch_requests_finished_total", worker)
-    count_a = _worker_sum(first, "inferwatch_prompt_length_tokens_count", worker)
-    count_b = _worker_sum(last, "inferwatch_prompt_length_tokens_count", worker)
-    if finished_a is not None and finished_b is not None and finished_b > finished_a:
-        requests = finished_b - finished_a
-        requests_from = "inferwatch_requests_finished_total"
-    elif count_a is not None and count_b is not None and count_b > count_a:
-        requests = count_b - count_a
-        requests_from = "inferwatch_prompt_length_tokens_count"
-    elif output_tokens:
+    requests, requests_from = 0.0, ""
+    for counter in _REQUEST_COUNTERS:
+        begin, end = rd.total(first, counter, worker=worker), rd.total(last, counter, worker=worker)
+        if begin is not None and end is not None and end > begin:
+            requests, requests_from = end - begin, counter
+            break
+    else:
+        if not output_tokens:
+            raise NotEnough(f"{worker}: {_NO_COUNT}")
         requests = generated / output_tokens
         requests_from = f"generated tokens / --output-tokens {output_tokens:g}"
-    else:
-        raise NotEnough(
-            f"{worker}: the engine counts no requests (no inferwatch_requests_finished_total): "
-            "give --output-tokens N, the mean answer length"
-        )
     if requests <= 0 or generated <= 0:
         raise NotEnough(f"{worker}: no request finished in the {span:.0f} s observed")
     out_mean = output_tokens or generated / requests
@@ -319,54 +304,18 @@ def observe(
     open_a = (queue[0] or 0.0) + (running[0] or 0.0)
     open_b = (queue[-1] or 0.0) + (running[-1] or 0.0)
     arrivals = max(requests + open_b - open_a, requests)
-    info = _values(last, "inferwatch_worker_info", worker=worker)
-    labels = info[0][0] if info else {}
-    flags = {k: labels[k] for k in FLAG_LABELS if labels.get(k) not in (None, "", "unknown")}
-    engine = labels.get("engine", "")
-    if not engine:
-        for lab, _ in _values(last, "inferwatch_requests_running", worker=worker):
-            engine = lab.get("engine", "") or engine
-    slots_metric = _values(last, "inferwatch_max_num_seqs", worker=worker)
-    slots_v = slots_metric[0][1] if slots_metric else _num(flags.get("max_num_seqs"))
+    gpus = rd.gpus_of(scrapes, worker, alone=True)
+    seen = rd.read_workers(scrapes, workers=[worker], devices={worker: [{"gpu": g} for g in gpus]})[
+        worker
+    ]
+    flags = seen.known_flags
+    slots_v = seen.capacity if seen.capacity is not None else _num(flags.get("max_num_seqs"))
     if not slots_v:
-        raise NotEnough(
-            f"{worker}: the slot count is unknown (no inferwatch_max_num_seqs, no max_num_seqs flag)"
-        )
+        raise NotEnough(f"{worker}: {_NO_SLOTS}")
     bt = _num(flags.get("max_num_batched_tokens"))
-    gpus = sorted(
-        {
-            lab["gpu"]
-            for _, s in scrapes
-            for lab, _ in _values(s, "inferwatch_gpu_process_memory_used_bytes", worker=worker)
-            if "gpu" in lab
-        }
-    ) or sorted({lab["gpu"] for lab, _ in _values(last, "inferwatch_gpu_up") if "gpu" in lab})
-    util = (
-        mean(
-            mean(_max_gpu(s, "inferwatch_gpu_utilization_ratio", g) for g in gpus)
-            for _, s in scrapes
-        )
-        if gpus
-        else None
-    )
-    vram = (
-        maximum(_max_gpu(last, "inferwatch_gpu_memory_total_bytes", g) for g in gpus)
-        if gpus
-        else None
-    )
-    kv = [_worker_sum(s, "inferwatch_kv_cache_usage_ratio", worker) for _, s in scrapes]
-    long_share = None
-    from inferwatch.advise.agent import PROMPT_BUCKETS, bucket_increase, buckets_by_bound
-
-    added = bucket_increase(
-        buckets_by_bound(first, PROMPT_BUCKETS, worker=worker),
-        buckets_by_bound(last, PROMPT_BUCKETS, worker=worker),
-    )
-    if added:
-        long_share = L.long_prompt_share(added)
     return Observed(
         worker=worker,
-        engine=engine,
+        engine=seen.engine,
         span=span,
         intervals=intervals,
         load=Load(
@@ -386,16 +335,16 @@ def observe(
         batch_tokens_stated=bool(bt),
         flags=flags,
         requests_from=requests_from,
-        gpu_utilization=util,
-        kv_usage=mean(kv),
-        kv_usage_peak=maximum(kv),
-        queue_mean=mean(queue) or 0.0,
-        running_mean=mean(running) or 0.0,
-        running_when_queued=mean(r for r, q in zip(running, queue, strict=True) if q and q >= 1),
-        long_prompt_share=long_share,
-        vram_total_bytes=vram,
-        ttft_p50=_ttft(last, worker, "0.5"),
-        ttft_p95=_ttft(last, worker, "0.95"),
+        gpu_utilization=seen.gpu_util,
+        kv_usage=seen.kv_mean,
+        kv_usage_peak=seen.kv,
+        queue_mean=seen.queue or 0.0,
+        running_mean=seen.running or 0.0,
+        running_when_queued=seen.running_when_queued,
+        long_prompt_share=seen.long_prompt_share,
+        vram_total_bytes=seen.vram_total_bytes,
+        ttft_p50=seen.ttft.get("0.5"),
+        ttft_p95=seen.ttft.get("0.95"),
         busy=sum(i.dt for i in intervals if i.busy) / span if span > 0 else None,
         tpot=_tpot(scrapes, worker),
         cpu=not gpus,
@@ -412,8 +361,8 @@ def _arrival_pieces(
     out_mean: float,
 ) -> list[tuple[float, float, float]]:
     """Arrivals per sample interval: requests finished plus the growth of what is open."""
-    if requests_from.startswith("inferwatch_"):
-        done = [_worker_sum(s, requests_from, worker) for _, s in scrapes]
+    if requests_from in _REQUEST_COUNTERS:
+        done = rd.series(scrapes, requests_from, worker)
     else:
         done = [None if g is None else g / out_mean for g in gen]
     t0 = scrapes[0][0]
@@ -434,22 +383,14 @@ def _tpot(scrapes: Sequence[tuple[float, Scrape]], worker: str) -> float | None:
     """The engine's time per output token, averaged over the samples taken while it served."""
     values = []
     for _, s in scrapes:
-        running = _worker_sum(s, "inferwatch_requests_running", worker)
-        if not running:
+        if not rd.total(s, c.REQUESTS_RUNNING, worker=worker):
             continue
-        mean_tpot = _values(s, "inferwatch_tpot_mean_seconds", worker=worker)
-        median = _values(s, "inferwatch_tpot_quantile_seconds", worker=worker, quantile="0.5")
-        found = mean_tpot or median
+        found = rd.values(s, c.TPOT_MEAN_SECONDS, worker=worker) or rd.values(
+            s, c.TPOT_QUANTILE_SECONDS, worker=worker, quantile="0.5"
+        )
         if found and found[0][1] > 0:
             values.append(found[0][1])
-    return sum(values) / len(values) if values else None
-
-
-def _ttft(scrape: Scrape, worker: str, q: str) -> float | None:
-    found = [
-        v for _, v in _values(scrape, "inferwatch_ttft_quantile_seconds", worker=worker, quantile=q)
-    ]
-    return max(found) if found else None
+    return mean(values)
 
 
 def _num(text: str | None) -> float | None:
@@ -457,11 +398,6 @@ def _num(text: str | None) -> float | None:
         return float(text) if text else None
     except ValueError:
         return None
-
-
-def _max_gpu(scrape: Scrape, name: str, gpu: str) -> float | None:
-    found = _values(scrape, name, gpu=gpu)
-    return max(v for _, v in found) if found else None
 
 
 # --------------------------------------------------------------------------- predictions
@@ -676,7 +612,7 @@ def new_setting(
     if old is None:
         raise NotEnough(f"{obs.worker}: the launch flags do not state gpu_memory_utilization")
     if base.kv_tokens is None:
-        raise NotEnough(f"{obs.worker}: no inferwatch_kv_cache_usage_ratio: the KV pool is unknown")
+        raise NotEnough(f"{obs.worker}: no {c.KV_CACHE_USAGE_RATIO}: the KV pool is unknown")
     if weights_bytes and obs.vram_total_bytes:
         pool_old = old * obs.vram_total_bytes - weights_bytes
         pool_new = value * obs.vram_total_bytes - weights_bytes

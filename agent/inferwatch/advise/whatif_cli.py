@@ -22,6 +22,7 @@ from inferwatch.advise.whatif import (
     predict,
     suggest,
 )
+from inferwatch.engines import contract as c
 from inferwatch.errors import ConfigError, UsageError
 
 #: advise.cli's ``prometheus_range`` (handed in: the command line imports this module)
@@ -29,21 +30,21 @@ Range = Callable[[Any, Any], tuple[float, float, str]]
 
 #: the agent series the twin reads (for Prometheus range queries)
 SERIES = (
-    "inferwatch_generation_tokens_total",
-    "inferwatch_prompt_tokens_total",
-    "inferwatch_requests_finished_total",
-    "inferwatch_prompt_length_tokens_count",
-    "inferwatch_prompt_length_tokens_bucket",
-    "inferwatch_requests_running",
-    "inferwatch_queue_depth",
-    "inferwatch_max_num_seqs",
-    "inferwatch_worker_info",
-    "inferwatch_kv_cache_usage_ratio",
-    "inferwatch_gpu_utilization_ratio",
-    "inferwatch_gpu_memory_total_bytes",
-    "inferwatch_gpu_process_memory_used_bytes",
-    "inferwatch_gpu_up",
-    "inferwatch_ttft_quantile_seconds",
+    c.GENERATION_TOKENS.name,
+    c.PROMPT_TOKENS.name,
+    c.REQUESTS_FINISHED.name,
+    f"{c.PROMPT_LENGTH_TOKENS}_count",
+    f"{c.PROMPT_LENGTH_TOKENS}_bucket",
+    c.REQUESTS_RUNNING.name,
+    c.QUEUE_DEPTH.name,
+    c.MAX_NUM_SEQS.name,
+    c.WORKER_INFO.name,
+    c.KV_CACHE_USAGE_RATIO.name,
+    c.GPU_UTILIZATION_RATIO.name,
+    c.GPU_MEMORY_TOTAL_BYTES.name,
+    c.GPU_PROCESS_MEMORY_USED_BYTES.name,
+    c.GPU_UP.name,
+    c.TTFT_QUANTILE_SECONDS.name,
 )
 
 

@@ -19,40 +19,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
+from inferwatch.pack.reading import WorkerReading
 from inferwatch.pack.thresholds import Thresholds
 
 PENDING = "pending"
 FIRING = "firing"
 
 
-@dataclass
-class Reading:
-    """What the view shows for one worker."""
-
-    up: bool = False
-    model: str | None = None
-    gpu_util: float | None = None
-    vram: float | None = None
-    queue: float | None = None
-    running: float | None = None
-    capacity: float | None = None
-    slope: float | None = None
-    kv: float | None = None
-    #: seconds since the worker process started (None: the agent does not say)
-    uptime: float | None = None
-    #: the warm-up gate's inferwatch_warmup_deadline_exceeded (None: no gate)
-    gate_deadline_exceeded: bool | None = None
-    #: preemptions per second between the last two views (None: not known yet)
-    preemption_rate: float | None = None
-    ttft: dict[str, float] = field(default_factory=dict)
-    tpot: dict[str, float] = field(default_factory=dict)
-    e2e: dict[str, float] = field(default_factory=dict)
-    #: the launch flags inferwatch_worker_info states (advise's rules read them)
-    flags: dict[str, str] = field(default_factory=dict)
+#: what the view shows for one worker: its ``pack.reading`` reading of the agent's last
+#: scrape (``demo_cmd.parse_agent_metrics``), the preemption rate set between views
+Reading = WorkerReading
 
 
 @dataclass(frozen=True)

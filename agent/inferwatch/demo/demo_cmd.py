@@ -50,8 +50,8 @@ from inferwatch.demo.conditions import (
 )
 from inferwatch.demo.layouts import SCENARIOS, Layout, layout_for
 from inferwatch.engines import contract
-from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
 from inferwatch.errors import UsageError
+from inferwatch.pack import reading
 from inferwatch.sim.gpustate import has_state
 
 #: the checkout's shipped Alertmanager example and runbooks (an editable install, as the
@@ -184,35 +184,13 @@ class Child:
             return ""
 
 
-_WORKER_GAUGES = {
-    contract.QUEUE_DEPTH.name: "queue",
-    contract.REQUESTS_RUNNING.name: "running",
-    contract.MAX_NUM_SEQS.name: "capacity",
-    contract.QUEUE_DEPTH_SLOPE.name: "slope",
-    contract.KV_CACHE_USAGE_RATIO.name: "kv",
-}
-#: per-worker series the view turns into figures: uptime, the preemption rate
-_START = contract.WORKER_START_TIME_SECONDS.name
-_PREEMPTIONS = contract.PREEMPTIONS.name
-_GATE_DEADLINE = contract.WARMUP_DEADLINE_EXCEEDED.name
-_WORKER_QUANTILES = {
-    contract.TTFT_QUANTILE_SECONDS.name: "ttft",
-    contract.TPOT_QUANTILE_SECONDS.name: "tpot",
-    contract.E2E_LATENCY_QUANTILE_SECONDS.name: "e2e",
-}
-
-
-#: a GPU device as the agent's series name it: (gpu, gpu_instance or "" for a whole GPU)
-Device = tuple[str, str]
-
-
 def parse_agent_metrics(
     text: str,
     layout: Layout | None = None,
     now: float | None = None,
     preemptions: dict[str, float] | None = None,
 ) -> dict[str, Reading]:
-    """Per-worker readings from the agent's exposition.
+    """Per-worker readings (``pack.reading``) from one scrape of the agent's exposition.
 
     A worker's GPU readings come from the devices the layout put it on: its
     GPUs' utilization (averaged over tensor-parallel ranks; SM active on a MIG
@@ -221,58 +199,23 @@ def parse_agent_metrics(
     ``preemptions`` is given, each worker's preemption counter is written into it.
     """
     now = time.time() if now is None else now
-    from prometheus_client.parser import text_string_to_metric_families
-
     layout = layout or layout_for("steady")
-    readings = {w: Reading() for w in layout.names}
-    gpu_util: dict[Device, float] = {}
-    sm_active: dict[Device, float] = {}
-    gpu_vram: dict[Device, float] = {}
-    gauges = {
-        contract.GPU_UTILIZATION_RATIO.name: gpu_util,
-        contract.GPU_SM_ACTIVE_RATIO.name: sm_active,
-        contract.GPU_MEMORY_USED_RATIO.name: gpu_vram,
-    }
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            lab = s.labels
-            name = s.name
-            w = lab.get("worker", "")
-            if name in gauges:
-                gauges[name][(lab.get("gpu", ""), lab.get("gpu_instance", ""))] = s.value
-            r = readings.get(w)
-            if r is None:
-                continue
-            if r.model is None and lab.get("model"):
-                r.model = lab["model"]
-            if name == _START:
-                r.uptime = now - s.value
-            elif name == contract.TARGET_UP.name:
-                r.up = s.value == 1
-            elif name == contract.WORKER_INFO.name:
-                r.flags = {
-                    k: v for k in WORKER_INFO_FLAGS if (v := lab.get(k, "")) not in ("", "unknown")
-                }
-            elif name == _GATE_DEADLINE:
-                r.gate_deadline_exceeded = s.value == 1
-            elif name == _PREEMPTIONS and preemptions is not None:
-                preemptions[w] = preemptions.get(w, 0.0) + s.value
-            elif name in _WORKER_GAUGES:
-                setattr(r, _WORKER_GAUGES[name], s.value)
-            elif name in _WORKER_QUANTILES:
-                getattr(r, _WORKER_QUANTILES[name])[lab["quantile"]] = s.value
-    for worker in layout.workers:
-        gi = "" if worker.gpu_instance is None else str(worker.gpu_instance)
-        devices = [(str(g), gi) for g in worker.gpus]
-        utils = [
-            gpu_util[d] if d in gpu_util else sm_active[d]
-            for d in devices
-            if d in gpu_util or d in sm_active
+    scrape = reading.parse_exposition(text)
+    devices = {
+        w.name: [
+            {"gpu": str(g), "gpu_instance": "" if w.gpu_instance is None else str(w.gpu_instance)}
+            for g in w.gpus
         ]
-        vrams = [gpu_vram[d] for d in devices if d in gpu_vram]
-        r = readings[worker.name]
-        r.gpu_util = sum(utils) / len(utils) if utils else None
-        r.vram = max(vrams) if vrams else None
+        for w in layout.workers
+    }
+    readings = reading.read_workers(
+        [(now, scrape)], workers=layout.names, devices=devices, sm_active_fallback=True
+    )
+    for w, r in readings.items():
+        r.flags = r.known_flags
+        counted = reading.total(scrape, contract.PREEMPTIONS, worker=w)
+        if preemptions is not None and counted is not None:
+            preemptions[w] = preemptions.get(w, 0.0) + counted
     return readings
 
 

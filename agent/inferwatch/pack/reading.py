@@ -1,0 +1,382 @@
+"""One worker's reading (the loops' inputs), read from the agent's own ``/metrics``.
+
+The agent's exposition is parsed once (:func:`parse_exposition`) into samples; a
+sequence of such scrapes, taken at known unix times, gives each worker one
+:class:`WorkerReading` (:func:`read_workers`): the numbers ``pack.loops``' conditions
+read (queue depth and its slope, running requests, batch capacity, KV cache, GPU
+utilization and VRAM, the TTFT/TPOT/E2E quantiles, rates, restarts and XID errors),
+its identity (model, engine, GPUs, launch flags) and its warm-up gate.
+
+Over the scrapes, gauges are averaged (utilization, queue, running) or their peak
+kept (VRAM, KV cache, queue and batch peaks); window quantiles and the queue slope
+are the agent's, from the last scrape (the agent computes them over its stats
+window). Rates and bucket increases come from the first and the last scrape, only
+when those are at least ``min_rate_span`` seconds apart: a counter's total over the
+worker's uptime says nothing about now. One scrape gives a reading too (the demo's
+view): its gauges, the agent's window figures, no rate.
+
+``advise``'s ``WorkerPicture``, the what-if twin's ``Observed`` and the demo's view are
+built from it; family names come from :mod:`inferwatch.engines.contract`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from inferwatch.engines import contract as c
+from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
+from inferwatch.pack import loops as L
+from inferwatch.stats import histogram_quantile
+
+Labels = dict[str, str]
+#: (sample name, labels, value): a histogram's samples keep their ``_bucket``,
+#: ``_count`` and ``_sum`` names, a counter's its ``_total``
+Sample = tuple[str, Labels, float]
+Scrape = list[Sample]
+#: scrapes at unix times, oldest first
+Scrapes = Sequence[tuple[float, Scrape]]
+#: a family (its samples are named by ``str(family)``) or a sample name
+Name = c.Family | str
+#: the series that name a worker: its target and its info
+WORKER_NAMING = (c.TARGET_UP, c.WORKER_INFO)
+#: the labels a GPU device's series are selected by: ``{"gpu": "0"}``, or with
+#: ``gpu_instance`` for a MIG device ("" matches a series without the label)
+Device = Mapping[str, str]
+
+
+def parse_exposition(text: str) -> Scrape:
+    """(sample name, labels, value) of every sample in a Prometheus text exposition;
+    ``ValueError`` when the text is no exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Scrape = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.append((s.name, dict(s.labels), float(s.value)))
+    return out
+
+
+# --------------------------------------------------------------------------- one scrape
+
+
+def values(scrape: Scrape, name: Name, **match: str) -> list[tuple[Labels, float]]:
+    """The samples of ``name`` whose labels match (a label absent matches ""), NaN left out."""
+    want = str(name)
+    return [
+        (labels, value)
+        for n, labels, value in scrape
+        if n == want
+        and all(labels.get(k, "") == v for k, v in match.items())
+        and not math.isnan(value)
+    ]
+
+
+def total(scrape: Scrape, name: Name, **match: str) -> float | None:
+    """The sum over the matching series (None: no such series)."""
+    found = values(scrape, name, **match)
+    return sum(v for _, v in found) if found else None
+
+
+def peak(scrape: Scrape, name: Name, **match: str) -> float | None:
+    """The highest of the matching series (None: no such series)."""
+    found = values(scrape, name, **match)
+    return max(v for _, v in found) if found else None
+
+
+def buckets(scrape: Scrape, histogram: c.Family, **match: str) -> dict[float, float]:
+    """A histogram's cumulative bucket counts by bound, summed over the other labels."""
+    out: dict[float, float] = {}
+    for labels, value in values(scrape, f"{histogram}_bucket", **match):
+        try:
+            bound = float(labels.get("le", ""))
+        except ValueError:
+            continue
+        out[bound] = out.get(bound, 0.0) + value
+    return out
+
+
+def bucket_deltas(
+    first: Mapping[float, float], last: Mapping[float, float]
+) -> list[tuple[float, float]] | None:
+    """``last - first`` per bound; None when a bucket went down (a restart in between)."""
+    out = []
+    for bound, end in last.items():
+        begin = first.get(bound, 0.0)
+        if end < begin:
+            return None
+        out.append((bound, end - begin))
+    return out
+
+
+def quantiles(scrape: Scrape, family: c.Family, **match: str) -> dict[str, float]:
+    """A quantile gauge's values by its ``quantile`` label (the highest where series repeat)."""
+    out: dict[str, float] = {}
+    for labels, value in values(scrape, family, **match):
+        q = labels.get("quantile")
+        if q is not None:
+            out[q] = max(out.get(q, value), value)
+    return out
+
+
+def workers_of(scrape: Scrape) -> list[str]:
+    """The workers a scrape names (its targets and its workers' info), in order."""
+    names = {str(f) for f in WORKER_NAMING}
+    seen: dict[str, None] = {}
+    for name, labels, _ in scrape:
+        if name in names and "worker" in labels:
+            seen.setdefault(labels["worker"], None)
+    return list(seen)
+
+
+def mean(items: Iterable[float | None]) -> float | None:
+    known = [v for v in items if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def maximum(items: Iterable[float | None]) -> float | None:
+    known = [v for v in items if v is not None]
+    return max(known) if known else None
+
+
+# --------------------------------------------------------------------------- over scrapes
+
+
+def series(scrapes: Scrapes, name: Name, worker: str) -> list[float | None]:
+    """A worker's series (summed over its labels) in every scrape."""
+    return [total(s, name, worker=worker) for _, s in scrapes]
+
+
+def gpus_of(scrapes: Scrapes, worker: str, alone: bool) -> tuple[str, ...]:
+    """The GPUs a worker's processes hold memory on in any scrape; with none seen and
+    ``alone`` (the agent watches this worker only), every GPU the agent reads."""
+    held = {
+        labels["gpu"]
+        for _, s in scrapes
+        for labels, _ in values(s, c.GPU_PROCESS_MEMORY_USED_BYTES, worker=worker)
+        if "gpu" in labels
+    }
+    if not held and alone and scrapes:
+        held = {labels["gpu"] for labels, _ in values(scrapes[-1][1], c.GPU_UP) if "gpu" in labels}
+    return tuple(sorted(held))
+
+
+def increase(first: Scrape, last: Scrape, counter: Name, worker: str) -> float | None:
+    """A worker's counter increase between two scrapes (None: not in both, or reset)."""
+    begin, end = total(first, counter, worker=worker), total(last, counter, worker=worker)
+    if begin is None or end is None or end < begin:
+        return None
+    return end - begin
+
+
+def xid_increase(first: Scrape, last: Scrape, gpus: Sequence[str]) -> float:
+    """XID errors on these GPUs between two scrapes (a series new in the last one counts
+    from zero: the agent exports a GPU's XID counter from its first event on)."""
+    out = 0.0
+    for g in gpus:
+        begin = {tuple(sorted(lab.items())): v for lab, v in values(first, c.GPU_XID_ERRORS, gpu=g)}
+        for lab, v in values(last, c.GPU_XID_ERRORS, gpu=g):
+            before = begin.get(tuple(sorted(lab.items())), 0.0)
+            out += v - before if v >= before else v
+    return out
+
+
+def since_start(scrape: Scrape, worker: str, q: float = 0.95) -> tuple[float | None, float | None]:
+    """(the q-quantile of TTFT, the first tokens counted) over the worker's life: the
+    engine's cumulative buckets as the agent passes them through (None, None without)."""
+    by_bound = buckets(scrape, c.TTFT_SECONDS, worker=worker)
+    count = by_bound.get(math.inf)
+    if not count:
+        return None, None
+    value = histogram_quantile(q, sorted(by_bound.items()))
+    return (None if math.isnan(value) else value), count
+
+
+def restarts(starts: Sequence[float | None]) -> float | None:
+    """Changes of the worker's start time across the scrapes (None: never stated)."""
+    seen = [v for v in starts if v is not None]
+    return float(sum(1 for a, b in itertools.pairwise(seen) if b != a)) if seen else None
+
+
+# --------------------------------------------------------------------------- the reading
+
+
+@dataclass
+class WorkerReading:
+    """One worker as the loops read it, over the scrapes read; None where the agent does
+    not say. Levels are means over the scrapes (``gpu_util``, ``queue``, ``running``,
+    ``kv_mean``) or peaks (``vram``, ``kv``, ``queue_max``, ``running_max``); quantiles
+    and ``slope`` are the agent's stats-window figures in the last scrape; rates and
+    shares come from counter and bucket increases between the first and the last."""
+
+    worker: str = ""
+    #: the agent reads the worker's ``/metrics`` (inferwatch_target_up)
+    up: bool = False
+    model: str | None = None
+    engine: str = ""
+    gpus: tuple[str, ...] = ()
+    #: GPU utilization, the mean over the worker's GPUs
+    gpu_util: float | None = None
+    #: the fullest of its GPUs' VRAM (used / total)
+    vram: float | None = None
+    vram_total_bytes: float | None = None
+    queue: float | None = None
+    queue_max: float | None = None
+    #: requests per second; > 0 is a growing queue
+    slope: float | None = None
+    running: float | None = None
+    running_max: float | None = None
+    #: the batch over the scrapes in which requests waited (None: none waited)
+    running_when_queued: float | None = None
+    #: inferwatch_max_num_seqs (the launch flag may say it too: ``flags``)
+    capacity: float | None = None
+    kv: float | None = None
+    kv_mean: float | None = None
+    prefix_hit_ratio: float | None = None
+    #: per second (set by the demo between its views, where it reads one scrape at a time)
+    preemption_rate: float | None = None
+    request_rate: float | None = None
+    #: [5.3] share of the span's prompts over pack.loops.LONG_PROMPT_TOKENS
+    long_prompt_share: float | None = None
+    #: seconds since the worker process started (the last scrape's time less its start)
+    uptime: float | None = None
+    #: evidence of running out: restarts of the worker process over the scrapes and XID
+    #: errors on its GPUs (None: not known)
+    restarts: float | None = None
+    xid_errors: float | None = None
+    #: quantile ("0.5", "0.95", "0.99") -> seconds, the agent's stats window
+    ttft: dict[str, float] = field(default_factory=dict)
+    tpot: dict[str, float] = field(default_factory=dict)
+    e2e: dict[str, float] = field(default_factory=dict)
+    #: TTFT P95 over the worker's whole life and the first tokens counted in it (read for
+    #: a worker started within ``cold_within``)
+    ttft_p95_since_start: float | None = None
+    ttft_count_since_start: float | None = None
+    #: the warm-up gate: inferwatch_worker_ready, ..._deadline_exceeded (None: no gate)
+    ready: bool | None = None
+    gate_deadline_exceeded: bool | None = None
+    #: the gate's TTFT by phase ("cold", "warm")
+    warmup_ttft: dict[str, float] = field(default_factory=dict)
+    #: the launch flags inferwatch_worker_info states, as written ("unknown" included)
+    flags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def known_flags(self) -> dict[str, str]:
+        """The launch flags with a value (not "unknown")."""
+        return {k: v for k, v in self.flags.items() if v != "unknown"}
+
+
+def _gpu_figure(
+    scrape: Scrape, devices: Sequence[Device], name: Name, fallback: Name | None
+) -> list[float | None]:
+    out = []
+    for d in devices:
+        v = peak(scrape, name, **d)
+        out.append(peak(scrape, fallback, **d) if v is None and fallback is not None else v)
+    return out
+
+
+def read_workers(
+    scrapes: Scrapes,
+    min_rate_span: float = 0.0,
+    cold_within: float | None = None,
+    workers: Sequence[str] | None = None,
+    devices: Mapping[str, Sequence[Device]] | None = None,
+    sm_active_fallback: bool = False,
+) -> dict[str, WorkerReading]:
+    """Each worker's reading from one agent's scrapes (see the module's text).
+
+    ``workers``: the workers to read (default: those the scrapes name; one named but
+    absent reads as an empty reading, not up). ``devices``: each worker's GPU devices
+    (default: the GPUs its processes hold memory on, or all the agent's GPUs where it
+    watches one worker only). ``sm_active_fallback``: a device without utilization (a
+    MIG slice) reads its SM activity. ``cold_within``: for a worker started less than
+    that many seconds ago, its TTFT P95 since the start (``since_start``): that life is
+    the cold-start window itself.
+    """
+    if not scrapes:
+        return {}
+    first_t, first = scrapes[0]
+    last_t, last = scrapes[-1]
+    span = last_t - first_t
+    timed = span > 0 and span >= min_rate_span
+    if workers is None:
+        named: dict[str, None] = {}
+        for _, s in scrapes:
+            named.update(dict.fromkeys(workers_of(s)))
+        workers = list(named)
+    fallback = c.GPU_SM_ACTIVE_RATIO if sm_active_fallback else None
+    out = {}
+    for w in workers:
+        r = WorkerReading(worker=w)
+        if devices is not None:
+            own = list(devices.get(w, ()))
+        else:
+            own = [{"gpu": g} for g in gpus_of(scrapes, w, alone=len(workers) == 1)]
+        r.gpus = tuple(dict.fromkeys(d["gpu"] for d in own))
+        r.gpu_util = mean(
+            mean(_gpu_figure(s, own, c.GPU_UTILIZATION_RATIO, fallback)) for _, s in scrapes
+        )
+        r.vram = maximum(
+            maximum(_gpu_figure(s, own, c.GPU_MEMORY_USED_RATIO, None)) for _, s in scrapes
+        )
+        r.vram_total_bytes = maximum(_gpu_figure(last, own, c.GPU_MEMORY_TOTAL_BYTES, None))
+        info = values(last, c.WORKER_INFO, worker=w)
+        info_labels = info[0][0] if info else {}
+        r.flags = {k: info_labels[k] for k in WORKER_INFO_FLAGS if info_labels.get(k)}
+        for labels, _ in values(last, c.REQUESTS_RUNNING, worker=w) or [(info_labels, 0.0)]:
+            r.model = labels.get("model") or r.model
+            r.engine = labels.get("engine", "") or r.engine
+        if r.model is None:  # neither its batch nor its info: any series of the worker's
+            r.model = next(
+                (lab["model"] for _, lab, _ in last if lab.get("worker") == w and lab.get("model")),
+                None,
+            )
+        r.up = (peak(last, c.TARGET_UP, worker=w) or 0.0) == 1
+        queue = series(scrapes, c.QUEUE_DEPTH, w)
+        running = series(scrapes, c.REQUESTS_RUNNING, w)
+        kv = [peak(s, c.KV_CACHE_USAGE_RATIO, worker=w) for _, s in scrapes]
+        r.queue, r.queue_max = mean(queue), maximum(queue)
+        r.running, r.running_max = mean(running), maximum(running)
+        r.running_when_queued = mean(
+            n for n, q in zip(running, queue, strict=True) if q is not None and q >= 1
+        )
+        r.kv, r.kv_mean = maximum(kv), mean(kv)
+        r.slope = total(last, c.QUEUE_DEPTH_SLOPE, worker=w)
+        r.capacity = peak(last, c.MAX_NUM_SEQS, worker=w)
+        r.prefix_hit_ratio = peak(last, c.PREFIX_CACHE_HIT_RATIO, worker=w)
+        if timed:
+            for attr, counter in (
+                ("preemption_rate", c.PREEMPTIONS),
+                ("request_rate", c.REQUESTS_FINISHED),
+            ):
+                added = increase(first, last, counter, w)
+                setattr(r, attr, None if added is None else added / span)
+        if span >= min_rate_span:
+            deltas = bucket_deltas(
+                buckets(first, c.PROMPT_LENGTH_TOKENS, worker=w),
+                buckets(last, c.PROMPT_LENGTH_TOKENS, worker=w),
+            )
+            r.long_prompt_share = L.long_prompt_share(deltas) if deltas else None
+        starts = series(scrapes, c.WORKER_START_TIME_SECONDS, w)
+        start = peak(last, c.WORKER_START_TIME_SECONDS, worker=w)
+        r.restarts = restarts(starts)
+        r.uptime = None if start is None else last_t - start
+        r.xid_errors = xid_increase(first, last, r.gpus) if r.gpus else None
+        r.ttft = quantiles(last, c.TTFT_QUANTILE_SECONDS, worker=w)
+        r.tpot = quantiles(last, c.TPOT_QUANTILE_SECONDS, worker=w)
+        r.e2e = quantiles(last, c.E2E_LATENCY_QUANTILE_SECONDS, worker=w)
+        if cold_within is not None and r.uptime is not None and r.uptime < cold_within:
+            r.ttft_p95_since_start, r.ttft_count_since_start = since_start(last, w)
+        ready = peak(last, c.WORKER_READY, worker=w)
+        deadline = peak(last, c.WARMUP_DEADLINE_EXCEEDED, worker=w)
+        r.ready = None if ready is None else ready >= 1
+        r.gate_deadline_exceeded = None if deadline is None else deadline >= 1
+        for phase in ("cold", "warm"):
+            v = peak(last, c.WARMUP_TTFT_SECONDS, worker=w, phase=phase)
+            if v is not None:
+                r.warmup_ttft[phase] = v
+        out[w] = r
+    return out
