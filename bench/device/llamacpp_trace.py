@@ -489,7 +489,9 @@ def main() -> int:
     try:
         PROMPT_MIX = tuple(int(w) for w in args.prompt_mix.split(","))
     except ValueError:
-        ap.error(f"--prompt-mix: whole numbers of words separated by commas, not {args.prompt_mix!r}")
+        ap.error(
+            f"--prompt-mix: whole numbers of words separated by commas, not {args.prompt_mix!r}"
+        )
     if not PROMPT_MIX or min(PROMPT_MIX) < 1:
         ap.error(f"--prompt-mix: word counts of 1 or more, not {args.prompt_mix!r}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
