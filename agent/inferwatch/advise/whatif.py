@@ -703,6 +703,20 @@ def observed_figures(obs: Observed) -> dict[str, float | None]:
     }
 
 
+def _resolution(
+    band: tuple[Figures, Figures], out: Outcome, arrivals: Sequence[float] | None
+) -> tuple[Figures, Figures]:
+    """A replayed load's throughput band widened by one answer's time over the window:
+    the span ends with one request's last token, so the figure is no finer than that."""
+    if arrivals is None or not out.window or not out.e2e_mean:
+        return band
+    d = out.e2e_mean / out.window
+    lo, hi = band
+    return replace(lo, throughput=lo.throughput * (1 - d)), replace(
+        hi, throughput=hi.throughput * (1 + d)
+    )
+
+
 def predict(
     obs: Observed,
     flag: str,
@@ -761,7 +775,8 @@ def predict(
             n = run_twin(f, obs, setting, arrivals) if setting != base else b
             now_runs.append(figures(b, base, obs, b.busy))
             new_runs.append(figures(n, setting, obs, b.busy))
-        current_band, band = envelope(now_runs), envelope(new_runs)
+        current_band = _resolution(envelope(now_runs), now, arrivals)
+        band = _resolution(envelope(new_runs), new, arrivals)
         k_lo = fit.k if fit.k_lo is None else fit.k_lo
         k_hi = fit.k if fit.k_hi is None else fit.k_hi
         range_note += (
