@@ -350,4 +350,5 @@ def _fit_row(fit: Any) -> dict[str, Any]:
         "k_source": fit.k_source,
         "batch": [fit.batch_min, fit.batch_max],
         "residual": fit.residual,
+        "overhead_ms": quantile(fit.overhead, 0.5) * 1e3 if fit.overhead else None,
     }
