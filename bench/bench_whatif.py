@@ -93,7 +93,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
             head + f"step {fit['a_ms']:.2f} ms + {fit['k_ms']:.3f} ({k_lo:.3f}-{k_hi:.3f}) ms x seq"
             f" + {fit['p_us']:.1f} us x prompt, batch {fit['batch'][0]:.1f}-{fit['batch'][1]:.1f},"
             f" residual {fit['residual']:.0%}"
-            + ("" if fit["overhead_ms"] is None else f", client overhead {fit['overhead_ms']:.1f} ms")
+            + (
+                ""
+                if fit["overhead_ms"] is None
+                else f", client overhead {fit['overhead_ms']:.1f} ms"
+            )
             + ("" if f["trusted"] else "  UNTRUSTED")
         )
         for problem in f["problems"]:

@@ -349,8 +349,10 @@ def _nnls_gram(g: list[list[float]], v: list[float], yy: float) -> list[float]:
             coef = [0.0] * n
             for c, x in zip(cols, sol, strict=True):
                 coef[c] = x
-            err = yy - 2 * sum(c * x for c, x in zip(coef, v, strict=True)) + sum(
-                coef[i] * g[i][j] * coef[j] for i in range(n) for j in range(n)
+            err = (
+                yy
+                - 2 * sum(c * x for c, x in zip(coef, v, strict=True))
+                + sum(coef[i] * g[i][j] * coef[j] for i in range(n) for j in range(n))
             )
             if best is None or err < best[0] - 1e-15 * max(yy, 1e-30):
                 best = (err, coef)
@@ -405,7 +407,9 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
             max(0.0, min(last[i], last[j]) - max(first[i], first[j])) for j in range(len(rs))
         )
         b = overlap / span
-        prompt = sum(rs[j].prompt for j in range(len(rs)) if j != i and first[i] < first[j] < last[i])
+        prompt = sum(
+            rs[j].prompt for j in range(len(rs)) if j != i and first[i] < first[j] < last[i]
+        )
         steps = r.generated - 1
         rows.append([steps, steps * b, prompt])
         ys.append(span)
