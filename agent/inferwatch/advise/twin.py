@@ -21,6 +21,9 @@ The model (docs/advise.md, "What-if"):
   lengths; ``slots`` of them run at once (fewer where the KV pool runs out), the
   rest wait first-come first-served. TTFT is the wait plus the prefill step(s) that
   give the first token.
+- where the clients' own per-request records are at hand (a trace whose clients
+  streamed), :func:`fit_requests` fits the same curve one row per request (a lightly
+  loaded run fits too) and the overhead each client adds to its TTFT.
 """
 
 from __future__ import annotations

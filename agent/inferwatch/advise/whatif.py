@@ -24,7 +24,7 @@ from inferwatch.advise.agent import Scrape, _sum, _values, maximum, mean
 from inferwatch.advise.model import FLAG_LABELS
 from inferwatch.advise.twin import (
     BAND_Z,
-    SPEED_FLOOR,
+    RUN_SPEED_FLOOR,
     Interval,
     Load,
     NotEnough,
@@ -34,6 +34,7 @@ from inferwatch.advise.twin import (
     band_fits,
     fit_steps,
     simulate,
+    speed_spread,
 )
 from inferwatch.errors import ConfigError, UsageError
 from inferwatch.pack import loops as L
@@ -782,8 +783,14 @@ def predict(
         range_note += (
             f"; band: slope {k_lo * 1e3:.3f}-{k_hi * 1e3:.3f} ms per sequence "
             + ("(5-95% of refits)" if fit.k_source == "fitted" else "(flat to proportional)")
-            + f", speed -/+{max(fit.residual, SPEED_FLOOR) * band_z:.0%}"
-            + (" (the fit's residual)" if band_z == 1 else f" ({band_z:g} x the fit's residual)")
+            + f", speed -/+{speed_spread(fit, band_z):.0%}"
+            + (
+                f" ({band_z:g} x the resampled fits' spread, {RUN_SPEED_FLOOR:.0%} at least)"
+                if fit.speed_lo is not None
+                else " (the fit's residual)"
+                if band_z == 1
+                else f" ({band_z:g} x the fit's residual)"
+            )
         )
     trust = None
     if (arrivals is None if check is None else check) and current_band is not None:
