@@ -81,7 +81,7 @@ CAL_FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 def run_calibrate(args: argparse.Namespace) -> int:
     from inferwatch.advise.trace import calibrate
 
-    result = calibrate(args.traces, args.z)
+    result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
         if "refused" in f:
@@ -92,7 +92,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(
             head + f"step {fit['a_ms']:.2f} ms + {fit['k_ms']:.3f} ({k_lo:.3f}-{k_hi:.3f}) ms x seq"
             f" + {fit['p_us']:.1f} us x prompt, batch {fit['batch'][0]:.1f}-{fit['batch'][1]:.1f},"
-            f" residual {fit['residual']:.0%}" + ("" if f["trusted"] else "  UNTRUSTED")
+            f" residual {fit['residual']:.0%}"
+            + (
+                ""
+                if fit["overhead_ms"] is None
+                else f", client overhead {fit['overhead_ms']:.1f} ms"
+            )
+            + ("" if f["trusted"] else "  UNTRUSTED")
         )
         for problem in f["problems"]:
             print(f"    {problem}")
@@ -159,6 +165,10 @@ def main() -> int:
         help="fit on each run, predict every other: share of measured figures in the band",
     )
     cal.add_argument("traces", nargs="+")
+    cal.add_argument(
+        "--fit-from", choices=("clients", "agent"), default="clients",
+        help="fit on the per-request client records (default) or the agent samples",
+    )  # fmt: skip
     cal.add_argument("--json", metavar="FILE", help="fits, held-out pairs and summary")
     cal.add_argument("--csv", metavar="FILE", help="one line per held-out pair")
     cal.add_argument(

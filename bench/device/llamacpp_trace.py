@@ -224,8 +224,14 @@ async def recorder(
             await asyncio.wait_for(stop.wait(), every - (time.time() - t) % every)
 
 
-def prompt(rng: random.Random) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(PROMPT_WORDS))
+def prompt(rng: random.Random, words: int = PROMPT_WORDS) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+#: the prompt lengths (words) a run mixes, one drawn per request (--prompt-mix); one
+#: length leaves every window with the same prompt/answer ratio, so the fit cannot
+#: tell a prompt token's cost from a decode step's (docs/advise.md, "Calibration")
+PROMPT_MIX: tuple[int, ...] = (PROMPT_WORDS,)
 
 
 async def one_request(
@@ -233,7 +239,7 @@ async def one_request(
 ) -> dict[str, Any]:
     """One streamed completion on a fresh connection; its client-side figures."""
     body = {
-        "prompt": prompt(rng), "max_tokens": gen, "stream": True, "ignore_eos": True,
+        "prompt": prompt(rng, rng.choice(PROMPT_MIX)), "max_tokens": gen, "stream": True, "ignore_eos": True,
         "temperature": 0, "stream_options": {"include_usage": True},
     }  # fmt: skip
     sent = time.monotonic()
@@ -422,7 +428,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
                         "phases": [],
                         "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
                         "load": {"rate_per_s": rate, "gen_tokens": GEN_TOKENS,
-                                 "prompt_words": PROMPT_WORDS, "seconds": args.load},
+                                 "prompt_words": list(PROMPT_MIX), "seconds": args.load},
                     }  # fmt: skip
                     trace = TraceWriter(out / f"{name}.jsonl.gz", header)
                     stop = asyncio.Event()
@@ -474,7 +480,20 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=RECORD_EVERY, help="record period, s")
     ap.add_argument("--load", type=float, default=30)
     ap.add_argument("--drain", type=float, default=25)
+    ap.add_argument(
+        "--prompt-mix", default=str(PROMPT_WORDS),
+        help="prompt lengths in words, one drawn per request (e.g. 40,160,320)",
+    )  # fmt: skip
     args = ap.parse_args()
+    global PROMPT_MIX
+    try:
+        PROMPT_MIX = tuple(int(w) for w in args.prompt_mix.split(","))
+    except ValueError:
+        ap.error(
+            f"--prompt-mix: whole numbers of words separated by commas, not {args.prompt_mix!r}"
+        )
+    if not PROMPT_MIX or min(PROMPT_MIX) < 1:
+        ap.error(f"--prompt-mix: word counts of 1 or more, not {args.prompt_mix!r}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     asyncio.run(run_trace(args) if args.mode == "trace" else run_sweep(args))
     return 0

@@ -11,9 +11,9 @@ committed table says, and fewer than 90% for some figure at the next narrower st
 (the bands are no wider than the 90% needs, on this grid).
 
 The GPU sweep (``tests/data/whatif/h100/``: CUDA llama-server on an H100, --parallel 4
-to 64 at two loads; ``calibration-h100.csv``) is held to what it measured: throughput
-inside for 90% or more, TTFT P50 and P95 inside for under 90% (docs/advise.md says why),
-and each TTFT miss of a trusted fit the twin's too-fast answer for a lightly loaded run.
+to 64 at two loads; ``calibration-h100.csv``) is fitted from its clients' per-request
+records (twin.fit_requests): every run fits, at least 90% of held-out runs inside for
+each figure at the shipped band, fewer at the next narrower step.
 """
 
 from __future__ import annotations
@@ -101,35 +101,42 @@ def gpu() -> dict:
 
 def test_the_gpu_sweep_gives_the_published_figures(gpu: dict) -> None:
     assert_table(GPU_TABLE, gpu)
-    # the light load's runs (3.48 requests/s) idle between requests: under 5 busy windows
-    refused = sorted(f["trace"] for f in gpu["fits"] if "refused" in f)
-    assert refused == sorted(f"h100/sweep-s{n}-r3.48.jsonl.gz" for n in (4, 8, 16, 32, 64)), refused
+    # every run fits from its clients' records, the light load's too (its agent samples
+    # give under 5 busy windows), and each fit reproduces its own run
+    assert [f["trace"] for f in gpu["fits"] if "refused" in f or not f["trusted"]] == []
     s = gpu["summary"]
-    assert (s["throughput"]["pairs"], s["refused"]) == (23, 22), s
-    assert s["throughput"]["inside_share"] >= COVERAGE, s["throughput"]
-    for key in ("ttft_p50", "ttft_p95"):
-        assert s[key]["inside_share"] < COVERAGE, (key, s[key])
+    assert (s["throughput"]["pairs"], s["refused"]) == (44, 46), s
+    for key in FIGURES:
+        assert s[key]["inside_share"] >= COVERAGE, (key, s[key])
 
 
-def test_each_gpu_ttft_miss_of_a_trusted_fit_is_too_fast_for_a_light_load(gpu: dict) -> None:
-    """The twin has a request's wait and prefill, not the ~30 ms the clients see at
-    light load on top (HTTP, tokenization, the first streamed chunk): where it misses,
-    it answers under the band's reach, never over."""
-    misses = 0
-    for r in gpu["rows"]:
-        if "band" not in r or not r["fit_trusted"]:
-            continue
-        lo, hi = sorted((r["band"][0]["ttft_p50"], r["band"][1]["ttft_p50"]))
-        m = r["measured"]["ttft_p50"]
-        if not lo <= m <= hi:
-            misses += 1
-            assert m > hi and m < 0.05, (r["fit_trace"], r["trace"], lo, hi, m)
-    assert misses == 5
+def test_a_narrower_gpu_band_falls_short_of_90_percent() -> None:
+    narrower = calibrate(GPU_SWEEP, band_z=twin.BAND_Z - 0.5)["summary"]
+    assert min(narrower[k]["inside_share"] for k in FIGURES) < COVERAGE, narrower
+
+
+def test_the_client_records_give_a_prompt_cost_and_the_first_token_at_no_wait(gpu: dict) -> None:
+    """The agent's windows all have one prompt/answer ratio (three of five fits put the
+    prompt at 0 us); one row per request gives a prompt cost in 9 of 10 fits. The
+    clients saw 27-37 ms TTFT P50 at light load: a fit's first token at no wait (its
+    overhead, plus one step with a mean prompt) lies in 15-50 ms. With one prompt length
+    the split between overhead and prompt cost is not identified (docs/advise.md)."""
+    fits = [f["fit"] for f in gpu["fits"]]
+    assert all(f["k_source"] == "fitted (client records)" for f in fits), fits
+    assert sum(1 for f in fits if f["p_us"] > 0) == 9, fits
+    for f in fits:
+        no_wait = f["overhead_ms"] + f["a_ms"] + f["k_ms"] + f["p_us"] * 372 / 1e3
+        assert 15 <= no_wait <= 50, (no_wait, f)
+    # the agent's samples alone: the light load's runs do not fit
+    agent = calibrate(GPU_SWEEP[:2], fit_from="agent")["fits"]
+    assert ["refused" in f for f in agent] == ["r3.48" in f["trace"] for f in agent], agent
 
 
 def test_the_current_slot_count_is_answered_however_few_slots_the_load_used() -> None:
-    # at 32 slots the load ran 7.8 sequences at most: 32 is what was observed, 64 is 8x
-    obs, fit, sends = fit_trace(read_trace(DATA / "h100" / "sweep-s32-r6.96.jsonl.gz"))
+    # at 32 slots the load ran 7.8 sequences at most (the agent's windows): 32 is what
+    # was observed, 64 is 8x
+    tr = read_trace(DATA / "h100" / "sweep-s32-r6.96.jsonl.gz")
+    obs, fit, sends = fit_trace(tr, fit_from="agent")
     assert fit.batch_max < 8
     own = predict(obs, "max-num-seqs", 32, fit, arrivals=sends)
     assert not own.range_note.startswith("extrapolated")

@@ -16,7 +16,7 @@ from typing import Any
 
 from inferwatch import traces
 from inferwatch.advise.agent import Scrape, parse_exposition
-from inferwatch.advise.twin import BAND_Z, NotEnough, quantile
+from inferwatch.advise.twin import BAND_Z, MIN_REQUESTS, NotEnough, Request, fit_requests, quantile
 from inferwatch.advise.whatif import check_fit, observe, predict
 from inferwatch.errors import ConfigError
 
@@ -101,11 +101,33 @@ def _observe(trace: Trace, start: float, end: float) -> tuple[Any, list[tuple[fl
     return observe(scrapes, None, out_tokens), scrapes
 
 
-def fit_trace(trace: Trace) -> tuple[Any, Any, list[float]]:
+def requests_of(clients: Iterable[tuple[float, Mapping[str, Any]]]) -> list[Request]:
+    """The client records that answered, as the twin's :class:`Request` (send time first)."""
+    out = []
+    for t, r in clients:
+        vals = [r.get(k) for k in ("ttft_s", "e2e_s", "prompt_tokens", "gen_tokens")]
+        if r.get("ok") and all(isinstance(v, (int, float)) for v in vals):
+            ttft, e2e, prompt, gen = (float(v) for v in vals)  # type: ignore[arg-type]
+            out.append(Request(t, ttft, e2e, prompt, gen))
+    return out
+
+
+#: what a trace's fit rests on: "clients" (the per-request client records, where the
+#: load phase has MIN_REQUESTS of them; else the agent's samples) or "agent" (its samples)
+FIT_FROM = "clients"
+
+
+def fit_trace(trace: Trace, fit_from: str = FIT_FROM) -> tuple[Any, Any, list[float]]:
     """The observation and fit of a trace's load phase, and its send times (from 0)."""
     start, end = load_phase(trace)
     obs, scrapes = _observe(trace, start, end)
-    fit = obs.fit()
+    # the clients' own first-token times (streamed), else the agent's samples
+    streamed = (trace.header.get("load") or {}).get("stream", True) is not False
+    reqs = requests_of(_clients(trace, start, end)) if fit_from == "clients" and streamed else []
+    if len(reqs) >= MIN_REQUESTS:
+        fit = fit_requests(reqs, trace.slots(), compute_bound=obs.cpu)
+    else:
+        fit = obs.fit()
     sends = sorted(t - scrapes[0][0] for t, _ in _clients(trace, start, end))
     return obs, fit, sends
 
@@ -167,7 +189,8 @@ def _held_out(obs: Any, fit: Any, tr: Trace, band_z: float | None = None) -> dic
     clients = _clients(tr, *load_phase(tr))
     meas = measured(clients)
     row: dict[str, Any] = {"trace": tr.path, "slots": tr.slots(), "measured": _measured_row(meas)}
-    sends = sorted(t for t, _ in clients)
+    ordered = sorted(clients, key=lambda c: c[0])
+    sends = [t for t, _ in ordered]
     if not sends or meas.requests == 0:
         row["refused"] = "no client records in the load phase"
         return row
@@ -180,6 +203,12 @@ def _held_out(obs: Any, fit: Any, tr: Trace, band_z: float | None = None) -> dic
             output_tokens=meas.gen_tokens,
             span=arrivals[-1] or obs.load.span,
             arrival_rate=len(arrivals) / (arrivals[-1] or 1.0),
+            prompts=tuple(
+                float(r["prompt_tokens"])
+                if isinstance(r.get("prompt_tokens"), (int, float))
+                else meas.prompt_tokens
+                for _, r in ordered
+            ),
         ),
     )
     _predict_into(row, there, fit, arrivals, band_z)
@@ -196,7 +225,9 @@ def offered(trace: Trace) -> float | None:
     return float(rate) if rate is not None else None
 
 
-def calibrate(paths: Iterable[str | Path], band_z: float | None = None) -> dict[str, Any]:
+def calibrate(
+    paths: Iterable[str | Path], band_z: float | None = None, fit_from: str = FIT_FROM
+) -> dict[str, Any]:
     """Fit the twin on each run's load phase and predict every other run (its slot count,
     under its own recorded load); how often the measured figures fall in the band.
 
@@ -212,7 +243,7 @@ def calibrate(paths: Iterable[str | Path], band_z: float | None = None) -> dict[
     for src in traces:
         about = {"trace": _name(src), "slots": src.slots(), "rate": offered(src)}
         try:
-            obs, fit, sends = fit_trace(src)
+            obs, fit, sends = fit_trace(src, fit_from)
         except NotEnough as exc:
             fits.append({**about, "refused": str(exc)})
             continue
@@ -319,4 +350,5 @@ def _fit_row(fit: Any) -> dict[str, Any]:
         "k_source": fit.k_source,
         "batch": [fit.batch_min, fit.batch_max],
         "residual": fit.residual,
+        "overhead_ms": quantile(fit.overhead, 0.5) * 1e3 if fit.overhead else None,
     }

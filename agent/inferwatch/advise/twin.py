@@ -21,6 +21,9 @@ The model (docs/advise.md, "What-if"):
   lengths; ``slots`` of them run at once (fewer where the KV pool runs out), the
   rest wait first-come first-served. TTFT is the wait plus the prefill step(s) that
   give the first token.
+- where the clients' own per-request records are at hand (a trace whose clients
+  streamed), :func:`fit_requests` fits the same curve one row per request (a lightly
+  loaded run fits too) and the overhead each client adds to its TTFT.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class Load:
     #: the arrival rate piece by piece, (start, end, requests/s) from the span's start:
     #: a load that rose and fell within the span is replayed as it came, not averaged
     pieces: tuple[tuple[float, float, float], ...] = ()
+    #: prompt tokens of each replayed arrival, in the arrivals' order (empty: the mean)
+    prompts: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,14 @@ class StepFit:
     #: the batch (time-weighted mean over the busy windows) whose step time the slope's
     #: range keeps: a steeper slope is a cheaper fixed cost there
     b_ref: float = 0.0
+    #: what a request's client sees on top of the engine's wait and prefill step (HTTP,
+    #: tokenization, the first streamed chunk, the step in flight when it came): evenly
+    #: spaced quantiles of that per-request cost, seconds (empty: not known, taken as 0)
+    overhead: tuple[float, ...] = ()
+    #: the step time's relative range from the fit's own uncertainty (5th-95th
+    #: percentile of resampled fits at ``b_ref``, as factors; None: the residual is used)
+    speed_lo: float | None = None
+    speed_hi: float | None = None
 
     def step(self, decoding: float, prompt: float = 0.0) -> float:
         return self.a + self.k * decoding + self.p * prompt
@@ -281,6 +294,186 @@ def _slope_spread(busy: Sequence[Interval], k: float) -> tuple[float, float]:
     return min(k, quantile(ks, BOOTSTRAP_TAIL)), max(k, quantile(ks, 1 - BOOTSTRAP_TAIL))
 
 
+# --------------------------------------------------------------------------- from requests
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as its client saw it (a trace's client record): sent at ``sent``, the
+    first token ``ttft`` later, the last ``e2e`` after sending."""
+
+    sent: float
+    ttft: float
+    e2e: float
+    prompt: float
+    generated: float
+
+
+#: the least requests, with a first and a last token, a fit from requests needs
+MIN_REQUESTS = 20
+#: quantiles of the per-request overhead kept in a fit
+OVERHEAD_QUANTILES = 20
+
+
+def _gram(
+    rows: Sequence[Sequence[float]], ys: Sequence[float], weights: Sequence[float] | None = None
+) -> tuple[list[list[float]], list[float], float]:
+    """X'WX, X'Wy and y'Wy of weighted rows."""
+    n = len(rows[0])
+    w = weights or [1.0] * len(rows)
+    g = [[0.0] * n for _ in range(n)]
+    v = [0.0] * n
+    yy = 0.0
+    for r, y, wt in zip(rows, ys, w, strict=True):
+        if not wt:
+            continue
+        for i in range(n):
+            ri = r[i] * wt
+            v[i] += ri * y
+            for j in range(i, n):
+                g[i][j] += ri * r[j]
+        yy += wt * y * y
+    for i in range(n):
+        for j in range(i):
+            g[i][j] = g[j][i]
+    return g, v, yy
+
+
+def _nnls_gram(g: list[list[float]], v: list[float], yy: float) -> list[float]:
+    """Non-negative least squares from the normal equations: the best all-positive subset."""
+    n = len(v)
+    best: tuple[float, list[float]] | None = None
+    for size in range(n, 0, -1):
+        for cols in itertools.combinations(range(n), size):
+            sub_rows = [[g[i][j] for j in cols] for i in cols]
+            sol = _solve_square(sub_rows, [v[i] for i in cols])
+            if sol is None or any(x < 0 for x in sol):
+                continue
+            coef = [0.0] * n
+            for c, x in zip(cols, sol, strict=True):
+                coef[c] = x
+            err = (
+                yy
+                - 2 * sum(c * x for c, x in zip(coef, v, strict=True))
+                + sum(coef[i] * g[i][j] * coef[j] for i in range(n) for j in range(n))
+            )
+            if best is None or err < best[0] - 1e-15 * max(yy, 1e-30):
+                best = (err, coef)
+    return best[1] if best else [0.0] * n
+
+
+def _solve_square(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """m x = v by Gaussian elimination; None if singular."""
+    n = len(v)
+    m = [row[:] for row in m]
+    v = v[:]
+    scale = max(abs(m[i][i]) for i in range(n)) or 1.0
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) <= 1e-12 * scale:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        v[col], v[piv] = v[piv], v[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for c in range(col, n):
+                    m[r][c] -= f * m[col][c]
+                v[r] -= f * v[col]
+    return [v[i] / m[i][i] for i in range(n)]
+
+
+def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = False) -> StepFit:
+    """The step curve and the per-request overhead from the clients' own records.
+
+    Each request's decode (first token to last) took ``generated - 1`` steps; the
+    requests decoding beside it (time-weighted over its decode) give the batch, the
+    prompts of requests whose first token came meanwhile the prefill done in its steps:
+    ``decode time = a x steps + k x steps x batch + p x prompt tokens``, one row per
+    request, so a lightly loaded run (a batch from 1 up) fits as well as a busy one,
+    and a run mixing prompt lengths tells ``p`` from ``a``. A request that came to a free
+    slot waited for nothing: its TTFT less its prefill step (``a + k x decoding + p x
+    its prompt``) is what the client adds (its overhead), kept as quantiles.
+    """
+    rs = [r for r in requests if r.ttft > 0 and r.e2e > r.ttft and r.generated >= 2]
+    if len(rs) < MIN_REQUESTS:
+        raise NotEnough(
+            f"{len(rs)} request(s) with a first and a last token, {MIN_REQUESTS} needed: "
+            "observe the worker longer, while it serves"
+        )
+    first = [r.sent + r.ttft for r in rs]
+    last = [r.sent + r.e2e for r in rs]
+    rows, ys, batch = [], [], []
+    for i, r in enumerate(rs):
+        span = last[i] - first[i]
+        overlap = sum(
+            max(0.0, min(last[i], last[j]) - max(first[i], first[j])) for j in range(len(rs))
+        )
+        b = overlap / span
+        prompt = sum(
+            rs[j].prompt for j in range(len(rs)) if j != i and first[i] < first[j] < last[i]
+        )
+        steps = r.generated - 1
+        rows.append([steps, steps * b, prompt])
+        ys.append(span)
+        batch.append(b)
+    b_min, b_max = min(batch), max(batch)
+    total_steps = sum(row[0] for row in rows)
+    b_ref = sum(row[1] for row in rows) / total_steps
+    g, v, yy = _gram(rows, ys)
+    if b_max / b_min >= SPREAD_FOR_SLOPE:
+        a, k, p = _nnls_gram(g, v, yy)
+        source = "fitted (client records)"
+    else:
+        s0, p = _nnls_gram(*_gram([[row[0], row[2]] for row in rows], ys))
+        if s0 <= 0:
+            raise NotEnough("no decode step time in the records: observe the worker longer")
+        k = 0.9 * s0 / b_ref if compute_bound else min(p, 0.9 * s0 / b_ref)
+        a = s0 - k * b_ref
+        source = "assumed k = p (observed batch sizes span too little to fit it; client records)"
+    if a <= 0 and k <= 0:
+        raise NotEnough("the decode times do not fit a + k x batch: observe a steadier load")
+    pred = [a * row[0] + k * row[1] + p * row[2] for row in rows]
+    resid = math.sqrt(sum((y - q) ** 2 for y, q in zip(ys, pred, strict=True)) / len(ys))
+    # resampled fits (seeded): the slope's range and the step time's at b_ref
+    rng = random.Random(0)
+    ks, speeds = [], []
+    base = a + k * b_ref
+    for _ in range(BOOTSTRAP):
+        w = [0.0] * len(rows)
+        for _ in rows:
+            w[rng.randrange(len(rows))] += 1.0
+        if source.startswith("fitted"):
+            a_, k_, _p = _nnls_gram(*_gram(rows, ys, w))
+        else:
+            s_, _p = _nnls_gram(*_gram([[row[0], row[2]] for row in rows], ys, w))
+            a_, k_ = s_ - k * b_ref, k
+        ks.append(k_)
+        speeds.append((a_ + k_ * b_ref) / base if base > 0 else 1.0)
+    if source.startswith("fitted"):
+        k_lo = min(k, quantile(ks, BOOTSTRAP_TAIL))
+        k_hi = max(k, quantile(ks, 1 - BOOTSTRAP_TAIL))
+    else:
+        k_lo, k_hi = 0.0, max(k, 0.95 * base / b_ref)
+    # the overhead: TTFT less the prefill step, for the requests that found a free slot
+    extra = []
+    for i, r in enumerate(rs):
+        open_ = sum(1 for j in range(len(rs)) if j != i and rs[j].sent <= r.sent < last[j])
+        if open_ >= slots:
+            continue
+        decoding = sum(1 for j in range(len(rs)) if j != i and first[j] <= r.sent < last[j])
+        extra.append(r.ttft - (a + k * decoding + p * r.prompt))
+    overhead = tuple(
+        quantile(extra, (q + 0.5) / OVERHEAD_QUANTILES) for q in range(OVERHEAD_QUANTILES)
+    ) if extra else ()  # fmt: skip
+    return StepFit(
+        a, k, p, source, b_min, b_max, len(rs), resid / (sum(ys) / len(ys)),
+        k_lo=k_lo, k_hi=k_hi, b_ref=b_ref, overhead=overhead,
+        speed_lo=min(1.0, quantile(speeds, BOOTSTRAP_TAIL)),
+        speed_hi=max(1.0, quantile(speeds, 1 - BOOTSTRAP_TAIL)),
+    )  # fmt: skip
+
+
 #: the band's speed: the step times scaled by 1 -/+ BAND_Z x the fit's residual (the
 #: spread of the windows' step times about the fit: a later stretch of serving runs as
 #: much faster or slower as the windows did), the residual taken as SPEED_FLOOR at least.
@@ -289,19 +482,35 @@ def _slope_spread(busy: Sequence[Interval], k: float) -> tuple[float, float]:
 #: "Calibration"; tests/unit/test_whatif_calibration.py)
 BAND_Z = 2.5
 SPEED_FLOOR = 0.10
+#: a fit from client records (:func:`fit_requests`): the speed's standard deviation is
+#: its resampled fits' (5th-95th percentile / 3.29), taken as RUN_SPEED_FLOOR at least
+#: (another run, another server process: its speed moves more than one fit's samples say)
+RUN_SPEED_FLOOR = 0.14
+
+
+def speed_spread(fit: StepFit, z: float = BAND_Z) -> float:
+    """How far the band's ends scale the step time (and the overhead), each way."""
+    if fit.speed_lo is not None and fit.speed_hi is not None:
+        return z * max((fit.speed_hi - fit.speed_lo) / 3.29, RUN_SPEED_FLOOR)
+    return z * max(fit.residual, SPEED_FLOOR)
 
 
 def band_fits(fit: StepFit, z: float = BAND_Z) -> list[StepFit]:
     """The fits at the corners of the fit's uncertainty: each end of the slope's range
     (the step time at ``b_ref`` kept) at each end of the speed's range."""
-    spread = z * max(fit.residual, SPEED_FLOOR)
+    spread = speed_spread(fit, z)
     k_lo = fit.k if fit.k_lo is None else fit.k_lo
     k_hi = fit.k if fit.k_hi is None else fit.k_hi
     out = []
     for k in sorted({k_lo, k_hi}):
         a = max(0.0, fit.a + (fit.k - k) * fit.b_ref)
         for scale in (max(0.05, 1 - spread), 1 + spread):
-            out.append(replace(fit, a=a * scale, k=k * scale, p=fit.p * scale))
+            out.append(
+                replace(
+                    fit, a=a * scale, k=k * scale, p=fit.p * scale,
+                    overhead=tuple(o * scale for o in fit.overhead),
+                )
+            )  # fmt: skip
     return out
 
 
@@ -333,6 +542,9 @@ class Outcome:
     requests: int
     running_mean: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: the span throughput is counted over, and the mean answer time (send to last token)
+    window: float = 0.0
+    e2e_mean: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -373,6 +585,14 @@ def simulate(
         times = list(arrivals)
     prompt = max(1, round(load.prompt_tokens))
     output = max(1, round(load.output_tokens))
+    # each arrival's own prompt where the replayed load gives them
+    prompts = (
+        [max(1.0, float(x)) for x in load.prompts]
+        if arrivals is not None and len(load.prompts) == len(times)
+        else [float(prompt)] * len(times)
+    )
+    over = random.Random(seed + 1000)
+    overhead = list(fit.overhead)
     per_seq = prompt + output
     kv_slots = setting.slots
     notes = []
@@ -389,6 +609,7 @@ def simulate(
     # active: [arrival, prompt left, output left, first token seen]
     active: list[list[float]] = []
     ttfts: list[float] = []
+    e2es: list[float] = []
     t = 0.0
     generated = 0.0
     busy = 0.0
@@ -403,8 +624,8 @@ def simulate(
             t = pending[0][1]
             continue
         while waiting and len(active) < kv_slots:
-            _, arrived = waiting.popleft()
-            active.append([arrived, float(prompt), float(output), 0.0])
+            n, arrived = waiting.popleft()
+            active.append([arrived, prompts[n], float(output), 0.0])
         budget = float(setting.batch_tokens)
         decoding = [s for s in active if s[1] <= 0]
         budget -= len(decoding)
@@ -430,11 +651,12 @@ def simulate(
             s[2] -= 1
             generated += 1
         for s in finishing_prompt:
-            ttfts.append(t - s[0])
+            ttfts.append(t - s[0] + (overhead[over.randrange(len(overhead))] if overhead else 0.0))
             s[2] -= 1
             generated += 1
         done = [s for s in active if s[2] <= 0]
         if done:
+            e2es.extend(t - s[0] for s in done)
             last_done = t
             active = [s for s in active if s[2] > 0]
     end = max(last_done, load.span) or 1.0
@@ -450,4 +672,6 @@ def simulate(
         requests=len(ttfts) * setting.replicas,
         running_mean=running_area / end * setting.replicas,
         notes=notes,
+        window=window or 1.0,
+        e2e_mean=sum(e2es) / len(e2es) if e2es else 0.0,
     )

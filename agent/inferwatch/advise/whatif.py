@@ -22,7 +22,7 @@ from typing import Any
 
 from inferwatch.advise.twin import (
     BAND_Z,
-    SPEED_FLOOR,
+    RUN_SPEED_FLOOR,
     Interval,
     Load,
     NotEnough,
@@ -32,6 +32,7 @@ from inferwatch.advise.twin import (
     band_fits,
     fit_steps,
     simulate,
+    speed_spread,
 )
 from inferwatch.engines import contract as c
 from inferwatch.errors import ConfigError, UsageError
@@ -639,6 +640,20 @@ def observed_figures(obs: Observed) -> dict[str, float | None]:
     }
 
 
+def _resolution(
+    band: tuple[Figures, Figures], out: Outcome, arrivals: Sequence[float] | None
+) -> tuple[Figures, Figures]:
+    """A replayed load's throughput band widened by one answer's time over the window:
+    the span ends with one request's last token, so the figure is no finer than that."""
+    if arrivals is None or not out.window or not out.e2e_mean:
+        return band
+    d = out.e2e_mean / out.window
+    lo, hi = band
+    return replace(lo, throughput=lo.throughput * (1 - d)), replace(
+        hi, throughput=hi.throughput * (1 + d)
+    )
+
+
 def predict(
     obs: Observed,
     flag: str,
@@ -697,14 +712,21 @@ def predict(
             n = run_twin(f, obs, setting, arrivals) if setting != base else b
             now_runs.append(figures(b, base, obs, b.busy))
             new_runs.append(figures(n, setting, obs, b.busy))
-        current_band, band = envelope(now_runs), envelope(new_runs)
+        current_band = _resolution(envelope(now_runs), now, arrivals)
+        band = _resolution(envelope(new_runs), new, arrivals)
         k_lo = fit.k if fit.k_lo is None else fit.k_lo
         k_hi = fit.k if fit.k_hi is None else fit.k_hi
         range_note += (
             f"; band: slope {k_lo * 1e3:.3f}-{k_hi * 1e3:.3f} ms per sequence "
             + ("(5-95% of refits)" if fit.k_source == "fitted" else "(flat to proportional)")
-            + f", speed -/+{max(fit.residual, SPEED_FLOOR) * band_z:.0%}"
-            + (" (the fit's residual)" if band_z == 1 else f" ({band_z:g} x the fit's residual)")
+            + f", speed -/+{speed_spread(fit, band_z):.0%}"
+            + (
+                f" ({band_z:g} x the resampled fits' spread, {RUN_SPEED_FLOOR:.0%} at least)"
+                if fit.speed_lo is not None
+                else " (the fit's residual)"
+                if band_z == 1
+                else f" ({band_z:g} x the fit's residual)"
+            )
         )
     trust = None
     if (arrivals is None if check is None else check) and current_band is not None:
