@@ -18,9 +18,10 @@ import math
 
 from tests.support import scenarios as S
 
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import load_thresholds
-from inferwatch.report import fmt, render
+from inferwatch.report import render
 from inferwatch.report.build import build_report
 from inferwatch.report.cost import RawCost, cost_section
 from inferwatch.report.insights import loops_by_model

@@ -14,8 +14,9 @@ from tests.support.proc import free_port
 
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack import fmt
 from inferwatch.pack.thresholds import load_thresholds
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.build import build_report
 from inferwatch.report.cli import parse_end
 from inferwatch.report.model import (
@@ -112,19 +113,19 @@ def test_period_days() -> None:
     p = Period(END, 7)
     ends = p.day_ends()
     assert len(ends) == 14 and ends[-1] == END and ends[6] == p.start
-    assert fmt.day(p.day_starts()[7]) == "Mon 16 Nov"
+    assert words.day(p.day_starts()[7]) == "Mon 16 Nov"
 
 
 # -------------------------------------------------------------------- formatting
 
 
 def test_change_and_delta_text() -> None:
-    assert fmt.delta(Change(4.29, 1.75), "rel") == "▲ 145%"
-    assert fmt.delta(Change(0.93, 0.86), "pts") == "▲ 7 pts"
-    assert fmt.delta(Change(100.0, 100.5), "rel") == "▶ 0%"
-    assert fmt.delta(Change(3600.0, 7200.0), "abs_seconds") == "▼ 1h 00m"
-    assert fmt.delta(Change(5.0, None), "rel") == "new"
-    assert fmt.delta(Change(None, 5.0), "rel") == ""
+    assert words.delta(Change(4.29, 1.75), "rel") == "▲ 145%"
+    assert words.delta(Change(0.93, 0.86), "pts") == "▲ 7 pts"
+    assert words.delta(Change(100.0, 100.5), "rel") == "▶ 0%"
+    assert words.delta(Change(3600.0, 7200.0), "abs_seconds") == "▼ 1h 00m"
+    assert words.delta(Change(5.0, None), "rel") == "new"
+    assert words.delta(Change(None, 5.0), "rel") == ""
     assert Change(2.0, 0.0).ratio is None and Change(2.0, 0.0).direction() == "up"
 
 

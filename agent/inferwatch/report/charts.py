@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.model import DAY, LATENCY_NAMES
 from inferwatch.report.summary import BAND_NAMES, BANDS, Report
 
@@ -82,7 +83,7 @@ def _values(xs: Sequence[float], ys: Sequence[float | None]) -> tuple[list[float
 def _before(report: Report) -> str:
     """The period before this one, as the charts name it: ``last week``."""
     days = report.period.days
-    return "last week" if days == 7 else f"the {fmt.span(days)} before"
+    return "last week" if days == 7 else f"the {words.span(days)} before"
 
 
 def _day_axis(ax: Any, report: Report, back: Any) -> None:
@@ -92,12 +93,12 @@ def _day_axis(ax: Any, report: Report, back: Any) -> None:
     ax.set_xlim(report.period.start, report.period.end)
     ax.set_xticks([s + DAY / 2 for s in starts])
     ax.set_xticklabels(
-        _thin([fmt.day_label(report.period, report.period.days + i) for i in range(len(starts))])
+        _thin([words.day_label(report.period, report.period.days + i) for i in range(len(starts))])
     )
     for s in starts:
         back.axvline(s, color=GRID, linewidth=0.8, zorder=0)
-        # a day is the weekend when its name is (fmt.day_label: the day its window ends on)
-        if fmt.day(s + DAY - 1).startswith(("Sat", "Sun")):
+        # a day is the weekend when its name is (words.day_label: the day its window ends on)
+        if words.day(s + DAY - 1).startswith(("Sat", "Sun")):
             back.axvspan(s, s + DAY, color="#f2f4f7", zorder=0)
 
 
@@ -189,7 +190,7 @@ def latency(report: Report) -> list[Chart]:
     """Per model: daily P50/P95/P99 of TTFT, TPOT and end-to-end, with last week's P99."""
     charts = []
     days = report.period.days
-    labels = [fmt.day_label(report.period, i) for i in range(days, 2 * days)]
+    labels = [words.day_label(report.period, i) for i in range(days, 2 * days)]
     for m in report.models:
         names = [n for n in ("ttft", "tpot", "e2e") if n in m.total.latency]
         if not names:
@@ -280,7 +281,7 @@ def bands(report: Report) -> Chart | None:
     ax.set_yticks([r[0] for r in rows])
     ax.set_yticklabels([r[1] for r in rows], fontsize=8, color=INK)
     ax.set_xticks([d + 0.48 for d in range(days)])
-    ax.set_xticklabels(_thin([fmt.day_label(report.period, days + d) for d in range(days)]))
+    ax.set_xticklabels(_thin([words.day_label(report.period, days + d) for d in range(days)]))
     ax.set_xlim(-0.05, days)
     from matplotlib.patches import Patch
 
@@ -352,13 +353,13 @@ def vram(report: Report) -> Chart | None:
     ax.set_ylim(max(0.0, low - 0.1), 1.0)
     ax.yaxis.set_major_formatter(_percent_formatter())
     ax.set_xticks(xs)
-    ax.set_xticklabels(_thin([fmt.day_label(report.period, days + d) for d in xs]))
+    ax.set_xticklabels(_thin([words.day_label(report.period, days + d) for d in xs]))
     ax.legend(loc="lower left", frameon=False, fontsize=8, ncol=min(4, len(gpus)))
     fig.tight_layout()
     return Chart(
         "vram-peaks",
         "Daily memory peak per GPU (KV cache where the engine exports it, else VRAM)",
-        f"Daily memory peak of each GPU this {fmt.period_noun(report.period.days)}: the "
+        f"Daily memory peak of each GPU this {words.period_noun(report.period.days)}: the "
         f"KV-cache usage where the engine exports it, else NVML's VRAM level; "
         f"{_before(report)} dotted",
         _png(fig),

@@ -225,7 +225,7 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.report import budget as budget_mod
     from inferwatch.report import charts as charts_mod
-    from inferwatch.report import fmt, render
+    from inferwatch.report import render, words
     from inferwatch.report.build import build_report
     from inferwatch.report.cost import collect_cost, cost_section
     from inferwatch.report.insights import loops_by_model
@@ -306,8 +306,8 @@ def main(args: argparse.Namespace) -> int:
         return err.exit_code
     retried = f" ({client.retried} tried again)" if client.retried else ""
     say(
-        f"{client.queries} queries{retried} to {url} for {fmt.timestamp(period.start)} .. "
-        f"{fmt.timestamp(period.end)}"
+        f"{client.queries} queries{retried} to {url} for {words.timestamp(period.start)} .. "
+        f"{words.timestamp(period.end)}"
     )
 
     text = render.text(report, cost, budgets, whatif)

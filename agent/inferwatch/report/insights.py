@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.model import SLO_TARGET, mean
 from inferwatch.report.summary import (
     Finding,
@@ -115,15 +116,15 @@ def loops_by_model(found: Sequence[Finding]) -> Mapping[str, frozenset[str]]:
 
 
 def _days(report: Report, indices: Sequence[int]) -> str:
-    """The days as the tables name them (``fmt.day_name``): ``Sat 5 Dec, Sun 6 Dec``, and
+    """The days as the tables name them (``words.day_name``): ``Sat 5 Dec, Sun 6 Dec``, and
     for 24-hour windows (``--end now``) when they end, ``Sun 6 Dec (the 24 hours to
     18:00)``."""
     p = report.period
-    names = ", ".join(fmt.day_name(p, i) for i in indices)
+    names = ", ".join(words.day_name(p, i) for i in indices)
     if p.aligned:
         return names
     each = " each" if len(indices) > 1 else ""
-    return f"{names} (the 24 hours to {fmt.end_time(p)}{each})"
+    return f"{names} (the 24 hours to {words.end_time(p)}{each})"
 
 
 def _current_indices(report: Report) -> range:
@@ -176,7 +177,7 @@ def _slo_regressions(
         evidence = f"{label} P99 {fmt.seconds(p99.current)} this week"
         if p99.previous is not None:
             evidence += (
-                f" against {fmt.seconds(p99.previous)} the week before ({fmt.delta(p99, 'rel')})"
+                f" against {fmt.seconds(p99.previous)} the week before ({words.delta(p99, 'rel')})"
             )
         evidence += "."
         if first is not None:
@@ -368,7 +369,7 @@ def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
             f"Queue depth peaked at {fmt.count(peak)} with max_num_seqs "
             f"{fmt.count(w.capacity)} (or fewer, the running batch, while the KV cache was "
             f"full); over capacity on {_days(report, days)} "
-            f"({fmt.delta(over, 'abs_seconds')} against the week before).",
+            f"({words.delta(over, 'abs_seconds')} against the week before).",
             "The queue moves before utilization and latency do: scale out or rate-limit when it "
             "stays above capacity, rather than waiting for latency alerts. If VRAM allows, "
             "size --max-num-seqs with `inferwatch advise capacity`.",
@@ -390,7 +391,7 @@ def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
             _label("preemptions", "preemptions"),
             f"{w.worker}: {fmt.count(count)} requests preempted",
             f"The engine evicted running requests {fmt.count(count)} times this week "
-            f"({fmt.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
+            f"({words.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
             "before): its KV cache is too small for the batch.",
             " ".join((L.raise_kv_pool(), L.FP8_KV, L.fewer_seqs(), L.SCALE_OUT)),
             id="preemptions",
@@ -548,7 +549,7 @@ def _scale_review(report: Report, g: GpuFigures) -> Iterator[Finding]:
         "Scale review",
         f"{g.label}: above {line} busy for {fmt.percent(share.current)} of the week",
         f"Utilization P90 {fmt.percent(g.util['p90'].current if 'p90' in g.util else None)}; "
-        f"{fmt.delta(share, 'pts')} against the week before.",
+        f"{words.delta(share, 'pts')} against the week before.",
         "Review scaling out: near 80 %+ the P99 sits at its knee and a 10-20 % rise in traffic "
         f"makes it jump. Aim for the {fmt.percent(report.bands.healthy_low)}-"
         f"{fmt.percent(report.bands.healthy_high)} band.",

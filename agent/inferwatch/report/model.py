@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferwatch.stats import histogram_quantile
+from inferwatch.stats import Over, histogram_quantile
 
 DAY = 86400.0
 QUANTILES = (0.5, 0.95, 0.99)
@@ -256,18 +256,6 @@ def observations(buckets: Buckets | None) -> float:
     if not buckets or not math.isinf(buckets[-1][0]):
         return 0.0
     return buckets[-1][1]
-
-
-class Over(float):
-    """A quantile past a histogram's largest finite bucket: only "over" that bound is known.
-
-    Its value is the bound (a floor: comparisons and sums read it as one), and the
-    report prints it as "over 60 s", never as a number: PromQL's ``histogram_quantile``
-    returns the bound itself there, which reads as a measured figure.
-    """
-
-    def __repr__(self) -> str:
-        return f"Over({float(self)!r})"
 
 
 def quantile(q: float, buckets: Buckets | None, at_most: float | None = None) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.cost import CostSection
 from inferwatch.report.model import Daily
 from inferwatch.report.summary import Report, ScopeFigures
@@ -32,7 +32,7 @@ def rows_for(
             continue  # no data is a missing row, never a zero
         out.append(
             [
-                fmt.day_date(p, i),
+                words.day_date(p, i),
                 "current" if i >= p.days else "previous",
                 scope,
                 model,
@@ -49,7 +49,7 @@ def rows_for(
 def csv_name(report: Report) -> str:
     """The mailed CSV's file name, after the period's last day as the CSV dates it."""
     p = report.period
-    return f"inferwatch-daily-{fmt.day_date(p, 2 * p.days - 1)}.csv"
+    return f"inferwatch-daily-{words.day_date(p, 2 * p.days - 1)}.csv"
 
 
 def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from html import escape
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.charts import Chart
 from inferwatch.report.cost import CostSection
@@ -161,7 +162,7 @@ def _daily_latency(report: Report, m: ModelFigures) -> str:
     rows = []
     for i in range(p.days, 2 * p.days):
         cells = [
-            td(fmt.day_label(p, i), align="left"),
+            td(words.day_label(p, i), align="left"),
             td(fmt.count(m.total.requests_daily[i])),
         ]
         for n in names:
@@ -225,7 +226,7 @@ def _model_section(report: Report, m: ModelFigures, charts: dict[str, Chart], sr
         para(
             f"SLO met: share of requests (TTFT) and of output tokens (TPOT) within the P99 SLO "
             f"({', '.join(slos)}); the SLO holds at {fmt.percent(SLO_TARGET)}. Deltas compare with "
-            f"the {fmt.span(report.period.days)} before.",
+            f"the {words.span(report.period.days)} before.",
             muted=True,
         )
     )
@@ -304,7 +305,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
     parts.append(html_table(head, rows))
     parts.append(
         para(
-            f"Busy: GPU utilization, percentiles over the {fmt.period_noun(p.days)}'s samples. "
+            f"Busy: GPU utilization, percentiles over the {words.period_noun(p.days)}'s samples. "
             "Low: between the waste band and the healthy band. Memory peak: the KV-cache "
             "usage of the workers on the GPU where their engine exports one (an engine that "
             "pre-allocates, such as vLLM, holds NVML's VRAM level flat at its reservation), "
@@ -324,7 +325,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
 def _memory_days(report: Report) -> str:
     """Each GPU's memory peak per day, red from the VRAM scale line up."""
     p = report.period
-    head = ["Memory peak", *[fmt.day_label(p, i) for i in range(p.days, 2 * p.days)]]
+    head = ["Memory peak", *[words.day_label(p, i) for i in range(p.days, 2 * p.days)]]
     rows = []
     for g in report.gpus:
         cells = [td(f"{g.label} ({g.memory_source})", align="left")]
@@ -343,7 +344,7 @@ def _alerts_section(report: Report) -> str:
     if not report.alerts:
         parts.append(
             para(
-                f"No alert fired in either {fmt.period_noun(report.period.days)}. "
+                f"No alert fired in either {words.period_noun(report.period.days)}. "
                 "(If no alerting rules are loaded in "
                 "this Prometheus, nothing can show here.)",
                 muted=True,
@@ -398,7 +399,7 @@ def html(
     body.append(
         h2(
             "What to look at",
-            f"the guide's closed loops applied to this {fmt.period_noun(report.period.days)}",
+            f"the guide's closed loops applied to this {words.period_noun(report.period.days)}",
         )
     )
     body.append(_findings(report))
@@ -418,7 +419,7 @@ def html(
             )
             + "</ul>"
         )
-    footer = f"Generated {fmt.timestamp(report.generated_at)} by inferwatch report"
+    footer = f"Generated {words.timestamp(report.generated_at)} by inferwatch report"
     if source:
         footer += f" from {source}"
     footer += ". The daily figures are in the attached CSV."

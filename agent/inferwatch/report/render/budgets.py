@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
 from inferwatch.report.budget import TITLES as SLO_TITLES
 from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.render.common import text_table

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.render.common import text_table
 from inferwatch.report.render.htmlkit import h2, html_table, para, td
 from inferwatch.report.summary import Report
@@ -24,7 +25,7 @@ def whatif_rows(w: WhatIfSection) -> list[list[str]]:
     rows = []
     for c in w.changes:
         change = f"{c.flag} {c.old} -> {c.new}" if c.old else f"{c.flag} -> {c.new}"
-        head = [fmt.timestamp(c.at), c.worker, change]
+        head = [words.timestamp(c.at), c.worker, change]
         if not c.figures:
             rows.append([*head, fmt.DASH, fmt.DASH, fmt.DASH, fmt.DASH])
         for i, f in enumerate(c.figures):
@@ -64,7 +65,7 @@ def whatif_section(report: Report, w: WhatIfSection | None) -> str:
         h2(
             "What-if advice, checked",
             "advise --shadow: the prediction made before each launch-flag change this "
-            f"{fmt.period_noun(report.period.days)} against what followed",
+            f"{words.period_noun(report.period.days)} against what followed",
         )
         + para(whatif_summary(w))
         + html_table(WHATIF_HEAD, rows)
