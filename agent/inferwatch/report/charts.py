@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferwatch.pack import fmt
+from inferwatch.pack import loops as L
 from inferwatch.report import words
 from inferwatch.report.model import DAY, LATENCY_NAMES
-from inferwatch.report.summary import BAND_NAMES, BANDS, Report
+from inferwatch.report.summary import BAND_NAMES, BANDS, Report, band_ranges
 
 INK = "#1f2933"
 MUTED = "#7b8794"
@@ -123,8 +124,9 @@ def three_curves(report: Report) -> Chart | None:
     right.set_ylim(0, 1.0)
     right.yaxis.set_major_formatter(_percent_formatter())
     handles = []
-    b = report.bands
-    right.axhspan(b.healthy_low, b.healthy_high, color=BAND_COLORS["healthy"], alpha=0.07)
+    t = report.thresholds
+    u = L.utilization_lines(t)
+    right.axhspan(u.healthy_low, u.healthy_high, color=BAND_COLORS["healthy"], alpha=0.07)
     if has_util:
         (line,) = right.plot(
             *_values(h.times, h.util_mean), color=UTIL, linewidth=1.6, label="GPU utilization (avg)"
@@ -138,7 +140,7 @@ def three_curves(report: Report) -> Chart | None:
             label="memory peak (KV cache where exported, else VRAM)",
         )
         handles.append(line)
-        right.axhline(b.vram_scale_above, color=VRAM, linewidth=0.8, linestyle=":")
+        right.axhline(t.vram.scale_above, color=VRAM, linewidth=0.8, linestyle=":")
     ax.set_zorder(right.get_zorder() + 1)
     ax.patch.set_visible(False)
     if has_lat:
@@ -149,7 +151,7 @@ def three_curves(report: Report) -> Chart | None:
             label=f"{h.latency_name} P99",
         )
         handles.append(line)
-        slo = b.ttft_p99_slo_seconds if h.latency_name == "TTFT" else None
+        slo = t.ttft.p99_slo_seconds if h.latency_name == "TTFT" else None
         top = max(v for v in h.latency_p99 if v is not None)
         if slo is not None:
             ax.axhline(slo, color=LATENCY, linewidth=0.9, linestyle="--")
@@ -183,7 +185,7 @@ def three_curves(report: Report) -> Chart | None:
 def _percent_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda v, _pos: f"{v * 100:.0f}%")
+    return FuncFormatter(lambda v, _pos: fmt.percent(v))
 
 
 def latency(report: Report) -> list[Chart]:
@@ -208,7 +210,7 @@ def latency(report: Report) -> list[Chart]:
                     markersize=3,
                     color=QUANTILE_COLORS[q],
                     linewidth=1.6,
-                    label=f"P{q * 100:g}",
+                    label=fmt.quantile(q),
                 )
             ax.plot(
                 *_values(xs, lat.daily[0.99][:days]),
@@ -285,13 +287,7 @@ def bands(report: Report) -> Chart | None:
     ax.set_xlim(-0.05, days)
     from matplotlib.patches import Patch
 
-    b = report.bands
-    ranges = {
-        "waste": f"< {b.waste_below * 100:.0f}%",
-        "low": f"{b.waste_below * 100:.0f}-{b.healthy_low * 100:.0f}%",
-        "healthy": f"{b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
-        "scale_review": f"> {b.scale_review_above * 100:.0f}%",
-    }
+    ranges = band_ranges(report.thresholds)
     ax.legend(
         handles=[Patch(color=BAND_COLORS[k], label=f"{BAND_NAMES[k]} {ranges[k]}") for k in BANDS],
         loc="upper left",
@@ -338,11 +334,11 @@ def vram(report: Report) -> Chart | None:
         )
         ax.plot(*_values(xs, prev), color=color, linewidth=0.9, linestyle=":")
         low = min([low, *[v for v in (*cur, *prev) if v is not None]])
-    b = report.bands
-    for line, text in ((b.vram_squeeze_above, "squeeze"), (b.vram_scale_above, "scale out")):
+    v = report.thresholds.vram
+    for line, text in ((v.squeeze_above, "squeeze"), (v.scale_above, "scale out")):
         ax.axhline(line, color=MUTED, linewidth=0.8, linestyle="--")
         ax.annotate(
-            f"{text} {line * 100:.0f}%",
+            f"{text} {fmt.percent(line)}",
             (xs[-1], line),
             xytext=(-2, 3),
             textcoords="offset points",

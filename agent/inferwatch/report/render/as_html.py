@@ -15,7 +15,7 @@ from inferwatch.report import words
 from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.charts import Chart
 from inferwatch.report.cost import CostSection
-from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change
+from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, p99_slo
 from inferwatch.report.render.budgets import budget_section
 from inferwatch.report.render.common import (
     LEVELS,
@@ -42,7 +42,15 @@ from inferwatch.report.render.htmlkit import (
     td,
 )
 from inferwatch.report.render.whatif import whatif_section
-from inferwatch.report.summary import BANDS, GpuFigures, ModelFigures, Report, ScopeFigures
+from inferwatch.report.summary import (
+    BAND_NAMES,
+    BANDS,
+    GpuFigures,
+    ModelFigures,
+    Report,
+    ScopeFigures,
+    band_ranges,
+)
 from inferwatch.report.whatif import WhatIfSection
 
 
@@ -218,9 +226,9 @@ def _model_section(report: Report, m: ModelFigures, charts: dict[str, Chart], sr
         rows.append(_scope_row(t, bold=True))
     parts.append(html_table(head, rows))
     slos = [
-        f"{LATENCY_NAMES[n]} {fmt.seconds(report.bands.slo(n))}"
+        f"{LATENCY_NAMES[n]} {fmt.seconds(p99_slo(report.thresholds, n))}"
         for n in ("ttft", "tpot")
-        if report.bands.slo(n) is not None
+        if p99_slo(report.thresholds, n) is not None
     ]
     parts.append(
         para(
@@ -250,7 +258,7 @@ def _band_cell(g: GpuFigures, band: str) -> str:
 def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str:
     if not report.gpus:
         return ""
-    b = report.bands
+    ranges = band_ranges(report.thresholds, gap="")
     parts = [
         h2(
             "GPUs",
@@ -266,10 +274,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         "P90",
         "P99",
         "SM active",
-        f"Waste <{b.waste_below * 100:.0f}%",
-        f"Low {b.waste_below * 100:.0f}-{b.healthy_low * 100:.0f}%",
-        f"Healthy {b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
-        f"Scale review >{b.scale_review_above * 100:.0f}%",
+        *[f"{BAND_NAMES[b].capitalize()} {ranges[b]}" for b in BANDS],
         "Memory peak",
         "Peak change",
     ]
@@ -298,7 +303,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
                 "lower",
             )
         )
-        trend = "" if g.pressure_trend is None else f"{g.pressure_trend * 100:+.0f} pts"
+        trend = "" if g.pressure_trend is None else fmt.points(g.pressure_trend, sign=True)
         cells.append(td(trend or fmt.DASH))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     p = report.period
@@ -332,7 +337,7 @@ def _memory_days(report: Report) -> str:
         for i in range(p.days, 2 * p.days):
             v = g.memory_daily[i]
             cell = td(fmt.percent(v))
-            if v is not None and v >= report.bands.vram_scale_above:
+            if v is not None and v >= report.thresholds.vram.scale_above:
                 cell = cell.replace("font-weight:400", f"font-weight:600;color:{BAD}")
             cells.append(cell)
         rows.append("<tr>" + "".join(cells) + "</tr>")
