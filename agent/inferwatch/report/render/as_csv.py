@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+from inferwatch.pack import fmt
 from inferwatch.report import words
 from inferwatch.report.cost import CostSection
 from inferwatch.report.model import Daily
@@ -60,7 +61,7 @@ def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:
     rows += rows_for(*args, "generation_tokens", s.generation_daily)
     for name, lat in s.latency.items():
         for q in (0.5, 0.95, 0.99):
-            rows += rows_for(*args, f"{name}_p{q * 100:g}_seconds", lat.daily[q])
+            rows += rows_for(*args, f"{name}_{fmt.quantile(q).lower()}_seconds", lat.daily[q])
         if lat.attainment_daily is not None:
             rows += rows_for(*args, f"{name}_slo_attainment_ratio", lat.attainment_daily)
     rows += rows_for(*args, "queue_depth_peak", s.queue_peak_daily)

@@ -15,7 +15,7 @@ from inferwatch.report.summary import Report
 
 def _objective_text(b: BudgetFigures) -> str:
     good = f"within {fmt.seconds(b.le)}" if b.le is not None else "without error or rejection"
-    return f"{b.objective * 100:g}% {good}"
+    return f"{fmt.pct(b.objective)} {good}"
 
 
 def budget_cells(b: BudgetFigures) -> list[str]:
