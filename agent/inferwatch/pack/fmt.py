@@ -73,11 +73,11 @@ def band(low: float | None, high: float | None, gap: str = " ") -> str:
 # --------------------------------------------------------------------------- measurements
 
 
-def percent(value: float | None, digits: int = 0, none: str = DASH) -> str:
-    """A share rounded: 0.304 -> ``30%`` (``digits`` decimals)."""
+def percent(value: float | None, digits: int = 0, none: str = DASH, sign: bool = False) -> str:
+    """A share rounded: 0.304 -> ``30%`` (``digits`` decimals; ``sign``: ``+30%``)."""
     if value is None:
         return none
-    return f"{value * 100:.{digits}f}%"
+    return f"{value * 100:{'+' if sign else ''}.{digits}f}%"
 
 
 def points(delta: float, sign: bool = False) -> str:

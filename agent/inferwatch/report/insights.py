@@ -258,7 +258,8 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
         "Long after a start the cold part is the prompt path: with a fixed system prompt, "
         "enable prefix caching (--enable-prefix-caching) and list the prompt under "
         "warmup.system_prompts; "
-        f"the guide reports {L.PREFIX_CACHE_TTFT_GAIN[0]:.0%}-{L.PREFIX_CACHE_TTFT_GAIN[1]:.0%} "
+        f"the guide reports {fmt.percent(L.PREFIX_CACHE_TTFT_GAIN[0])}-"
+        f"{fmt.percent(L.PREFIX_CACHE_TTFT_GAIN[1])} "
         "lower TTFT. Look for new long prompts too.",
         id="warmup",
         moves=(Move(R.PREFIX_CACHING, R.UP),),

@@ -39,7 +39,7 @@ def budget_section(report: Report, budgets: Sequence[BudgetFigures]) -> str:
     window = budgets[0].share_of_window
     sub = (
         f"share of each SLO's error budget this {report.period.days}-day period spent "
-        f"({window:.1%} of the SLO window)"
+        f"({fmt.percent(window, 1)} of the SLO window)"
     )
     rows = []
     for b in budgets:

@@ -35,7 +35,7 @@ def whatif_rows(w: WhatIfSection) -> list[list[str]]:
                     FIGURE_NAMES[f.figure],
                     _whatif_value(f.figure, f.predicted),
                     _whatif_value(f.figure, f.measured),
-                    f"{f.error:+.0%}" if f.error is not None else fmt.DASH,
+                    fmt.percent(f.error, sign=True),
                 ]
             )
     return rows
@@ -47,7 +47,7 @@ def whatif_summary(w: WhatIfSection) -> str:
     if not w.median_abs_error:
         return f"{changes} this period; no figure had both a prediction and an outcome."
     parts = ", ".join(
-        f"{FIGURE_NAMES[f]} {err:.0%} ({k})" for f, (err, k) in w.median_abs_error.items()
+        f"{FIGURE_NAMES[f]} {fmt.percent(err)} ({k})" for f, (err, k) in w.median_abs_error.items()
     )
     return f"Median absolute error over {changes}: {parts}."
 
