@@ -8,6 +8,7 @@
   (histogram buckets, counters) and answers "how much was added during the
   last W seconds", restarting at a counter reset instead of going negative.
 - :func:`least_squares_slope` gives the queue trend.
+- :class:`Over` marks a quantile past the largest finite bucket (only "over" it is known).
 - :func:`share_above` gives the share of a histogram's observations above a
   bound (the long prompts of advise and the report).
 """
@@ -20,6 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 INF = math.inf
+
+
+class Over(float):
+    """A quantile past a histogram's largest finite bucket: only "over" that bound is known.
+
+    Its value is the bound (a floor: comparisons and sums read it as one), and the
+    report prints it as "over 60 s", never as a number: PromQL's ``histogram_quantile``
+    returns the bound itself there, which reads as a measured figure.
+    """
+
+    def __repr__(self) -> str:
+        return f"Over({float(self)!r})"
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:

@@ -19,7 +19,6 @@ from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
-from inferwatch.report.model import bands_from_thresholds
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +40,7 @@ def test_the_report_from_prometheus_names_the_loops_the_alerts_raise(
         raw = prom.collect(S.REPORT_END, 1, T)
     finally:
         prom.stop()
-    report = build_report(raw, bands_from_thresholds(T))
+    report = build_report(raw, T)
     found = {f.id for f in report.findings if f.id}
     assert found == S.expected_loops(scenario), [
         (f.id, f.title, f.evidence) for f in report.findings

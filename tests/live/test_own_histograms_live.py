@@ -190,7 +190,7 @@ def test_the_weekly_report_counts_the_workers_latency_and_prompts(stack: Stack) 
     finally:
         load.stop()
     at = float(math.floor(time.time()))
-    c = Collector(PrometheusClient(stack.prom.url), Period(at, 1), thresholds=stack.thresholds)
+    c = Collector(PrometheusClient(stack.prom.url), Period(at, 1), stack.thresholds)
     rows = {w.worker: w for w in c.workers()}
 
     def total(buckets: Any) -> float:

@@ -251,10 +251,9 @@ def test_csv_gpu_figures(output: Path, tsdb: tuple[Path, fx.Truth]) -> None:
 def report(prom: PromOnBlocks) -> Any:
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.report.build import build_report
-    from inferwatch.report.model import bands_from_thresholds
 
-    bands = bands_from_thresholds(load_thresholds())
-    return build_report(prom.collect(fx.END, 7, bands.t), bands)
+    t = load_thresholds()
+    return build_report(prom.collect(fx.END, 7, t), t)
 
 
 def test_alerts_counted_and_timed(report: Any) -> None:

@@ -32,7 +32,6 @@ from inferwatch.report.model import (
     RawData,
     RawGpu,
     RawWorker,
-    bands_from_thresholds,
 )
 
 DAY = 86400
@@ -80,7 +79,7 @@ def _raw(period: Period, band_daily: dict[str, tuple[float, ...]] | None = None)
 
 
 def _text_and_html(period: Period, **kw: dict[str, tuple[float, ...]]) -> tuple[str, str]:
-    report = build_report(_raw(period, **kw), bands_from_thresholds(load_thresholds()))
+    report = build_report(_raw(period, **kw), load_thresholds())
     return render.text(report), render.html(report, [], lambda c: c.name)
 
 
@@ -94,7 +93,7 @@ def test_days_up_to_now_are_named_by_their_end() -> None:
     day_rows = [line.split("|")[0].strip() for line in text.splitlines() if "|" in line]
     assert "Mon 30 Nov" not in day_rows
     assert "2026-11-24 10:00 UTC – 2026-12-01 10:00 UTC" in render.title(
-        build_report(_raw(Period(TUESDAY_10, 7)), bands_from_thresholds(load_thresholds()))
+        build_report(_raw(Period(TUESDAY_10, 7)), load_thresholds())
     )
     assert "24-hour windows" in text
 
@@ -125,9 +124,7 @@ def test_gpu_table_shows_the_band_between_waste_and_healthy() -> None:
 
 
 def test_one_day_reads_as_one_day() -> None:
-    report = build_report(
-        _raw(Period(MONDAY_MIDNIGHT, 1)), bands_from_thresholds(load_thresholds())
-    )
+    report = build_report(_raw(Period(MONDAY_MIDNIGHT, 1)), load_thresholds())
     text, page = render.text(report), render.html(report, [], lambda c: c.name)
     findings = [(f.title, f.evidence, f.action) for f in report.findings]
     for out in (text, page.replace("&#x27;", "'")):

@@ -313,7 +313,7 @@ def test_report_error_budget_section_over_the_backfilled_week(
 def test_report_budget_rows_follow_the_entries_and_engines(tmp_path: Path) -> None:
     """Pure arithmetic of report/budget.py on hand-made data (no Prometheus)."""
     from inferwatch.report.budget import budgets
-    from inferwatch.report.model import Hourly, Period, RawData, RawWorker, bands_from_thresholds
+    from inferwatch.report.model import Hourly, Period, RawData, RawWorker
 
     t = load_thresholds(
         thresholds_file(
@@ -322,7 +322,6 @@ def test_report_budget_rows_follow_the_entries_and_engines(tmp_path: Path) -> No
             "      tpot: null\n      availability: null\n",
         )
     )
-    bands = bands_from_thresholds(t)
     period = Period(end=14 * 86400.0, days=7)
     # one day of buckets per day: 100 requests, 95 within 1 s, 98 within 2.5 s
     day = ((1.0, 95.0), (2.5, 98.0), (math.inf, 100.0))
@@ -352,7 +351,7 @@ def test_report_budget_rows_follow_the_entries_and_engines(tmp_path: Path) -> No
         Hourly((), (), "", (), ()),
         (),
     )
-    rows = {(b.model, b.kind): b for b in budgets(raw, bands)}
+    rows = {(b.model, b.kind): b for b in budgets(raw, t)}
     # "own" has only its TTFT objective (1 s, 90%): 5% bad = burn 0.5
     assert set(rows) == {("own", "ttft"), ("other", "ttft"), ("other", "availability")}
     own = rows[("own", "ttft")]

@@ -78,19 +78,11 @@ class PromOnBlocks:
 
     def collect(self, end: float, days: int, t: Any) -> Any:
         """What ``inferwatch report`` reads of these blocks: the ``days`` ending at ``end``."""
-        from inferwatch.report.model import Period, bands_from_thresholds
+        from inferwatch.report.model import Period
         from inferwatch.report.promapi import PrometheusClient
         from inferwatch.report.query import collect
 
-        bands = bands_from_thresholds(t)
-        return collect(
-            PrometheusClient(self.url),
-            Period(end, days),
-            waste_below=bands.waste_below,
-            healthy_band=(bands.healthy_low, bands.healthy_high),
-            scale_review_above=bands.scale_review_above,
-            thresholds=t,
-        )
+        return collect(PrometheusClient(self.url), Period(end, days), t)
 
     def stop(self) -> None:
         self.process.stop()

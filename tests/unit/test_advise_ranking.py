@@ -42,7 +42,6 @@ from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
-from inferwatch.report.model import bands_from_thresholds
 
 T = load_thresholds()
 SEEDS = (1, 2, 11)
@@ -185,7 +184,7 @@ def test_in_the_overload_the_first_item_is_the_paging_one(seed: int) -> None:
 
 
 def _report_moves(scenario: str, seed: int) -> list[Move]:
-    report = build_report(S.raw_data(S.run(scenario, seed), T), bands_from_thresholds(T))
+    report = build_report(S.raw_data(S.run(scenario, seed), T), T)
     return [m for f in report.findings for m in f.moves]
 
 
@@ -258,7 +257,7 @@ def test_running_out_is_measured_never_assumed() -> None:
 
 
 def test_the_report_ranks_with_the_same_order() -> None:
-    report = build_report(S.raw_data(S.run("overload", 1), T), bands_from_thresholds(T))
+    report = build_report(S.raw_data(S.run("overload", 1), T), T)
     act = [f for f in report.findings if f.level == "act" and f.id]
     severities = [R.severity(L.BY_ID[f.id].alerts) for f in act]
     assert severities == sorted(severities, key=lambda s: R.SEVERITIES.index(s or "warning"))

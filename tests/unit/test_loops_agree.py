@@ -33,7 +33,6 @@ from inferwatch.demo.conditions import alert_for, conditions, loops_of
 from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report.build import build_report
-from inferwatch.report.model import bands_from_thresholds
 
 T = load_thresholds()
 SEEDS = (1, 2, 11)
@@ -85,7 +84,7 @@ def test_advise_names_the_loops_the_alerts_raise(scenario: str, seed: int) -> No
 
 @pytest.mark.parametrize(("scenario", "seed"), CASES)
 def test_the_report_names_the_loops_the_alerts_raise(scenario: str, seed: int) -> None:
-    report = build_report(S.raw_data(S.run(scenario, seed), T), bands_from_thresholds(T))
+    report = build_report(S.raw_data(S.run(scenario, seed), T), T)
     found = {f.id for f in report.findings if f.id}
     assert found == S.expected_loops(scenario), [(f.id, f.title) for f in report.findings]
 

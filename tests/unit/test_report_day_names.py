@@ -25,7 +25,6 @@ from inferwatch.report.model import (
     RawData,
     RawGpu,
     RawWorker,
-    bands_from_thresholds,
 )
 from inferwatch.report.summary import Report
 
@@ -67,7 +66,7 @@ def _report(period: Period) -> Report:
         workers=("w0",),
     )
     raw = RawData(period, (worker,), (gpu,), (), Hourly((), (), "", (), ()), ())
-    return build_report(raw, bands_from_thresholds(load_thresholds()))
+    return build_report(raw, load_thresholds())
 
 
 def _csv_dates(report: Report, metric: str) -> list[str]:

@@ -18,7 +18,6 @@ from inferwatch.report.model import (
     Period,
     RawData,
     RawWorker,
-    bands_from_thresholds,
 )
 from inferwatch.report.summary import Finding
 
@@ -51,7 +50,7 @@ def long_tail(lengths: tuple[Buckets | None, ...] | None) -> Finding:
         prompt_lengths=lengths,
     )
     raw = RawData(period, (worker,), (), (), Hourly((), (), "", (), ()), ())
-    report = build_report(raw, bands_from_thresholds(load_thresholds()))
+    report = build_report(raw, load_thresholds())
     (finding,) = [f for f in report.findings if f.id == "long_tail"]
     return finding
 

@@ -18,9 +18,10 @@ import math
 
 from tests.support import scenarios as S
 
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack.thresholds import load_thresholds
-from inferwatch.report import fmt, render
+from inferwatch.report import render
 from inferwatch.report.build import build_report
 from inferwatch.report.cost import RawCost, cost_section
 from inferwatch.report.insights import loops_by_model
@@ -32,7 +33,6 @@ from inferwatch.report.model import (
     RawData,
     RawGpu,
     RawWorker,
-    bands_from_thresholds,
     quantile,
 )
 
@@ -46,7 +46,7 @@ def _cost_of(model: str) -> RawCost:
 
 
 def test_an_overloaded_model_is_not_called_a_warm_up_problem() -> None:
-    report = build_report(S.raw_data(S.run("overload", 1), T), bands_from_thresholds(T))
+    report = build_report(S.raw_data(S.run("overload", 1), T), T)
     (model,) = [m.total.model for m in report.models]
     # its first tokens were slow: queueing, far over the warm-up line, over the week
     ttft = report.models[0].total.latency["ttft"].week[0.95].current
@@ -65,7 +65,7 @@ def test_an_overloaded_model_is_not_called_a_warm_up_problem() -> None:
 
 
 def test_a_cold_start_is_the_warm_up_loop_and_idle_hours_alone_consolidate() -> None:
-    report = build_report(S.raw_data(S.run("cold-start", 1), T), bands_from_thresholds(T))
+    report = build_report(S.raw_data(S.run("cold-start", 1), T), T)
     (model,) = [m.total.model for m in report.models]
     loops = loops_by_model(report.findings)
     section = cost_section(_cost_of(model), Period(S.REPORT_END, 7), T, loops)
@@ -104,7 +104,7 @@ def _report(
         started=started,
     )
     raw = RawData(period, (worker,), (), (), Hourly((), (), "", (), ()), ())
-    report = build_report(raw, bands_from_thresholds(T))
+    report = build_report(raw, T)
     (w,) = report.models[0].workers
     return render.text(report), dict(w.latency)
 
@@ -172,7 +172,7 @@ def test_the_memory_peak_of_a_pre_allocating_engine_is_its_kv_cache() -> None:
         pressure_from="kv_cache",
     )
     raw = RawData(period, (), (gpu,), (), Hourly((), (), "", (), ()), ())
-    report = build_report(raw, bands_from_thresholds(T))
+    report = build_report(raw, T)
     (g,) = report.gpus
     assert g.memory_source == "KV cache" and g.memory_daily[7:] == kv[7:]
     text = render.text(report)
@@ -192,7 +192,7 @@ def test_the_memory_peak_of_a_pre_allocating_engine_is_its_kv_cache() -> None:
         Hourly((), (), "", (), ()),
         (),
     )
-    (g,) = build_report(plain, bands_from_thresholds(T)).gpus
+    (g,) = build_report(plain, T).gpus
     assert g.memory_source == "VRAM" and g.memory_daily == (0.97,) * n
 
 

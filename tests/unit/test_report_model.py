@@ -14,8 +14,9 @@ from tests.support.proc import free_port
 
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack import fmt
 from inferwatch.pack.thresholds import load_thresholds
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.build import build_report
 from inferwatch.report.cli import parse_end
 from inferwatch.report.model import (
@@ -26,7 +27,6 @@ from inferwatch.report.model import (
     RawGpu,
     RawWorker,
     alert_runs,
-    bands_from_thresholds,
     merge_buckets,
     quantile,
     share_within,
@@ -34,7 +34,7 @@ from inferwatch.report.model import (
 from inferwatch.report.promapi import MAX_POINTS, range_chunks
 from inferwatch.report.settings import SmtpSettings, load_settings
 
-BANDS = bands_from_thresholds(load_thresholds())
+T = load_thresholds()
 END = 1795392000.0  # Monday 2026-11-23 00:00 UTC
 
 # ------------------------------------------------------------------- arithmetic
@@ -112,19 +112,19 @@ def test_period_days() -> None:
     p = Period(END, 7)
     ends = p.day_ends()
     assert len(ends) == 14 and ends[-1] == END and ends[6] == p.start
-    assert fmt.day(p.day_starts()[7]) == "Mon 16 Nov"
+    assert words.day(p.day_starts()[7]) == "Mon 16 Nov"
 
 
 # -------------------------------------------------------------------- formatting
 
 
 def test_change_and_delta_text() -> None:
-    assert fmt.delta(Change(4.29, 1.75), "rel") == "▲ 145%"
-    assert fmt.delta(Change(0.93, 0.86), "pts") == "▲ 7 pts"
-    assert fmt.delta(Change(100.0, 100.5), "rel") == "▶ 0%"
-    assert fmt.delta(Change(3600.0, 7200.0), "abs_seconds") == "▼ 1h 00m"
-    assert fmt.delta(Change(5.0, None), "rel") == "new"
-    assert fmt.delta(Change(None, 5.0), "rel") == ""
+    assert words.delta(Change(4.29, 1.75), "rel") == "▲ 145%"
+    assert words.delta(Change(0.93, 0.86), "pts") == "▲ 7 pts"
+    assert words.delta(Change(100.0, 100.5), "rel") == "▶ 0%"
+    assert words.delta(Change(3600.0, 7200.0), "abs_seconds") == "▼ 1h 00m"
+    assert words.delta(Change(5.0, None), "rel") == "new"
+    assert words.delta(Change(None, 5.0), "rel") == ""
     assert Change(2.0, 0.0).ratio is None and Change(2.0, 0.0).direction() == "up"
 
 
@@ -371,7 +371,7 @@ def ids(report: Any) -> set[str]:
 
 def test_loop1_one_busy_worker_over_idle_gpus_points_at_the_spread() -> None:
     # [6.2] loop 1: one GPU busy, the other idle, the model's average under 40 %
-    report = build_report(_raw(util=(0.5, 0.1), vram=0.5, requests=(1000.0, 1000.0)), BANDS)
+    report = build_report(_raw(util=(0.5, 0.1), vram=0.5, requests=(1000.0, 1000.0)), T)
     (loop1,) = [f for f in report.findings if f.id == "imbalance"]
     assert loop1.loop == "Low utilization with normal latency · imbalance"
     assert "averaged 30%" in loop1.evidence and "w0 carried over 3x" in loop1.evidence
@@ -379,20 +379,20 @@ def test_loop1_one_busy_worker_over_idle_gpus_points_at_the_spread() -> None:
     # open requests are the other load the rules compare
     report = build_report(
         _raw(util=0.25, vram=0.5, requests=(1000.0, 1000.0), open_requests=((9.0,) * 14, (1.0,) * 14)),
-        BANDS,
+        T,
     )  # fmt: skip
     assert ids(report) == {"imbalance"}
     # requests served are not a load: 3x the requests over equal GPUs is no imbalance
-    report = build_report(_raw(util=0.25, vram=0.5, requests=(3000.0, 1000.0)), BANDS)
+    report = build_report(_raw(util=0.25, vram=0.5, requests=(3000.0, 1000.0)), T)
     assert "imbalance" not in ids(report)
 
 
 def test_the_waste_of_an_imbalanced_model_is_loop_1s() -> None:
     # the quiet GPU spends its days under the waste line: consolidation, unless loop 1 holds
     raw = _raw(util=(0.5, 0.1), vram=0.5, requests=(1000.0, 1000.0), waste=(0.0, 1.0))
-    assert ids(build_report(raw, BANDS)) == {"imbalance"}
+    assert ids(build_report(raw, T)) == {"imbalance"}
     balanced = _raw(util=(0.1, 0.1), vram=0.5, requests=(1000.0, 1000.0), waste=(1.0, 1.0))
-    assert ids(build_report(balanced, BANDS)) == {"consolidate"}
+    assert ids(build_report(balanced, T)) == {"consolidate"}
 
 
 def test_first_tokens_within_the_cold_start_window_are_not_an_slo_miss() -> None:
@@ -405,12 +405,12 @@ def test_first_tokens_within_the_cold_start_window_are_not_an_slo_miss() -> None
         latency=({"ttft": (both,) * n}, {"ttft": (both,) * n}),
         cold_latency=({"ttft": (slow,) * n}, {"ttft": (slow,) * n}),
     )  # fmt: skip
-    report = build_report(raw, BANDS)
+    report = build_report(raw, T)
     assert not [f for f in report.findings if f.loop == "SLO"]
     assert "cold_start" in ids(report)
     # the same observations outside the window are an SLO miss
     warm = replace(raw, workers=tuple(replace(w, cold_latency={}) for w in raw.workers))
-    slo = [f for f in build_report(warm, BANDS).findings if f.loop == "SLO"]
+    slo = [f for f in build_report(warm, T).findings if f.loop == "SLO"]
     assert slo and slo[0].level == "act"
 
 
@@ -419,18 +419,18 @@ def test_memory_pressure_is_the_kv_cache_with_a_rising_queue() -> None:
     rising = ((0.1,) * 14, (0.0,) * 14)  # requests per second
     raw = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.97,
                queue_slope_peak=rising)  # fmt: skip
-    (act,) = [f for f in build_report(raw, BANDS).findings if f.id == "memory"]
+    (act,) = [f for f in build_report(raw, T).findings if f.id == "memory"]
     assert act.level == "act" and "KV cache peak 97%" in act.title
     assert "scale out or rate-limit" in act.action
     assert "--gpu-memory-utilization" not in act.action
     # a flat queue: no loop 3
     flat = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.97,
                 queue_slope_peak=((0.0,) * 14, (0.0,) * 14))  # fmt: skip
-    assert "memory" not in ids(build_report(flat, BANDS))
+    assert "memory" not in ids(build_report(flat, T))
     # an empty KV cache in a full pre-allocated pool: nothing
     empty = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.2,
                  queue_slope_peak=rising)  # fmt: skip
-    assert "memory" not in ids(build_report(empty, BANDS))
+    assert "memory" not in ids(build_report(empty, T))
 
 
 def test_a_long_tail_is_ttft_or_tpot_at_or_above_the_ratio() -> None:
@@ -439,23 +439,23 @@ def test_a_long_tail_is_ttft_or_tpot_at_or_above_the_ratio() -> None:
     tail = ((0.1, 500.0), (0.5, 990.0), (1.0, 1000.0), (math.inf, 1000.0))
     raw = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
                latency=({"ttft": (tail,) * n}, {"ttft": (_buckets(True, 1000.0),) * n}))  # fmt: skip
-    tails = [f for f in build_report(raw, BANDS).findings if f.id == "long_tail"]
+    tails = [f for f in build_report(raw, T).findings if f.id == "long_tail"]
     assert [f.title.split(":")[0] for f in tails] == ["w0"]
     # a long end-to-end tail alone is the answer-length mix, not a finding
     e2e = ((0.5, 500.0), (10.0, 990.0), (20.0, 1000.0), (math.inf, 1000.0))
     raw = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
                latency=({"e2e": (e2e,) * n}, {"e2e": (e2e,) * n}))  # fmt: skip
-    assert "long_tail" not in ids(build_report(raw, BANDS))
+    assert "long_tail" not in ids(build_report(raw, T))
 
 
 def test_healthy_squeeze_is_not_an_action() -> None:
-    report = build_report(_raw(util=0.7, vram=0.88, requests=(1000.0, 1000.0)), BANDS)
+    report = build_report(_raw(util=0.7, vram=0.88, requests=(1000.0, 1000.0)), T)
     assert {f.level for f in report.findings} == {"ok"}
     assert any("healthy squeeze" in f.title for f in report.findings)
 
 
 def test_a_quiet_week_says_so() -> None:
-    report = build_report(_raw(util=0.7, vram=0.6, requests=(1000.0, 1000.0)), BANDS)
+    report = build_report(_raw(util=0.7, vram=0.6, requests=(1000.0, 1000.0)), T)
     assert [f.title for f in report.findings] == ["Nothing needs a look this week."]
 
 
@@ -469,7 +469,7 @@ def test_a_fleet_without_gpu_series_renders_without_gpu_sections() -> None:
         gpus=(),
         notes=("No GPU series in either period: the GPU sections are left out.",),
     )
-    report = build_report(raw, BANDS)
+    report = build_report(raw, T)
     drawn = charts.all_charts(report)
     assert [c.name for c in drawn] == ["latency-m"]  # no hourly data, no GPU charts
     page = render.html(report, drawn, lambda c: f"{c.name}.png")

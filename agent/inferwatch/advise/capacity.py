@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack import fmt
 
 GIB = 1024**3
 
@@ -311,10 +312,6 @@ class CapacityPlan:
         return f"--max-num-seqs {self.max_num_seqs} --max-num-batched-tokens {self.batched.value}"
 
 
-def gib(value: float) -> str:
-    return f"{value / GIB:.2f} GiB"
-
-
 def plan_capacity(inp: CapacityInput) -> CapacityPlan:
     """Apply the guide's rule to ``inp`` and write down each step of the arithmetic."""
     if inp.vram_bytes <= 0:
@@ -338,31 +335,31 @@ def plan_capacity(inp: CapacityInput) -> CapacityPlan:
     if inp.kv_per_token is not None and inp.context_tokens is not None:
         steps.append(
             f"KV per sequence = {inp.kv_per_token:,.0f} B x {inp.context_tokens:,} tokens"
-            f" = {gib(inp.kv_per_sequence)}"
+            f" = {fmt.gib(inp.kv_per_sequence, 2)}"
         )
     else:
-        steps.append(f"KV per sequence = {gib(inp.kv_per_sequence)} (given)")
+        steps.append(f"KV per sequence = {fmt.gib(inp.kv_per_sequence, 2)} (given)")
     budget = inp.vram_bytes * inp.usable - inp.weights_bytes
     steps.append(
-        f"KV budget       = {gib(inp.vram_bytes)} x {inp.usable:g} - {gib(inp.weights_bytes)}"
-        f" weights ({inp.weights_source}) = {gib(budget)}"
+        f"KV budget       = {fmt.gib(inp.vram_bytes, 2)} x {inp.usable:g} - {fmt.gib(inp.weights_bytes, 2)}"
+        f" weights ({inp.weights_source}) = {fmt.gib(budget, 2)}"
     )
     if budget <= 0:
         raise UsageError(
-            f"the weights ({gib(inp.weights_bytes)}) leave no KV room in {inp.usable:g} x "
-            f"{gib(inp.vram_bytes)}: a bigger GPU, tensor parallelism or a quantized model"
+            f"the weights ({fmt.gib(inp.weights_bytes, 2)}) leave no KV room in {inp.usable:g} x "
+            f"{fmt.gib(inp.vram_bytes, 2)}: a bigger GPU, tensor parallelism or a quantized model"
         )
     estimate = max_num_seqs_estimate(
         inp.vram_bytes, inp.weights_bytes, inp.kv_per_sequence, inp.usable
     )
     steps.append(
-        f"estimate        = {gib(budget)} / {gib(inp.kv_per_sequence)} = {estimate:.1f} sequences"
+        f"estimate        = {fmt.gib(budget, 2)} / {fmt.gib(inp.kv_per_sequence, 2)} = {estimate:.1f} sequences"
     )
     seqs = suggested_max_num_seqs(estimate)
     if seqs < 1:
         raise UsageError(
-            f"not even one sequence of {gib(inp.kv_per_sequence)} fits the KV budget of "
-            f"{gib(budget)}: shorten the context (--max-model-len) or use an FP8 KV cache"
+            f"not even one sequence of {fmt.gib(inp.kv_per_sequence, 2)} fits the KV budget of "
+            f"{fmt.gib(budget, 2)}: shorten the context (--max-model-len) or use an FP8 KV cache"
         )
     steps.append(
         f"--max-num-seqs  = floor({estimate:.1f} x {1 - HEADROOM:g}) = {seqs}"

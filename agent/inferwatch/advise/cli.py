@@ -11,12 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, read_agent, workers_of
-from inferwatch.advise.model import Unreachable, age
+from inferwatch.advise.model import Unreachable
 from inferwatch.advise.prometheus import read_alerts, read_prometheus
 from inferwatch.advise.render import render_capacity, render_rich, render_text, report_dict
 from inferwatch.advise.rules import advise, alert_waits
 from inferwatch.cli import add_options
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack.fmt import age
 
 #: where flag values come from, in error messages
 SOURCE = "command line"

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
+from inferwatch.pack import fmt
 from inferwatch.pack.ranking import ALERT, Move
 from inferwatch.pack.reading import WorkerReading
 
@@ -193,35 +194,11 @@ def finite(value: Any) -> Any:
     return value
 
 
-def age(seconds: float) -> str:
-    """A span for people: 45 s, 12 min, 3.5 h."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def clock(unix: float) -> str:
     """A moment for people, in UTC: 2025-01-31 12:03:10 UTC."""
     from datetime import datetime, timezone
 
     return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def fmt(value: float, unit: str) -> str:
-    """A number for people: ratios as percent, seconds in ms below one second."""
-    if unit == "ratio":
-        return f"{value * 100:.0f}%"
-    if unit == "s":
-        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
-    if unit == "x":
-        return f"{value:.1f}x"
-    if unit == "age":
-        return age(value)
-    if unit:
-        return f"{value:.3g} {unit}"
-    return f"{value:.3g}"
 
 
 #: an alert's states in Prometheus' ALERTS series; SILENT: Prometheus evaluates the alert
@@ -285,9 +262,9 @@ class Evidence:
 
     def text(self) -> str:
         who = f"{self.worker}: " if self.worker else ""
-        out = f"{who}{self.name} {fmt(self.value, self.unit)}"
+        out = f"{who}{self.name} {fmt.quantity(self.value, self.unit)}"
         if self.threshold is not None:
-            out += f" {self.relation} {fmt(self.threshold, self.unit)}"
+            out += f" {self.relation} {fmt.quantity(self.threshold, self.unit)}"
             if self.key:
                 out += f" ({self.key})"
         if self.series:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from inferwatch.advise.model import Recommendation, WorkerPicture, finite, fmt
+from inferwatch.advise.model import Recommendation, WorkerPicture, finite
+from inferwatch.pack import fmt
 
 if TYPE_CHECKING:
     from inferwatch.advise.capacity import CapacityPlan
@@ -36,7 +37,7 @@ def loop_words(r: Recommendation) -> str:
 
 
 def _opt(value: float | None, unit: str) -> str:
-    return "-" if value is None else fmt(value, unit)
+    return "-" if value is None else fmt.quantity(value, unit)
 
 
 def worker_rows(pictures: Sequence[WorkerPicture]) -> list[list[str]]:

@@ -24,9 +24,9 @@ from inferwatch.advise.model import (
     Recommendation,
     WorkerPicture,
     clock,
-    fmt,
 )
 from inferwatch.engines import contract as c
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
@@ -199,8 +199,8 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
             0,
             act(
                 f"Raise --max-num-seqs{f' from {p.capacity():g}' if p.capacity() else ''}: the "
-                f"GPU is at {fmt(p.gpu_utilization, 'ratio')}, under "
-                f"{fmt(t.gpu_utilization.idle_below, 'ratio')} (gpu_utilization.idle_below), so "
+                f"GPU is at {fmt.percent(p.gpu_utilization)}, under "
+                f"{fmt.percent(t.gpu_utilization.idle_below)} (gpu_utilization.idle_below), so "
                 "the batch is too small for it. Check the memory budget with `inferwatch "
                 "advise capacity` (`--what-if suggest` predicts the new count).",
                 (R.MAX_NUM_SEQS, R.UP),
@@ -658,10 +658,10 @@ def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
     if not L.waste(p.gpu_utilization, t):
         return None
     util = p.gpu_utilization or 0.0
-    line = t.gpu_utilization.waste_below
+    line = L.WASTE.of(t)
     ev = [
         Evidence(
-            "GPU utilization", util, "ratio", "<", line, "gpu_utilization.waste_below",
+            "GPU utilization", util, "ratio", L.WASTE.op, line, L.WASTE.key,
             series=c.GPU_UTILIZATION_RATIO.name,
         )
     ]  # fmt: skip
@@ -675,8 +675,8 @@ def rule_consolidate(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
         actions.append(
             act(
                 "Do not scale in yet: the worker started "
-                f"{fmt(p.uptime_seconds or 0.0, 's')} ago, within its cold-start window "
-                f"(cold_start.within {fmt(t.cold_start.within, 's')}). Look at its "
+                f"{fmt.quantity(p.uptime_seconds or 0.0, 's')} ago, within its cold-start window "
+                f"(cold_start.within {fmt.quantity(t.cold_start.within, 's')}). Look at its "
                 "utilization again once it has served its traffic warm.",
                 (R.REPLICAS, R.NO_DOWN),
             )

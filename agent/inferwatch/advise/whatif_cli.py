@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferwatch.advise.agent import Scrape, fetch_exposition, metrics_url
-from inferwatch.advise.model import Unreachable, finite, fmt
+from inferwatch.advise.model import Unreachable, finite
 from inferwatch.advise.twin import NotEnough
 from inferwatch.advise.whatif import (
     SOURCE,
@@ -24,6 +24,7 @@ from inferwatch.advise.whatif import (
 )
 from inferwatch.engines import contract as c
 from inferwatch.errors import ConfigError, UsageError
+from inferwatch.pack import fmt
 
 #: advise.cli's ``prometheus_range`` (handed in: the command line imports this module)
 Range = Callable[[Any, Any], tuple[float, float, str]]
@@ -105,7 +106,7 @@ def scrape_prometheus(
 def _f(value: float | None, unit: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return fmt(value, unit)
+    return fmt.quantity(value, unit)
 
 
 ROWS = (

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
 from inferwatch.pack.reading import WorkerReading
@@ -44,10 +45,6 @@ class Condition:
     why: str
 
 
-def _pct(v: float) -> str:
-    return f"{v:.0%}"
-
-
 def _worker_conditions(w: str, r: Reading, t: Thresholds) -> list[Condition]:
     out: list[Condition] = []
 
@@ -56,18 +53,18 @@ def _worker_conditions(w: str, r: Reading, t: Thresholds) -> list[Condition]:
 
     u = r.gpu_util
     if L.waste(u, t):
-        add(an.GPU_UNDERUTILIZED, f"GPU {_pct(u or 0)} < {_pct(t.gpu_utilization.waste_below)}")
+        add(an.GPU_UNDERUTILIZED, f"GPU {fmt.percent(u or 0)} < {fmt.percent(L.WASTE.of(t))}")
     if L.scale_review(u, t):
         add(
             an.GPU_SCALE_REVIEW,
-            f"GPU {_pct(u or 0)} > {_pct(t.gpu_utilization.scale_review_above)}",
+            f"GPU {fmt.percent(u or 0)} > {fmt.percent(L.SCALE_REVIEW.of(t))}",
         )
     if L.memory(r.kv, r.vram, r.slope, t):
         p = L.pressure(r.kv, r.vram) or 0.0
         source = "KV cache" if r.kv is not None else "VRAM"
         add(
             an.VRAM_PRESSURE_QUEUE_RISING,
-            f"{source} {_pct(p)} > {_pct(t.vram.scale_above)}, queue rising "
+            f"{source} {fmt.percent(p)} > {fmt.percent(t.vram.scale_above)}, queue rising "
             f"{(r.slope or 0) * 60:+.1f}/min",
         )
     over = L.over_capacity(r.queue, r.capacity, r.running, r.kv, t)
@@ -80,7 +77,7 @@ def _worker_conditions(w: str, r: Reading, t: Thresholds) -> list[Condition]:
     if L.ttft_slo_breach(p99, r.uptime, t):
         add(an.TTFT_SLO_BREACH, f"TTFT P99 {p99 or 0:.2f}s > {t.ttft.p99_slo_seconds:g}s")
     if L.warmup(p95, u, r.uptime, t):
-        add(an.TTFT_HIGH_GPU_IDLE, f"TTFT P95 {p95 or 0:.2f}s, GPU at {_pct(u or 0)}")
+        add(an.TTFT_HIGH_GPU_IDLE, f"TTFT P95 {p95 or 0:.2f}s, GPU at {fmt.percent(u or 0)}")
     if L.cold_start(p95, r.uptime, over, t, r.gate_deadline_exceeded):
         add(
             an.WORKER_COLD_START,

@@ -51,7 +51,8 @@ from inferwatch.demo.conditions import (
 from inferwatch.demo.layouts import SCENARIOS, Layout, layout_for
 from inferwatch.engines import contract
 from inferwatch.errors import UsageError
-from inferwatch.pack import reading
+from inferwatch.pack import fmt, reading
+from inferwatch.pack import loops as L
 from inferwatch.sim.gpustate import has_state
 
 #: the checkout's shipped Alertmanager example and runbooks (an editable install, as the
@@ -59,6 +60,9 @@ from inferwatch.sim.gpustate import has_state
 _ROOT = Path(__file__).resolve().parents[3]
 SHIPPED_ALERTMANAGER = _ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 RUNBOOKS_DIR = _ROOT / "runbooks"
+
+#: what a table cell shows for a value not read
+NA = "-"
 
 
 def alertmanager_config(shipped: str | None) -> str:
@@ -219,10 +223,6 @@ def parse_agent_metrics(
     return readings
 
 
-def _fmt(v: float | None, spec: str = ".0%") -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def _q(d: dict[str, float], scale: float = 1.0, unit: str = "s") -> str:
     if not d:
         return "-"
@@ -259,31 +259,35 @@ class Cell:
 
 def lifeline_cells(r: Reading, t: Any) -> dict[str, Cell]:
     """GPU utilization, VRAM, KV cache and queue against the guide's lines (thresholds
-    ``t``): utilization below ``waste_below`` (30 %) or above ``scale_review_above``
-    (85 %); memory pressure above ``vram.scale_above`` (92 %), read from the KV cache
+    ``t``): utilization past ``pack.loops.WASTE`` (30 %) or ``SCALE_REVIEW`` (85 %); memory pressure above ``vram.scale_above`` (92 %), read from the KV cache
     where the engine exports it (vLLM reserves its pool at start: NVML's VRAM reads near
     full by design), else from NVML; the queue above what the worker can batch."""
-    from inferwatch.pack import loops as L
-
     u = r.gpu_util
-    gpu = Cell(_fmt(u))
+    gpu = Cell(fmt.percent(u, none=NA))
     if L.waste(u, t):
-        gpu = Cell(_fmt(u), f"< {t.gpu_utilization.waste_below:.0%}", WASTE)
+        gpu = Cell(fmt.percent(u, none=NA), f"< {fmt.percent(L.WASTE.of(t))}", WASTE)
     elif L.scale_review(u, t):
-        gpu = Cell(_fmt(u), f"> {t.gpu_utilization.scale_review_above:.0%}", PAST)
+        gpu = Cell(fmt.percent(u, none=NA), f"> {fmt.percent(L.SCALE_REVIEW.of(t))}", PAST)
     line = t.vram.scale_above
-    kv = Cell(_fmt(r.kv))
+    kv = Cell(fmt.percent(r.kv, none=NA))
     if r.kv is not None and r.kv > line:
-        kv = Cell(_fmt(r.kv), f"> {line:.0%}", PAST)
-    vram = Cell(_fmt(r.vram))
+        kv = Cell(fmt.percent(r.kv, none=NA), f"> {fmt.percent(line)}", PAST)
+    vram = Cell(fmt.percent(r.vram, none=NA))
     if r.kv is not None:
         if r.vram is not None and r.vram > line:
             vram = Cell(
-                _fmt(r.vram), style="dim", note=f"reserved pool; the rule reads KV {_fmt(r.kv)}"
+                fmt.percent(r.vram, none=NA),
+                style="dim",
+                note=f"reserved pool; the rule reads KV {fmt.percent(r.kv, none=NA)}",
             )
     elif r.vram is not None and r.vram > line:
-        vram = Cell(_fmt(r.vram), f"> {line:.0%}", PAST, "no KV gauge: the rule reads VRAM")
-    text = f"{_fmt(r.queue, '.0f')} / {_fmt(r.running, '.0f')} / {_fmt(r.capacity, '.0f')}"
+        vram = Cell(
+            fmt.percent(r.vram, none=NA),
+            f"> {fmt.percent(line)}",
+            PAST,
+            "no KV gauge: the rule reads VRAM",
+        )
+    text = f"{fmt.number(r.queue, none=NA)} / {fmt.number(r.running, none=NA)} / {fmt.number(r.capacity, none=NA)}"
     if r.slope is not None:
         text += f" ({r.slope:+.1f}/s)"
     queue = Cell(text)
@@ -296,9 +300,9 @@ def lifeline_cells(r: Reading, t: Any) -> dict[str, Cell]:
 def lines_caption(t: Any) -> str:
     """The guide's lines the table marks, from the thresholds."""
     return (
-        f"Lines (thresholds.yaml): GPU util < {t.gpu_utilization.waste_below:.0%} waste, "
-        f"> {t.gpu_utilization.scale_review_above:.0%} scale review; memory pressure > "
-        f"{t.vram.scale_above:.0%}, read from the KV cache where the engine exports it "
+        f"Lines (thresholds.yaml): GPU util < {fmt.percent(L.WASTE.of(t))} waste, "
+        f"> {fmt.percent(L.SCALE_REVIEW.of(t))} scale review; memory pressure > "
+        f"{fmt.percent(t.vram.scale_above)}, read from the KV cache where the engine exports it "
         "(vLLM reserves its pool at start, so NVML's VRAM reads near full by design), else "
         "from VRAM; queue > what the worker can batch."
     )
@@ -339,10 +343,10 @@ def render(
     for col in (
         "worker",
         "up",
-        f"GPU util ({t.gpu_utilization.waste_below:.0%} | {t.gpu_utilization.scale_review_above:.0%})",
+        f"GPU util ({fmt.percent(L.WASTE.of(t))} | {fmt.percent(L.SCALE_REVIEW.of(t))})",
         "VRAM (NVML)",
         "queue / running / capacity",
-        f"KV ({t.vram.scale_above:.0%})",
+        f"KV ({fmt.percent(t.vram.scale_above)})",
         "TTFT p50/p95/p99",
         "TPOT p50/p95/p99 (ms)",
     ):
@@ -439,8 +443,10 @@ def scaler_rows(values: dict[str, dict[str, float]]) -> list[tuple[str, str, str
         if pressure is not None:
             why += f" (queue pressure {pressure:.2f})"
         runs = min(max(desired, MIN_REPLICAS), cap)
-        shown = f"{cap} (capped)" if desired > cap else _fmt(runs, ".0f")
-        rows.append((model, _fmt(replicas, ".0f"), _fmt(desired, ".0f"), shown, why))
+        shown = f"{cap} (capped)" if desired > cap else fmt.number(runs, none=NA)
+        rows.append(
+            (model, fmt.number(replicas, none=NA), fmt.number(desired, none=NA), shown, why)
+        )
     return rows
 
 
@@ -448,12 +454,7 @@ def _state(st: AlertState) -> str:
     """``firing``, or ``pending 40s/2m`` (held so far / the alert's ``for``)."""
     if st.state == FIRING:
         return "[red]firing[/]"
-    return f"[yellow]pending[/] {_secs(st.held)}/{_secs(st.wait)}"
-
-
-def _secs(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+    return f"[yellow]pending[/] {fmt.clock(st.held)}/{fmt.clock(st.wait)}"
 
 
 def status_line(
@@ -471,12 +472,12 @@ def status_line(
     parts = []
     for w, r in readings.items():
         c = lifeline_cells(r, t)
-        queue = f"{_fmt(r.queue, '.0f')}/{_fmt(r.capacity, '.0f')}"
+        queue = f"{fmt.number(r.queue, none=NA)}/{fmt.number(r.capacity, none=NA)}"
         if c["queue"].past:
             queue += f" ({c['queue'].past})"
         parts.append(
             f"{w}: up={int(r.up)} gpu={c['gpu'].plain()} vram={c['vram'].plain()} "
-            f"kv={c['kv'].plain()} queue={queue} ttft_p99={_fmt(r.ttft.get('0.99'), '.2f')}s"
+            f"kv={c['kv'].plain()} queue={queue} ttft_p99={fmt.number(r.ttft.get('0.99'), 2, none=NA)}s"
         )
     shown = sorted({(st.condition.alert, st.state) for st in states})
     alerts = ",".join(f"{alert}({state})" for alert, state in shown) or "none"

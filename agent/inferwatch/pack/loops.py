@@ -41,11 +41,64 @@ the runbooks print are the constants and ``Remedy`` texts at the end.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from inferwatch.pack.thresholds import Thresholds
 from inferwatch.stats import share_above
+
+# --------------------------------------------------------------------------- the lines
+
+
+@dataclass(frozen=True)
+class Line:
+    """One number of thresholds.yaml that a condition crosses, owned here: its dotted key
+    (what the texts name), the side that is past it, and how it is read from the
+    :class:`Thresholds` every reader is handed. The rules' PromQL, the runbooks, the
+    dashboards, the report, advise and the demo ask the line, never a copy of it."""
+
+    key: str
+    #: "<": a value below the line is past it; ">": a value above it
+    op: str
+    read: Callable[[Thresholds], float]
+
+    def of(self, t: Thresholds) -> float:
+        """The line's number in ``t``."""
+        return self.read(t)
+
+    def past(self, value: float | None, t: Thresholds) -> bool:
+        """Whether ``value`` is past the line (None: not known, never past)."""
+        if value is None:
+            return False
+        line = self.read(t)
+        return value < line if self.op == "<" else value > line
+
+
+#: InferenceGPUUnderutilized (the consolidate loop): a GPU idling under this share
+WASTE = Line("gpu_utilization.waste_below", "<", lambda t: t.gpu_utilization.waste_below)
+#: InferenceGPUScaleReview: a GPU busy above this share
+SCALE_REVIEW = Line(
+    "gpu_utilization.scale_review_above", ">", lambda t: t.gpu_utilization.scale_review_above
+)
+
+
+class UtilizationLines(NamedTuple):
+    """GPU utilization's lines low to high, as every reader draws its bands: waste under
+    ``waste``, low up to ``healthy_low``, healthy up to ``healthy_high``, scale review
+    past ``scale_review`` (``healthy_high`` and ``scale_review`` may be one number)."""
+
+    waste: float
+    healthy_low: float
+    healthy_high: float
+    scale_review: float
+
+
+def utilization_lines(t: Thresholds) -> UtilizationLines:
+    """The utilization bands' lines of ``t``."""
+    low, high = t.gpu_utilization.healthy_band
+    return UtilizationLines(WASTE.of(t), low, high, SCALE_REVIEW.of(t))
+
 
 # --------------------------------------------------------------------------- the loops
 
@@ -154,7 +207,7 @@ LOOPS: tuple[Loop, ...] = (
         "The GPU idles: share it or give it back",
         ("6.1", "4.3"),
         ("InferenceGPUUnderutilized",),
-        ("gpu_utilization.waste_below",),
+        (WASTE.key,),
         suppressed_by=("imbalance",),
     ),
 )
@@ -407,13 +460,13 @@ def tpot_slo_breach(tpot_p99: float | None, t: Thresholds) -> bool:
 
 
 def scale_review(gpu_utilization: float | None, t: Thresholds) -> bool:
-    """InferenceGPUScaleReview: a GPU above ``gpu_utilization.scale_review_above``."""
-    return gpu_utilization is not None and gpu_utilization > t.gpu_utilization.scale_review_above
+    """InferenceGPUScaleReview: a GPU past ``SCALE_REVIEW``."""
+    return SCALE_REVIEW.past(gpu_utilization, t)
 
 
 def waste(gpu_utilization: float | None, t: Thresholds) -> bool:
-    """InferenceGPUUnderutilized: a GPU below ``gpu_utilization.waste_below``."""
-    return gpu_utilization is not None and gpu_utilization < t.gpu_utilization.waste_below
+    """InferenceGPUUnderutilized: a GPU past ``WASTE`` (below it)."""
+    return WASTE.past(gpu_utilization, t)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Pure arithmetic over :class:`~inferwatch.report.model.RawData` (the same daily
 buckets and counters as the latency sections) and the ``slos:`` objectives
-copied into :class:`~inferwatch.report.model.Bands`:
+of the thresholds (:func:`~inferwatch.report.model.slo_targets`):
 
 - latency SLOs: good = the cumulative count of the bucket ``le`` = the threshold,
   over the model's workers whose engine the objective covers; total = ``+Inf``;
@@ -21,14 +21,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from inferwatch.pack.thresholds import Thresholds
 from inferwatch.report.model import (
     DAY,
-    Bands,
     Buckets,
     RawData,
     RawWorker,
     SloTarget,
     merge_buckets,
+    slo_targets,
     total,
 )
 
@@ -82,15 +83,16 @@ def _count_at(buckets: Buckets | None, le: float) -> tuple[float, float] | None:
     return at, inf
 
 
-def budgets(raw: RawData, bands: Bands) -> tuple[BudgetFigures, ...]:
+def budgets(raw: RawData, t: Thresholds) -> tuple[BudgetFigures, ...]:
     """One row per model and objective with requests this period, sorted by model."""
     period = raw.period
-    share = period.days * DAY / bands.slo_window
+    share = period.days * DAY / t.slos.window
+    targets = slo_targets(t)
     kinds = ("ttft", "tpot", "availability")
     rows: dict[tuple[str, str], tuple[SloTarget, float, float]] = {}
     for w in raw.workers:
         for kind in kinds:
-            target = _target(bands.slo_targets, w, kind)
+            target = _target(targets, w, kind)
             if target is None:
                 continue
             if kind == "availability":

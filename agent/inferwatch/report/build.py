@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from inferwatch.pack.thresholds import Thresholds
 from inferwatch.report.insights import findings as find
-from inferwatch.report.model import Bands, RawData, RawWorker
+from inferwatch.report.model import RawData, RawWorker
 from inferwatch.report.summary import (
     ModelFigures,
     Report,
@@ -19,7 +20,7 @@ from inferwatch.report.summary import (
 )
 
 
-def build_report(raw: RawData, bands: Bands, generated_at: float | None = None) -> Report:
+def build_report(raw: RawData, t: Thresholds, generated_at: float | None = None) -> Report:
     period = raw.period
     by_model: dict[str, list[RawWorker]] = {}
     for w in raw.workers:
@@ -28,18 +29,18 @@ def build_report(raw: RawData, bands: Bands, generated_at: float | None = None) 
     gpus = tuple(gpu_figures(g, period, worker_models) for g in raw.gpus)
     models = []
     for model, ws in sorted(by_model.items()):
-        total_fig = scope_figures("model", model, "", ws, period, bands)
+        total_fig = scope_figures("model", model, "", ws, period, t)
         workers = tuple(
-            scope_figures("worker", model, w.worker, [w], period, bands)
+            scope_figures("worker", model, w.worker, [w], period, t)
             for w in sorted(ws, key=lambda w: w.worker)
         )
         model_gpus = tuple(g.uuid for g in gpus if model in g.models)
         models.append(ModelFigures(total_fig, workers, model_gpus))
-    fleet = scope_figures("fleet", "", "", raw.workers, period, bands) if raw.workers else None
+    fleet = scope_figures("fleet", "", "", raw.workers, period, t) if raw.workers else None
     alerts = alert_figures(raw)
     report = Report(
         period=period,
-        bands=bands,
+        thresholds=t,
         generated_at=time.time() if generated_at is None else generated_at,
         fleet=fleet,
         models=tuple(models),

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.pack import loops as L
+from inferwatch.report import words
 from inferwatch.report.model import DAY, LATENCY_NAMES
-from inferwatch.report.summary import BAND_NAMES, BANDS, Report
+from inferwatch.report.summary import BAND_NAMES, BANDS, Report, band_ranges
 
 INK = "#1f2933"
 MUTED = "#7b8794"
@@ -82,7 +84,7 @@ def _values(xs: Sequence[float], ys: Sequence[float | None]) -> tuple[list[float
 def _before(report: Report) -> str:
     """The period before this one, as the charts name it: ``last week``."""
     days = report.period.days
-    return "last week" if days == 7 else f"the {fmt.span(days)} before"
+    return "last week" if days == 7 else f"the {words.span(days)} before"
 
 
 def _day_axis(ax: Any, report: Report, back: Any) -> None:
@@ -92,12 +94,12 @@ def _day_axis(ax: Any, report: Report, back: Any) -> None:
     ax.set_xlim(report.period.start, report.period.end)
     ax.set_xticks([s + DAY / 2 for s in starts])
     ax.set_xticklabels(
-        _thin([fmt.day_label(report.period, report.period.days + i) for i in range(len(starts))])
+        _thin([words.day_label(report.period, report.period.days + i) for i in range(len(starts))])
     )
     for s in starts:
         back.axvline(s, color=GRID, linewidth=0.8, zorder=0)
-        # a day is the weekend when its name is (fmt.day_label: the day its window ends on)
-        if fmt.day(s + DAY - 1).startswith(("Sat", "Sun")):
+        # a day is the weekend when its name is (words.day_label: the day its window ends on)
+        if words.day(s + DAY - 1).startswith(("Sat", "Sun")):
             back.axvspan(s, s + DAY, color="#f2f4f7", zorder=0)
 
 
@@ -122,8 +124,9 @@ def three_curves(report: Report) -> Chart | None:
     right.set_ylim(0, 1.0)
     right.yaxis.set_major_formatter(_percent_formatter())
     handles = []
-    b = report.bands
-    right.axhspan(b.healthy_low, b.healthy_high, color=BAND_COLORS["healthy"], alpha=0.07)
+    t = report.thresholds
+    u = L.utilization_lines(t)
+    right.axhspan(u.healthy_low, u.healthy_high, color=BAND_COLORS["healthy"], alpha=0.07)
     if has_util:
         (line,) = right.plot(
             *_values(h.times, h.util_mean), color=UTIL, linewidth=1.6, label="GPU utilization (avg)"
@@ -137,7 +140,7 @@ def three_curves(report: Report) -> Chart | None:
             label="memory peak (KV cache where exported, else VRAM)",
         )
         handles.append(line)
-        right.axhline(b.vram_scale_above, color=VRAM, linewidth=0.8, linestyle=":")
+        right.axhline(t.vram.scale_above, color=VRAM, linewidth=0.8, linestyle=":")
     ax.set_zorder(right.get_zorder() + 1)
     ax.patch.set_visible(False)
     if has_lat:
@@ -148,7 +151,7 @@ def three_curves(report: Report) -> Chart | None:
             label=f"{h.latency_name} P99",
         )
         handles.append(line)
-        slo = b.ttft_p99_slo_seconds if h.latency_name == "TTFT" else None
+        slo = t.ttft.p99_slo_seconds if h.latency_name == "TTFT" else None
         top = max(v for v in h.latency_p99 if v is not None)
         if slo is not None:
             ax.axhline(slo, color=LATENCY, linewidth=0.9, linestyle="--")
@@ -182,14 +185,14 @@ def three_curves(report: Report) -> Chart | None:
 def _percent_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter
 
-    return FuncFormatter(lambda v, _pos: f"{v * 100:.0f}%")
+    return FuncFormatter(lambda v, _pos: fmt.percent(v))
 
 
 def latency(report: Report) -> list[Chart]:
     """Per model: daily P50/P95/P99 of TTFT, TPOT and end-to-end, with last week's P99."""
     charts = []
     days = report.period.days
-    labels = [fmt.day_label(report.period, i) for i in range(days, 2 * days)]
+    labels = [words.day_label(report.period, i) for i in range(days, 2 * days)]
     for m in report.models:
         names = [n for n in ("ttft", "tpot", "e2e") if n in m.total.latency]
         if not names:
@@ -207,7 +210,7 @@ def latency(report: Report) -> list[Chart]:
                     markersize=3,
                     color=QUANTILE_COLORS[q],
                     linewidth=1.6,
-                    label=f"P{q * 100:g}",
+                    label=fmt.quantile(q),
                 )
             ax.plot(
                 *_values(xs, lat.daily[0.99][:days]),
@@ -280,17 +283,11 @@ def bands(report: Report) -> Chart | None:
     ax.set_yticks([r[0] for r in rows])
     ax.set_yticklabels([r[1] for r in rows], fontsize=8, color=INK)
     ax.set_xticks([d + 0.48 for d in range(days)])
-    ax.set_xticklabels(_thin([fmt.day_label(report.period, days + d) for d in range(days)]))
+    ax.set_xticklabels(_thin([words.day_label(report.period, days + d) for d in range(days)]))
     ax.set_xlim(-0.05, days)
     from matplotlib.patches import Patch
 
-    b = report.bands
-    ranges = {
-        "waste": f"< {b.waste_below * 100:.0f}%",
-        "low": f"{b.waste_below * 100:.0f}-{b.healthy_low * 100:.0f}%",
-        "healthy": f"{b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
-        "scale_review": f"> {b.scale_review_above * 100:.0f}%",
-    }
+    ranges = band_ranges(report.thresholds)
     ax.legend(
         handles=[Patch(color=BAND_COLORS[k], label=f"{BAND_NAMES[k]} {ranges[k]}") for k in BANDS],
         loc="upper left",
@@ -337,11 +334,11 @@ def vram(report: Report) -> Chart | None:
         )
         ax.plot(*_values(xs, prev), color=color, linewidth=0.9, linestyle=":")
         low = min([low, *[v for v in (*cur, *prev) if v is not None]])
-    b = report.bands
-    for line, text in ((b.vram_squeeze_above, "squeeze"), (b.vram_scale_above, "scale out")):
+    v = report.thresholds.vram
+    for line, text in ((v.squeeze_above, "squeeze"), (v.scale_above, "scale out")):
         ax.axhline(line, color=MUTED, linewidth=0.8, linestyle="--")
         ax.annotate(
-            f"{text} {line * 100:.0f}%",
+            f"{text} {fmt.percent(line)}",
             (xs[-1], line),
             xytext=(-2, 3),
             textcoords="offset points",
@@ -352,13 +349,13 @@ def vram(report: Report) -> Chart | None:
     ax.set_ylim(max(0.0, low - 0.1), 1.0)
     ax.yaxis.set_major_formatter(_percent_formatter())
     ax.set_xticks(xs)
-    ax.set_xticklabels(_thin([fmt.day_label(report.period, days + d) for d in xs]))
+    ax.set_xticklabels(_thin([words.day_label(report.period, days + d) for d in xs]))
     ax.legend(loc="lower left", frameon=False, fontsize=8, ncol=min(4, len(gpus)))
     fig.tight_layout()
     return Chart(
         "vram-peaks",
         "Daily memory peak per GPU (KV cache where the engine exports it, else VRAM)",
-        f"Daily memory peak of each GPU this {fmt.period_noun(report.period.days)}: the "
+        f"Daily memory peak of each GPU this {words.period_noun(report.period.days)}: the "
         f"KV-cache usage where the engine exports it, else NVML's VRAM level; "
         f"{_before(report)} dotted",
         _png(fig),

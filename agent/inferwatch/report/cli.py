@@ -225,12 +225,12 @@ def main(args: argparse.Namespace) -> int:
     from inferwatch.pack.thresholds import load_thresholds
     from inferwatch.report import budget as budget_mod
     from inferwatch.report import charts as charts_mod
-    from inferwatch.report import fmt, render
+    from inferwatch.report import render, words
     from inferwatch.report.build import build_report
     from inferwatch.report.cost import collect_cost, cost_section
     from inferwatch.report.insights import loops_by_model
     from inferwatch.report.mail import build_message, content_id, send
-    from inferwatch.report.model import Period, bands_from_thresholds
+    from inferwatch.report.model import Period
     from inferwatch.report.promapi import PrometheusClient, ReportError
     from inferwatch.report.query import collect, count_steps
     from inferwatch.report.settings import load_settings, store_access
@@ -270,7 +270,6 @@ def main(args: argparse.Namespace) -> int:
     if args.send:
         settings.smtp.check_complete()  # before any query: a config mistake fails fast
     thresholds = load_thresholds(args.thresholds or settings.thresholds_file)
-    bands = bands_from_thresholds(thresholds)
 
     say = (
         (lambda msg: None)
@@ -282,22 +281,14 @@ def main(args: argparse.Namespace) -> int:
     progress = _Progress(count_steps(), enabled=not args.quiet and sys.stderr.isatty())
     try:
         try:
-            raw = collect(
-                client,
-                period,
-                waste_below=bands.waste_below,
-                healthy_band=(bands.healthy_low, bands.healthy_high),
-                scale_review_above=bands.scale_review_above,
-                progress=progress.step,
-                thresholds=bands.t,
-            )
+            raw = collect(client, period, thresholds, progress=progress.step)
             raw_cost = collect_cost(client, period, thresholds)
             whatif = collect_whatif(client, period)
             progress.phase("drawing charts")
-            report = build_report(raw, bands)
+            report = build_report(raw, thresholds)
             # the wasters' loops are the findings' (pack.loops), never a rule of its own
             cost = cost_section(raw_cost, period, thresholds, loops_by_model(report.findings))
-            budgets = budget_mod.budgets(raw, bands)
+            budgets = budget_mod.budgets(raw, thresholds)
             charts = _unique_names(charts_mod.all_charts(report))
         finally:
             progress.stop()
@@ -306,8 +297,8 @@ def main(args: argparse.Namespace) -> int:
         return err.exit_code
     retried = f" ({client.retried} tried again)" if client.retried else ""
     say(
-        f"{client.queries} queries{retried} to {url} for {fmt.timestamp(period.start)} .. "
-        f"{fmt.timestamp(period.end)}"
+        f"{client.queries} queries{retried} to {url} for {words.timestamp(period.start)} .. "
+        f"{words.timestamp(period.end)}"
     )
 
     text = render.text(report, cost, budgets, whatif)

@@ -144,7 +144,7 @@ def queries(t: Thresholds, e: CostExprs | None = None) -> dict[str, str]:
 
 
 def collect_cost(client: PrometheusClient, period: Period, t: Thresholds) -> RawCost:
-    c = Collector(client, period)
+    c = Collector(client, period, t)
     q = queries(t)
     hours = {(k[0], k[1]): v for k, v in c.daily_by(q["hours"], ("model", "state")).items()}
     money = (

@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack import ranking as R
 from inferwatch.pack.ranking import Move
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.model import SLO_TARGET, mean
 from inferwatch.report.summary import (
     Finding,
@@ -115,15 +116,15 @@ def loops_by_model(found: Sequence[Finding]) -> Mapping[str, frozenset[str]]:
 
 
 def _days(report: Report, indices: Sequence[int]) -> str:
-    """The days as the tables name them (``fmt.day_name``): ``Sat 5 Dec, Sun 6 Dec``, and
+    """The days as the tables name them (``words.day_name``): ``Sat 5 Dec, Sun 6 Dec``, and
     for 24-hour windows (``--end now``) when they end, ``Sun 6 Dec (the 24 hours to
     18:00)``."""
     p = report.period
-    names = ", ".join(fmt.day_name(p, i) for i in indices)
+    names = ", ".join(words.day_name(p, i) for i in indices)
     if p.aligned:
         return names
     each = " each" if len(indices) > 1 else ""
-    return f"{names} (the 24 hours to {fmt.end_time(p)}{each})"
+    return f"{names} (the 24 hours to {words.end_time(p)}{each})"
 
 
 def _current_indices(report: Report) -> range:
@@ -152,7 +153,7 @@ def _ttft(scope: ScopeFigures) -> LatencyFigures | None:
 def _slo_regressions(
     report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]
 ) -> Iterator[Finding]:
-    regression = report.bands.t.report.regression_ratio
+    regression = report.thresholds.report.regression_ratio
     for name in ("ttft", "tpot"):
         lat = _ttft(m.total) if name == "ttft" else m.total.latency.get(name)
         if lat is None or lat.attainment is None or lat.slo is None:
@@ -176,7 +177,7 @@ def _slo_regressions(
         evidence = f"{label} P99 {fmt.seconds(p99.current)} this week"
         if p99.previous is not None:
             evidence += (
-                f" against {fmt.seconds(p99.previous)} the week before ({fmt.delta(p99, 'rel')})"
+                f" against {fmt.seconds(p99.previous)} the week before ({words.delta(p99, 'rel')})"
             )
         evidence += "."
         if first is not None:
@@ -189,7 +190,7 @@ def _slo_regressions(
         if name == "ttft" and m.total.cold_latency.get("ttft") is not None:
             evidence += (
                 " First tokens within "
-                f"{fmt.duration(report.bands.t.cold_start.within)} of a worker start are left "
+                f"{fmt.duration(report.thresholds.cold_start.within)} of a worker start are left "
                 "out (a cold start, not an SLO miss)."
             )
         busy = _util(gpus)
@@ -206,7 +207,7 @@ def _slo_regressions(
                 "Slow decoding means busy compute, batch settings or memory bandwidth: "
                 "scale out, check the batch against --max-num-seqs, and check for throttling."
             )
-        if busy is not None and busy >= report.bands.scale_review_above:
+        if busy is not None and busy >= L.SCALE_REVIEW.of(report.thresholds):
             action += " Its GPUs were busy: this is compute-bound, review scaling out."
         yield Finding(
             "act" if missed else "watch",
@@ -220,7 +221,7 @@ def _slo_regressions(
 def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
     """Slow first token on an idle GPU (InferenceTTFTHighGPUIdle): TTFT P95 above the warm-up line while the
     worker's GPUs idle, outside the cold-start window."""
-    t = report.bands.t
+    t = report.thresholds
     hits: list[tuple[str, list[int], float, float]] = []
     for w in m.workers:
         lat = _ttft(w)
@@ -257,7 +258,8 @@ def _warmup(report: Report, m: ModelFigures) -> Iterator[Finding]:
         "Long after a start the cold part is the prompt path: with a fixed system prompt, "
         "enable prefix caching (--enable-prefix-caching) and list the prompt under "
         "warmup.system_prompts; "
-        f"the guide reports {L.PREFIX_CACHE_TTFT_GAIN[0]:.0%}-{L.PREFIX_CACHE_TTFT_GAIN[1]:.0%} "
+        f"the guide reports {fmt.percent(L.PREFIX_CACHE_TTFT_GAIN[0])}-"
+        f"{fmt.percent(L.PREFIX_CACHE_TTFT_GAIN[1])} "
         "lower TTFT. Look for new long prompts too.",
         id="warmup",
         moves=(Move(R.PREFIX_CACHING, R.UP),),
@@ -268,7 +270,7 @@ def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
     """Slow first token on an idle GPU (InferenceWorkerColdStart): slow first tokens within cold_start.within of a
     worker start, on days the worker was never over capacity (the rule's ``unless``: the
     slow first tokens of an overloaded worker are queueing)."""
-    t = report.bands.t
+    t = report.thresholds
     hits = []
     for w in m.workers:
         lat = w.cold_latency.get("ttft")
@@ -307,7 +309,7 @@ def _cold_start(report: Report, m: ModelFigures) -> Iterator[Finding]:
 def _imbalance(report: Report, m: ModelFigures, gpus: Sequence[GpuFigures]) -> Iterator[Finding]:
     """Low utilization with normal latency (InferenceLoadImbalance): one worker far above its peers while the model's GPUs
     idle and its latency is fine."""
-    t = report.bands.t
+    t = report.thresholds
     util = _util(gpus)
     # the rule compares the model's whole TTFT P99 (young workers included)
     ttft = m.total.latency.get("ttft")
@@ -368,7 +370,7 @@ def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
             f"Queue depth peaked at {fmt.count(peak)} with max_num_seqs "
             f"{fmt.count(w.capacity)} (or fewer, the running batch, while the KV cache was "
             f"full); over capacity on {_days(report, days)} "
-            f"({fmt.delta(over, 'abs_seconds')} against the week before).",
+            f"({words.delta(over, 'abs_seconds')} against the week before).",
             "The queue moves before utilization and latency do: scale out or rate-limit when it "
             "stays above capacity, rather than waiting for latency alerts. If VRAM allows, "
             "size --max-num-seqs with `inferwatch advise capacity`.",
@@ -379,7 +381,7 @@ def _queue(report: Report, m: ModelFigures) -> Iterator[Finding]:
 
 def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
     """InferenceKVCachePreemptions [4.2]: the KV pool too small for the batch."""
-    t = report.bands.t
+    t = report.thresholds
     seconds = report.period.days * 86400.0
     for w in m.workers:
         count = w.preemptions.current if w.preemptions is not None else None
@@ -390,7 +392,7 @@ def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
             _label("preemptions", "preemptions"),
             f"{w.worker}: {fmt.count(count)} requests preempted",
             f"The engine evicted running requests {fmt.count(count)} times this week "
-            f"({fmt.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
+            f"({words.delta(w.preemptions, 'rel') if w.preemptions else ''} against the week "
             "before): its KV cache is too small for the batch.",
             " ".join((L.raise_kv_pool(), L.FP8_KV, L.fewer_seqs(), L.SCALE_OUT)),
             id="preemptions",
@@ -408,7 +410,7 @@ def _preemptions(report: Report, m: ModelFigures) -> Iterator[Finding]:
 def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
     """InferenceLatencyLongTail [6.1]: TTFT or TPOT P99 >= tail_ratio x P50 (never end-to-end:
     a healthy mix of short and long answers makes that one long)."""
-    t = report.bands.t
+    t = report.thresholds
     for w in m.workers:
         found = []
         for name in ("ttft", "tpot"):
@@ -445,8 +447,8 @@ def _long_tail(report: Report, m: ModelFigures) -> Iterator[Finding]:
 def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
     """VRAM near the limit (InferenceVRAMPressureQueueRising): memory pressure above vram.scale_above
     with a worker's queue rising; else the squeeze and the trend."""
-    t = report.bands.t
-    b = report.bands
+    t = report.thresholds
+    v = t.vram
     peak = g.pressure_peak.current
     if peak is None:
         return
@@ -454,10 +456,10 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
     growth_line = t.report.pressure_growth
     growth = []
     if g.pressure_trend is not None and g.pressure_trend >= growth_line:
-        growth.append(f"the daily peak grew {g.pressure_trend * 100:.0f} pts over the week")
+        growth.append(f"the daily peak grew {fmt.points(g.pressure_trend)} over the week")
     if g.pressure_peak.delta is not None and g.pressure_peak.delta >= growth_line:
         growth.append(
-            f"{g.pressure_peak.delta * 100:.0f} pts above last week's peak "
+            f"{fmt.points(g.pressure_peak.delta)} above last week's peak "
             f"({fmt.percent(g.pressure_peak.previous)})"
         )
     grew = ("; " + " and ".join(growth)) if growth else ""
@@ -492,7 +494,7 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
             "act",
             _label("memory", "memory"),
             f"{g.label}: {what} peak {fmt.percent(peak)} with a rising queue",
-            f"Peak {fmt.percent(peak)} (line {fmt.percent(b.vram_scale_above)}) of {size} "
+            f"Peak {fmt.percent(peak)} (line {fmt.percent(v.scale_above)}) of {size} "
             f"GPU memory{grew}; the queue of {', '.join(rising)} rose.",
             " ".join(actions),
             id="memory",
@@ -505,12 +507,12 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
         if m.total.model in g.models and (lat := m.total.latency.get("ttft")) is not None
     ]
     known = [v for v in ttft_p99 if v is not None]
-    if peak >= b.vram_squeeze_above and known and max(known) <= b.vram_squeeze_p99_ok_seconds:
+    if peak >= v.squeeze_above and known and max(known) <= v.squeeze_p99_ok_seconds:
         yield Finding(
             "ok",
             _label("memory", "memory"),
             f"{g.label}: {what} {fmt.percent(peak)} with fast first tokens: a healthy squeeze",
-            f"TTFT P99 {fmt.seconds(max(known))} (under {fmt.seconds(b.vram_squeeze_p99_ok_seconds)}).",
+            f"TTFT P99 {fmt.seconds(max(known))} (under {fmt.seconds(v.squeeze_p99_ok_seconds)}).",
             "No action: a full KV cache with a fast P99 is the memory doing its job.",
         )
         return
@@ -519,7 +521,7 @@ def _memory(report: Report, g: GpuFigures) -> Iterator[Finding]:
             "watch",
             _label("memory", "memory"),
             f"{g.label}: {what} peak {fmt.percent(peak)} and rising",
-            f"Peak {fmt.percent(peak)}{grew}; the scale line is {fmt.percent(b.vram_scale_above)}.",
+            f"Peak {fmt.percent(peak)}{grew}; the scale line is {fmt.percent(v.scale_above)}.",
             "Make room before it gets there: prefix caching, an FP8 KV cache; watch the queue.",
         )
 
@@ -539,19 +541,20 @@ def _scale_review(report: Report, g: GpuFigures) -> Iterator[Finding]:
     if (
         share is None
         or share.current is None
-        or share.current < report.bands.t.report.scale_review_share
+        or share.current < report.thresholds.report.scale_review_share
     ):
         return
-    line = fmt.percent(report.bands.scale_review_above)
+    line = fmt.percent(L.SCALE_REVIEW.of(report.thresholds))
+    u = L.utilization_lines(report.thresholds)
     yield Finding(
         "watch",
         "Scale review",
         f"{g.label}: above {line} busy for {fmt.percent(share.current)} of the week",
         f"Utilization P90 {fmt.percent(g.util['p90'].current if 'p90' in g.util else None)}; "
-        f"{fmt.delta(share, 'pts')} against the week before.",
+        f"{words.delta(share, 'pts')} against the week before.",
         "Review scaling out: near 80 %+ the P99 sits at its knee and a 10-20 % rise in traffic "
-        f"makes it jump. Aim for the {fmt.percent(report.bands.healthy_low)}-"
-        f"{fmt.percent(report.bands.healthy_high)} band.",
+        f"makes it jump. Aim for the {fmt.percent(u.healthy_low)}-"
+        f"{fmt.percent(u.healthy_high)} band.",
     )
 
 
@@ -559,7 +562,7 @@ def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
     """InferenceGPUUnderutilized, outside the loops: days a GPU spent mostly below the waste
     line (its rate_window average, as the alert reads it). GPUs of an imbalanced model are
     left to the low-utilization loop, which forbids scaling in."""
-    share_line = report.bands.t.report.waste_day_share
+    share_line = report.thresholds.report.waste_day_share
     per_day: dict[int, list[GpuFigures]] = {}
     for g in report.gpus:
         if set(g.models) & imbalanced:
@@ -575,7 +578,7 @@ def _waste_days(report: Report, imbalanced: set[str]) -> Iterator[Finding]:
         return
     days = sorted(per_day)
     names = sorted({g.label for gs in per_day.values() for g in gs})
-    line = fmt.percent(report.bands.waste_below)
+    line = fmt.percent(L.WASTE.of(report.thresholds))
     yield Finding(
         "watch",
         _label("consolidate", "waste band"),
@@ -608,5 +611,5 @@ def _alerts(report: Report) -> Iterator[Finding]:
             "Alerts",
             f"{a.alertname} fired {cur:.0f}x",
             evidence,
-            f"Follow its runbook: {report.bands.runbook_url(a.alertname)}",
+            f"Follow its runbook: {report.thresholds.pack.runbook_page(a.alertname)}",
         )

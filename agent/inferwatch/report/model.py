@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from inferwatch.stats import histogram_quantile
+from inferwatch.pack.thresholds import Thresholds
+from inferwatch.stats import Over, histogram_quantile
 
 DAY = 86400.0
 QUANTILES = (0.5, 0.95, 0.99)
@@ -64,7 +64,8 @@ class Period:
 
 @dataclass(frozen=True)
 class SloTarget:
-    """One objective of ``slos:`` (pack.slo_spec), copied for the error-budget section."""
+    """One objective of ``slos:`` (pack.slo_spec) with its entry's model and engines
+    (:func:`slo_targets`)."""
 
     model: str | None  # None: the default entry (models of ``engines`` without their own)
     engines: tuple[str, ...]
@@ -73,65 +74,18 @@ class SloTarget:
     le: float | None  # the latency threshold (a bucket boundary); None for availability
 
 
-@dataclass(frozen=True)
-class Bands:
-    """The numbers of thresholds.yaml the report's tables and charts print, read from one
-    :class:`~inferwatch.pack.thresholds.Thresholds` (:func:`bands_from_thresholds`); the
-    findings ask ``pack.loops`` with ``thresholds`` itself."""
-
-    waste_below: float
-    scale_review_above: float
-    healthy_low: float
-    healthy_high: float
-    idle_below: float
-    vram_squeeze_above: float
-    vram_squeeze_p99_ok_seconds: float
-    vram_scale_above: float
-    ttft_p99_slo_seconds: float
-    tpot_p99_slo_seconds: float
-    tail_ratio: float
-    runbook_base_url: str
-    thresholds: Any = field(compare=False, repr=False)
-
-    @property
-    def t(self) -> Any:
-        """The thresholds the loops' conditions read."""
-        return self.thresholds
-
-    slo_targets: tuple[SloTarget, ...] = ()
-    slo_window: float = 30 * DAY
-
-    def slo(self, latency: str) -> float | None:
-        return {"ttft": self.ttft_p99_slo_seconds, "tpot": self.tpot_p99_slo_seconds}.get(latency)
-
-    def runbook_url(self, alert: str) -> str:
-        return f"{self.runbook_base_url}{alert}.html"
-
-
-def bands_from_thresholds(t: Any) -> Bands:
-    """The report's copy of a :class:`inferwatch.pack.thresholds.Thresholds`."""
-    low, high = t.gpu_utilization.healthy_band
-    return Bands(
-        waste_below=t.gpu_utilization.waste_below,
-        scale_review_above=t.gpu_utilization.scale_review_above,
-        healthy_low=low,
-        healthy_high=high,
-        idle_below=t.gpu_utilization.idle_below,
-        vram_squeeze_above=t.vram.squeeze_above,
-        vram_squeeze_p99_ok_seconds=t.vram.squeeze_p99_ok_seconds,
-        vram_scale_above=t.vram.scale_above,
-        ttft_p99_slo_seconds=t.ttft.p99_slo_seconds,
-        tpot_p99_slo_seconds=t.tpot.p99_slo_seconds,
-        tail_ratio=t.latency.tail_ratio,
-        runbook_base_url=t.pack.runbook_base_url,
-        thresholds=t,
-        slo_targets=tuple(
-            SloTarget(e.model, e.engines, o.kind, o.objective, o.le)
-            for e in t.slos.active
-            for o in e.objectives
-        ),
-        slo_window=t.slos.window,
+def slo_targets(t: Thresholds) -> tuple[SloTarget, ...]:
+    """The objectives of ``t.slos`` one row each (an entry's objectives flattened)."""
+    return tuple(
+        SloTarget(e.model, e.engines, o.kind, o.objective, o.le)
+        for e in t.slos.active
+        for o in e.objectives
     )
+
+
+def p99_slo(t: Thresholds, latency: str) -> float | None:
+    """The P99 SLO of thresholds.yaml for ``ttft`` or ``tpot`` (None for end-to-end)."""
+    return {"ttft": t.ttft.p99_slo_seconds, "tpot": t.tpot.p99_slo_seconds}.get(latency)
 
 
 # --------------------------------------------------------------------------- raw
@@ -196,8 +150,8 @@ class RawGpu:
     pressure_peak: Daily | None = None
     #: "kv_cache" or "gpu_memory": what pressure_peak is
     pressure_from: str = "gpu_memory"
-    #: share of each day the GPU's utilization, averaged over pack.rate_window, was below
-    #: gpu_utilization.waste_below (InferenceGPUUnderutilized's condition); None: unknown
+    #: share of each day the GPU's utilization, averaged over pack.rate_window, was past
+    #: ``pack.loops.WASTE`` (InferenceGPUUnderutilized's condition); None: unknown
     waste_alert_daily: Daily | None = None
 
 
@@ -256,18 +210,6 @@ def observations(buckets: Buckets | None) -> float:
     if not buckets or not math.isinf(buckets[-1][0]):
         return 0.0
     return buckets[-1][1]
-
-
-class Over(float):
-    """A quantile past a histogram's largest finite bucket: only "over" that bound is known.
-
-    Its value is the bound (a floor: comparisons and sums read it as one), and the
-    report prints it as "over 60 s", never as a number: PromQL's ``histogram_quantile``
-    returns the bound itself there, which reads as a measured figure.
-    """
-
-    def __repr__(self) -> str:
-        return f"Over({float(self)!r})"
 
 
 def quantile(q: float, buckets: Buckets | None, at_most: float | None = None) -> float | None:

@@ -38,9 +38,10 @@ from collections.abc import Callable, Sequence
 
 from inferwatch.engines import contract
 from inferwatch.engines.base import E2E, TPOT, TTFT
+from inferwatch.pack import loops as L
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
 from inferwatch.pack.rules import own_histograms
-from inferwatch.pack.thresholds import Thresholds, format_duration, load_thresholds
+from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
     DAY,
     Buckets,
@@ -167,16 +168,14 @@ class Collector:
         self,
         client: PrometheusClient,
         period: Period,
+        thresholds: Thresholds,
         progress: Progress | None = None,
-        thresholds: Thresholds | None = None,
     ) -> None:
         self.client = client
         self.period = period
-        self.t = thresholds if thresholds is not None else load_thresholds()
-        g = self.t.gpu_utilization
-        self.bands_waste = g.waste_below
-        self.bands_healthy = g.healthy_band
-        self.bands_scale = g.scale_review_above
+        #: the one way a threshold reaches the queries: asked of this object, or of the
+        #: lines of ``pack.loops`` that read it
+        self.t = thresholds
         self.ends = period.day_ends()
         self._progress = progress or (lambda step: None)
         self.notes: list[str] = []
@@ -444,11 +443,10 @@ class Collector:
         }
         util_daily = self._labelled_daily(stats, "stat")
         self.step("GPU bands")
-        waste = f"{util} < bool {self.bands_waste}"
-        healthy = (
-            f"({util} >= bool {self.bands_healthy[0]}) * ({util} <= bool {self.bands_healthy[1]})"
-        )
-        scale = f"{util} > bool {self.bands_scale}"
+        u = L.utilization_lines(self.t)
+        waste = f"{util} {L.WASTE.op} bool {u.waste}"
+        healthy = f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})"
+        scale = f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}"
         band_exprs = {
             name: f"avg_over_time(({expr})[1d:{SUBQUERY_STEP}s])"
             for name, expr in (("waste", waste), ("healthy", healthy), ("scale_review", scale))
@@ -485,8 +483,8 @@ class Collector:
         self.step("waste condition")
         window = format_duration(self.t.pack.rate_window)
         waste_alert = self.daily_by(
-            f"max by (uuid) (avg_over_time((avg_over_time({util}[{window}]) < bool "
-            f"{self.t.gpu_utilization.waste_below})[1d:{SUBQUERY_STEP}s]))",
+            f"max by (uuid) (avg_over_time((avg_over_time({util}[{window}]) {L.WASTE.op} bool "
+            f"{L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))",
             ("uuid",),
         )
         self.step("GPU to worker map")
@@ -627,18 +625,13 @@ class Collector:
 def collect(
     client: PrometheusClient,
     period: Period,
+    thresholds: Thresholds,
     *,
-    waste_below: float,
-    healthy_band: tuple[float, float],
-    scale_review_above: float,
     progress: Progress | None = None,
-    thresholds: Thresholds | None = None,
 ) -> RawData:
-    """Run every query of the report; raises :class:`NoData` when this period is empty."""
-    c = Collector(client, period, progress, thresholds)
-    c.bands_waste = waste_below
-    c.bands_healthy = healthy_band
-    c.bands_scale = scale_review_above
+    """Run every query of the report with ``thresholds`` as loaded; raises :class:`NoData`
+    when this period is empty."""
+    c = Collector(client, period, thresholds, progress)
     workers = c.workers()
     gpus = c.gpus(workers)
     alerts = c.alerts()

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack.ranking import Move
+from inferwatch.pack.thresholds import Thresholds
 from inferwatch.report.model import (
     DAY,
     LATENCIES,
     QUANTILES,
-    Bands,
     Buckets,
     Change,
     Daily,
@@ -29,6 +30,7 @@ from inferwatch.report.model import (
     mean,
     merge_buckets,
     overlap,
+    p99_slo,
     peak,
     quantile,
     share_within,
@@ -38,6 +40,18 @@ from inferwatch.report.model import (
 
 BANDS = ("waste", "low", "healthy", "scale_review")
 BAND_NAMES = {b: b.replace("_", " ") for b in BANDS}
+
+
+def band_ranges(t: Thresholds, gap: str = " ") -> dict[str, str]:
+    """Each band of ``BANDS`` as its range of utilization: ``< 30%``, ``30-60%``, ``60-85%``,
+    ``> 85%`` (``gap=""``: ``<30%``), from ``pack.loops.utilization_lines``."""
+    u = L.utilization_lines(t)
+    return {
+        "waste": fmt.band(None, u.waste, gap),
+        "low": fmt.band(u.waste, u.healthy_low),
+        "healthy": fmt.band(u.healthy_low, u.healthy_high),
+        "scale_review": fmt.band(u.scale_review, None, gap),
+    }
 
 
 @dataclass(frozen=True)
@@ -169,7 +183,8 @@ class Finding:
 @dataclass(frozen=True)
 class Report:
     period: Period
-    bands: Bands
+    #: the thresholds the report was built with, as loaded (the one way they reach it)
+    thresholds: Thresholds
     generated_at: float
     fleet: ScopeFigures | None
     models: tuple[ModelFigures, ...]
@@ -217,7 +232,7 @@ def latency_figures(
     name: str,
     days: tuple[Buckets | None, ...],
     period: Period,
-    bands: Bands,
+    t: Thresholds,
     bound: LatencyFigures | None = None,
     age: tuple[Daily, Change] | None = None,
 ) -> LatencyFigures:
@@ -246,7 +261,7 @@ def latency_figures(
         )
         for q in QUANTILES
     }
-    slo = bands.slo(name)
+    slo = p99_slo(t, name)
     attainment_daily = None
     attainment = None
     if slo is not None:
@@ -261,7 +276,7 @@ def scope_figures(
     worker: str,
     workers: Sequence[RawWorker],
     period: Period,
-    bands: Bands,
+    t: Thresholds,
 ) -> ScopeFigures:
     n = 2 * period.days
     empty: Daily = (None,) * n
@@ -284,7 +299,7 @@ def scope_figures(
         ttft = name == "ttft"
         days = tuple(merge_buckets(day) for day in zip(*parts, strict=True))
         latency[name] = latency_figures(
-            name, days, period, bands, latency.get("e2e") if ttft else None, age
+            name, days, period, t, latency.get("e2e") if ttft else None, age
         )
         cold_parts = [w.cold_latency[name] for w in workers if name in w.cold_latency]
         if not cold_parts:
@@ -293,9 +308,9 @@ def scope_figures(
         cold_days = tuple(merge_buckets(day) for day in zip(*cold_parts, strict=True))
         warm_days = tuple(subtract_buckets(d, c) for d, c in zip(days, cold_days, strict=True))
         warm_bound = (warm.get("e2e") or latency.get("e2e")) if ttft else None
-        warm[name] = latency_figures(name, warm_days, period, bands, warm_bound, age)
+        warm[name] = latency_figures(name, warm_days, period, t, warm_bound, age)
         cold[name] = latency_figures(
-            name, cold_days, period, bands, cold.get("e2e") if ttft else None, age
+            name, cold_days, period, t, cold.get("e2e") if ttft else None, age
         )
     latency = {name: latency[name] for name in LATENCIES if name in latency}
     warm = {name: warm[name] for name in LATENCIES if name in warm}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack import loops as L
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.panels import (
     Line,
@@ -29,6 +30,8 @@ from inferwatch.pack.dashboards.panels import (
     steps,
     worker_sel,
 )
+from inferwatch.pack.fmt import pct, quantile
+from inferwatch.pack.fmt import spaced_secs as secs
 from inferwatch.pack.names import RECORDED_HISTOGRAMS, TPOT, TTFT, WORKER, WORKER_KEY, names
 from inferwatch.pack.thresholds import Thresholds
 
@@ -51,24 +54,15 @@ def gpu_series(metric: str, legend: str = "") -> Query:
     return Query(f"{metric}{gpu_sel()}", gpu_label(legend))
 
 
-def pct(value: float) -> str:
-    return f"{value * 100:g}%"
-
-
-def secs(value: float) -> str:
-    return f"{value:g} s"
-
-
 def utilization_steps(t: Thresholds) -> list[Step]:
     """Waste (blue), below the healthy band (yellow), healthy (green), scale review (red)."""
-    gu = t.gpu_utilization
-    low, high = gu.healthy_band
+    u = L.utilization_lines(t)
     return steps(
         "blue",
-        (gu.waste_below, "yellow"),
-        (low, "green"),
-        (high, "orange"),
-        (gu.scale_review_above, "red"),
+        (u.waste, "yellow"),
+        (u.healthy_low, "green"),
+        (u.healthy_high, "orange"),
+        (u.scale_review, "red"),
     )
 
 
@@ -82,11 +76,10 @@ def slo_steps(slo_seconds: float) -> list[Step]:
 
 
 def util_text(t: Thresholds) -> str:
-    gu = t.gpu_utilization
-    low, high = gu.healthy_band
+    u = L.utilization_lines(t)
     return (
-        f"Bands: below {pct(gu.waste_below)} is waste, {pct(low)}-{pct(high)} is the "
-        f"healthy band, above {pct(gu.scale_review_above)} calls for a scale-out review "
+        f"Bands: below {pct(u.waste)} is waste, {pct(u.healthy_low)}-{pct(u.healthy_high)} is "
+        f"the healthy band, above {pct(u.scale_review)} calls for a scale-out review "
         "(field guide 6.1)."
     )
 
@@ -123,7 +116,7 @@ def quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Q
     """P50/P95/P99 per ``by`` (:func:`worker_buckets`)."""
     buckets = worker_buckets(t, metric, by)
     return [
-        Query(f"histogram_quantile({q}, {buckets})", f"{legend} P{round(q * 100)}")
+        Query(f"histogram_quantile({q}, {buckets})", f"{legend} {quantile(q)}")
         for q in (0.5, 0.95, 0.99)
     ]
 

@@ -8,8 +8,10 @@ money panels show GPU-hours instead. Hours over the dashboard's time range are
 
 from __future__ import annotations
 
+from inferwatch.pack import loops as L
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, steps
+from inferwatch.pack.fmt import pct
 from inferwatch.pack.names import cost_names, names
 from inferwatch.pack.rules import cost
 from inferwatch.pack.thresholds import Thresholds
@@ -83,7 +85,7 @@ def cost_section(t: Thresholds) -> Section:
         )
     states_text = (
         "Serving: a worker on the GPU and utilization at or above "
-        f"{t.gpu_utilization.waste_below * 100:g}% (gpu_utilization.waste_below); held idle: a "
+        f"{pct(L.WASTE.of(t))} ({L.WASTE.key}); held idle: a "
         "worker on it, utilization below; unallocated: no worker. A GPU shared by several "
         "workers counts once."
     )
@@ -148,11 +150,11 @@ def cost_section(t: Thresholds) -> Section:
             p.timeseries(
                 "Model GPU utilization against the waste threshold",
                 "Average utilization of each model's own GPUs; below the line "
-                f"({t.gpu_utilization.waste_below * 100:g}%, gpu_utilization.waste_below) its GPUs "
+                f"({pct(L.WASTE.of(t))}, {L.WASTE.key}) its GPUs "
                 "count as held idle.",
                 [Query(f"{names(t).model_util}{_MODEL_SEL}", "{{model}}")],
                 unit="percentunit",
-                thresholds=steps("red", (t.gpu_utilization.waste_below, "green")),
+                thresholds=steps("red", (L.WASTE.of(t), "green")),
                 threshold_style="line",
                 min_value=0,
                 max_value=1,

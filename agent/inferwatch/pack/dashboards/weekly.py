@@ -4,10 +4,12 @@ weekly review as seven days of P99 latency, GPU utilization and memory peak."""
 from __future__ import annotations
 
 from inferwatch.engines import contract
+from inferwatch.pack import loops as L
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
 from inferwatch.pack.dashboards.panels import Query, Section, gpu_sel, steps, worker_sel
+from inferwatch.pack.fmt import pct, quantile, spaced_secs
 from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
 
@@ -34,7 +36,7 @@ def three_section(t: Thresholds) -> Section:
             p.timeseries(
                 "P99 latency, GPU utilization and memory peak",
                 "The weekly review of field guide 6.2, three curves on one scale: the worst "
-                f"worker's TTFT P99 as a share of its SLO ({c.secs(ttft_slo)}; above 100% "
+                f"worker's TTFT P99 as a share of its SLO ({spaced_secs(ttft_slo)}; above 100% "
                 "breaks the SLO), the mean GPU utilization, and the peak memory pressure: "
                 "the KV-cache usage where the engine exports it (an engine that "
                 "pre-allocates, such as vLLM or SGLang, holds NVML's VRAM flat at its "
@@ -74,7 +76,7 @@ def alone_section(t: Thresholds) -> Section:
                     f"{name} P99 by model",
                     f"The worst worker's {name if name.isupper() else name.lower()} P99 per model over the week (recording rule "
                     f"over {t.pack.window}, peak per interval)."
-                    + (f" Dashed: the SLO, {c.secs(slo)}." if slo is not None else ""),
+                    + (f" Dashed: the SLO, {spaced_secs(slo)}." if slo is not None else ""),
                     [
                         Query(
                             f"max by (model) (max_over_time("
@@ -106,7 +108,7 @@ def alone_section(t: Thresholds) -> Section:
                     *[
                         Query(
                             f"quantile({q:g}, avg_over_time({_UTIL}[$__interval]))",
-                            f"P{round(q * 100)}",
+                            quantile(q),
                         )
                         for q in (0.1, 0.5, 0.9)
                     ],
@@ -153,26 +155,15 @@ def alone_section(t: Thresholds) -> Section:
 
 
 def _band_queries(t: Thresholds) -> list[Query]:
-    gu = t.gpu_utilization
-    low, high = gu.healthy_band
+    waste, low, high, review = L.utilization_lines(t)
     out = [
-        Query(_band(None, gu.waste_below), f"waste (below {c.pct(gu.waste_below)})"),
-        Query(_band(gu.waste_below, low), f"below healthy ({c.pct(gu.waste_below)}-{c.pct(low)})"),
-        Query(_band(low, high), f"healthy ({c.pct(low)}-{c.pct(high)})"),
+        Query(_band(None, waste), f"waste (below {pct(waste)})"),
+        Query(_band(waste, low), f"below healthy ({pct(waste)}-{pct(low)})"),
+        Query(_band(low, high), f"healthy ({pct(low)}-{pct(high)})"),
     ]
-    if high < gu.scale_review_above:
-        out.append(
-            Query(
-                _band(high, gu.scale_review_above),
-                f"above healthy ({c.pct(high)}-{c.pct(gu.scale_review_above)})",
-            )
-        )
-    out.append(
-        Query(
-            _band(gu.scale_review_above, None),
-            f"scale review ({c.pct(gu.scale_review_above)} and above)",
-        )
-    )
+    if high < review:
+        out.append(Query(_band(high, review), f"above healthy ({pct(high)}-{pct(review)})"))
+    out.append(Query(_band(review, None), f"scale review ({pct(review)} and above)"))
     return out
 
 

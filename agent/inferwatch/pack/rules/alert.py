@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from inferwatch.pack.rules.common import dur
+from inferwatch.pack.fmt import dur
 from inferwatch.pack.thresholds import Thresholds
 
 #: the labels a runbook page can be opened on (``?instance=...&worker=...``)

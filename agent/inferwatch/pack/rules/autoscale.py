@@ -36,6 +36,8 @@ from typing import Any
 import yaml
 
 from inferwatch.engines import contract
+from inferwatch.pack import loops as L
+from inferwatch.pack.fmt import num
 from inferwatch.pack.names import (
     DESIRED_REPLICAS,
     KV_USAGE_MODEL,
@@ -49,7 +51,7 @@ from inferwatch.pack.names import (
     WORKER_KEY,
     names,
 )
-from inferwatch.pack.rules.common import num, record
+from inferwatch.pack.rules.common import record
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
 RECORD_GROUP = "inferwatch-autoscaling.rules"
@@ -116,7 +118,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         record(
             SCALE_IN,
             f"(\n"
-            f"    {n.model_util} < bool {num(t.gpu_utilization.waste_below)}\n"
+            f"    {n.model_util} {L.WASTE.op} bool {num(L.WASTE.of(t))}\n"
             f"  unless on ({MODEL})\n"
             f"    count by ({MODEL}) (\n"
             f"        ({young}\n    or\n  {gate_closed})\n"

@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from inferwatch.engines import contract
+from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
+from inferwatch.pack.fmt import dur, num, pct, secs
 from inferwatch.pack.names import GPU, INSTANCE, MODEL, WORKER, WORKER_KEY, names
 from inferwatch.pack.rules import slo
 from inferwatch.pack.rules.alert import Alert
-from inferwatch.pack.rules.common import THERMAL_REASONS, dur, num, pct, rising, secs
+from inferwatch.pack.rules.common import THERMAL_REASONS, rising
 from inferwatch.pack.thresholds import Thresholds
 
 GPU_GROUP = "inferwatch-gpu.alerts"
@@ -92,21 +94,21 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name=an.GPU_UNDERUTILIZED,
             group=GPU_GROUP,
-            expr=f"{n.gpu_util} < {num(g.waste_below)}",
+            expr=f"{n.gpu_util} {L.WASTE.op} {num(L.WASTE.of(t))}",
             for_seconds=g.waste_for,
             severity="warning",
             summary="A GPU has been mostly idle for a long time: capacity is paid for but unused.",
-            description=_utilization_held(t, "below", g.waste_below, g.waste_for) + ".",
+            description=_utilization_held(t, "below", L.WASTE.of(t), g.waste_for) + ".",
         ),
         Alert(
             name=an.GPU_SCALE_REVIEW,
             group=GPU_GROUP,
-            expr=f"{n.gpu_util} > {num(g.scale_review_above)}",
+            expr=f"{n.gpu_util} {L.SCALE_REVIEW.op} {num(L.SCALE_REVIEW.of(t))}",
             for_seconds=g.scale_review_for,
             severity="warning",
             summary="A GPU has run near saturation for a long time: review scaling out.",
             description=(
-                _utilization_held(t, "above", g.scale_review_above, g.scale_review_for)
+                _utilization_held(t, "above", L.SCALE_REVIEW.of(t), g.scale_review_for)
                 + "; queues and tail latency grow from here."
             ),
         ),

@@ -1,12 +1,13 @@
-"""How the rules write numbers and durations (the runbooks write them the same way),
-and the conditions several rules share."""
+"""What several rules share: a recording rule's entry and the conditions several rules
+read. Numbers are written by :mod:`inferwatch.pack.fmt`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from inferwatch.pack.fmt import num
 from inferwatch.pack.names import names
-from inferwatch.pack.thresholds import Thresholds, format_duration
+from inferwatch.pack.thresholds import Thresholds
 
 SEVERITIES = ("critical", "warning", "info")
 
@@ -18,29 +19,6 @@ THERMAL_REASONS = ("hw_slowdown", "hw_thermal", "power_brake", "sw_thermal")
 def record(name: str, expr: str) -> dict[str, Any]:
     """A recording rule as the rule file writes it."""
     return {"record": name, "expr": expr}
-
-
-def num(x: float) -> str:
-    """A PromQL number literal: 0.3 -> ``0.3``, 600.0 -> ``600``."""
-    text = repr(float(x))
-    return text[:-2] if text.endswith(".0") else text
-
-
-def pct(x: float) -> str:
-    """Human text for a ratio: 0.3 -> ``30%``."""
-    return f"{x * 100:g}%"
-
-
-def dur(seconds: float) -> str:
-    """A rule-file duration (``for``, windows): 1800 -> ``30m``."""
-    return format_duration(seconds)
-
-
-def secs(seconds: float) -> str:
-    """A latency the way Prometheus' humanizeDuration writes it: 2 -> ``2s``, 0.1 -> ``100ms``."""
-    if seconds >= 1:
-        return f"{seconds:.4g}s"
-    return f"{seconds * 1000:.4g}ms"
 
 
 def rising(t: Thresholds) -> str:

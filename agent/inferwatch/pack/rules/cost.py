@@ -3,8 +3,8 @@
 Every GPU (or MIG device) is, at each rule evaluation, in exactly one state:
 
 ``serving``      a worker runs on it (``inferwatch_worker_gpu_info``) and its smoothed
-                 utilization is at or above ``gpu_utilization.waste_below``
-``held_idle``    a worker runs on it and its utilization is below ``waste_below``
+                 utilization is not past the consolidate loop's line (``pack.loops.WASTE``)
+``held_idle``    a worker runs on it and its utilization is past that line (below it)
 ``unallocated``  no worker runs on it
 
 ``gpu:inferwatch_gpus:by_state`` is 1 for the GPU's state and 0 for the other two,
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack import loops as L
+from inferwatch.pack.fmt import lit
 from inferwatch.pack.names import (
     CLUSTER,
     COST_STATES,
@@ -51,12 +53,6 @@ from inferwatch.pack.thresholds import Thresholds
 GROUP = "inferwatch-cost.rules"
 SECONDS_PER_HOUR = 3600.0
 JOULES_PER_KWH = 3.6e6
-
-
-def lit(x: float) -> str:
-    """A PromQL number literal with no more digits than it needs."""
-    text = f"{float(x):.12g}"
-    return text
 
 
 def promql_string(text: str) -> str:
@@ -92,13 +88,13 @@ class CostExprs:
     util:          smoothed utilization per GPU (labels job, instance, gpu, uuid)
     attribution:   1 per (worker, GPU) pair (labels job, instance, worker, gpu, uuid)
     worker_labels: 1 per (worker, model, engine) (labels job, instance, worker, model, engine)
-    waste_below:   gpu_utilization.waste_below
+    waste:         the waste line's number (``pack.loops.WASTE``)
     """
 
     util: str
     attribution: str
     worker_labels: str
-    waste_below: float
+    waste: float
 
     @property
     def _allocated(self) -> str:
@@ -107,7 +103,7 @@ class CostExprs:
     def gpu_state(self, state: str) -> str:
         """1 where the GPU is in ``state``, 0 where it is in another (labels of a GPU)."""
         u = f"({self.util})"
-        w = lit(self.waste_below)
+        w = lit(self.waste)
         zero = f"0 * {u}"
         if state == "serving":
             hit = f"({u} >= bool {w}) and on ({GPU}) {self._allocated}"
@@ -160,7 +156,7 @@ def rule_exprs(t: Thresholds) -> CostExprs:
         util=n.gpu_util,
         attribution=n.worker_gpu,
         worker_labels=n.worker_labels,
-        waste_below=t.gpu_utilization.waste_below,
+        waste=L.WASTE.of(t),
     )
 
 
@@ -188,7 +184,7 @@ def raw_exprs(t: Thresholds, selector: str = "") -> CostExprs:
         worker_labels=(
             f"group by ({WORKER}) ({contract.QUEUE_DEPTH}{sel} or {contract.REQUESTS_RUNNING}{sel})"
         ),
-        waste_below=t.gpu_utilization.waste_below,
+        waste=L.WASTE.of(t),
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack.fmt import num
 from inferwatch.pack.names import (
     CLUSTER,
     GPU,
@@ -20,7 +21,7 @@ from inferwatch.pack.names import (
     names,
 )
 from inferwatch.pack.rules import autoscale, cost, own_histograms, slo
-from inferwatch.pack.rules.common import num, record, rising
+from inferwatch.pack.rules.common import record, rising
 from inferwatch.pack.thresholds import Thresholds
 
 

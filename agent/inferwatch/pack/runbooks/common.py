@@ -9,9 +9,9 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from inferwatch.pack.fmt import dur
 from inferwatch.pack.names import Names
 from inferwatch.pack.rules.alert import Alert
-from inferwatch.pack.rules.common import dur
 from inferwatch.pack.thresholds import Thresholds
 
 DASHBOARD_TITLES = {

@@ -27,9 +27,9 @@ import jinja2
 from prometheus_client.utils import floatToGoString
 
 from inferwatch.pack import loops as L
+from inferwatch.pack.fmt import dur, num, pct, secs
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate
 from inferwatch.pack.rules import slo
-from inferwatch.pack.rules.common import dur, num, pct, secs
 from inferwatch.pack.runbooks.common import NOW, SECTIONS, Ctx, Page, cite, md, promql, sh
 
 PAGES_DIR = Path(__file__).parent / "pages"

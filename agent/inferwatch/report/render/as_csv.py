@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.cost import CostSection
 from inferwatch.report.model import Daily
 from inferwatch.report.summary import Report, ScopeFigures
@@ -32,7 +33,7 @@ def rows_for(
             continue  # no data is a missing row, never a zero
         out.append(
             [
-                fmt.day_date(p, i),
+                words.day_date(p, i),
                 "current" if i >= p.days else "previous",
                 scope,
                 model,
@@ -49,7 +50,7 @@ def rows_for(
 def csv_name(report: Report) -> str:
     """The mailed CSV's file name, after the period's last day as the CSV dates it."""
     p = report.period
-    return f"inferwatch-daily-{fmt.day_date(p, 2 * p.days - 1)}.csv"
+    return f"inferwatch-daily-{words.day_date(p, 2 * p.days - 1)}.csv"
 
 
 def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:
@@ -60,7 +61,7 @@ def _scope_rows(report: Report, s: ScopeFigures) -> list[list[str]]:
     rows += rows_for(*args, "generation_tokens", s.generation_daily)
     for name, lat in s.latency.items():
         for q in (0.5, 0.95, 0.99):
-            rows += rows_for(*args, f"{name}_p{q * 100:g}_seconds", lat.daily[q])
+            rows += rows_for(*args, f"{name}_{fmt.quantile(q).lower()}_seconds", lat.daily[q])
         if lat.attainment_daily is not None:
             rows += rows_for(*args, f"{name}_slo_attainment_ratio", lat.attainment_daily)
     rows += rows_for(*args, "queue_depth_peak", s.queue_peak_daily)

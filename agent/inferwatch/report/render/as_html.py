@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from html import escape
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.charts import Chart
 from inferwatch.report.cost import CostSection
-from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change
+from inferwatch.report.model import LATENCY_NAMES, SLO_TARGET, Change, p99_slo
 from inferwatch.report.render.budgets import budget_section
 from inferwatch.report.render.common import (
     LEVELS,
@@ -41,7 +42,15 @@ from inferwatch.report.render.htmlkit import (
     td,
 )
 from inferwatch.report.render.whatif import whatif_section
-from inferwatch.report.summary import BANDS, GpuFigures, ModelFigures, Report, ScopeFigures
+from inferwatch.report.summary import (
+    BAND_NAMES,
+    BANDS,
+    GpuFigures,
+    ModelFigures,
+    Report,
+    ScopeFigures,
+    band_ranges,
+)
 from inferwatch.report.whatif import WhatIfSection
 
 
@@ -161,7 +170,7 @@ def _daily_latency(report: Report, m: ModelFigures) -> str:
     rows = []
     for i in range(p.days, 2 * p.days):
         cells = [
-            td(fmt.day_label(p, i), align="left"),
+            td(words.day_label(p, i), align="left"),
             td(fmt.count(m.total.requests_daily[i])),
         ]
         for n in names:
@@ -217,15 +226,15 @@ def _model_section(report: Report, m: ModelFigures, charts: dict[str, Chart], sr
         rows.append(_scope_row(t, bold=True))
     parts.append(html_table(head, rows))
     slos = [
-        f"{LATENCY_NAMES[n]} {fmt.seconds(report.bands.slo(n))}"
+        f"{LATENCY_NAMES[n]} {fmt.seconds(p99_slo(report.thresholds, n))}"
         for n in ("ttft", "tpot")
-        if report.bands.slo(n) is not None
+        if p99_slo(report.thresholds, n) is not None
     ]
     parts.append(
         para(
             f"SLO met: share of requests (TTFT) and of output tokens (TPOT) within the P99 SLO "
             f"({', '.join(slos)}); the SLO holds at {fmt.percent(SLO_TARGET)}. Deltas compare with "
-            f"the {fmt.span(report.period.days)} before.",
+            f"the {words.span(report.period.days)} before.",
             muted=True,
         )
     )
@@ -249,7 +258,7 @@ def _band_cell(g: GpuFigures, band: str) -> str:
 def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str:
     if not report.gpus:
         return ""
-    b = report.bands
+    ranges = band_ranges(report.thresholds, gap="")
     parts = [
         h2(
             "GPUs",
@@ -265,10 +274,7 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
         "P90",
         "P99",
         "SM active",
-        f"Waste <{b.waste_below * 100:.0f}%",
-        f"Low {b.waste_below * 100:.0f}-{b.healthy_low * 100:.0f}%",
-        f"Healthy {b.healthy_low * 100:.0f}-{b.healthy_high * 100:.0f}%",
-        f"Scale review >{b.scale_review_above * 100:.0f}%",
+        *[f"{BAND_NAMES[b].capitalize()} {ranges[b]}" for b in BANDS],
         "Memory peak",
         "Peak change",
     ]
@@ -297,14 +303,14 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
                 "lower",
             )
         )
-        trend = "" if g.pressure_trend is None else f"{g.pressure_trend * 100:+.0f} pts"
+        trend = "" if g.pressure_trend is None else fmt.points(g.pressure_trend, sign=True)
         cells.append(td(trend or fmt.DASH))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     p = report.period
     parts.append(html_table(head, rows))
     parts.append(
         para(
-            f"Busy: GPU utilization, percentiles over the {fmt.period_noun(p.days)}'s samples. "
+            f"Busy: GPU utilization, percentiles over the {words.period_noun(p.days)}'s samples. "
             "Low: between the waste band and the healthy band. Memory peak: the KV-cache "
             "usage of the workers on the GPU where their engine exports one (an engine that "
             "pre-allocates, such as vLLM, holds NVML's VRAM level flat at its reservation), "
@@ -324,14 +330,14 @@ def _gpu_section(report: Report, charts: dict[str, Chart], src: ImageSrc) -> str
 def _memory_days(report: Report) -> str:
     """Each GPU's memory peak per day, red from the VRAM scale line up."""
     p = report.period
-    head = ["Memory peak", *[fmt.day_label(p, i) for i in range(p.days, 2 * p.days)]]
+    head = ["Memory peak", *[words.day_label(p, i) for i in range(p.days, 2 * p.days)]]
     rows = []
     for g in report.gpus:
         cells = [td(f"{g.label} ({g.memory_source})", align="left")]
         for i in range(p.days, 2 * p.days):
             v = g.memory_daily[i]
             cell = td(fmt.percent(v))
-            if v is not None and v >= report.bands.vram_scale_above:
+            if v is not None and v >= report.thresholds.vram.scale_above:
                 cell = cell.replace("font-weight:400", f"font-weight:600;color:{BAD}")
             cells.append(cell)
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -343,7 +349,7 @@ def _alerts_section(report: Report) -> str:
     if not report.alerts:
         parts.append(
             para(
-                f"No alert fired in either {fmt.period_noun(report.period.days)}. "
+                f"No alert fired in either {words.period_noun(report.period.days)}. "
                 "(If no alerting rules are loaded in "
                 "this Prometheus, nothing can show here.)",
                 muted=True,
@@ -398,7 +404,7 @@ def html(
     body.append(
         h2(
             "What to look at",
-            f"the guide's closed loops applied to this {fmt.period_noun(report.period.days)}",
+            f"the guide's closed loops applied to this {words.period_noun(report.period.days)}",
         )
     )
     body.append(_findings(report))
@@ -418,7 +424,7 @@ def html(
             )
             + "</ul>"
         )
-    footer = f"Generated {fmt.timestamp(report.generated_at)} by inferwatch report"
+    footer = f"Generated {words.timestamp(report.generated_at)} by inferwatch report"
     if source:
         footer += f" from {source}"
     footer += ". The daily figures are in the attached CSV."

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.cost import CostSection
 from inferwatch.report.model import LATENCY_NAMES
@@ -87,7 +88,7 @@ def _model_lines(report: Report, m: ModelFigures) -> list[str]:
         p = report.period
         rows = []
         for i in range(p.days, 2 * p.days):
-            row = [fmt.day_label(p, i)]
+            row = [words.day_label(p, i)]
             for n in names:
                 row += [fmt.seconds(m.total.latency[n].daily[q][i]) for q in (0.5, 0.95, 0.99)]
             rows.append(row)
@@ -142,6 +143,6 @@ def _alert_lines(report: Report) -> list[str]:
             )
         )
     else:
-        out.append(f"  No alert fired in either {fmt.period_noun(report.period.days)}.")
+        out.append(f"  No alert fired in either {words.period_noun(report.period.days)}.")
     out.append("")
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
 from inferwatch.report.budget import TITLES as SLO_TITLES
 from inferwatch.report.budget import BudgetFigures
 from inferwatch.report.render.common import text_table
@@ -15,7 +15,7 @@ from inferwatch.report.summary import Report
 
 def _objective_text(b: BudgetFigures) -> str:
     good = f"within {fmt.seconds(b.le)}" if b.le is not None else "without error or rejection"
-    return f"{b.objective * 100:g}% {good}"
+    return f"{fmt.pct(b.objective)} {good}"
 
 
 def budget_cells(b: BudgetFigures) -> list[str]:
@@ -39,7 +39,7 @@ def budget_section(report: Report, budgets: Sequence[BudgetFigures]) -> str:
     window = budgets[0].share_of_window
     sub = (
         f"share of each SLO's error budget this {report.period.days}-day period spent "
-        f"({window:.1%} of the SLO window)"
+        f"({fmt.percent(window, 1)} of the SLO window)"
     )
     rows = []
     for b in budgets:

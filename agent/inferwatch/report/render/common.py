@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.model import Change
 from inferwatch.report.summary import Report
 
@@ -24,25 +24,25 @@ def period_text(report: Report) -> str:
     p = report.period
     if not p.aligned:
         # 24-hour days up to a time (--end now): the ends say which hours these are.
-        return f"{fmt.timestamp(p.start)} – {fmt.timestamp(p.end)}"
+        return f"{words.timestamp(p.start)} – {words.timestamp(p.end)}"
     last_day = p.end - 1
-    year = fmt.date(last_day)[:4]
+    year = words.date(last_day)[:4]
     if p.days == 1:
-        return f"{fmt.day(last_day)} {year}"
-    return f"{fmt.day(p.start)} – {fmt.day(last_day)} {year}"
+        return f"{words.day(last_day)} {year}"
+    return f"{words.day(p.start)} – {words.day(last_day)} {year}"
 
 
 def period_sentence(report: Report) -> str:
     """``7 days to 2026-11-23 00:00 UTC, compared with the 7 days before. Days are UTC.``"""
     p = report.period
     days = "24-hour windows ending at that time" if not p.aligned else "UTC days"
-    before = "the day before" if p.days == 1 else f"the {fmt.span(p.days)} before"
-    return f"{fmt.span(p.days)} to {fmt.timestamp(p.end)}, compared with {before}. Days are {days}."
+    before = "the day before" if p.days == 1 else f"the {words.span(p.days)} before"
+    return f"{words.span(p.days)} to {words.timestamp(p.end)}, compared with {before}. Days are {days}."
 
 
 def current_and_previous(report: Report) -> tuple[str, str]:
     """Row labels of the period and the one before: ``This week``/``Last week``."""
-    noun = fmt.period_noun(report.period.days)
+    noun = words.period_noun(report.period.days)
     return (f"This {noun}", "Last week" if noun == "week" else "Previous period")
 
 
@@ -61,5 +61,5 @@ def text_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def with_delta(value: str, change: Change | None, kind: str) -> str:
-    d = fmt.delta(change, kind)
+    d = words.delta(change, kind)
     return f"{value} ({d})" if d else value

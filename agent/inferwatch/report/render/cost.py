@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
 from inferwatch.report.cost import CostSection, ModelCost
 from inferwatch.report.model import Change
 from inferwatch.report.render.common import text_table, with_delta
 from inferwatch.report.render.htmlkit import LINE, delta_html, h2, h3, html_table, para, td
-
-
-def _money(value: float | None, currency: str | None) -> str:
-    if value is None:
-        return fmt.DASH
-    return f"{value:,.2f} {currency}" if currency else f"{value:,.1f}"
 
 
 def _gpu_hours(value: float | None) -> str:
@@ -34,7 +28,7 @@ def _cost_cells(c: CostSection, r: ModelCost, state: str) -> tuple[str, Change |
         mo = r.money.get(state)
         text = f"{_gpu_hours(h.current)} h"
         if mo is not None:
-            text += f" · {_money(mo.current, c.currency)}"
+            text += f" · {fmt.money(mo.current, c.currency)}"
         return text, mo
     return f"{_gpu_hours(h.current)} h", h
 
@@ -69,7 +63,7 @@ def cost_html(c: CostSection) -> str:
             )
         per = r.per_million_tokens
         per_text = (
-            (_money(per.current, c.currency) if c.priced else f"{_gpu_hours(per.current)} GPU-h")
+            (fmt.money(per.current, c.currency) if c.priced else f"{_gpu_hours(per.current)} GPU-h")
             if per.current is not None
             else fmt.DASH
         )
@@ -93,7 +87,7 @@ def cost_html(c: CostSection) -> str:
         items = []
         for w in c.wasters:
             amount = (
-                f"{_money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
+                f"{fmt.money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
                 if c.priced
                 else f"{_gpu_hours(w.idle_hours)} GPU-hours"
             )
@@ -117,7 +111,7 @@ def cost_text(c: CostSection) -> list[str]:
             row.append(with_delta(text, change, "rel") if change else text)
         per = r.per_million_tokens
         row.append(
-            (_money(per.current, c.currency) if c.priced else f"{_gpu_hours(per.current)} GPU-h")
+            (fmt.money(per.current, c.currency) if c.priced else f"{_gpu_hours(per.current)} GPU-h")
             if per.current is not None
             else fmt.DASH
         )
@@ -134,7 +128,7 @@ def cost_text(c: CostSection) -> list[str]:
         out += [f"  {c.note}", ""]
     for i, w in enumerate(c.wasters, 1):
         amount = (
-            f"{_money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
+            f"{fmt.money(w.idle_money, c.currency)} ({_gpu_hours(w.idle_hours)} GPU-hours)"
             if c.priced
             else f"{_gpu_hours(w.idle_hours)} GPU-hours"
         )

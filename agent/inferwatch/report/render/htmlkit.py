@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from html import escape
 
-from inferwatch.report import fmt
+from inferwatch.report import words
 from inferwatch.report.charts import Chart
 from inferwatch.report.model import Change
 
@@ -29,7 +29,7 @@ ImageSrc = Callable[[Chart], str]
 
 
 def delta_html(change: Change | None, kind: str, better: str | None) -> str:
-    text = fmt.delta(change, kind)
+    text = words.delta(change, kind)
     if not text:
         return ""
     color = NEUTRAL

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from inferwatch.report import fmt
+from inferwatch.pack import fmt
+from inferwatch.report import words
 from inferwatch.report.render.common import text_table
 from inferwatch.report.render.htmlkit import h2, html_table, para, td
 from inferwatch.report.summary import Report
@@ -24,7 +25,7 @@ def whatif_rows(w: WhatIfSection) -> list[list[str]]:
     rows = []
     for c in w.changes:
         change = f"{c.flag} {c.old} -> {c.new}" if c.old else f"{c.flag} -> {c.new}"
-        head = [fmt.timestamp(c.at), c.worker, change]
+        head = [words.timestamp(c.at), c.worker, change]
         if not c.figures:
             rows.append([*head, fmt.DASH, fmt.DASH, fmt.DASH, fmt.DASH])
         for i, f in enumerate(c.figures):
@@ -34,7 +35,7 @@ def whatif_rows(w: WhatIfSection) -> list[list[str]]:
                     FIGURE_NAMES[f.figure],
                     _whatif_value(f.figure, f.predicted),
                     _whatif_value(f.figure, f.measured),
-                    f"{f.error:+.0%}" if f.error is not None else fmt.DASH,
+                    fmt.percent(f.error, sign=True),
                 ]
             )
     return rows
@@ -46,7 +47,7 @@ def whatif_summary(w: WhatIfSection) -> str:
     if not w.median_abs_error:
         return f"{changes} this period; no figure had both a prediction and an outcome."
     parts = ", ".join(
-        f"{FIGURE_NAMES[f]} {err:.0%} ({k})" for f, (err, k) in w.median_abs_error.items()
+        f"{FIGURE_NAMES[f]} {fmt.percent(err)} ({k})" for f, (err, k) in w.median_abs_error.items()
     )
     return f"Median absolute error over {changes}: {parts}."
 
@@ -64,7 +65,7 @@ def whatif_section(report: Report, w: WhatIfSection | None) -> str:
         h2(
             "What-if advice, checked",
             "advise --shadow: the prediction made before each launch-flag change this "
-            f"{fmt.period_noun(report.period.days)} against what followed",
+            f"{words.period_noun(report.period.days)} against what followed",
         )
         + para(whatif_summary(w))
         + html_table(WHATIF_HEAD, rows)

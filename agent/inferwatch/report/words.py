@@ -1,68 +1,14 @@
-"""Formatting of numbers for people: latencies, shares, counts, durations, days, deltas."""
+"""The report's own words: its days by name, the period, changes against the previous
+period. Numbers themselves are written by :mod:`inferwatch.pack.fmt`."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from inferwatch.report.model import Change, Over, Period
+from inferwatch.pack.fmt import duration, percent
+from inferwatch.report.model import Change, Period
 
-DASH = "–"
 ARROWS = {"up": "▲", "down": "▼", "flat": "▶", "": ""}
-
-
-def seconds(value: float | None) -> str:
-    """A latency: ``850 ms``, ``1.75 s``, ``12 s``; ``over 60.0 s`` for a quantile past the
-    histogram's largest finite bucket (``model.Over``)."""
-    if value is None:
-        return DASH
-    if isinstance(value, Over):
-        return f"over {seconds(float(value))}"
-    if value < 0.001:
-        return f"{value * 1e6:.0f} µs"
-    if value < 1:
-        ms = value * 1000
-        return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
-    if value < 10:
-        return f"{value:.2f} s"
-    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
-
-
-def percent(value: float | None, digits: int = 0) -> str:
-    if value is None:
-        return DASH
-    return f"{value * 100:.{digits}f}%"
-
-
-def count(value: float | None) -> str:
-    """``950``, ``12.3 k``, ``4.56 M``, ``1.2 G``."""
-    if value is None:
-        return DASH
-    v = abs(value)
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if v >= div:
-            x = value / div
-            return f"{x:.3g} {unit}" if abs(x) < 100 else f"{x:.0f} {unit}"
-    return f"{value:.0f}"
-
-
-def duration(value: float | None) -> str:
-    """``45s``, ``12m``, ``2h 05m``, ``3d 4h``."""
-    if value is None:
-        return DASH
-    s = round(value)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
-
-
-def gib(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"{value / 1024**3:.1f} GiB"
 
 
 def day(t: float) -> str:
@@ -150,4 +96,4 @@ def delta(change: Change | None, kind: str) -> str:
         return f"{arrow} from 0" if d else f"{ARROWS['flat']} 0%"
     if abs(ratio) < 0.005:
         return f"{ARROWS['flat']} 0%"
-    return f"{arrow} {abs(ratio) * 100:.0f}%"
+    return f"{arrow} {percent(abs(ratio))}"
