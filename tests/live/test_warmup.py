@@ -26,6 +26,7 @@ from tests.support.warmgate import (
     MODEL,
     gate_open,
     gated_agent,
+    gated_worker,
     metrics,
     readyz,
     sample,
@@ -184,15 +185,9 @@ def first_token_seconds(url: str, body: dict[str, Any], path: str = "/v1/complet
 def test_gate_opens_after_warmup_first_request_is_fast_and_a_restart_recloses_it(
     tmp_path: Path, procs: list[Process], make_agent: Callable[..., AgentRun]
 ) -> None:
-    sim_port = free_port()
-    sim_url = f"http://127.0.0.1:{sim_port}"
-    agent = gated_agent(
-        make_agent,
-        {
-            "workers": [{"name": "w0", "url": sim_url}],
-            "warmup": {"interval": "200ms", "system_prompts": [SYSTEM_PROMPT]},
-        },
-    ).url
+    sim_port, sim_url, agent = gated_worker(
+        make_agent, interval="200ms", system_prompts=[SYSTEM_PROMPT]
+    )
 
     # 1. The worker is not up yet: the gate is shut and says so.
     def shut() -> bool:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from prometheus_client.utils import floatToGoString
 from tests.support.agentrun import AgentRun
-from tests.support.proc import Process, free_port, wait_until
-from tests.support.warmgate import COLD_DELAY, gate_open, gated_agent, metrics, sample, simulator
+from tests.support.proc import Process, wait_until
+from tests.support.warmgate import COLD_DELAY, gate_open, gated_worker, metrics, sample, simulator
 
 from inferwatch.agent.collectors.warmup import WARMUP_REQUESTS_TTFT, WARMUP_TTFT_BOUNDS
 from inferwatch.pack import names, slo_spec
@@ -31,12 +31,7 @@ def test_one_name_and_a_bucket_at_every_threshold_an_slo_can_use() -> None:
 def test_the_gate_exports_its_requests_as_the_engine_counts_them(
     tmp_path: Path, procs: list[Process], make_agent: Callable[..., AgentRun]
 ) -> None:
-    sim_port = free_port()
-    sim_url = f"http://127.0.0.1:{sim_port}"
-    agent = gated_agent(
-        make_agent,
-        {"workers": [{"name": "w0", "url": sim_url}], "warmup": {"interval": "200ms"}},
-    ).url
+    sim_port, sim_url, agent = gated_worker(make_agent, interval="200ms")
     bucket = f"{WARMUP_REQUESTS_TTFT}_bucket"
 
     # 1. Before any warm-up the histogram is there, at zero, so that rate() counts the

@@ -179,17 +179,46 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
-class Prometheus:
+def loopback_home(tmp: Path, name: str) -> tuple[int, str, Path]:
+    """A server's free loopback port, its URL, and its own folder ``tmp/NAME-PORT`` (made)."""
+    port = free_port()
+    home = tmp / f"{name}-{port}"
+    home.mkdir(parents=True)
+    return port, f"http://127.0.0.1:{port}", home
+
+
+class PromApi:
+    """The Prometheus HTTP API (``/api/v1``) of a server at ``url``: Prometheus's own, and
+    VictoriaMetrics' (tests/support/vm.py), which answers the same paths."""
+
+    url: str
+    #: the server's name in a failure's message
+    api_name = "prometheus"
+    api_timeout = 10.0
+
+    def api(self, path: str, **params: Any) -> Any:
+        query = urllib.parse.urlencode(params)
+        status, body, _ = http_get(f"{self.url}/api/v1/{path}?{query}", timeout=self.api_timeout)
+        doc = json.loads(body)
+        if doc.get("status") != "success":
+            raise AssertionError(f"{self.api_name} API {path} {params}: {status} {doc}")
+        return doc["data"]
+
+    def query(self, promql: str, time_: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": promql}
+        if time_ is not None:
+            params["time"] = time_
+        return list(self.api("query", **params)["result"])
+
+
+class Prometheus(PromApi):
     """A real Prometheus server on a loopback port with the given config and rule files."""
 
     def __init__(
         self, tmp: Path, config: dict[str, Any] | str, *, extra_args: Sequence[str] = ()
     ) -> None:
         binary = require_binary(PROMETHEUS, "prometheus")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = tmp / f"prometheus-{self.port}"
-        self.dir.mkdir(parents=True)
+        self.port, self.url, self.dir = loopback_home(tmp, "prometheus")
         cfg_path = self.dir / "prometheus.yml"
         text = config if isinstance(config, str) else json.dumps(config)
         cfg_path.write_text(text)
@@ -206,21 +235,6 @@ class Prometheus:
             self.dir / "prometheus.log",
         )
         wait_answering(self.process, f"{self.url}/-/ready", "prometheus")
-
-    def api(self, path: str, **params: Any) -> Any:
-        query = urllib.parse.urlencode(params)
-        status, body, _ = http_get(f"{self.url}/api/v1/{path}?{query}", timeout=10)
-        doc = json.loads(body)
-        if doc.get("status") != "success":
-            raise AssertionError(f"prometheus API {path} {params}: {status} {doc}")
-        return doc["data"]
-
-    def query(self, promql: str, time_: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": promql}
-        if time_ is not None:
-            params["time"] = time_
-        data = self.api("query", **params)
-        return list(data["result"])
 
     def scalar(self, promql: str) -> float | None:
         """The value of a query that returns one series (None when empty)."""
@@ -249,11 +263,8 @@ class Alertmanager:
 
     def __init__(self, tmp: Path, config_text: str) -> None:
         binary = require_binary(ALERTMANAGER, "prometheus-alertmanager")
-        self.port = free_port()
+        self.port, self.url, self.dir = loopback_home(tmp, "alertmanager")
         cluster_port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = tmp / f"alertmanager-{self.port}"
-        self.dir.mkdir(parents=True)
         cfg = self.dir / "alertmanager.yml"
         cfg.write_text(config_text)
         self.process = Process(

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support.proc import Process, free_port, http_get, wait_answering
+from tests.support.proc import Process, PromApi, http_get, loopback_home, wait_answering
 
 VICTORIA_METRICS = shutil.which("victoria-metrics")
 VMALERT = shutil.which("vmalert")
@@ -44,7 +44,7 @@ class _Server:
         self.process.stop()
 
 
-class VictoriaMetrics(_Server):
+class VictoriaMetrics(_Server, PromApi):
     """The single-node store; Prometheus remote-writes to ``write_url``.
 
     ``-search.latencyOffset=0s``: by default the store hides the last 30 s of
@@ -53,14 +53,13 @@ class VictoriaMetrics(_Server):
     """
 
     name = "victoria-metrics"
+    api_name = "victoria-metrics"
+    api_timeout = 20.0
 
     def __init__(self, tmp: Path, retention: str = "1d", extra_args: Sequence[str] = ()) -> None:
         binary = require_vm(VICTORIA_METRICS, "victoria-metrics")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port, self.url, self.dir = loopback_home(tmp, "victoria-metrics")
         self.write_url = f"{self.url}/api/v1/write"
-        self.dir = tmp / f"victoria-metrics-{self.port}"
-        self.dir.mkdir(parents=True)
         self.process = Process(
             [
                 binary,
@@ -88,21 +87,6 @@ class VictoriaMetrics(_Server):
         with urllib.request.urlopen(f"{self.url}/internal/force_flush", timeout=60):
             pass
 
-    def api(self, path: str, **params: Any) -> Any:
-        status, body, _ = http_get(
-            f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout=20
-        )
-        doc = json.loads(body)
-        if doc.get("status") != "success":
-            raise AssertionError(f"victoria-metrics API {path} {params}: {status} {doc}")
-        return doc["data"]
-
-    def query(self, expr: str, time_: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": expr}
-        if time_ is not None:
-            params["time"] = time_
-        return list(self.api("query", **params)["result"])
-
 
 class VMAlert(_Server):
     """vmalert over a datasource URL, writing recorded series and alert state back.
@@ -127,10 +111,7 @@ class VMAlert(_Server):
         extra_args: Sequence[str] = (),
     ) -> None:
         binary = require_vm(VMALERT, "vmalert")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = tmp / f"vmalert-{self.port}"
-        self.dir.mkdir(parents=True)
+        self.port, self.url, self.dir = loopback_home(tmp, "vmalert")
         args = [
             binary,
             f"-datasource.url={datasource_url}",
@@ -173,10 +154,7 @@ class VMAuth(_Server):
 
     def __init__(self, tmp: Path, users: list[dict[str, Any]]) -> None:
         binary = require_vm(VMAUTH, "vmauth")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = tmp / f"vmauth-{self.port}"
-        self.dir.mkdir(parents=True)
+        self.port, self.url, self.dir = loopback_home(tmp, "vmauth")
         config = self.dir / "auth.yml"
         config.write_text(yaml.safe_dump({"users": users}, sort_keys=False))
         self.process = Process(

@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.agentrun import AgentRun
-from tests.support.proc import Process, http_get, inferwatch_cmd, wait_until
+from tests.support.proc import Process, free_port, http_get, inferwatch_cmd, wait_until
 
 TIME_SCALE = 0.1
 COLD_SECONDS = 15.0  # x 0.1: the first request waits 1.5 s, the second 0.75 s
@@ -80,3 +80,12 @@ def gated_agent(start: Callable[..., AgentRun], config: dict[str, Any]) -> Agent
             **config,
         }
     )
+
+
+def gated_worker(start: Callable[..., AgentRun], **warmup: Any) -> tuple[int, str, str]:
+    """One worker, ``w0``, on a free port nothing serves yet, and the agent gating it with
+    ``warmup`` settings: (the worker's port, its URL, the agent's URL)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    agent = gated_agent(start, {"workers": [{"name": "w0", "url": url}], "warmup": warmup})
+    return port, url, agent.url

@@ -141,6 +141,15 @@ class Engines:
         wait_until(listening, timeout=30, message=f"fake engine on :{port}")
         return proc
 
+    def serve(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> tuple[int, Process]:
+        """The fake engine as launcher ``argv[0]`` with the rest of ``argv``, told
+        ``--port`` (a free one, the last option), once it listens: (the port, the process)."""
+        port = free_port()
+        full = [self.script(argv[0]), *argv[1:], "--port", str(port)]
+        return port, self.start(full, port, env)
+
     def stop_all(self) -> None:
         for proc in reversed(self.running):
             proc.stop()
@@ -188,26 +197,10 @@ def info_labels(source: ProcessSource, name: str) -> dict[str, str]:
 
 
 async def test_vllm_serve_found_by_its_port(engines: Engines) -> None:
-    port = free_port()
-    proc = engines.start(
-        [
-            engines.script("vllm"),
-            "serve",
-            "facebook/opt-125m",
-            "--served-model-name",
-            "opt",
-            "--max-num-seqs",
-            "32",
-            "--max-model-len",
-            "2048",
-            "--gpu-memory-utilization",
-            "0.85",
-            "--no-enable-prefix-caching",
-            "--port",
-            str(port),
-        ],
-        port,
-    )
+    argv = ["vllm", "serve", "facebook/opt-125m", "--served-model-name", "opt"]
+    argv += ["--max-num-seqs", "32", "--max-model-len", "2048"]
+    argv += ["--gpu-memory-utilization", "0.85", "--no-enable-prefix-caching"]
+    port, proc = engines.serve(argv)
     source = ProcessSource([worker("vllm-0", port)], interval=1.0)
     await source.refresh()
 
@@ -285,10 +278,8 @@ async def test_listener_in_a_child_leads_to_the_engine_process(engines: Engines)
 
 
 async def test_cpu_of_an_exited_child_stays_counted(engines: Engines) -> None:
-    port = free_port()
-    proc = engines.start(
-        [engines.script("llama-server"), "-m", "/models/q4.gguf", "-np", "4", "--port", str(port)],
-        port,
+    port, proc = engines.serve(
+        ["llama-server", "-m", "/models/q4.gguf", "-np", "4"],
         env={"FAKE_CHILD_CPU": "0.3", "FAKE_CHILD_EXITS": "1"},
     )
     parent = psutil.Process(proc.popen.pid)
@@ -346,8 +337,7 @@ async def test_a_restarted_worker_is_found_again(engines: Engines) -> None:
 async def test_missing_workers_export_nothing_and_log_once(
     engines: Engines, caplog: pytest.LogCaptureFixture
 ) -> None:
-    busy = free_port()
-    engines.start([engines.script("vllm"), "serve", "m", "--port", str(busy)], busy)
+    busy, _ = engines.serve(["vllm", "serve", "m"])
     workers = [
         worker("gone", free_port()),
         # a remote address: a local process on the same port must not be taken for it
@@ -442,10 +432,8 @@ async def test_configured_pid_and_facts_from_the_engine(engines: Engines) -> Non
 
 
 async def test_tgi_settings_from_the_environment(engines: Engines) -> None:
-    port = free_port()
-    engines.start(
-        [engines.script("text-generation-launcher"), "--port", str(port)],
-        port,
+    port, _ = engines.serve(
+        ["text-generation-launcher"],
         env={
             "MODEL_ID": "bigscience/bloom-560m",
             "MAX_CONCURRENT_REQUESTS": "77",
@@ -483,8 +471,7 @@ async def test_gpu_variables_of_the_root_process_and_nothing_else(engines: Engin
         port,
         env={**gpu_vars, "HF_TOKEN": "hf_not_to_be_kept"},
     )
-    plain = free_port()
-    engines.start([engines.script("vllm"), "serve", "m", "--port", str(plain)], plain)
+    plain, _ = engines.serve(["vllm", "serve", "m"])
     source = ProcessSource([worker("gpu", port), worker("plain", plain)])
     await source.refresh()
     envs = source.gpu_environments()
@@ -543,16 +530,8 @@ def _run_as_nobody(port: int, pid: int) -> dict[str, object]:
     not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to drop to nobody"
 )
 def test_an_agent_without_privileges_degrades_gracefully(engines: Engines) -> None:
-    port = free_port()
-    proc = engines.start(
-        [
-            engines.script("text-generation-launcher"),
-            "--max-concurrent-requests",
-            "5",
-            "--port",
-            str(port),
-        ],
-        port,
+    port, proc = engines.serve(
+        ["text-generation-launcher", "--max-concurrent-requests", "5"],
         env={"MODEL_ID": "secret-model"},
     )
     # run a pass as root first so that every lazily imported module is loaded

@@ -20,6 +20,28 @@ class Unreachable(Exception):
     """The agent or Prometheus did not answer (exit code 3)."""
 
 
+def reading_figures(r: WorkerReading) -> dict[str, Any]:
+    """The figures a picture takes from a worker's reading as they are: GPU utilization,
+    VRAM level, the latency quantiles, queue, batch and KV cache (the peaks are the
+    caller's: a single scrape has none)."""
+    return {
+        "gpu_utilization": r.gpu_util,
+        "vram_used_ratio": r.vram,
+        "ttft_p50": r.ttft.get("0.5"),
+        "ttft_p95": r.ttft.get("0.95"),
+        "ttft_p99": r.ttft.get("0.99"),
+        "tpot_p50": r.tpot.get("0.5"),
+        "tpot_p99": r.tpot.get("0.99"),
+        "e2e_p50": r.e2e.get("0.5"),
+        "e2e_p99": r.e2e.get("0.99"),
+        "queue_depth": r.queue,
+        "queue_slope": r.slope,
+        "running": r.running,
+        "max_num_seqs": r.capacity,
+        "kv_usage": r.kv,
+    }
+
+
 @dataclass(frozen=True)
 class WarmupState:
     """What the agent's warm-up gate says about a worker."""
@@ -106,22 +128,9 @@ class WorkerPicture:
             model=r.model or "",
             engine=r.engine,
             gpus=r.gpus,
-            gpu_utilization=r.gpu_util,
-            vram_used_ratio=r.vram,
-            ttft_p50=r.ttft.get("0.5"),
-            ttft_p95=r.ttft.get("0.95"),
-            ttft_p99=r.ttft.get("0.99"),
-            tpot_p50=r.tpot.get("0.5"),
-            tpot_p99=r.tpot.get("0.99"),
-            e2e_p50=r.e2e.get("0.5"),
-            e2e_p99=r.e2e.get("0.99"),
-            queue_depth=r.queue,
+            **reading_figures(r),
             queue_depth_max=r.queue_max,
-            queue_slope=r.slope,
-            running=r.running,
             running_max=r.running_max,
-            max_num_seqs=r.capacity,
-            kv_usage=r.kv,
             prefix_hit_ratio=r.prefix_hit_ratio,
             preemption_rate=r.preemption_rate,
             request_rate=r.request_rate,

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from inferwatch import __version__
 from inferwatch.agent.collectors.attribution import WorkerGpuInputs, gpu_env
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import Source, counter_family, gauge_family
 from inferwatch.agent.collectors.engine import EngineSource
 from inferwatch.agent.collectors.process import ProcessSource
 from inferwatch.agent.config import AgentConfig, GpuConfig, WorkerSpec
@@ -207,40 +207,18 @@ class Agent:
     # ------------------------------------------------------------------ self metrics
     def self_families(self) -> Iterable[Metric]:
         if self.node is None:
-            info = GaugeMetricFamily(
-                contract.AGENT_INFO.name, contract.AGENT_INFO.help, labels=["version"]
-            )
+            info = gauge_family(contract.AGENT_INFO, ["version"])
             info.add_metric([__version__], 1.0)
         else:
-            info = GaugeMetricFamily(
-                contract.AGENT_INFO.name,
-                contract.AGENT_INFO.help,
-                labels=["version", "node"],
-            )
+            info = gauge_family(contract.AGENT_INFO, ["version", "node"])
             info.add_metric([__version__, self.node], 1.0)
         yield info
-        build = GaugeMetricFamily(
-            contract.BUILD_INFO.name,
-            contract.BUILD_INFO.help,
-            labels=["version", "revision", "pythonversion"],
-        )
+        build = gauge_family(contract.BUILD_INFO, ["version", "revision", "pythonversion"])
         build.add_metric([__version__, REVISION, platform.python_version()], 1.0)
         yield build
-        duration = GaugeMetricFamily(
-            contract.COLLECT_DURATION_SECONDS.name,
-            contract.COLLECT_DURATION_SECONDS.help,
-            labels=["collector"],
-        )
-        errors = CounterMetricFamily(
-            contract.COLLECT_ERRORS.base,
-            contract.COLLECT_ERRORS.help,
-            labels=["collector", "reason"],
-        )
-        fresh = GaugeMetricFamily(
-            contract.LAST_COLLECT_TIMESTAMP_SECONDS.name,
-            contract.LAST_COLLECT_TIMESTAMP_SECONDS.help,
-            labels=["collector"],
-        )
+        duration = gauge_family(contract.COLLECT_DURATION_SECONDS, ["collector"])
+        errors = counter_family(contract.COLLECT_ERRORS, ["collector", "reason"])
+        fresh = gauge_family(contract.LAST_COLLECT_TIMESTAMP_SECONDS, ["collector"])
         for source in self.sources:
             h = source.health
             if h.last_duration is not None:

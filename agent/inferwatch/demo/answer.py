@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from inferwatch.advise.model import Recommendation, WarmupState, WorkerPicture
+from inferwatch.advise.model import Recommendation, WarmupState, WorkerPicture, reading_figures
 from inferwatch.advise.rules import advise
 from inferwatch.demo.conditions import FIRING, AlertState, Reading
 from inferwatch.pack import loops as L
@@ -30,22 +30,9 @@ def picture(worker: str, r: Reading) -> WorkerPicture:
         instance="demo",
         model=r.model or "",
         gpus=(worker,),
-        gpu_utilization=r.gpu_util,
-        vram_used_ratio=r.vram,
-        ttft_p50=r.ttft.get("0.5"),
-        ttft_p95=r.ttft.get("0.95"),
-        ttft_p99=r.ttft.get("0.99"),
-        tpot_p50=r.tpot.get("0.5"),
-        tpot_p99=r.tpot.get("0.99"),
-        e2e_p50=r.e2e.get("0.5"),
-        e2e_p99=r.e2e.get("0.99"),
-        queue_depth=r.queue,
+        **reading_figures(r),
         queue_depth_max=r.queue,
-        queue_slope=r.slope,
-        running=r.running,
         running_max=r.running,
-        max_num_seqs=r.capacity,
-        kv_usage=r.kv,
         preemption_rate=r.preemption_rate,
         uptime_seconds=r.uptime,
         flags=dict(r.flags),

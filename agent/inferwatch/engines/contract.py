@@ -559,23 +559,21 @@ E2E_LATENCY_QUANTILE_SECONDS = Family(
     help="End-to-end latency quantiles over the stats window, from bucket increases.",
     meaning="same, for end-to-end latency",
 )
+#: the launch flags inferwatch_worker_info carries as labels, in label order
+#: (engines/launchflags.py reads them from a command line)
+WORKER_INFO_FLAGS = (
+    "max_num_seqs",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "prefix_caching",
+    "kv_cache_dtype",
+)
 WORKER_INFO = Family(
     "inferwatch_worker_info",
     "info",
     "",
-    (
-        "worker",
-        "engine",
-        "model",
-        "pid",
-        "version",
-        "max_num_seqs",
-        "max_model_len",
-        "max_num_batched_tokens",
-        "gpu_memory_utilization",
-        "prefix_caching",
-        "kv_cache_dtype",
-    ),
+    ("worker", "engine", "model", "pid", "version", *WORKER_INFO_FLAGS),
     table="processes",
     help=(
         'Worker process and the launch flags read from its command line (psutil); "" '

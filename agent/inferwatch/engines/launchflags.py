@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from inferwatch.engines import ENGINES
+from inferwatch.engines import ENGINES, contract
 from inferwatch.engines.base import EngineFlags, Flag, Launcher
 from inferwatch.engines.base import FlagKind as Kind
 
@@ -76,15 +76,8 @@ class LaunchInfo:
 
 
 #: the launch flags ``inferwatch_worker_info`` carries as labels (docs/metrics.md): the
-#: agent's process source writes them, advise reads them
-WORKER_INFO_FLAGS = (
-    "max_num_seqs",
-    "max_model_len",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "prefix_caching",
-    "kv_cache_dtype",
-)
+#: agent's process source writes them, advise reads them; the contract row lists them
+WORKER_INFO_FLAGS = contract.WORKER_INFO_FLAGS
 
 
 # ---------------------------------------------------------------------------

@@ -12,11 +12,34 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from inferwatch.engines.contract import Family
 
 log = logging.getLogger(__name__)
+
+
+def gauge_family(row: Family, labels: Sequence[str]) -> GaugeMetricFamily:
+    """An empty family of a contract gauge (or info) row: its name, its HELP, ``labels``."""
+    return GaugeMetricFamily(row.name, row.help, labels=labels)
+
+
+def counter_family(row: Family, labels: Sequence[str]) -> CounterMetricFamily:
+    """An empty family of a contract counter row (prometheus_client names it without
+    ``_total``: :attr:`Family.base`)."""
+    return CounterMetricFamily(row.base, row.help, labels=labels)
+
+
+def histogram_family(row: Family, labels: Sequence[str]) -> HistogramMetricFamily:
+    """An empty family of a contract histogram row."""
+    return HistogramMetricFamily(row.name, row.help, labels=labels)
 
 
 class ReasonError(Exception):

@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from inferwatch.agent.collectors import cgroups
-from inferwatch.agent.collectors.base import ReasonError, Source
+from inferwatch.agent.collectors.base import ReasonError, Source, gauge_family
 from inferwatch.agent.collectors.podresources import ContainerKey
 from inferwatch.agent.collectors.podworkers import PodWorker, Skipped, pod_workers
 from inferwatch.agent.config import KubernetesConfig
@@ -468,8 +468,6 @@ class KubernetesSource(Source):
         return replace(worker, spec=replace(worker.spec, pid=pid))
 
     def families(self) -> Iterable[Metric]:
-        fam = GaugeMetricFamily(
-            contract.KUBERNETES_WORKERS.name, contract.KUBERNETES_WORKERS.help, labels=["node"]
-        )
+        fam = gauge_family(contract.KUBERNETES_WORKERS, ["node"])
         fam.add_metric([self.settings.node], float(len(self.discovered.workers)))
         return [fam]

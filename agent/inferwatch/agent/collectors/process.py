@@ -43,12 +43,11 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import psutil
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from inferwatch.agent.collectors.attribution import gpu_env
-from inferwatch.agent.collectors.base import Source
+from inferwatch.agent.collectors.base import Source, counter_family, gauge_family
 from inferwatch.agent.config import WorkerSpec
 from inferwatch.engines import contract
 from inferwatch.engines.launchflags import (
@@ -545,26 +544,10 @@ class ProcessSource(Source):
     # -- what others read ------------------------------------------------------
 
     def families(self) -> Iterable[Metric]:
-        info = GaugeMetricFamily(
-            contract.WORKER_INFO.name,
-            contract.WORKER_INFO.help,
-            labels=INFO_LABELS,
-        )
-        cpu = CounterMetricFamily(
-            contract.WORKER_CPU_SECONDS.base,
-            contract.WORKER_CPU_SECONDS.help,
-            labels=SERIES_LABELS,
-        )
-        rss = GaugeMetricFamily(
-            contract.WORKER_RESIDENT_MEMORY_BYTES.name,
-            contract.WORKER_RESIDENT_MEMORY_BYTES.help,
-            labels=SERIES_LABELS,
-        )
-        start = GaugeMetricFamily(
-            contract.WORKER_START_TIME_SECONDS.name,
-            contract.WORKER_START_TIME_SECONDS.help,
-            labels=SERIES_LABELS,
-        )
+        info = gauge_family(contract.WORKER_INFO, INFO_LABELS)
+        cpu = counter_family(contract.WORKER_CPU_SECONDS, SERIES_LABELS)
+        rss = gauge_family(contract.WORKER_RESIDENT_MEMORY_BYTES, SERIES_LABELS)
+        start = gauge_family(contract.WORKER_START_TIME_SECONDS, SERIES_LABELS)
         snapshot = self._snapshot
         for name in sorted(snapshot):
             seen = snapshot[name]

@@ -52,12 +52,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from inferwatch import validate
-from inferwatch.agent.collectors.base import ReasonError, Source
+from inferwatch.agent.collectors.base import (
+    ReasonError,
+    Source,
+    counter_family,
+    gauge_family,
+    histogram_family,
+)
 from inferwatch.agent.config import AgentConfig, WorkerSpec, local_url
 from inferwatch.agent.httpio import Client, HttpError
 from inferwatch.engines import ENGINES, contract, proxy
@@ -656,41 +661,13 @@ class WarmupGate(Source):
 
     # ------------------------------------------------------------------ metrics
     def families(self) -> Iterable[Metric]:
-        ready = GaugeMetricFamily(
-            contract.WORKER_READY.name,
-            contract.WORKER_READY.help,
-            labels=["worker"],
-        )
-        duration = GaugeMetricFamily(
-            contract.WARMUP_DURATION_SECONDS.name,
-            contract.WARMUP_DURATION_SECONDS.help,
-            labels=["worker"],
-        )
-        ttft = GaugeMetricFamily(
-            contract.WARMUP_TTFT_SECONDS.name,
-            contract.WARMUP_TTFT_SECONDS.help,
-            labels=["worker", "phase"],
-        )
-        failures = CounterMetricFamily(
-            contract.WARMUP_FAILURES.base,
-            contract.WARMUP_FAILURES.help,
-            labels=["worker", "reason"],
-        )
-        deadline = GaugeMetricFamily(
-            contract.WARMUP_DEADLINE_EXCEEDED.name,
-            contract.WARMUP_DEADLINE_EXCEEDED.help,
-            labels=["worker"],
-        )
-        runs = CounterMetricFamily(
-            contract.WARMUPS.base,
-            contract.WARMUPS.help,
-            labels=["worker"],
-        )
-        requests = HistogramMetricFamily(
-            contract.WARMUP_REQUESTS_TTFT_SECONDS.name,
-            contract.WARMUP_REQUESTS_TTFT_SECONDS.help,
-            labels=["worker"],
-        )
+        ready = gauge_family(contract.WORKER_READY, ["worker"])
+        duration = gauge_family(contract.WARMUP_DURATION_SECONDS, ["worker"])
+        ttft = gauge_family(contract.WARMUP_TTFT_SECONDS, ["worker", "phase"])
+        failures = counter_family(contract.WARMUP_FAILURES, ["worker", "reason"])
+        deadline = gauge_family(contract.WARMUP_DEADLINE_EXCEEDED, ["worker"])
+        runs = counter_family(contract.WARMUPS, ["worker"])
+        requests = histogram_family(contract.WARMUP_REQUESTS_TTFT_SECONDS, ["worker"])
         for name in sorted(self.workers):
             w = self.workers[name]
             ready.add_metric([name], 1.0 if w.warm else 0.0)

@@ -302,31 +302,26 @@ def timeseries(
         custom["axisLabel"] = axis_label
     if soft_max is not None:
         custom["axisSoftMax"] = soft_max
-    return Panel(
-        "timeseries",
-        title,
-        description,
-        tuple(queries),
-        _field(
-            unit,
-            thresholds,
-            color="palette-classic",
-            custom=custom,
-            mappings=[],
-            links=links,
-            min=min_value,
-            max=max_value,
-        ),
-        {
-            "legend": {
-                "calcs": list(calcs),
-                "displayMode": "table",
-                "placement": "bottom",
-                "showLegend": True,
-            },
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
+    defaults = _field(
+        unit,
+        thresholds,
+        color="palette-classic",
+        custom=custom,
+        mappings=[],
+        links=links,
+        min=min_value,
+        max=max_value,
     )
+    options = {
+        "legend": {
+            "calcs": list(calcs),
+            "displayMode": "table",
+            "placement": "bottom",
+            "showLegend": True,
+        },
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
+    return Panel("timeseries", title, description, tuple(queries), defaults, options)
 
 
 def event_bars(title: str, description: str, queries: Sequence[Query]) -> Panel:
@@ -348,19 +343,15 @@ def stat(
     text_mode: str = "auto",
 ) -> Panel:
     """A single-value panel."""
+    defaults = _field(
+        unit, thresholds, color="thresholds", custom={}, mappings=mappings, decimals=decimals
+    )
     return Panel(
         "stat",
         title,
         description,
         tuple(queries),
-        _field(
-            unit,
-            thresholds,
-            color="thresholds",
-            custom={},
-            mappings=mappings,
-            decimals=decimals,
-        ),
+        defaults,
         {
             "colorMode": "value",
             "graphMode": "area" if graph else "none",

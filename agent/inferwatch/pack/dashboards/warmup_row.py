@@ -18,6 +18,34 @@ def _gauge(aggregation: str, metric: str, *labels: str) -> Query:
     )
 
 
+#: the gate's 0/1 gauges as stats: (title, description, worst of the workers, family,
+#: (word, colour) at 0, (word, colour) at 1)
+_GATE_FLAGS = (
+    (
+        "Warm",
+        "Whether the agent's warm-up gate has warmed each worker "
+        f"({contract.WORKER_READY}): cold while it waits for /health, warms the "
+        "worker up, or after a restart; the agent's /readyz answers 200 only once "
+        "every gated worker is warm or its deadline has passed.",
+        "min",
+        contract.WORKER_READY,
+        ("cold", "red"),
+        ("warm", "green"),
+    ),
+    (
+        "Gate opened on deadline",
+        "1 when the gate let a worker into service only because warmup.deadline "
+        f"passed before a warm-up succeeded ({contract.WARMUP_DEADLINE_EXCEEDED}): "
+        "the worker serves cold and InferenceWarmupDeadlineExceeded fires. It "
+        "returns to 0 when a background warm-up succeeds.",
+        "max",
+        contract.WARMUP_DEADLINE_EXCEEDED,
+        ("no", "green"),
+        ("serving cold", "orange"),
+    ),
+)
+
+
 def warmup_section(t: Thresholds) -> Section:
     """The agent's warm-up gate (docs/warmup.md). Its series carry only ``worker`` (plus
     Prometheus's ``job`` and ``instance``), so every query uses the worker-only selector;
@@ -26,25 +54,9 @@ def warmup_section(t: Thresholds) -> Section:
     return Section(
         "Warm-up",
         p.line(
-            p.flag_stat(
-                "Warm",
-                "Whether the agent's warm-up gate has warmed each worker "
-                f"({contract.WORKER_READY}): cold while it waits for /health, warms the "
-                "worker up, or after a restart; the agent's /readyz answers 200 only once "
-                "every gated worker is warm or its deadline has passed." + gate_off,
-                [_gauge("min", contract.WORKER_READY.name)],
-                off=("cold", "red"),
-                on=("warm", "green"),
-            ),
-            p.flag_stat(
-                "Gate opened on deadline",
-                "1 when the gate let a worker into service only because warmup.deadline "
-                f"passed before a warm-up succeeded ({contract.WARMUP_DEADLINE_EXCEEDED}): "
-                "the worker serves cold and InferenceWarmupDeadlineExceeded fires. It "
-                "returns to 0 when a background warm-up succeeds." + gate_off,
-                [_gauge("max", contract.WARMUP_DEADLINE_EXCEEDED.name)],
-                off=("no", "green"),
-                on=("serving cold", "orange"),
+            *(
+                p.flag_stat(title, text + gate_off, [_gauge(agg, row.name)], off=off, on=on)
+                for title, text, agg, row, off, on in _GATE_FLAGS
             ),
             p.timeseries(
                 "Warm-up TTFT",
