@@ -106,7 +106,7 @@ AGGREGATIONS: dict[str, Callable[[list[float]], float]] = {
     "group": lambda vs: 1.0,
 }
 
-_MATCHER = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_MATCHER = re.compile(r'(\w+)(!?=)"((?:[^"\\]|\\.)*)"')
 
 
 def labels_of(by: str) -> tuple[str, ...]:
@@ -180,7 +180,9 @@ class Signal:
             for name, labels, value in scrape.samples:
                 if name != self.sample or math.isnan(value):
                     continue
-                if any(m is None or labels.get(m[1], "") != m[2] for m in wanted):
+                if any(
+                    m is None or (labels.get(m[1], "") == m[3]) != (m[2] == "=") for m in wanted
+                ):
                     continue
                 out.setdefault(tuple(sorted(labels.items())), []).append((scrape.time, value))
         return out
@@ -252,6 +254,10 @@ LATENCY = (contract.TTFT_SECONDS, contract.TPOT_SECONDS, contract.E2E_LATENCY_SE
 # --------------------------------------------------------------------------- rates
 
 REQUEST_RATE = Signal("request_rate", "rate", contract.REQUESTS_FINISHED)
+#: requests that did not fail: the availability SLI's good events
+SERVED_RATE = Signal(
+    "served_rate", "rate", contract.REQUESTS_FINISHED, matchers=('reason!="error"',)
+)
 ERROR_RATE = Signal("error_rate", "rate", contract.REQUESTS_FINISHED, matchers=('reason="error"',))
 REJECT_RATE = Signal("reject_rate", "rate", contract.REQUESTS_REJECTED)
 PROMPT_TOKEN_RATE = Signal("prompt_token_rate", "rate", contract.PROMPT_TOKENS)
@@ -336,6 +342,7 @@ SIGNALS: tuple[Signal, ...] = (
     GPU_UTILIZATION,
     GPU_MEMORY,
     REQUEST_RATE,
+    SERVED_RATE,
     ERROR_RATE,
     REJECT_RATE,
     PROMPT_TOKEN_RATE,
