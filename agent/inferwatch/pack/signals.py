@@ -172,7 +172,7 @@ class Signal:
         group = f"{by}, le" if self.bucketed and by else ("le" if self.bucketed else by)
         return f"{agg or self.agg} by ({group}) ({inner})"
 
-    def series(self, scrapes: Sequence[Scrape]) -> dict[tuple[tuple[str, str], ...], list]:
+    def series(self, scrapes: Sequence[Scrape]) -> Mapping[tuple[tuple[str, str], ...], Points]:
         """Each series' (time, value) points in ``scrapes``, matched like the selector."""
         wanted = [_MATCHER.fullmatch(m) for m in self.matchers]
         out: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}

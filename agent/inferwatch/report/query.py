@@ -383,7 +383,7 @@ class Collector:
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
         span = _duration(2 * self.period.days * DAY)
         week = _duration(self.period.days * DAY)
-        util = contract.GPU_UTILIZATION_RATIO.name
+        util = S.GPU_UTILIZATION.render()
         self.step("GPUs")
         ident: dict[str, dict[str, str]] = {}
         for s in self.client.instant(
