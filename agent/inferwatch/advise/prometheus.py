@@ -18,8 +18,9 @@ from inferwatch.advise.model import (
     WorkerPicture,
     name_pictures,
 )
-from inferwatch.engines.base import E2E, TPOT, TTFT
+from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals as S
 
 #: picture fields read per (instance, worker) straight from one query each
 WORKER_FIELDS = (
@@ -43,61 +44,70 @@ WORKER_FIELDS = (
 )
 
 
+#: the key of a picture: one agent's worker
+WORKER = "instance, worker"
+
+
 def duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
 def prometheus_queries(selector: str, window: str) -> dict[str, str]:
-    """The instant queries (evaluated at the end of the range) behind each picture field."""
+    """The instant queries (evaluated at the end of the range) behind each picture field:
+    the derived ones rendered from ``pack.signals`` over the whole range."""
     s = selector
 
-    def hq(q: float, metric: str, by: str = "instance, worker") -> str:
-        return (
-            f"histogram_quantile({q}, sum by ({by}, le) (increase({metric}_bucket{s}[{window}])))"
-        )
+    def hq(q: float, family: contract.Family, by: str = WORKER) -> str:
+        buckets = S.bucket_increase(family).render(selector=s, window=window, by=by)
+        return S.quantile(q, buckets)
 
-    def by(fn: str, inner: str, agg: str = "sum") -> str:
-        return f"{agg} by (instance, worker) ({fn}({inner}{s}[{window}]))"
+    def sig(signal: S.Signal, agg: str) -> str:
+        return signal.render(selector=s, window=window, by=WORKER, agg=agg)
 
+    def by(fn: str, family: contract.Family, agg: str) -> str:
+        return f"{agg} by ({WORKER}) ({fn}({family}{s}[{window}]))"
+
+    ttft, tpot, e2e = contract.TTFT_SECONDS, contract.TPOT_SECONDS, contract.E2E_LATENCY_SECONDS
     return {
-        "ttft_p50": hq(0.5, TTFT),
-        "ttft_p95": hq(0.95, TTFT),
-        "ttft_p99": hq(0.99, TTFT),
-        "tpot_p50": hq(0.5, TPOT),
-        "tpot_p99": hq(0.99, TPOT),
-        "e2e_p50": hq(0.5, E2E),
-        "e2e_p99": hq(0.99, E2E),
-        "queue_depth": by("avg_over_time", "inferwatch_queue_depth"),
-        "queue_depth_max": by("max_over_time", "inferwatch_queue_depth"),
+        "ttft_p50": hq(0.5, ttft),
+        "ttft_p95": hq(0.95, ttft),
+        "ttft_p99": hq(0.99, ttft),
+        "tpot_p50": hq(0.5, tpot),
+        "tpot_p99": hq(0.99, tpot),
+        "e2e_p50": hq(0.5, e2e),
+        "e2e_p99": hq(0.99, e2e),
+        "queue_depth": sig(S.QUEUE_MEAN, "sum"),
+        "queue_depth_max": sig(S.QUEUE_PEAK, "sum"),
         # the slope the rules read (deriv), over the whole range
-        "queue_slope": by("deriv", "inferwatch_queue_depth", "max"),
-        "running": by("avg_over_time", "inferwatch_requests_running"),
-        "running_max": by("max_over_time", "inferwatch_requests_running"),
-        "max_num_seqs": by("max_over_time", "inferwatch_max_num_seqs", "max"),
-        "kv_usage": by("max_over_time", "inferwatch_kv_cache_usage_ratio", "max"),
-        "prefix_hit_ratio": by("avg_over_time", "inferwatch_prefix_cache_hit_ratio", "avg"),
-        "preemption_rate": by("rate", "inferwatch_preemptions_total"),
-        "request_rate": by("rate", "inferwatch_requests_finished_total"),
-        "start_time": by("max_over_time", "inferwatch_worker_start_time_seconds", "max"),
+        "queue_slope": sig(S.QUEUE_SLOPE, "max"),
+        "running": sig(S.RUNNING_MEAN, "sum"),
+        "running_max": sig(S.RUNNING_PEAK, "sum"),
+        "max_num_seqs": sig(S.MAX_NUM_SEQS, "max"),
+        "kv_usage": sig(S.KV_USAGE_PEAK, "max"),
+        "prefix_hit_ratio": sig(S.PREFIX_HIT_MEAN, "avg"),
+        "preemption_rate": sig(S.PREEMPTION_RATE, "sum"),
+        "request_rate": sig(S.REQUEST_RATE, "sum"),
+        "start_time": by("max_over_time", contract.WORKER_START_TIME_SECONDS, "max"),
         # evidence of running out: restarts over the range, XID errors per GPU
-        "restarts": by("changes", "inferwatch_worker_start_time_seconds", "max"),
-        "xid": f"sum by (instance, gpu) (increase(inferwatch_gpu_xid_errors_total{s}[{window}]))",
-        "target_up": by("max_over_time", "inferwatch_target_up", "max"),
-        "ready": by("last_over_time", "inferwatch_worker_ready", "max"),
-        "deadline": by("last_over_time", "inferwatch_warmup_deadline_exceeded", "max"),
+        "restarts": sig(S.RESTARTS, "max"),
+        "xid": S.XID_ERRORS.render(selector=s, window=window, by="instance, gpu"),
+        "target_up": by("max_over_time", contract.TARGET_UP, "max"),
+        "ready": by("last_over_time", contract.WORKER_READY, "max"),
+        "deadline": by("last_over_time", contract.WARMUP_DEADLINE_EXCEEDED, "max"),
         # the rest keep labels the join needs
-        "prompt_buckets": f"sum by (instance, worker, le) "
-        f"(increase(inferwatch_prompt_length_tokens_bucket{s}[{window}]))",
-        "model_ttft_p99": hq(0.99, TTFT, "model"),
-        "identity": f"group by (instance, worker, model, engine) "
-        f"(last_over_time(inferwatch_requests_running{s}[{window}]))",
-        "info": f"last_over_time(inferwatch_worker_info{s}[{window}])",
-        "warmup_ttft": f"max by (instance, worker, phase) "
-        f"(last_over_time(inferwatch_warmup_ttft_seconds{s}[{window}]))",
-        "gpu_utilization": f"avg_over_time(inferwatch_gpu_utilization_ratio{s}[{window}])",
-        "vram": f"max_over_time(inferwatch_gpu_memory_used_ratio{s}[{window}])",
+        "prompt_buckets": S.bucket_increase(contract.PROMPT_LENGTH_TOKENS).render(
+            selector=s, window=window, by=WORKER
+        ),
+        "model_ttft_p99": hq(0.99, ttft, "model"),
+        "identity": f"group by ({WORKER}, model, engine) "
+        f"(last_over_time({contract.REQUESTS_RUNNING}{s}[{window}]))",
+        "info": f"last_over_time({contract.WORKER_INFO}{s}[{window}])",
+        "warmup_ttft": f"max by ({WORKER}, phase) "
+        f"(last_over_time({contract.WARMUP_TTFT_SECONDS}{s}[{window}]))",
+        "gpu_utilization": S.GPU_UTILIZATION_MEAN.render(selector=s, window=window),
+        "vram": S.GPU_MEMORY_PEAK.render(selector=s, window=window),
         "gpu_workers": f"max by (instance, gpu, worker) "
-        f"(max_over_time(inferwatch_gpu_process_memory_used_bytes{s}[{window}]))",
+        f"(max_over_time({contract.GPU_PROCESS_MEMORY_USED_BYTES}{s}[{window}]))",
     }
 
 

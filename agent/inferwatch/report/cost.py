@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals
 from inferwatch.pack.names import COST_STATES, GPU, WORKER_STATES
 from inferwatch.pack.rules.cost import (
     JOULES_PER_KWH,
@@ -133,13 +134,13 @@ def queries(t: Thresholds, e: CostExprs | None = None) -> dict[str, str]:
             )
         )
         out["money"] = "\nor\n".join(money)
-    power = f"max by ({GPU}) (rate({contract.GPU_ENERGY_JOULES}[{t.pack.window}]))"
+    power = signals.GPU_POWER.render(window=t.pack.window, by=GPU)
     out["kwh"] = (
         f"sum by (model) ({_per_day(e.worker_from_pairs(e.share(power)), JOULES_PER_KWH)})\n"
         f"or\nsum by (uuid) ({_per_day(power, JOULES_PER_KWH)})\n"
         f"or\nsum({_per_day(power, JOULES_PER_KWH)})"
     )
-    out["tokens"] = f"sum by (model) (increase({contract.GENERATION_TOKENS}[1d]))"
+    out["tokens"] = signals.GENERATION_TOKENS.render(window="1d", by="model")
     return out
 
 

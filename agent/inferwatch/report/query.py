@@ -37,8 +37,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from inferwatch.engines import contract
-from inferwatch.engines.base import E2E, TPOT, TTFT
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals as S
+from inferwatch.pack.fmt import num
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
 from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration
@@ -61,9 +62,9 @@ ALERT_STEP = 60
 HOUR = 3600.0
 
 HISTOGRAMS = {
-    "ttft": TTFT,
-    "tpot": TPOT,
-    "e2e": E2E,
+    "ttft": contract.TTFT_SECONDS,
+    "tpot": contract.TPOT_SECONDS,
+    "e2e": contract.E2E_LATENCY_SECONDS,
 }
 WORKER_KEY = ("model", "worker")
 
@@ -134,26 +135,20 @@ AGENT_WORKER = "job, instance, worker"
 
 
 def capacity_expr(t: Thresholds) -> str:
-    """The rules' batch capacity over raw series: max_num_seqs, or the running batch once the
-    KV cache is at ``vram.scale_above``, whichever is smaller (per job, instance, worker)."""
-    k = AGENT_WORKER
-    return (
-        f"min by ({k}) ("
-        f'label_replace(max by ({k}) ({contract.MAX_NUM_SEQS}), "capacity_from", "seqs", "", "")'
-        f" or label_replace(max by ({k}) ({contract.REQUESTS_RUNNING}) and on ({k}) "
-        f"max by ({k}) ({contract.KV_CACHE_USAGE_RATIO}) >= {t.vram.scale_above}, "
-        f'"capacity_from", "kv_cache", "", ""))'
-    )
+    """The rules' batch capacity (``pack.signals.BATCH_CAPACITY``) per job, instance and
+    worker, over every job's raw series like the report's other queries."""
+    full_at = num(t.vram.scale_above)
+    return S.BATCH_CAPACITY.render(selector="", by=AGENT_WORKER, key=AGENT_WORKER, full_at=full_at)
 
 
-def bucket_increase(t: Thresholds, metric: str, seconds: float, by: str) -> str:
-    """Observations of the histogram ``metric`` per bucket over ``seconds``, by ``by`` and
+def buckets_expr(t: Thresholds, family: contract.Family, seconds: float, by: str) -> str:
+    """Observations of the histogram ``family`` per bucket over ``seconds``, by ``by`` and
     ``le``: the agent's buckets, else, for a worker whose engine's own series Prometheus
     stores instead (``export_histograms: false``), those, joined to the worker through
     the agent's endpoint info at each evaluation (``pack.rules.own_histograms``)."""
     window = _duration(seconds)
-    agent = f"sum by ({by}, le) (increase({metric}_bucket[{window}]))"
-    own = own_histograms.engine_bucket_rates(t, metric, window=window)
+    agent = S.bucket_increase(family).render(window=window, by=by)
+    own = own_histograms.engine_bucket_rates(t, family.name, window=window)
     if not own:
         return agent
     # increase() is rate() times the range, extrapolated alike
@@ -202,34 +197,24 @@ class Collector:
 
         by = "model, worker"
         self.step("requests")
-        requests = self.daily_by(
-            f"sum by ({by}) (increase({contract.REQUESTS_FINISHED}[1d]))", WORKER_KEY
-        )
+        requests = self.daily_by(S.REQUESTS.render(window="1d", by=by), WORKER_KEY)
         self.step("prompt tokens")
-        prompt = self.daily_by(
-            f"sum by ({by}) (increase({contract.PROMPT_TOKENS}[1d]))", WORKER_KEY
-        )
+        prompt = self.daily_by(S.PROMPT_TOKENS.render(window="1d", by=by), WORKER_KEY)
         self.step("generation tokens")
-        generation = self.daily_by(
-            f"sum by ({by}) (increase({contract.GENERATION_TOKENS}[1d]))", WORKER_KEY
-        )
+        generation = self.daily_by(S.GENERATION_TOKENS.render(window="1d", by=by), WORKER_KEY)
         latency: dict[str, dict[tuple[str, ...], tuple[Buckets | None, ...]]] = {}
         for name, metric in HISTOGRAMS.items():
             self.step(
                 {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}[name]
             )
-            latency[name] = self._buckets(bucket_increase(self.t, metric, DAY, by))
+            latency[name] = self._buckets(buckets_expr(self.t, metric, DAY, by))
         self.step("prompt-length buckets")
-        prompt_lengths = self._buckets(
-            bucket_increase(self.t, contract.PROMPT_LENGTH_TOKENS.name, DAY, by)
-        )
+        prompt_lengths = self._buckets(buckets_expr(self.t, contract.PROMPT_LENGTH_TOKENS, DAY, by))
         self.step("queue peaks")
-        queue = self.daily_by(
-            f"max by ({by}) (max_over_time({contract.QUEUE_DEPTH}[1d]))", WORKER_KEY
-        )
+        queue = self.daily_by(S.QUEUE_PEAK.render(window="1d", by=by), WORKER_KEY)
         self.step("time over capacity")
         over = self.daily_by(
-            f"sum by ({by}) (sum_over_time(({contract.QUEUE_DEPTH} > bool on ({AGENT_WORKER}) "
+            f"sum by ({by}) (sum_over_time(({S.QUEUE.render()} > bool on ({AGENT_WORKER}) "
             f"group_left {capacity_expr(self.t)})"
             f"[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
             WORKER_KEY,
@@ -244,21 +229,17 @@ class Collector:
 
         self.step("open requests")
         open_requests = self.daily_by(
-            f"sum by ({by}) (avg_over_time({contract.QUEUE_DEPTH}[1d])) + "
-            f"sum by ({by}) (avg_over_time({contract.REQUESTS_RUNNING}[1d]))",
+            f"{S.QUEUE_MEAN.render(window='1d', by=by, agg='sum')} + "
+            f"{S.RUNNING_MEAN.render(window='1d', by=by, agg='sum')}",
             WORKER_KEY,
         )
         self.step("queue slope")
-        rising = format_duration(self.t.queue.rising_window)
+        slope_now = S.QUEUE_SLOPE.render(window=format_duration(self.t.queue.rising_window))
         slope = self.daily_by(
-            f"max by ({by}) (max_over_time(deriv({contract.QUEUE_DEPTH}[{rising}])"
-            f"[1d:{SUBQUERY_STEP}s]))",
-            WORKER_KEY,
+            f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))", WORKER_KEY
         )
         self.step("preemptions")
-        preemptions = self.daily_by(
-            f"sum by ({by}) (increase({contract.PREEMPTIONS}[1d]))", WORKER_KEY
-        )
+        preemptions = self.daily_by(S.PREEMPTIONS.render(window="1d", by=by), WORKER_KEY)
         self.step("cold-start TTFT buckets")
         young = (
             f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
@@ -266,9 +247,10 @@ class Collector:
         )
         # InferenceTTFTSLOBreach leaves the first cold_start.within after a start to
         # InferenceWorkerColdStart: those first tokens are counted apart
+        minute = S.bucket_increase(contract.TTFT_SECONDS).render(window=f"{SUBQUERY_STEP}s")
         cold_ttft = self._buckets(
-            f"sum by ({by}, le) (sum_over_time((increase({TTFT}_bucket"
-            f"[{SUBQUERY_STEP}s]) and on ({AGENT_WORKER}) {young})[1d:{SUBQUERY_STEP}s]))"
+            f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) {young})"
+            f"[1d:{SUBQUERY_STEP}s]))"
         )
         # the data's age: no latency observed by a day's end is longer than the time since
         # the earliest start of the worker's processes that day (the start-time gauge has no
@@ -280,13 +262,8 @@ class Collector:
         )
         # the availability SLO's bad requests (the error-budget section)
         self.step("errors and rejections")
-        failed = self.daily_by(
-            f'sum by ({by}) (increase({contract.REQUESTS_FINISHED}{{reason="error"}}[1d]))',
-            WORKER_KEY,
-        )
-        rejected = self.daily_by(
-            f"sum by ({by}) (increase({contract.REQUESTS_REJECTED}[1d]))", WORKER_KEY
-        )
+        failed = self.daily_by(S.ERRORS.render(window="1d", by=by), WORKER_KEY)
+        rejected = self.daily_by(S.REJECTED.render(window="1d", by=by), WORKER_KEY)
 
         keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
         # A worker known only by name (target_up carries no model) folds into the
@@ -405,7 +382,7 @@ class Collector:
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
         span = _duration(2 * self.period.days * DAY)
         week = _duration(self.period.days * DAY)
-        util = contract.GPU_UTILIZATION_RATIO.name
+        util = S.GPU_UTILIZATION.render()
         self.step("GPUs")
         ident: dict[str, dict[str, str]] = {}
         for s in self.client.instant(
@@ -437,7 +414,7 @@ class Collector:
 
         self.step("GPU utilization")
         stats = {
-            "mean": f"avg_over_time({util}[1d])",
+            "mean": S.GPU_UTILIZATION_MEAN.render(window="1d"),
             "p50": f"quantile_over_time(0.5, {util}[1d])",
             "p90": f"quantile_over_time(0.9, {util}[1d])",
         }
@@ -454,7 +431,7 @@ class Collector:
         band_daily = self._labelled_daily(band_exprs, "band")
         self.step("GPU weekly percentiles")
         week_stats = {
-            "mean": f"avg_over_time({util}[{week}])",
+            "mean": S.GPU_UTILIZATION_MEAN.render(window=week),
             "p10": f"quantile_over_time(0.1, {util}[{week}])",
             "p50": f"quantile_over_time(0.5, {util}[{week}])",
             "p90": f"quantile_over_time(0.9, {util}[{week}])",
@@ -462,20 +439,16 @@ class Collector:
         }
         util_week = self._labelled_weekly(week_stats, "stat")
         self.step("GPM SM activity")
-        sm = self._labelled_weekly(
-            {"mean": f"avg_over_time({contract.GPU_SM_ACTIVE_RATIO}[{week}])"}, "stat"
-        )
+        sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
         self.step("VRAM peaks")
-        vram_ratio = self.daily_by(
-            f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_RATIO}[1d]))", ("uuid",)
-        )
+        vram_ratio = self.daily_by(S.GPU_MEMORY_PEAK.render(window="1d", by="uuid"), ("uuid",))
         vram_bytes = self.daily_by(
             f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))", ("uuid",)
         )
         self.step("memory pressure")
         kv = self.daily_by(
             "max by (uuid) ("
-            f"max by ({AGENT_WORKER}) (max_over_time({contract.KV_CACHE_USAGE_RATIO}[1d])) "
+            f"{S.KV_USAGE_PEAK.render(window='1d', by=AGENT_WORKER)} "
             f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
             f"(max_over_time({contract.WORKER_GPU_INFO}[1d])))",
             ("uuid",),
@@ -483,8 +456,8 @@ class Collector:
         self.step("waste condition")
         window = format_duration(self.t.pack.rate_window)
         waste_alert = self.daily_by(
-            f"max by (uuid) (avg_over_time((avg_over_time({util}[{window}]) {L.WASTE.op} bool "
-            f"{L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))",
+            f"max by (uuid) (avg_over_time(({S.GPU_UTILIZATION_MEAN.render(window=window)} "
+            f"{L.WASTE.op} bool {L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))",
             ("uuid",),
         )
         self.step("GPU to worker map")
@@ -586,7 +559,11 @@ class Collector:
         self.step("hourly trend")
         start = self.period.start + HOUR
         end = self.period.end
-        metric, name = (TTFT, "TTFT") if has_ttft else (E2E, "End-to-end")
+        family, name = (
+            (contract.TTFT_SECONDS, "TTFT")
+            if has_ttft
+            else (contract.E2E_LATENCY_SECONDS, "End-to-end")
+        )
         times = tuple(start + i * HOUR for i in range(int((end - start) // HOUR) + 1))
 
         def one(expr: str) -> tuple[float | None, ...]:
@@ -596,27 +573,24 @@ class Collector:
             by_time = {round(t): v for t, v in result[0].points}
             return tuple(by_time.get(round(t)) for t in times)
 
-        latency = one(
-            "histogram_quantile(0.99, sum by (le) (\n"
-            f"  {bucket_increase(self.t, metric, HOUR, 'model, worker')}\n"
-            "))"
-        )
+        buckets = buckets_expr(self.t, family, HOUR, "model, worker")
+        latency = one(S.quantile(0.99, f"sum by (le) (\n  {buckets}\n)"))
         if all(v is None for v in latency):
             name = ""
-        util = one(f"avg(avg_over_time({contract.GPU_UTILIZATION_RATIO}[1h]))")
+        util = one(S.GPU_UTILIZATION_MEAN.render(window="1h", by="", agg="avg"))
         # the memory peak: the KV-cache usage of the workers on each GPU where their engine
         # exports one (an engine that pre-allocates holds NVML's level flat at its
         # reservation), NVML's level for the other GPUs; the fleet's highest
         vram = one(
             "max(\n"
             "  max by (uuid) (\n"
-            f"    max by ({AGENT_WORKER}) (max_over_time({contract.KV_CACHE_USAGE_RATIO}[1h]))\n"
+            f"    {S.KV_USAGE_PEAK.render(window='1h', by=AGENT_WORKER)}\n"
             f"    * on ({AGENT_WORKER}) group_right ()\n"
             f"    group by ({AGENT_WORKER}, gpu, uuid) "
             f"(max_over_time({contract.WORKER_GPU_INFO}[1h]))\n"
             "  )\n"
             "  or\n"
-            f"  max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_RATIO}[1h]))\n"
+            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n"
             ")"
         )
         return Hourly(times, latency, name, util, vram)

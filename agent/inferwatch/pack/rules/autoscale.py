@@ -37,6 +37,7 @@ import yaml
 
 from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals
 from inferwatch.pack.fmt import num
 from inferwatch.pack.names import (
     DESIRED_REPLICAS,
@@ -86,10 +87,8 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         f"\n    unless on ({WORKER_KEY})"
         f"\n  max by ({WORKER_KEY}) ({contract.WARMUP_DEADLINE_EXCEEDED}{s()}) == 1)"
     )
-    open_requests = (
-        f"(max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})"
-        f" + max by ({WORKER}) ({contract.REQUESTS_RUNNING}{s()}))"
-    )
+    queue = signals.QUEUE.render(selector=s(), by=WORKER)
+    open_requests = f"({queue} + {signals.RUNNING.render(selector=s(), by=WORKER)})"
     return [
         record(
             QUEUE_PRESSURE_WORKER,
@@ -103,7 +102,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         record(
             KV_USAGE_MODEL,
             f"max by ({MODEL}) (\n"
-            f"    max by ({WORKER_KEY}) ({contract.KV_CACHE_USAGE_RATIO}{s()})\n"
+            f"    {signals.KV_USAGE.render(selector=s(), by=WORKER_KEY)}\n"
             f"  * on ({WORKER_KEY}) group_left (model)\n"
             f"    {n.worker_labels}\n"
             f")",

@@ -33,6 +33,7 @@ from typing import Any
 
 from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals
 from inferwatch.pack.fmt import lit
 from inferwatch.pack.names import (
     CLUSTER,
@@ -166,13 +167,7 @@ def raw_util_expr(t: Thresholds, selector: str = "") -> str:
     It must stay the same PromQL as the rule (``tests/unit/test_cost.py`` compares them):
     utilization averaged over ``pack.rate_window``, or GPM SM activity on a MIG device.
     """
-    w = t.pack.window
-    sel = "{" + selector + "}"
-    return (
-        f"max by ({GPU}) (avg_over_time({contract.GPU_UTILIZATION_RATIO}{sel}[{w}]))\n"
-        f"or\n"
-        f"max by ({GPU}) (avg_over_time({contract.GPU_SM_ACTIVE_RATIO}{sel}[{w}]))"
-    )
+    return signals.gpu_utilization(selector="{" + selector + "}", window=t.pack.window, by=GPU)
 
 
 def raw_exprs(t: Thresholds, selector: str = "") -> CostExprs:
@@ -273,10 +268,8 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
             )
         )
 
-    w = t.pack.window
-    rules.append(
-        record(c.gpu_power, f"max by ({GPU}) (rate({contract.GPU_ENERGY_JOULES}{s}[{w}]))")
-    )
+    power = signals.GPU_POWER.render(selector=s, window=t.pack.window, by=GPU)
+    rules.append(record(c.gpu_power, power))
     rules.append(record(c.worker_power, e.worker_from_pairs(e.share(c.gpu_power))))
     rules.append(record(c.model_power, f"sum by ({MODEL}) ({c.worker_power})"))
     rules.append(record(c.cluster_power, f"sum by ({CLUSTER}) ({c.gpu_power})"))

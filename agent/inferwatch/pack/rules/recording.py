@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import num
 from inferwatch.pack.names import (
     CLUSTER,
@@ -76,17 +77,14 @@ def _latency_records(t: Thresholds) -> list[dict[str, Any]]:
     for short in HISTOGRAMS:
         for q, label in QUANTILES:
             rules.append(
-                record(
-                    n.quantile("worker", short, label),
-                    f"histogram_quantile({num(q)}, {per_worker(short)})",
-                )
+                record(n.quantile("worker", short, label), S.quantile(q, per_worker(short)))
             )
     for level, by in (("model", f"le, {MODEL}"), ("cluster", f"le, {CLUSTER}")):
         for short in HISTOGRAMS:
             rules.append(
                 record(
                     n.quantile(level, short, "p99"),
-                    f"histogram_quantile(0.99, sum by ({by}) {per_worker(short)})",
+                    S.quantile(0.99, f"sum by ({by}) {per_worker(short)}"),
                 )
             )
     return rules
@@ -98,17 +96,17 @@ def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
     w = t.pack.window
     rules: list[dict[str, Any]] = []
     # Throughput and errors.
-    for name, metric in (
-        ("requests_finished", contract.REQUESTS_FINISHED.name),
-        ("requests_rejected", contract.REQUESTS_REJECTED.name),
-        ("prompt_tokens", contract.PROMPT_TOKENS.name),
-        ("generation_tokens", contract.GENERATION_TOKENS.name),
-        ("preemptions", contract.PREEMPTIONS.name),
+    for name, signal in (
+        ("requests_finished", S.REQUEST_RATE),
+        ("requests_rejected", S.REJECT_RATE),
+        ("prompt_tokens", S.PROMPT_TOKEN_RATE),
+        ("generation_tokens", S.GENERATION_TOKEN_RATE),
+        ("preemptions", S.PREEMPTION_RATE),
     ):
-        rules.append(record(n.rate(name), f"sum by ({WORKER}) (rate({metric}{s()}[{w}]))"))
+        rules.append(record(n.rate(name), signal.render(selector=s(), window=w, by=WORKER)))
     finished = n.rate("requests_finished")
     rejected = n.rate("requests_rejected")
-    error_sel = s('reason="error"')
+    errors = S.ERROR_RATE.render(selector=s(), window=w, by=WORKER)
     # A worker that reports finished requests but no "error" reason (or no rejection
     # counter) has zero of them; a worker that reports neither gets no ratio at all.
     rules.append(
@@ -116,8 +114,7 @@ def _traffic_records(t: Thresholds) -> list[dict[str, Any]]:
             n.error_ratio,
             "(\n"
             f"    (\n"
-            f"      sum by ({WORKER}) "
-            f"(rate({contract.REQUESTS_FINISHED}{error_sel}[{w}]))\n"
+            f"      {errors}\n"
             f"      or 0 * {finished}\n"
             f"      or 0 * {rejected}\n"
             f"    )\n"
@@ -161,37 +158,20 @@ def _queue_records(t: Thresholds) -> list[dict[str, Any]]:
         # overload), and an engine whose max_num_seqs is unknown still has this bound.
         record(
             n.batch_capacity,
-            f"min by ({WORKER}) (\n"
-            f"    label_replace(\n"
-            f"      max by ({WORKER}) ({contract.MAX_NUM_SEQS}{s()}),\n"
-            f'      "capacity_from", "max_num_seqs", "", ""\n'
-            f"    )\n"
-            f"  or\n"
-            f"    label_replace(\n"
-            f"        max by ({WORKER}) ({contract.REQUESTS_RUNNING}{s()})\n"
-            f"      and on ({WORKER_KEY})\n"
-            f"        max by ({WORKER_KEY}) ({contract.KV_CACHE_USAGE_RATIO}{s()}) "
-            f">= {num(t.vram.scale_above)},\n"
-            f'      "capacity_from", "kv_cache", "", ""\n'
-            f"    )\n"
-            f")",
+            S.BATCH_CAPACITY.render(
+                selector=s(), by=WORKER, key=WORKER_KEY, full_at=num(t.vram.scale_above)
+            ),
         ),
         record(
             n.queue_over_capacity,
-            f"max by ({WORKER}) ({contract.QUEUE_DEPTH}{s()})\n> bool\n{n.batch_capacity}",
+            f"{S.QUEUE.render(selector=s(), by=WORKER)}\n> bool\n{n.batch_capacity}",
         ),
-        record(
-            n.queue_avg,
-            f"max by ({WORKER}) (avg_over_time({contract.QUEUE_DEPTH}{s()}[{w}]))",
-        ),
-        record(
-            n.running_avg,
-            f"max by ({WORKER}) (avg_over_time({contract.REQUESTS_RUNNING}{s()}[{w}]))",
-        ),
+        record(n.queue_avg, S.QUEUE_MEAN.render(selector=s(), window=w, by=WORKER)),
+        record(n.running_avg, S.RUNNING_MEAN.render(selector=s(), window=w, by=WORKER)),
         record(n.open_avg, f"{n.queue_avg} + {n.running_avg}"),
         record(
             n.queue_deriv,
-            f"max by ({WORKER}) (deriv({contract.QUEUE_DEPTH}{s()}[{n.rising_window}]))",
+            S.QUEUE_SLOPE.render(selector=s(), window=n.rising_window, by=WORKER),
         ),
     ]
 
@@ -203,13 +183,8 @@ def _gpu_utilization_records(t: Thresholds) -> list[dict[str, Any]]:
     return [
         # GPU utilization, smoothed per GPU. A MIG device has no NVML utilization: its GPM
         # SM activity (Hopper and newer) stands in for it.
-        record(
-            n.gpu_util,
-            f"max by ({GPU}) (avg_over_time({contract.GPU_UTILIZATION_RATIO}{s()}[{w}]))\n"
-            f"or\n"
-            f"max by ({GPU}) (avg_over_time({contract.GPU_SM_ACTIVE_RATIO}{s()}[{w}]))",
-        ),
-        record(n.gpu_vram, f"max by ({GPU}) ({contract.GPU_MEMORY_USED_RATIO}{s()})"),
+        record(n.gpu_util, S.gpu_utilization(selector=s(), window=w, by=GPU)),
+        record(n.gpu_vram, S.GPU_MEMORY.render(selector=s(), by=GPU)),
     ]
 
 
@@ -250,14 +225,14 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
         record(
             n.worker_gpu_pressure,
             f"label_replace(\n"
-            f"    max by ({WORKER_KEY}) (avg_over_time({contract.KV_CACHE_USAGE_RATIO}{s()}[{w}]))\n"
+            f"    {S.KV_USAGE_MEAN.render(selector=s(), window=w, by=WORKER_KEY)}\n"
             f"  * on ({WORKER_KEY}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "kv_cache", "", ""\n'
             f")\n"
             f"or on ({WORKER_GPU})\n"
             f"label_replace(\n"
-            f"    max by ({GPU}) (avg_over_time({contract.GPU_MEMORY_USED_RATIO}{s()}[{w}]))\n"
+            f"    {S.GPU_MEMORY_MEAN.render(selector=s(), window=w, by=GPU)}\n"
             f"  * on ({GPU}) group_right ()\n"
             f"    {n.worker_gpu},\n"
             f'  "pressure_from", "gpu_memory", "", ""\n'
@@ -267,8 +242,8 @@ def _attribution_records(t: Thresholds) -> list[dict[str, Any]]:
             n.gpu_pressure,
             f"max by ({GPU}) ({n.worker_gpu_pressure})\nor\n{n.gpu_vram}",
         ),
-        record(n.cluster_util, f"avg by ({CLUSTER}) ({contract.GPU_UTILIZATION_RATIO}{s()})"),
-        record(n.cluster_vram, f"max by ({CLUSTER}) ({contract.GPU_MEMORY_USED_RATIO}{s()})"),
+        record(n.cluster_util, S.GPU_UTILIZATION.render(selector=s(), by=CLUSTER, agg="avg")),
+        record(n.cluster_vram, S.GPU_MEMORY.render(selector=s(), by=CLUSTER)),
     ]
 
 

@@ -55,7 +55,7 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
-from inferwatch.engines import contract
+from inferwatch.pack import signals as S
 from inferwatch.pack.names import (
     MODEL,
     SLO_BUDGET_REMAINING,
@@ -167,8 +167,8 @@ def entry_matchers(spec: SloSpec, entry: SloEntry) -> tuple[str, ...]:
     return (f'engine=~"{_regex(entry.engines)}"', *model_matchers(spec, entry))
 
 
-def _sum_rate(t: Thresholds, metric: str, matchers: tuple[str, ...], window: str) -> str:
-    return f"sum by ({BY}) (rate({metric}{t.pack.selector(*matchers)}[{window}]))"
+def _sum_rate(t: Thresholds, signal: S.Signal, matchers: tuple[str, ...], window: str) -> str:
+    return signal.render(selector=t.pack.selector(*matchers), window=window, by=BY)
 
 
 def _sum_buckets(
@@ -224,7 +224,7 @@ def good_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: st
             t, spec, entry, f"inferwatch_{o.kind}_seconds", floatToGoString(o.le), w
         )
     m = entry_matchers(spec, entry)
-    return _sum_rate(t, contract.REQUESTS_FINISHED.name, (*m, 'reason!="error"'), w)
+    return _sum_rate(t, S.SERVED_RATE, m, w)
 
 
 def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w: str) -> str:
@@ -237,8 +237,8 @@ def request_rate(t: Thresholds, spec: SloSpec, entry: SloEntry, o: Objective, w:
         return _sum_buckets(t, spec, entry, f"inferwatch_{o.kind}_seconds", "+Inf", w)
     m = entry_matchers(spec, entry)
     good = slo_good(w) + "{" + ",".join((f'slo="{o.kind}"', *model_matchers(spec, entry))) + "}"
-    failed = _sum_rate(t, contract.REQUESTS_FINISHED.name, (*m, 'reason="error"'), w)
-    rejected = _sum_rate(t, contract.REQUESTS_REJECTED.name, m, w)
+    failed = _sum_rate(t, S.ERROR_RATE, m, w)
+    rejected = _sum_rate(t, S.REJECT_RATE, m, w)
     # an engine that never reported an error reason or has no rejection counter has
     # none of them, as long as it reports finished requests at all
     return (

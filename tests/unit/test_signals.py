@@ -1,0 +1,352 @@
+"""pack/signals.py: each signal's evaluator and its PromQL give the same answer on the same
+samples.
+
+The agent's expositions of a small fleet (two workers, two GPUs: one reports NVML
+utilization, the other, a MIG device, only GPM SM activity) are written every 15 s for
+ten minutes with random values: counters with a reset, histograms, gauges. They are
+parsed as advise parses an agent's ``/metrics`` (``advise.agent.parse_exposition``) and
+handed to the evaluators; the same samples are backfilled into a real Prometheus
+(``promtool tsdb create-blocks-from openmetrics``), which answers the rendered PromQL.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.support.promblocks import PromOnBlocks, create_blocks
+
+from inferwatch.advise.agent import parse_exposition
+from inferwatch.engines import contract
+from inferwatch.pack import signals as S
+from inferwatch.pack.names import WORKER, WORKER_KEY
+from inferwatch.pack.rules.recording import recording_rules
+from inferwatch.pack.thresholds import load_thresholds
+
+STEP = 15
+END = 1_700_000_100  # a multiple of STEP: the last scrape
+TIMES = [END - 600 + i * STEP for i in range(41)]
+WINDOW = 300
+BOUNDS = ("0.1", "0.5", "1.0", "2.5", "+Inf")
+WORKERS = (
+    {"worker": "a", "model": "m", "engine": "vllm"},
+    {"worker": "b", "model": "m", "engine": "vllm"},
+)
+GPUS = ({"gpu": "0", "uuid": "GPU-0"}, {"gpu": "1", "uuid": "MIG-1"})
+FULL_AT = 0.92
+#: how the evaluators and the PromQL group: the labels the agent's exposition carries
+BY_WORKER = "worker, model, engine"
+BY_GPU = "gpu, uuid"
+SELECTOR = '{job="inferwatch"}'
+
+
+def _series() -> list[tuple[str, str, dict[str, str], list[float]]]:
+    """(family, sample name, labels, one value per scrape), random but fixed."""
+    rnd = random.Random(41)
+    n = len(TIMES)
+    out: list[tuple[str, str, dict[str, str], list[float]]] = []
+
+    def gauge(values: list[float]) -> list[float]:
+        return values
+
+    def counter(start: float, most: float, reset_at: int | None = None) -> list[float]:
+        values, v = [], start
+        for i in range(n):
+            v = rnd.uniform(0, most) if i == reset_at else v + rnd.uniform(0, most)
+            values.append(round(v, 3))
+        return values
+
+    for i, w in enumerate(WORKERS):
+        fam = contract
+        out.append(
+            (
+                fam.QUEUE_DEPTH.name,
+                fam.QUEUE_DEPTH.name,
+                w,
+                [float(rnd.randint(0, 30)) for _ in range(n)],
+            )
+        )
+        running = [float(rnd.randint(4, 24)) for _ in range(n)]
+        out.append((fam.REQUESTS_RUNNING.name, fam.REQUESTS_RUNNING.name, w, running))
+        if i == 0:  # b's max_num_seqs is unknown: its capacity is the running batch
+            out.append((fam.MAX_NUM_SEQS.name, fam.MAX_NUM_SEQS.name, w, [16.0] * n))
+        kv = [round(rnd.uniform(0.5, 1.0), 3) for _ in range(n - 1)] + [0.95]
+        out.append((fam.KV_CACHE_USAGE_RATIO.name, fam.KV_CACHE_USAGE_RATIO.name, w, kv))
+        out.append(
+            (
+                fam.PREFIX_CACHE_HIT_RATIO.name,
+                fam.PREFIX_CACHE_HIT_RATIO.name,
+                w,
+                [round(rnd.uniform(0, 1), 3) for _ in range(n)],
+            )
+        )
+        started = (
+            [1_699_990_000.0] * n if i == 0 else [1_699_990_000.0] * 30 + [END - 150.0] * (n - 30)
+        )
+        out.append(
+            (fam.WORKER_START_TIME_SECONDS.name, fam.WORKER_START_TIME_SECONDS.name, w, started)
+        )
+        for reason in ("stop", "error"):
+            finished = fam.REQUESTS_FINISHED
+            out.append((finished.base, finished.name, {**w, "reason": reason}, counter(500, 5)))
+        for family in (fam.REQUESTS_REJECTED, fam.PROMPT_TOKENS, fam.GENERATION_TOKENS):
+            out.append((family.base, family.name, w, counter(1000, 50)))
+        # b's engine restarted inside the window: its counter starts again near zero
+        reset = 33 if i == 1 else None
+        out.append((fam.PREEMPTIONS.base, fam.PREEMPTIONS.name, w, counter(100, 3, reset)))
+        for family in (*S.LATENCY, fam.PROMPT_LENGTH_TOKENS):
+            cumulative = [0.0] * len(BOUNDS)
+            rows: list[list[float]] = []
+            for _ in range(n):
+                added = 0.0
+                for b in range(len(BOUNDS)):
+                    added += rnd.randint(0, 4)
+                    cumulative[b] += added
+                rows.append(list(cumulative))
+            for b, le in enumerate(BOUNDS):
+                values = [row[b] for row in rows]
+                out.append((family.name, family.name + "_bucket", {**w, "le": le}, values))
+            out.append((family.name, family.name + "_count", w, [row[-1] for row in rows]))
+    for i, g in enumerate(GPUS):
+        fam = contract
+        if i == 0:
+            util = [round(rnd.uniform(0, 1), 3) for _ in range(n)]
+            out.append((fam.GPU_UTILIZATION_RATIO.name, fam.GPU_UTILIZATION_RATIO.name, g, util))
+        sm = [round(rnd.uniform(0, 1), 3) for _ in range(n)]
+        out.append((fam.GPU_SM_ACTIVE_RATIO.name, fam.GPU_SM_ACTIVE_RATIO.name, g, sm))
+        memory = [round(rnd.uniform(0.2, 1), 3) for _ in range(n)]
+        out.append((fam.GPU_MEMORY_USED_RATIO.name, fam.GPU_MEMORY_USED_RATIO.name, g, memory))
+        energy = fam.GPU_ENERGY_JOULES
+        out.append((energy.base, energy.name, g, counter(1e6, 4000)))
+        xid = fam.GPU_XID_ERRORS
+        out.append((xid.base, xid.name, {**g, "xid": "79"}, counter(2, 0.2)))
+    return out
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _value(v: float) -> str:
+    return repr(float(v))
+
+
+def expositions() -> list[str]:
+    """The agent's /metrics text at each scrape."""
+    kinds = {f.name: f.kind for f in contract.FAMILIES} | {
+        f.base: f.kind for f in contract.FAMILIES
+    }
+    series = _series()
+    out = []
+    for i in range(len(TIMES)):
+        lines: list[str] = []
+        seen: set[str] = set()
+        for family, sample, labels, values in series:
+            if family not in seen:
+                seen.add(family)
+                lines.append(f"# TYPE {family} {kinds[family]}")
+            lines.append(f"{sample}{_labels(labels)} {_value(values[i])}")
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
+def openmetrics(scrapes: list[S.Scrape]) -> str:
+    """The same samples as Prometheus stores them (job and instance added), by series."""
+    per: dict[str, list[str]] = {}
+    for scrape in scrapes:
+        for name, labels, value in scrape.samples:
+            stored = {"job": "inferwatch", "instance": "agent:9400", **labels}
+            per.setdefault(name, []).append(
+                f"{name}{_labels(stored)} {_value(value)} {scrape.time}"
+            )
+    return "\n".join(line for lines in per.values() for line in lines) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def scrapes() -> list[S.Scrape]:
+    return [
+        S.Scrape(t, parse_exposition(text)) for t, text in zip(TIMES, expositions(), strict=True)
+    ]
+
+
+@pytest.fixture(scope="module")
+def window(scrapes: list[S.Scrape]) -> list[S.Scrape]:
+    """The scrapes a ``[5m]`` range at the last one holds (both ends included)."""
+    return [s for s in scrapes if s.time >= END - WINDOW]
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory, scrapes: list[S.Scrape]
+) -> Iterator[PromOnBlocks]:
+    tmp = tmp_path_factory.mktemp("signals")
+    (tmp / "agent.om").write_text(openmetrics(scrapes))
+    server = PromOnBlocks(tmp, create_blocks(tmp / "agent.om", tmp / "blocks"))
+    try:
+        yield server.loaded(contract.QUEUE_DEPTH.name, END)
+    finally:
+        server.stop()
+
+
+def _answer(result: list[dict[str, Any]], by: str) -> dict[tuple[str, ...], float]:
+    keys = S.labels_of(by)
+    out = {}
+    for item in result:
+        value = float(item["value"][1])
+        if not math.isnan(value):
+            out[tuple(item["metric"].get(k, "") for k in keys)] = value
+    return out
+
+
+def _by(signal: S.Signal) -> str:
+    return BY_WORKER if "worker" in signal.family.labels else BY_GPU
+
+
+def _same(got: dict[tuple[str, ...], float], want: dict[tuple[str, ...], float], what: str) -> None:
+    assert want, f"{what}: the evaluator found nothing"
+    assert set(got) == set(want), f"{what}: groups {sorted(got)} != {sorted(want)}"
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), f"{what} {key}"
+
+
+# ----------------------------------------------------------------- PromQL == evaluator
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal", S.SIGNALS, ids=lambda s: s.name)
+def test_each_signal_answers_like_its_promql(
+    signal: S.Signal, prometheus: PromOnBlocks, window: list[S.Scrape]
+) -> None:
+    by = _by(signal)
+    query = signal.render(selector=SELECTOR, window="5m", by=by)
+    key = S.labels_of(by) + (("le",) if signal.bucketed else ())
+    _same(
+        _answer(prometheus.query(query, END), ", ".join(key)),
+        signal.evaluate(window, by),
+        query,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("q", (0.5, 0.95, 0.99))
+@pytest.mark.parametrize("family", S.LATENCY, ids=lambda f: f.name)
+def test_latency_quantiles_answer_like_histogram_quantile(
+    q: float, family: contract.Family, prometheus: PromOnBlocks, window: list[S.Scrape]
+) -> None:
+    buckets = S.bucket_rate(family)
+    query = S.quantile(q, buckets.render(selector=SELECTOR, window="5m", by=BY_WORKER))
+    want = S.evaluate_quantile(q, buckets, window, BY_WORKER)
+    _same(_answer(prometheus.query(query, END), BY_WORKER), want, query)
+    # the report's and advise's buckets (increase) give the same quantile
+    assert S.evaluate_quantile(q, S.bucket_increase(family), window, BY_WORKER) == pytest.approx(
+        want
+    )
+
+
+@pytest.mark.slow
+def test_utilization_falls_back_to_sm_activity(
+    prometheus: PromOnBlocks, window: list[S.Scrape]
+) -> None:
+    query = S.gpu_utilization(selector=SELECTOR, window="5m", by=BY_GPU)
+    want = S.evaluate_gpu_utilization(window, BY_GPU)
+    _same(_answer(prometheus.query(query, END), BY_GPU), want, query)
+    assert set(want) == {("0", "GPU-0"), ("1", "MIG-1")}
+    assert want[("1", "MIG-1")] == S.GPU_SM_ACTIVE_MEAN.evaluate(window, BY_GPU)[("1", "MIG-1")]
+
+
+@pytest.mark.slow
+def test_batch_capacity_answers_like_its_promql(
+    prometheus: PromOnBlocks, window: list[S.Scrape]
+) -> None:
+    query = S.BATCH_CAPACITY.render(
+        selector=SELECTOR, by=BY_WORKER, key="worker", full_at=str(FULL_AT)
+    )
+    want = S.BATCH_CAPACITY.evaluate(window, BY_WORKER, "worker", FULL_AT)
+    _same(_answer(prometheus.query(query, END), BY_WORKER), want, query)
+    last = {k: v for k, v in S.RUNNING.evaluate(window, BY_WORKER).items()}
+    # a: max_num_seqs 16, or its running batch once the KV cache is full (0.95 here)
+    assert want[("a", "m", "vllm")] == min(16.0, last[("a", "m", "vllm")])
+    # b: no max_num_seqs, a full KV cache: the running batch
+    assert want[("b", "m", "vllm")] == last[("b", "m", "vllm")]
+
+
+# ----------------------------------------------------------------- rules render from it
+
+
+def test_the_recording_rules_are_the_signals_rendered() -> None:
+    t = load_thresholds()
+    s, w = t.pack.selector(), t.pack.window
+    exprs = {r["record"]: r["expr"] for r in recording_rules(t)}
+    from inferwatch.pack.names import names
+
+    n = names(t)
+    assert exprs[n.queue_avg] == S.QUEUE_MEAN.render(selector=s, window=w, by=WORKER)
+    assert exprs[n.queue_deriv] == S.QUEUE_SLOPE.render(
+        selector=s, window=n.rising_window, by=WORKER
+    )
+    assert exprs[n.rate("preemptions")] == S.PREEMPTION_RATE.render(selector=s, window=w, by=WORKER)
+    assert exprs[n.batch_capacity] == S.BATCH_CAPACITY.render(
+        selector=s, by=WORKER, key=WORKER_KEY, full_at=f"{t.vram.scale_above:g}"
+    )
+
+
+# ----------------------------------------------------------------- templates and evaluators
+
+
+def test_holes_are_filled_and_matchers_added() -> None:
+    assert S.ERROR_RATE.promql == f"rate({contract.REQUESTS_FINISHED}$selector[$window])"
+    assert S.ERROR_RATE.render(selector='{job="x"}', window="1d", by="worker") == (
+        f'sum by (worker) (rate({contract.REQUESTS_FINISHED}{{job="x",reason="error"}}[1d]))'
+    )
+    assert (
+        S.ERRORS.render(window="1h")
+        == f'increase({contract.REQUESTS_FINISHED}{{reason="error"}}[1h])'
+    )
+    ttft = S.bucket_increase(contract.TTFT_SECONDS)
+    assert ttft.render(window="5m", by="model") == (
+        f"sum by (model, le) (increase({contract.TTFT_SECONDS}_bucket[5m]))"
+    )
+    assert (
+        S.QUEUE.render(selector='{job="x"}', by="worker")
+        == f'max by (worker) ({contract.QUEUE_DEPTH}{{job="x"}})'
+    )
+
+
+def _scrape(t: float, *samples: tuple[str, dict[str, str], float]) -> S.Scrape:
+    return S.Scrape(t, list(samples))
+
+
+def test_a_counter_that_restarts_counts_from_zero() -> None:
+    name = contract.PREEMPTIONS.name
+    w = {"worker": "a"}
+    scrapes = [_scrape(0, (name, w, 100)), _scrape(10, (name, w, 110)), _scrape(20, (name, w, 4))]
+    assert S.PREEMPTIONS.evaluate(scrapes, "worker") == {("a",): 14.0}
+    assert S.PREEMPTION_RATE.evaluate(scrapes, "worker") == {("a",): 0.7}
+    # one scrape says nothing of a rate
+    assert S.PREEMPTION_RATE.evaluate(scrapes[:1], "worker") == {}
+
+
+def test_an_instant_signal_reads_the_last_scrape_only() -> None:
+    name = contract.QUEUE_DEPTH.name
+    scrapes = [
+        _scrape(0, (name, {"worker": "gone"}, 3), (name, {"worker": "a"}, 1)),
+        _scrape(15, (name, {"worker": "a"}, 5)),
+    ]
+    assert S.QUEUE.evaluate(scrapes, "worker") == {("a",): 5.0}
+    assert S.QUEUE_MEAN.evaluate(scrapes, "worker") == {("gone",): 3.0, ("a",): 3.0}
+    assert S.QUEUE_SLOPE.evaluate(scrapes, "worker") == {("a",): pytest.approx(4 / 15)}
+
+
+def test_a_quantile_needs_observations_in_the_window() -> None:
+    name = contract.TTFT_SECONDS.name + "_bucket"
+    same = [(name, {"worker": "a", "le": le}, 3.0) for le in ("0.5", "+Inf")]
+    scrapes = [_scrape(0, *same), _scrape(15, *same)]
+    assert S.evaluate_quantile(0.99, S.bucket_rate(contract.TTFT_SECONDS), scrapes, "worker") == {}
+
+
+def test_a_signal_without_an_evaluator_is_refused() -> None:
+    with pytest.raises(ValueError, match="no evaluator for quantile_over_time"):
+        S.Signal("x", "quantile_over_time", contract.QUEUE_DEPTH)
