@@ -457,7 +457,7 @@ def exact_error_ratios(
     out = []
     for o in entry.objectives:
         if o.le is not None:
-            metric = f"inferwatch_{o.kind}_seconds_bucket"
+            metric = f"{HISTOGRAMS[o.kind][0]}_bucket"
             le = repr(float(o.le))
             good = increase(metric, {"model": model, "le": le})
             total = increase(metric, {"model": model, "le": "+Inf"})
@@ -466,7 +466,7 @@ def exact_error_ratios(
                 workers = {
                     sel.split('worker="', 1)[1].split('"', 1)[0]
                     for sel in series
-                    if sel.startswith("inferwatch_worker_info{") and f'model="{model}"' in sel
+                    if sel.startswith(contract.WORKER_INFO.name + "{") and f'model="{model}"' in sel
                 }
                 for w in workers:
                     good -= increase(
