@@ -360,3 +360,40 @@ def test_family_names_are_typed_in_the_contract() -> None:
     total = sum(found.values())
     worst = sorted(found.items(), key=lambda kv: -kv[1])[:8]
     assert total <= LITERAL_LINES_AT_MOST, f"{total} lines spell a family's name: {worst}"
+
+
+# Issue 41: following vLLM's TTFT from the parse to its runbook opens at most ten files,
+# and docs/development.md lists them as they are.
+FOLLOW_AT_MOST = 10
+_STEP = re.compile(r"^\d+\. `(agent/inferwatch/[^`]+)`: ?(.*?)(?=^\d+\. |\Z)", re.M | re.S)
+
+
+def follow_steps(doc: str) -> list[tuple[str, list[str]]]:
+    """The numbered steps of docs/development.md's "Following one signal": each file and
+    the code names (backticked, not a path or a series) its text says it holds."""
+    section = doc.split("## Following one signal", 1)[1].split("\n## ", 1)[0]
+    steps = []
+    for path, text in _STEP.findall(section):
+        names = [
+            n
+            for n in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", text)
+            if not n.startswith("inferwatch_")
+        ]
+        steps.append((path, names))
+    return steps
+
+
+def test_the_step_reader_finds_a_planted_list() -> None:
+    doc = "## Following one signal\n\n0. `agent/inferwatch/a.py`: `f` does it;\n1. `agent/inferwatch/b.py`: the row\n   `x` and `inferwatch_y`;\n\n## Next\n2. `agent/inferwatch/c.py`: not this\n"
+    assert follow_steps(doc) == [("agent/inferwatch/a.py", ["f"]), ("agent/inferwatch/b.py", ["x"])]
+
+
+def test_following_ttft_lists_the_files_as_they_are() -> None:
+    steps = follow_steps((REPO / "docs" / "development.md").read_text(encoding="utf-8"))
+    assert 8 <= len(steps) <= FOLLOW_AT_MOST, [p for p, _ in steps]
+    for path, names in steps:
+        source = (REPO / path).read_text(encoding="utf-8")
+        missing = [n for n in names if not re.search(rf"\b{n}\b", source)]
+        assert not missing, f"docs/development.md says {path} holds {missing}"
+    records = [p for p, _ in steps if p.endswith("recording.py")]
+    assert records, "the recording rules are a step"
