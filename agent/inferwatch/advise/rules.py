@@ -52,6 +52,27 @@ def act(text: str, *moves: tuple[str, str]) -> Action:
     return text, moves
 
 
+#: a picture's figure shown as it is, with no threshold: its evidence name, unit and the
+#: agent's series it comes from
+SEEN = {
+    "queue_slope": ("queue trend", "requests/s", c.QUEUE_DEPTH_SLOPE.name),
+    "kv_usage": ("KV cache usage (peak)", "ratio", c.KV_CACHE_USAGE_RATIO.name),
+    "gpu_utilization": ("GPU utilization", "ratio", c.GPU_UTILIZATION_RATIO.name),
+    "vram_used_ratio": ("VRAM used (peak, NVML)", "ratio", c.GPU_MEMORY_USED_RATIO.name),
+}
+
+
+def seen(p: WorkerPicture, *figures: str) -> list[Evidence]:
+    """The evidence of those of ``figures`` (keys of ``SEEN``) the picture knows."""
+    out = []
+    for figure in figures:
+        value: float | None = getattr(p, figure)
+        if value is not None:
+            name, unit, series = SEEN[figure]
+            out.append(Evidence(name, value, unit, series=series))
+    return out
+
+
 def _rec(
     loop_id: str,
     workers: Sequence[WorkerPicture],
@@ -166,24 +187,7 @@ def rule_over_capacity(p: WorkerPicture, t: Thresholds) -> Recommendation | None
             series=c.QUEUE_DEPTH.name,
         )
     ]
-    if p.queue_slope is not None:
-        ev.append(
-            Evidence("queue trend", p.queue_slope, "requests/s", series=c.QUEUE_DEPTH_SLOPE.name)
-        )
-    if p.kv_usage is not None:
-        ev.append(
-            Evidence(
-                "KV cache usage (peak)", p.kv_usage, "ratio",
-                series=c.KV_CACHE_USAGE_RATIO.name,
-            )
-        )  # fmt: skip
-    if p.gpu_utilization is not None:
-        ev.append(
-            Evidence(
-                "GPU utilization", p.gpu_utilization, "ratio",
-                series=c.GPU_UTILIZATION_RATIO.name,
-            )
-        )  # fmt: skip
+    ev += seen(p, "queue_slope", "kv_usage", "gpu_utilization")
     actions: list[str | Action] = [SCALE_OUT, L.RATE_LIMIT]
     if kv_bound:
         actions.append(
@@ -267,22 +271,14 @@ def prefix_caching(p: WorkerPicture) -> bool | None:
 def ran_out(p: WorkerPicture) -> list[Evidence]:
     """Measured evidence of running out over the span: restarts of the worker, XID errors
     on its GPUs (empty: none seen, or the source does not say)."""
-    out = []
-    if p.restarts:
-        out.append(
-            Evidence(
-                "worker restarts in the span", p.restarts, "", ">", 0.0,
-                series=c.WORKER_START_TIME_SECONDS.name,
-            )
-        )  # fmt: skip
-    if p.xid_errors:
-        out.append(
-            Evidence(
-                "XID errors on its GPUs in the span", p.xid_errors, "", ">", 0.0,
-                series=c.GPU_XID_ERRORS.name,
-            )
-        )  # fmt: skip
-    return out
+    return [
+        Evidence(name, count, "", ">", 0.0, series=series)
+        for name, count, series in (
+            ("worker restarts in the span", p.restarts, c.WORKER_START_TIME_SECONDS.name),
+            ("XID errors on its GPUs in the span", p.xid_errors, c.GPU_XID_ERRORS.name),
+        )
+        if count
+    ]
 
 
 def rule_oom_risk(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
@@ -403,20 +399,7 @@ def rule_preemptions(p: WorkerPicture, t: Thresholds) -> Recommendation | None:
             series=c.PREEMPTIONS.name,
         )
     ]
-    if p.kv_usage is not None:
-        ev.append(
-            Evidence(
-                "KV cache usage (peak)", p.kv_usage, "ratio",
-                series=c.KV_CACHE_USAGE_RATIO.name,
-            )
-        )  # fmt: skip
-    if p.vram_used_ratio is not None:
-        ev.append(
-            Evidence(
-                "VRAM used (peak, NVML)", p.vram_used_ratio, "ratio",
-                series=c.GPU_MEMORY_USED_RATIO.name,
-            )
-        )  # fmt: skip
+    ev += seen(p, "kv_usage", "vram_used_ratio")
     actions: list[str | Action] = [_kv_pool_action(p)]
     fewer = _fewer_seqs(p, t)
     if fewer:

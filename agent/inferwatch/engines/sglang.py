@@ -48,18 +48,7 @@ is empty here.
 
 from __future__ import annotations
 
-from inferwatch.engines.base import (
-    EngineFlags,
-    EngineMap,
-    Flag,
-    Launcher,
-    PodFacts,
-    SelfDescribed,
-    counter,
-    gauge,
-    histogram,
-    prefix_cache_hit_ratio,
-)
+from inferwatch.engines import base as b
 
 #: copies of one series reported by every tensor/pipeline/expert-parallel rank
 _RANK_COPIES = ("pid", "tp_rank", "pp_rank", "moe_ep_rank")
@@ -94,74 +83,80 @@ TOKEN_BUCKETS = (
 # human_readable_int); `sglang serve`: python/sglang/cli/main.py
 # @ 16c8ff4f96e743ce5a1dbf3f640caadd6ae32e07. Radix (prefix) caching is on unless
 # --disable-radix-cache, but that default is not assumed here.
-FLAGS = EngineFlags(
+FLAGS = b.EngineFlags(
     (
-        Flag(("--model-path", "--model"), "model"),
-        Flag(("--served-model-name",), "served_model_name"),
-        Flag(("--port",), "port", "int"),
-        Flag(("--host",), "host"),
-        Flag(("--max-running-requests",), "max_num_seqs", "int"),
-        Flag(("--context-length",), "max_model_len", "hint"),
-        Flag(("--mem-fraction-static",), "gpu_memory_utilization", "float"),
-        Flag(("--disable-radix-cache",), "prefix_caching", "false"),
-        Flag(("--tp-size", "--tensor-parallel-size"), "tensor_parallel_size", "int"),
-        Flag(("--dp-size", "--data-parallel-size"), "data_parallel_size", "int"),
-        Flag(("--pp-size", "--pipeline-parallel-size"), "pipeline_parallel_size", "int"),
-        Flag(("--chunked-prefill-size",), "chunked_prefill_size", "int"),
-        Flag(("--max-prefill-tokens",), "max_prefill_tokens", "hint"),
-        Flag(("--max-total-tokens",), "max_total_tokens", "hint"),
-        Flag(("--max-queued-requests",), "max_queued_requests", "int"),
-        Flag(("--enable-metrics",), "enable_metrics", "true"),
-        Flag(("--config",), "config_file"),
+        b.Flag(("--model-path", "--model"), "model"),
+        b.Flag(("--served-model-name",), "served_model_name"),
+        b.Flag(("--port",), "port", "int"),
+        b.Flag(("--host",), "host"),
+        b.Flag(("--max-running-requests",), "max_num_seqs", "int"),
+        b.Flag(("--context-length",), "max_model_len", "hint"),
+        b.Flag(("--mem-fraction-static",), "gpu_memory_utilization", "float"),
+        b.Flag(("--disable-radix-cache",), "prefix_caching", "false"),
+        b.Flag(("--tp-size", "--tensor-parallel-size"), "tensor_parallel_size", "int"),
+        b.Flag(("--dp-size", "--data-parallel-size"), "data_parallel_size", "int"),
+        b.Flag(("--pp-size", "--pipeline-parallel-size"), "pipeline_parallel_size", "int"),
+        b.Flag(("--chunked-prefill-size",), "chunked_prefill_size", "int"),
+        b.Flag(("--max-prefill-tokens",), "max_prefill_tokens", "hint"),
+        b.Flag(("--max-total-tokens",), "max_total_tokens", "hint"),
+        b.Flag(("--max-queued-requests",), "max_queued_requests", "int"),
+        b.Flag(("--enable-metrics",), "enable_metrics", "true"),
+        b.Flag(("--config",), "config_file"),
     ),
     launchers=(
-        Launcher("sglang-launch-server", modules=("sglang.launch_server",)),
-        Launcher("sglang", ("serve",), modules=("sglang.cli.main",)),
+        b.Launcher("sglang-launch-server", modules=("sglang.launch_server",)),
+        b.Launcher("sglang", ("serve",), modules=("sglang.cli.main",)),
     ),
 )
 
 
-SGLANG = EngineMap(
+SGLANG = b.EngineMap(
     name="sglang",
     prefixes=("sglang:",),
     signals=(
-        gauge("inferwatch_queue_depth", "sglang:num_queue_reqs", duplicates=_RANK_COPIES),
-        gauge("inferwatch_requests_running", "sglang:num_running_reqs", duplicates=_RANK_COPIES),
-        gauge("inferwatch_kv_cache_usage_ratio", "sglang:token_usage", duplicates=_RANK_COPIES),
-        counter("inferwatch_preemptions", "sglang:num_retracted_requests", duplicates=_RANK_COPIES),
-        counter("inferwatch_prompt_tokens", "sglang:prompt_tokens"),
-        counter("inferwatch_generation_tokens", "sglang:generation_tokens"),
-        counter("inferwatch_requests_finished", "sglang:num_requests", const={"reason": "unknown"}),
-        counter("inferwatch_prefix_cache_hits", "sglang:cached_tokens", export=False),
-        histogram("inferwatch_ttft_seconds", "sglang:time_to_first_token_seconds"),
-        histogram(
+        b.gauge("inferwatch_queue_depth", "sglang:num_queue_reqs", duplicates=_RANK_COPIES),
+        b.gauge("inferwatch_requests_running", "sglang:num_running_reqs", duplicates=_RANK_COPIES),
+        b.gauge("inferwatch_kv_cache_usage_ratio", "sglang:token_usage", duplicates=_RANK_COPIES),
+        b.counter(
+            "inferwatch_preemptions", "sglang:num_retracted_requests", duplicates=_RANK_COPIES
+        ),
+        b.counter("inferwatch_prompt_tokens", "sglang:prompt_tokens"),
+        b.counter("inferwatch_generation_tokens", "sglang:generation_tokens"),
+        b.counter(
+            "inferwatch_requests_finished", "sglang:num_requests", const={"reason": "unknown"}
+        ),
+        b.counter("inferwatch_prefix_cache_hits", "sglang:cached_tokens", export=False),
+        b.histogram("inferwatch_ttft_seconds", "sglang:time_to_first_token_seconds"),
+        b.histogram(
             "inferwatch_tpot_seconds",
             "sglang:inter_token_latency_seconds",
             "sglang:time_per_output_token_seconds",
         ),
-        histogram("inferwatch_e2e_latency_seconds", "sglang:e2e_request_latency_seconds"),
-        histogram(
+        b.histogram("inferwatch_e2e_latency_seconds", "sglang:e2e_request_latency_seconds"),
+        b.histogram(
             "inferwatch_queue_time_seconds", "sglang:queue_time_seconds", duplicates=_RANK_COPIES
         ),
         # SchedulerMetricsCollector with --enable-lora: the adapters one batch can hold
-        gauge(
+        b.gauge(
             "inferwatch_lora_max_adapters", "sglang:lora_pool_slots_total", duplicates=_RANK_COPIES
         ),
         # issue 23 item 3 (TokenizerMetricsCollector, --collect-tokens-histogram)
-        histogram("inferwatch_prompt_length_tokens", "sglang:prompt_tokens_histogram"),
-        histogram("inferwatch_generation_length_tokens", "sglang:generation_tokens_histogram"),
+        b.histogram("inferwatch_prompt_length_tokens", "sglang:prompt_tokens_histogram"),
+        b.histogram("inferwatch_generation_length_tokens", "sglang:generation_tokens_histogram"),
     ),
     ratios=(
         # cached prompt tokens / prompt tokens, both counted per finished request
-        prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),
+        b.prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),
     ),
     position=2,
     flags=FLAGS,
     # `sglang.launch_server`, port 30000 (SGLang's documentation)
-    pods=PodFacts(("lmsysorg/sglang", "/sglang:"), ("sglang.launch_server", "sglang serve"), 30000),
+    pods=b.PodFacts(
+        ("lmsysorg/sglang", "/sglang:"), ("sglang.launch_server", "sglang serve"), 30000
+    ),
     # python/sglang/srt/entrypoints/http_server.py @ 0025436eab0556737d615b36a4dd3e1e26e82f3d
     # (get_server_info: the server arguments, the scheduler's info and version)
-    self_description=SelfDescribed(
+    self_description=b.SelfDescribed(
         "/get_server_info",
         version=("version",),
         model=("served_model_name", "model_path"),

@@ -34,29 +34,18 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from inferwatch.engines import base as b
 from inferwatch.engines import proxy
-from inferwatch.engines.base import (
-    EngineFlags,
-    EngineMap,
-    Flag,
-    FlagKind,
-    Launcher,
-    PodFacts,
-    SelfDescribed,
-    counter,
-    gauge,
-    histogram,
-)
 
 # Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
 # the SLO objectives are checked against them).
 DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))
 
 
-def _clap(names: tuple[str, ...], key: str, kind: FlagKind = "str") -> Flag:
+def _clap(names: tuple[str, ...], key: str, kind: b.FlagKind = "str") -> b.Flag:
     """A TGI launcher option and its variable: clap's ``#[clap(long, env)]`` names the
     variable after the field, upper case (``--max-batch-size``: ``MAX_BATCH_SIZE``)."""
-    return Flag(names, key, kind, env=(names[0].removeprefix("--").replace("-", "_").upper(),))
+    return b.Flag(names, key, kind, env=(names[0].removeprefix("--").replace("-", "_").upper(),))
 
 
 # TGI. Option names: huggingface/text-generation-inference launcher/src/main.rs
@@ -64,11 +53,11 @@ def _clap(names: tuple[str, ...], key: str, kind: FlagKind = "str") -> Flag:
 # the field name in kebab case, the environment variable the field name in upper case;
 # `port` also has `short`, so -p). PREFIX_CACHING is read from the environment only
 # (resolve_attention). HOSTNAME is deliberately not read: every container sets it.
-FLAGS = EngineFlags(
+FLAGS = b.EngineFlags(
     (
         _clap(("--model-id",), "model"),
         _clap(("--port", "-p"), "port", "int"),
-        Flag(("--hostname",), "host"),
+        b.Flag(("--hostname",), "host"),
         _clap(("--max-concurrent-requests",), "max_num_seqs", "int"),
         _clap(("--max-total-tokens",), "max_model_len", "int"),
         _clap(("--cuda-memory-fraction",), "gpu_memory_utilization", "float"),
@@ -79,44 +68,46 @@ FLAGS = EngineFlags(
         _clap(("--max-batch-total-tokens",), "max_batch_total_tokens", "int"),
         _clap(("--max-batch-size",), "max_batch_size", "int"),
     ),
-    launchers=(Launcher("text-generation-launcher"),),
+    launchers=(b.Launcher("text-generation-launcher"),),
     env_only=MappingProxyType({"PREFIX_CACHING": "prefix_caching"}),
 )
 
 
-TGI = EngineMap(
+TGI = b.EngineMap(
     name="tgi",
     prefixes=("tgi_",),
     model_label=None,
     signals=(
-        gauge("inferwatch_queue_depth", "tgi_queue_size"),
-        gauge("inferwatch_requests_running", "tgi_batch_current_size"),
-        counter("inferwatch_prompt_tokens", "tgi_request_input_length", part="sum"),
-        counter("inferwatch_generation_tokens", "tgi_request_generated_tokens", part="sum"),
-        counter("inferwatch_requests_finished", "tgi_request_success", const={"reason": "success"}),
-        counter(
+        b.gauge("inferwatch_queue_depth", "tgi_queue_size"),
+        b.gauge("inferwatch_requests_running", "tgi_batch_current_size"),
+        b.counter("inferwatch_prompt_tokens", "tgi_request_input_length", part="sum"),
+        b.counter("inferwatch_generation_tokens", "tgi_request_generated_tokens", part="sum"),
+        b.counter(
+            "inferwatch_requests_finished", "tgi_request_success", const={"reason": "success"}
+        ),
+        b.counter(
             "inferwatch_requests_finished",
             "tgi_request_failure",
             select={"err": ("generation", "dropped", "incomplete")},
             const={"reason": "error"},
         ),
-        counter(
+        b.counter(
             "inferwatch_requests_rejected", "tgi_request_failure", select={"err": "overloaded"}
         ),
-        histogram("inferwatch_tpot_seconds", "tgi_request_mean_time_per_token_duration"),
-        histogram("inferwatch_e2e_latency_seconds", "tgi_request_duration"),
-        histogram("inferwatch_queue_time_seconds", "tgi_request_queue_duration"),
+        b.histogram("inferwatch_tpot_seconds", "tgi_request_mean_time_per_token_duration"),
+        b.histogram("inferwatch_e2e_latency_seconds", "tgi_request_duration"),
+        b.histogram("inferwatch_queue_time_seconds", "tgi_request_queue_duration"),
         # the same token histograms as distributions (issue 23 item 3)
-        histogram("inferwatch_prompt_length_tokens", "tgi_request_input_length"),
-        histogram("inferwatch_generation_length_tokens", "tgi_request_generated_tokens"),
+        b.histogram("inferwatch_prompt_length_tokens", "tgi_request_input_length"),
+        b.histogram("inferwatch_generation_length_tokens", "tgi_request_generated_tokens"),
     ),
     position=3,
     flags=FLAGS,
     # `text-generation-launcher`, port 80 in its image (TGI's documentation)
-    pods=PodFacts(("text-generation-inference",), ("text-generation-launcher",), 80),
+    pods=b.PodFacts(("text-generation-inference",), ("text-generation-launcher",), 80),
     # router/src/lib.rs @ 014d3fd4effb4e1e742b64c1d6b68ab5c0420686 (struct Info); the
     # capacity is its concurrent-request limit, what --max-concurrent-requests sets
-    self_description=SelfDescribed(
+    self_description=b.SelfDescribed(
         "/info",
         version=("version",),
         model=("model_id",),

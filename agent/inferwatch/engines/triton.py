@@ -51,17 +51,7 @@ executor's queued requests was read from the label name and README, not from
 
 from __future__ import annotations
 
-from inferwatch.engines.base import (
-    EngineFlags,
-    EngineMap,
-    Flag,
-    Launcher,
-    PodFacts,
-    Ratio,
-    counter,
-    gauge,
-    histogram,
-)
+from inferwatch.engines import base as b
 
 _TRT_REQUESTS = "nv_trt_llm_request_metrics"
 
@@ -76,75 +66,75 @@ TOKEN_LEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
 # --grpc-port, --metrics-port, --model-repository and its older spelling --model-store,
 # --load-model, all repeatable where noted there). The batch capacity lives in each
 # model's config.pbtxt / the TensorRT-LLM engine, never on this command line.
-FLAGS = EngineFlags(
+FLAGS = b.EngineFlags(
     (
-        Flag(("--http-port",), "port", "int"),
-        Flag(("--grpc-port",), "grpc_port", "int"),
-        Flag(("--metrics-port",), "metrics_port", "int"),
-        Flag(("--model-repository", "--model-store"), "model_repository", "multi"),
-        Flag(("--load-model",), "load_model", "multi"),
+        b.Flag(("--http-port",), "port", "int"),
+        b.Flag(("--grpc-port",), "grpc_port", "int"),
+        b.Flag(("--metrics-port",), "metrics_port", "int"),
+        b.Flag(("--model-repository", "--model-store"), "model_repository", "multi"),
+        b.Flag(("--load-model",), "load_model", "multi"),
     ),
-    launchers=(Launcher("tritonserver"),),
+    launchers=(b.Launcher("tritonserver"),),
 )
 
 
-TRITON = EngineMap(
+TRITON = b.EngineMap(
     name="triton",
     prefixes=("nv_inference_", "nv_trt_llm_", "nv_llm_"),
     model_label="model",
     metrics_port=8002,
     signals=(
-        gauge("inferwatch_queue_depth", _TRT_REQUESTS, select={"request_type": "waiting"}),
-        gauge("inferwatch_queue_depth", "nv_inference_pending_request_count", fallback=True),
-        gauge("inferwatch_requests_running", _TRT_REQUESTS, select={"request_type": "active"}),
-        gauge("inferwatch_max_num_seqs", _TRT_REQUESTS, select={"request_type": "max"}),
-        gauge(
+        b.gauge("inferwatch_queue_depth", _TRT_REQUESTS, select={"request_type": "waiting"}),
+        b.gauge("inferwatch_queue_depth", "nv_inference_pending_request_count", fallback=True),
+        b.gauge("inferwatch_requests_running", _TRT_REQUESTS, select={"request_type": "active"}),
+        b.gauge("inferwatch_max_num_seqs", _TRT_REQUESTS, select={"request_type": "max"}),
+        b.gauge(
             "inferwatch_kv_cache_usage_ratio",
             "nv_trt_llm_kv_cache_block_metrics",
             select={"kv_cache_block_type": "fraction"},
         ),
-        counter(
+        b.counter(
             "inferwatch_prompt_tokens",
             "nv_llm_input_token_len",
             select={"response_metric_type": "total_input_tokens"},
             part="sum",
         ),
-        counter(
+        b.counter(
             "inferwatch_generation_tokens",
             "nv_llm_output_token_len",
             select={"response_metric_type": "total_output_tokens"},
             part="sum",
         ),
-        counter(
+        b.counter(
             "inferwatch_requests_finished",
             "nv_inference_request_success",
             const={"reason": "success"},
         ),
-        counter(
+        b.counter(
             "inferwatch_requests_finished",
             "nv_inference_request_failure",
             select={"reason": ("CANCELED", "BACKEND", "OTHER")},
             labels={"reason": "reason"},
             values={"reason": {"CANCELED": "abort", "BACKEND": "error", "OTHER": "error"}},
         ),
-        counter(
+        b.counter(
             "inferwatch_requests_rejected",
             "nv_inference_request_failure",
             select={"reason": "REJECTED"},
         ),
-        counter(
+        b.counter(
             "inferwatch_request_seconds",
             "nv_inference_request_duration_us",
             scale=1e-6,
             export=False,
         ),
-        counter("inferwatch_requests_succeeded", "nv_inference_request_success", export=False),
-        histogram(
+        b.counter("inferwatch_requests_succeeded", "nv_inference_request_success", export=False),
+        b.histogram(
             "inferwatch_ttft_seconds", "nv_inference_first_response_histogram_ms", scale=1e-3
         ),
     ),
     ratios=(
-        Ratio(
+        b.Ratio(
             "inferwatch_e2e_latency_mean_seconds",
             "inferwatch_request_seconds",
             "inferwatch_requests_succeeded",
@@ -154,7 +144,7 @@ TRITON = EngineMap(
     position=5,
     flags=FLAGS,
     # `tritonserver`, HTTP port 8000 (Triton's documentation)
-    pods=PodFacts(("tritonserver",), ("tritonserver",), 8000),
+    pods=b.PodFacts(("tritonserver",), ("tritonserver",), 8000),
     # the first-response histogram in ms, as the agent exports it (seconds); no TPOT
     ttft_buckets=tuple(ms * 0.001 for ms in FIRST_RESPONSE_MS_BUCKETS),
 )

@@ -39,17 +39,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from inferwatch.engines.base import (
-    EngineFlags,
-    EngineMap,
-    Flag,
-    Launcher,
-    PodFacts,
-    counter,
-    gauge,
-    histogram,
-    prefix_cache_hit_ratio,
-)
+from inferwatch.engines import base as b
 
 # Histogram bucket bounds of the engine's own /metrics (the simulator writes them,
 # the SLO objectives are checked against them).
@@ -78,25 +68,25 @@ PREFILL_BUCKETS = (
 # the group defaults to the `serve` command, whose MODEL is positional).
 # --kv_cache_free_gpu_memory_fraction is a share of the memory left after the weights,
 # not of the whole GPU, so it stays in extra.
-FLAGS = EngineFlags(
+FLAGS = b.EngineFlags(
     (
-        Flag(("--port",), "port", "int"),
-        Flag(("--host",), "host"),
-        Flag(("--max_batch_size",), "max_num_seqs", "int"),
-        Flag(("--max_seq_len",), "max_model_len", "int"),
-        Flag(("--max_num_tokens",), "max_num_batched_tokens", "int"),
-        Flag(("--tensor_parallel_size", "--tp_size"), "tensor_parallel_size", "int"),
-        Flag(("--pipeline_parallel_size", "--pp_size"), "pipeline_parallel_size", "int"),
-        Flag(
+        b.Flag(("--port",), "port", "int"),
+        b.Flag(("--host",), "host"),
+        b.Flag(("--max_batch_size",), "max_num_seqs", "int"),
+        b.Flag(("--max_seq_len",), "max_model_len", "int"),
+        b.Flag(("--max_num_tokens",), "max_num_batched_tokens", "int"),
+        b.Flag(("--tensor_parallel_size", "--tp_size"), "tensor_parallel_size", "int"),
+        b.Flag(("--pipeline_parallel_size", "--pp_size"), "pipeline_parallel_size", "int"),
+        b.Flag(
             ("--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction"),
             "kv_cache_free_gpu_memory_fraction",
             "float",
         ),
-        Flag(("--backend",), "backend"),
-        Flag(("--config", "--extra_llm_api_options"), "config_file"),
+        b.Flag(("--backend",), "backend"),
+        b.Flag(("--config", "--extra_llm_api_options"), "config_file"),
     ),
     launchers=(
-        Launcher(
+        b.Launcher(
             "trtllm-serve",
             positional_model=True,
             modules=("tensorrt_llm.commands.serve",),
@@ -115,39 +105,39 @@ FLAGS = EngineFlags(
 )
 
 
-TRTLLM = EngineMap(
+TRTLLM = b.EngineMap(
     name="trtllm",
     prefixes=("trtllm_",),
     metrics_path="/prometheus/metrics",
     signals=(
-        gauge("inferwatch_queue_depth", "trtllm_num_requests_waiting"),
-        gauge("inferwatch_requests_running", "trtllm_num_requests_running"),
-        gauge("inferwatch_kv_cache_usage_ratio", "trtllm_kv_cache_utilization"),
-        gauge(
+        b.gauge("inferwatch_queue_depth", "trtllm_num_requests_waiting"),
+        b.gauge("inferwatch_requests_running", "trtllm_num_requests_running"),
+        b.gauge("inferwatch_kv_cache_usage_ratio", "trtllm_kv_cache_utilization"),
+        b.gauge(
             "inferwatch_max_num_seqs",
             "trtllm_max_batch_size_static",
             "trtllm_max_num_active_requests",
         ),
-        counter("inferwatch_prompt_tokens", "trtllm_prompt_tokens"),
-        counter("inferwatch_generation_tokens", "trtllm_generation_tokens"),
-        counter("inferwatch_prefix_cache_hits", "trtllm_prompt_cached_tokens", export=False),
-        counter(
+        b.counter("inferwatch_prompt_tokens", "trtllm_prompt_tokens"),
+        b.counter("inferwatch_generation_tokens", "trtllm_generation_tokens"),
+        b.counter("inferwatch_prefix_cache_hits", "trtllm_prompt_cached_tokens", export=False),
+        b.counter(
             "inferwatch_requests_finished",
             "trtllm_request_success",
             labels={"finished_reason": "reason"},
         ),
-        histogram("inferwatch_ttft_seconds", "trtllm_time_to_first_token_seconds"),
-        histogram("inferwatch_tpot_seconds", "trtllm_time_per_output_token_seconds"),
-        histogram("inferwatch_e2e_latency_seconds", "trtllm_e2e_request_latency_seconds"),
-        histogram("inferwatch_queue_time_seconds", "trtllm_request_queue_time_seconds"),
-        histogram("inferwatch_prefill_time_seconds", "trtllm_request_prefill_time_seconds"),
-        histogram("inferwatch_decode_time_seconds", "trtllm_request_decode_time_seconds"),
+        b.histogram("inferwatch_ttft_seconds", "trtllm_time_to_first_token_seconds"),
+        b.histogram("inferwatch_tpot_seconds", "trtllm_time_per_output_token_seconds"),
+        b.histogram("inferwatch_e2e_latency_seconds", "trtllm_e2e_request_latency_seconds"),
+        b.histogram("inferwatch_queue_time_seconds", "trtllm_request_queue_time_seconds"),
+        b.histogram("inferwatch_prefill_time_seconds", "trtllm_request_prefill_time_seconds"),
+        b.histogram("inferwatch_decode_time_seconds", "trtllm_request_decode_time_seconds"),
     ),
-    ratios=(prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),),
+    ratios=(b.prefix_cache_hit_ratio("inferwatch_prompt_tokens", zero_numerator=True),),
     position=6,
     flags=FLAGS,
     # `trtllm-serve`, port 8000 (TensorRT-LLM's documentation)
-    pods=PodFacts(("tensorrt-llm", "tensorrt_llm"), ("trtllm-serve",), 8000),
+    pods=b.PodFacts(("tensorrt-llm", "tensorrt_llm"), ("trtllm-serve",), 8000),
     ttft_buckets=TTFT_BUCKETS,
     tpot_buckets=TPOT_BUCKETS,
 )

@@ -54,6 +54,31 @@ def gpu_series(metric: str, legend: str = "") -> Query:
     return Query(f"{metric}{gpu_sel()}", gpu_label(legend))
 
 
+#: a family drawn per GPU, with the word its lines carry in the legend ("" for none)
+GpuLine = tuple[contract.Family, str]
+
+
+def gpu_chart(title: str, description: str, unit: str, *lines: GpuLine, **options: Any) -> Any:
+    """A time series of GPU families as they are, one line per selected GPU and family,
+    from zero unless ``options`` say otherwise (they are :func:`panels.timeseries`')."""
+    options.setdefault("min_value", 0)
+    queries = [gpu_series(family.name, legend) for family, legend in lines]
+    return p.timeseries(title, description, queries, unit=unit, **options)
+
+
+def total_stat(
+    title: str,
+    description: str,
+    total: str,
+    family: contract.Family,
+    selector: str,
+    unit: str,
+    **options: Any,
+) -> Any:
+    """A stat of one family's ``total`` (sum, max, min) over the selected series."""
+    return p.stat(title, description, [Query(f"{total}({family}{selector})")], unit=unit, **options)
+
+
 def utilization_steps(t: Thresholds) -> list[Step]:
     """Waste (blue), below the healthy band (yellow), healthy (green), scale review (red)."""
     u = L.utilization_lines(t)

@@ -13,6 +13,8 @@ from inferwatch.pack.thresholds import Thresholds
 
 #: Core temperature: warm from 80 °C, hot from 87 °C (the stat's colour, the chart's lines).
 TEMPERATURE_STEPS = steps("green", (80, "yellow"), (87, "red"))
+#: the legend of a per-process series
+PER_PROCESS = "{{process}} pid {{pid}} {{worker}}"
 
 
 def vram_panel(t: Thresholds) -> Any:
@@ -38,17 +40,21 @@ def now_section(t: Thresholds) -> Section:
                 "The fullest selected GPU. " + c.vram_text(t),
                 f"max({contract.GPU_MEMORY_USED_RATIO}{gpu_sel()})",
             ),
-            p.stat(
+            c.total_stat(
                 "Power draw",
                 "Total power drawn by the selected GPUs.",
-                [Query(f"sum({contract.GPU_POWER_WATTS}{gpu_sel()})")],
-                unit="watt",
+                "sum",
+                contract.GPU_POWER_WATTS,
+                gpu_sel(),
+                "watt",
             ),
-            p.stat(
+            c.total_stat(
                 "Hottest GPU",
                 "Core temperature of the hottest selected GPU.",
-                [Query(f"max({contract.GPU_TEMPERATURE_CELSIUS}{gpu_sel()})")],
-                unit="celsius",
+                "max",
+                contract.GPU_TEMPERATURE_CELSIUS,
+                gpu_sel(),
+                "celsius",
                 thresholds=TEMPERATURE_STEPS,
             ),
             h=4,
@@ -87,30 +93,21 @@ def memory_section(t: Thresholds) -> Section:
     return Section(
         "Memory",
         p.line(
-            p.timeseries(
+            c.gpu_chart(
                 "Memory used, reserved and total",
                 "Device memory used by allocations, reserved by the driver, and the total.",
-                [
-                    c.gpu_series(contract.GPU_MEMORY_USED_BYTES.name, "used"),
-                    c.gpu_series(contract.GPU_MEMORY_RESERVED_BYTES.name, "reserved"),
-                    c.gpu_series(contract.GPU_MEMORY_TOTAL_BYTES.name, "total"),
-                ],
-                unit="bytes",
-                min_value=0,
+                "bytes",
+                (contract.GPU_MEMORY_USED_BYTES, "used"),
+                (contract.GPU_MEMORY_RESERVED_BYTES, "reserved"),
+                (contract.GPU_MEMORY_TOTAL_BYTES, "total"),
             ),
             vram_panel(t),
-            p.timeseries(
+            c.gpu_chart(
                 "Memory per process",
                 "Device memory of each process on the GPU; processes of watched workers "
                 "carry the worker's name.",
-                [
-                    c.gpu_series(
-                        contract.GPU_PROCESS_MEMORY_USED_BYTES.name,
-                        "{{process}} pid {{pid}} {{worker}}",
-                    )
-                ],
-                unit="bytes",
-                min_value=0,
+                "bytes",
+                (contract.GPU_PROCESS_MEMORY_USED_BYTES, PER_PROCESS),
                 stack=True,
                 fill=30,
             ),
@@ -120,12 +117,7 @@ def memory_section(t: Thresholds) -> Section:
             c.ratio_chart(
                 "SM share per process",
                 "Each process's share of SM time over the last sample period.",
-                [
-                    c.gpu_series(
-                        contract.GPU_PROCESS_SM_UTILIZATION_RATIO.name,
-                        "{{process}} pid {{pid}} {{worker}}",
-                    )
-                ],
+                [c.gpu_series(contract.GPU_PROCESS_SM_UTILIZATION_RATIO.name, PER_PROCESS)],
             ),
             h=7,
         ),
@@ -136,16 +128,13 @@ def power_section(t: Thresholds) -> Section:
     return Section(
         "Power, temperature and clocks",
         p.line(
-            p.timeseries(
+            c.gpu_chart(
                 "Power vs limit",
                 "Power drawn by each GPU against its enforced power limit. Draw "
                 "pinned at the limit with sw_power_cap events means the clocks are capped.",
-                [
-                    c.gpu_series(contract.GPU_POWER_WATTS.name, "draw"),
-                    c.gpu_series(contract.GPU_POWER_LIMIT_WATTS.name, "limit"),
-                ],
-                unit="watt",
-                min_value=0,
+                "watt",
+                (contract.GPU_POWER_WATTS, "draw"),
+                (contract.GPU_POWER_LIMIT_WATTS, "limit"),
             ),
             p.timeseries(
                 "Energy rate",
@@ -160,27 +149,25 @@ def power_section(t: Thresholds) -> Section:
                 unit="watt",
                 min_value=0,
             ),
-            p.timeseries(
+            c.gpu_chart(
                 "Temperature",
                 "GPU core temperature.",
-                [c.gpu_series(contract.GPU_TEMPERATURE_CELSIUS.name)],
-                unit="celsius",
+                "celsius",
+                (contract.GPU_TEMPERATURE_CELSIUS, ""),
+                min_value=None,
                 thresholds=TEMPERATURE_STEPS,
                 threshold_style="dashed",
             ),
             h=8,
         ),
         p.line(
-            p.timeseries(
+            c.gpu_chart(
                 "Clocks",
                 "Current SM and memory clocks. SM clocks dropping under load go with the "
                 "clock-event reasons next to this panel.",
-                [
-                    c.gpu_series(contract.GPU_SM_CLOCK_HERTZ.name, "SM"),
-                    c.gpu_series(contract.GPU_MEMORY_CLOCK_HERTZ.name, "memory"),
-                ],
-                unit="hertz",
-                min_value=0,
+                "hertz",
+                (contract.GPU_SM_CLOCK_HERTZ, "SM"),
+                (contract.GPU_MEMORY_CLOCK_HERTZ, "memory"),
             ),
             p.state_timeline(
                 "Clock-event reasons",
@@ -201,45 +188,41 @@ def transfers_section(t: Thresholds) -> Section:
     return Section(
         "Interconnect, P-state and fan",
         p.line(
-            p.timeseries(
+            c.gpu_chart(
                 "PCIe throughput",
                 "PCIe traffic of each GPU by direction (tx: out of the GPU, rx: into it), "
                 "headers included. Sustained high rx on an inference GPU is weights or KV "
                 "cache moving over the bus (offload, swapping, model load).",
-                [c.gpu_series(contract.GPU_PCIE_THROUGHPUT_BYTES_PER_SECOND.name, "{{direction}}")],
-                unit="Bps",
-                min_value=0,
+                "Bps",
+                (contract.GPU_PCIE_THROUGHPUT_BYTES_PER_SECOND, "{{direction}}"),
             ),
-            p.timeseries(
+            c.gpu_chart(
                 "NVLink throughput",
                 "NVLink traffic over all links of each GPU: tensor-parallel all-reduce "
                 "traffic. From the dcgm-exporter backend only; absent on boards without "
                 "NVLink.",
-                [c.gpu_series(contract.GPU_NVLINK_THROUGHPUT_BYTES_PER_SECOND.name)],
-                unit="Bps",
-                min_value=0,
+                "Bps",
+                (contract.GPU_NVLINK_THROUGHPUT_BYTES_PER_SECOND, ""),
             ),
             h=8,
         ),
         p.line(
-            p.timeseries(
+            c.gpu_chart(
                 "Performance state",
                 "P-state of each GPU, 0 the fastest. A GPU under load that leaves P0 "
                 "is being held back (power, thermal or an application-clock setting); "
                 "idle GPUs drop to P8 and lower.",
-                [c.gpu_series(contract.GPU_PERFORMANCE_STATE.name)],
-                unit="none",
-                min_value=0,
+                "none",
+                (contract.GPU_PERFORMANCE_STATE, ""),
                 max_value=15,
                 fill=0,
             ),
-            p.timeseries(
+            c.gpu_chart(
                 "Fan speed",
                 "Intended fan speed as a share of its maximum (can exceed 100%). Absent "
                 "on passively cooled boards, where the chassis moves the air.",
-                [c.gpu_series(contract.GPU_FAN_SPEED_RATIO.name)],
-                unit="percentunit",
-                min_value=0,
+                "percentunit",
+                (contract.GPU_FAN_SPEED_RATIO, ""),
                 fill=0,
             ),
             h=8,

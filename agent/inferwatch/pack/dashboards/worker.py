@@ -124,23 +124,29 @@ def now_section(t: Thresholds) -> Section:
                 off=("down", "red"),
                 on=("up", "green"),
             ),
-            p.stat(
+            c.total_stat(
                 "Requests running",
                 "Requests in the running batch now.",
-                [Query(f"sum({contract.REQUESTS_RUNNING}{worker_sel()})")],
-                unit="short",
+                "sum",
+                contract.REQUESTS_RUNNING,
+                worker_sel(),
+                "short",
             ),
-            p.stat(
+            c.total_stat(
                 "Requests waiting",
                 "Requests queued for a batch slot now.",
-                [Query(f"sum({contract.QUEUE_DEPTH}{worker_sel()})")],
-                unit="short",
+                "sum",
+                contract.QUEUE_DEPTH,
+                worker_sel(),
+                "short",
             ),
-            p.stat(
+            c.total_stat(
                 "Fullest KV cache",
                 "Share of the KV-cache blocks in use (the fullest selected worker).",
-                [Query(f"max({contract.KV_CACHE_USAGE_RATIO}{worker_sel()})")],
-                unit="percentunit",
+                "max",
+                contract.KV_CACHE_USAGE_RATIO,
+                worker_sel(),
+                "percentunit",
             ),
             p.stat(
                 "TTFT P99",

@@ -170,13 +170,12 @@ class VllmWriter:
             for value in values:
                 yield (*self._lv(e), value)
 
-    def _counter(
-        self, name: str, doc: str, extra: Sequence[str] = (), values: Sequence[str] = ()
-    ) -> Counter:
-        """A counter whose zero series exist from the start: one per engine, or with an
-        ``extra`` label one per engine and each of its ``values``."""
+    def _counter(self, name: str, doc: str, by: tuple[str, Sequence[str]] | None = None) -> Counter:
+        """A counter whose zero series exist from the start: one per engine, or ``by`` a
+        further label one per engine and each of that label's values."""
+        extra = [by[0]] if by else []
         counter = Counter(name, doc, [*self._labels(), *extra], registry=self.registry)
-        for lv in self._each(values) if extra else map(self._lv, self.engines):
+        for lv in self._each(by[1]) if by else map(self._lv, self.engines):
             counter.labels(*lv)
         return counter
 
@@ -239,8 +238,7 @@ class VllmWriter:
         self.prompt_by_source = self._counter(
             "vllm:prompt_tokens_by_source",
             "Prompt tokens by where their KV came from.",
-            ["source"],
-            PROMPT_SOURCES,
+            by=("source", PROMPT_SOURCES),
         )
         self.prompt_cached = self._counter(
             "vllm:prompt_tokens_cached", "Prompt tokens served from a cache."
@@ -249,8 +247,7 @@ class VllmWriter:
         self.success = self._counter(
             "vllm:request_success",
             "Finished requests by finish reason.",
-            ["finished_reason"],
-            FINISH_REASONS,
+            by=("finished_reason", FINISH_REASONS),
         )
         self._token_histograms()
         self._histogram(
