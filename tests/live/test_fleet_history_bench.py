@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from tests.support import benchrun
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def run_bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return benchrun.run_bench("bench_fleet_history.py", *args, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -30,7 +23,9 @@ def test_quick_mode_runs_vmalert_over_the_replayed_history(tmp_path: Path) -> No
             "victoria-metrics and vmalert are not installed (apt-get install victoria-metrics)"
         )
     out = tmp_path / "fleet.json"
-    res = run_bench("--quick", "--json", str(out), "--tmp", str(tmp_path))
+    res = benchrun.run_bench(
+        "bench_fleet_history.py", "--quick", "--json", str(out), "--tmp", str(tmp_path)
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     (size,) = json.loads(out.read_text())["results"]
     assert size["workers"] == 2
@@ -49,6 +44,6 @@ def test_quick_mode_runs_vmalert_over_the_replayed_history(tmp_path: Path) -> No
 
 
 def test_bad_flag_is_one_line_and_exit_2() -> None:
-    res = run_bench("--days", "0", timeout=60)
+    res = benchrun.run_bench("bench_fleet_history.py", "--days", "0", timeout=60)
     assert res.returncode == 2
     assert res.stderr.strip() == "--days: 1 to 90 expected (the store keeps 100 d), got 0"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,14 @@ from tests.support import benchrun
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return benchrun.run_bench("bench_rule_cost.py", *args, timeout=timeout)
-
-
 @pytest.mark.slow
 def test_quick_mode_measures_our_rules_and_both_anchors(tmp_path: Path) -> None:
     if not (shutil.which("promtool") and shutil.which("prometheus")):
         pytest.skip("promtool and prometheus are not installed (apt-get install prometheus)")
     out = tmp_path / "cost.json"
-    res = run_bench("--quick", "--json", str(out), "--tmp", str(tmp_path))
+    res = benchrun.run_bench(
+        "bench_rule_cost.py", "--quick", "--json", str(out), "--tmp", str(tmp_path)
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(out.read_text())
     (size,) = doc["results"]
@@ -69,7 +66,7 @@ def test_quick_mode_measures_our_rules_and_both_anchors(tmp_path: Path) -> None:
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(args: tuple[str, ...], says: str) -> None:
-    res = run_bench(*args, timeout=60)
+    res = benchrun.run_bench("bench_rule_cost.py", *args, timeout=60)
     assert res.returncode == 2
     assert says in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
@@ -78,7 +75,7 @@ def test_bad_flags_are_one_line_and_exit_2(args: tuple[str, ...], says: str) -> 
 def test_a_rules_directory_without_rule_files_is_refused(tmp_path: Path) -> None:
     if not (shutil.which("promtool") and shutil.which("prometheus")):
         pytest.skip("promtool and prometheus are not installed (apt-get install prometheus)")
-    res = run_bench("--rules", str(tmp_path), "--quick", timeout=60)
+    res = benchrun.run_bench("bench_rule_cost.py", "--rules", str(tmp_path), "--quick", timeout=60)
     assert res.returncode == 2
     assert "--rules" in res.stderr and "*.yaml" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1

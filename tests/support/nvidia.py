@@ -4,15 +4,13 @@ tests skip without), and a run of one of bench/device/'s validators."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.proc import REPO
+from tests.support.benchrun import run_bench
 
 
 def gpu_count() -> int:
@@ -26,15 +24,6 @@ def gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def run_validator(script: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``bench/device/<script> --out <out>`` with this interpreter and this checkout's agent."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "agent"))
-    return subprocess.run(
-        [sys.executable, str(REPO / "bench" / "device" / script), "--out", str(out)],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
 def validated(
     script: str, out: Path, record: str, *, gpus: int, torch_for: str, timeout: float
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -44,5 +33,5 @@ def validated(
     if gpu_count() < gpus:
         pytest.skip(f"needs a host with {gpus} or more NVIDIA GPUs (nvidia-smi -L lists fewer)")
     pytest.importorskip("torch", reason=torch_for)
-    result = run_validator(script, out, timeout=timeout)
+    result = run_bench(f"device/{script}", "--out", str(out), timeout=timeout)
     return result, json.loads((out / record).read_text())

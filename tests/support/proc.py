@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -140,20 +140,25 @@ class Process:
         return self.popen.returncode
 
 
+def captured(
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    cwd: Path | None = None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``cmd`` run to its end, its output captured as text; any exit status returns."""
+    return subprocess.run(list(cmd), cwd=cwd, input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)  # fmt: skip
+
+
 def promtool(
     *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """``promtool ARGS`` (the test skips where it is not installed); any exit status returns."""
-    binary = require_binary(PROMTOOL, "promtool")
-    return subprocess.run(
-        [binary, *args],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return captured([require_binary(PROMTOOL, "promtool"), *args], cwd=cwd, stdin=stdin,
+                    timeout=timeout)  # fmt: skip
 
 
 def wait_answering(process: Process, url: str, name: str, timeout: float = 60.0) -> None:
@@ -174,9 +179,7 @@ def inferwatch_cmd(*args: str) -> list[str]:
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``inferwatch ARGS`` run to its end, output captured; any exit status returns."""
-    return subprocess.run(
-        inferwatch_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return captured(inferwatch_cmd(*args), timeout=timeout)
 
 
 def loopback_home(tmp: Path, name: str) -> tuple[int, str, Path]:
