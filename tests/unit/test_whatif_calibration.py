@@ -191,10 +191,10 @@ def test_the_prompt_mix_gives_a_positive_overhead_and_a_prompt_cost(mix: dict) -
     first token at no wait with a mean prompt lies in 15-50 ms as in the old sweep. The
     4-slot run at 11.86 requests/s ran at its slot limit (batch 3.4-4.0): its slope is
     assumed, and its overhead rests on the 6 requests that found a free slot."""
-    fits = {f["trace"]: f["fit"] for f in mix["fits"]}
-    assumed = [t for t, f in fits.items() if f["k_source"] != "fitted (client records)"]
+    by_run = {f["trace"]: f["fit"] for f in mix["fits"]}
+    assumed = [t for t, f in by_run.items() if f["k_source"] != "fitted (client records)"]
     assert assumed == ["h100-mix/sweep-s4-r11.86.jsonl.gz"], assumed
-    fits = list(fits.values())
+    fits = list(by_run.values())
     assert all(f["overhead_ms"] > 0 for f in fits), fits
     assert sum(1 for f in fits if f["p_us"] > 0) == 4, fits
     for f in fits:
