@@ -13,6 +13,13 @@ H200 sweep's traces (CUDA llama-server, ``--parallel`` 4..64).
     PYTHONPATH=agent python bench/bench_whatif.py predict --fit tests/data/traces/h200-llamacpp.jsonl.gz \
         tests/data/whatif/h200/sweep-s*.jsonl.gz
 
+``diagnose``: per run, the clients' time per output token by the batch it decoded beside
+(bins of the time-weighted batch: do servers with more slots step slower at one batch?)
+and the TTFT of the requests that found a free slot against their prompt length (least
+squares: the intercept is the overhead plus a step, the slope a prompt token's cost).
+
+    PYTHONPATH=agent python bench/bench_whatif.py diagnose tests/data/whatif/h100-mix/*.jsonl.gz
+
 ``predict``: fits on one whole trace (every phase, e.g. the long H200 run with a steady
 and an overload phase) and predicts each other trace's slot count under that trace's
 own recorded load (its clients' send times, prompt and answer lengths).
@@ -138,6 +145,67 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: batch bins (time-weighted sequences decoding beside a request) of ``diagnose``
+BATCH_BINS = ((1.0, 2.0), (2.0, 3.0), (3.0, 4.5), (4.5, 8.0), (8.0, 12.0), (12.0, 20.0))
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    from inferwatch.advise.trace import load_phase, read_trace, requests_of
+    from inferwatch.advise.twin import quantile
+
+    print("time per output token (ms, median; n requests) by the batch decoded beside it")
+    print(f"{'run':<28}" + "".join(f"{f'{lo:g}-{hi:g}':>14}" for lo, hi in BATCH_BINS))
+    lines = []
+    for path in args.traces:
+        tr = read_trace(path)
+        start, end = load_phase(tr)
+        rs = [
+            r
+            for r in requests_of((t, rec) for t, rec in tr.client if start - 1 <= t <= end)
+            if r.ttft > 0 and r.e2e > r.ttft and r.generated >= 2
+        ]
+        first = [r.sent + r.ttft for r in rs]
+        last = [r.sent + r.e2e for r in rs]
+        tpot: dict[tuple[float, float], list[float]] = {b: [] for b in BATCH_BINS}
+        free: list[tuple[float, float]] = []  # (prompt tokens, TTFT) at a free slot
+        for i, r in enumerate(rs):
+            span = last[i] - first[i]
+            batch = (
+                sum(
+                    max(0.0, min(last[i], last[j]) - max(first[i], first[j]))
+                    for j in range(len(rs))
+                )
+                / span
+            )
+            for lo, hi in BATCH_BINS:
+                if lo <= batch < hi:
+                    tpot[(lo, hi)].append(span / (r.generated - 1))
+            open_ = sum(1 for j in range(len(rs)) if j != i and rs[j].sent <= r.sent < last[j])
+            if open_ < tr.slots():
+                free.append((r.prompt, r.ttft))
+        name = f"{Path(path).parent.name}/{Path(path).name.removesuffix('.jsonl.gz')}"
+        cells = "".join(
+            f"{f'{quantile(v, 0.5) * 1e3:.2f} ({len(v)})' if v else '-':>14}" for v in tpot.values()
+        )
+        print(f"{name:<28}{cells}")
+        if len(free) >= 3:
+            mx = sum(x for x, _ in free) / len(free)
+            my = sum(y for _, y in free) / len(free)
+            sxx = sum((x - mx) ** 2 for x, _ in free)
+            slope = sum((x - mx) * (y - my) for x, y in free) / sxx if sxx else math.nan
+            lines.append(
+                f"{name:<28}{len(free):>5}  {(my - slope * mx) * 1e3:7.1f} ms + "
+                f"{slope * 1e6:6.1f} us x prompt token  (prompts {min(x for x, _ in free):.0f}-"
+                f"{max(x for x, _ in free):.0f} tokens)"
+            )
+        else:
+            lines.append(f"{name:<28}{len(free):>5}  too few requests at a free slot")
+    print("\nTTFT at a free slot against the prompt length (least squares)")
+    print(f"{'run':<28}{'n':>5}  TTFT")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -174,7 +242,13 @@ def main() -> int:
     cal.add_argument(
         "--z", type=float, default=None, help="the band's speed range in residuals (BAND_Z)"
     )
+    dia = sub.add_parser(
+        "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"
+    )
+    dia.add_argument("traces", nargs="+")
     args = ap.parse_args()
+    if args.cmd == "diagnose":
+        return run_diagnose(args)
     if args.cmd == "calibrate":
         return run_calibrate(args)
     if args.cmd == "record":

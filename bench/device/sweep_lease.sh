@@ -1,7 +1,13 @@
 #!/bin/bash
-# One device call: build the CUDA llama-server, write the model, run the slot x load sweep,
-# in the foreground, each run's trace written under OUT as soon as the run ends (what is
-# under $OUT comes back even when the call runs out of time).
+# One device call: build the CUDA llama-server, write the model, run the slot x load sweep
+# in the foreground. The traces and sweep.json are written to $W/sweep; OUT holds two
+# files only, the log and sweep.tgz (sweep/*.jsonl.gz, sweep/sweep.json and the log), as
+# a device call brings back at most 8 files from $OUT (a sweep of 3 slot counts x 2 loads
+# is already 6 traces + sweep.json + log, and the first recording lost its traces to that
+# limit). sweep.tgz is rewritten every 20 s while the sweep runs and once at the end, so a
+# call cut off at its time limit still brings back the runs that had ended.
+#
+#   tar xzf sweep.tgz        (gives sweep/*.jsonl.gz, sweep/sweep.json, log)
 #
 #   bash bench/device/sweep_lease.sh OUT TARBALL      (from the repository root)
 #
@@ -10,9 +16,11 @@
 # Dry run off a GPU with a built server (no build; CPU flags; small sizes):
 #   SERVER=.llama-server/llama-server MODEL=.llama-server/tiny.gguf SLOTS=1,2 LOAD=4 \
 #     DRAIN=4 EXTRA="--cpu --fake-gpu" bash bench/device/sweep_lease.sh /tmp/out
+#   (36 s on this 2-core machine; OUT then holds log and sweep.tgz)
 # Recorded: 2026-12-06 on an H100 (5 slot counts x 2 loads, one prompt length: traces in
 # tests/data/whatif/h100/), then again with three prompt lengths and a load past what 4
-# slots carry (docs/advise.md, "Calibration of the bands").
+# slots carry, SLOTS=4,64,16 LOAD=12 DRAIN=8 (tests/data/whatif/h100-mix/; docs/advise.md,
+# "Calibration of the bands").
 OUT=${1:?OUT}
 TARBALL=${2:-}
 REPO="$(pwd)"
@@ -23,8 +31,16 @@ MIX=${MIX:-40,160,320}
 LOAD=${LOAD:-16}
 DRAIN=${DRAIN:-12}
 EVERY=${EVERY:-2}
-mkdir -p "$OUT/sweep" $W
+rm -rf "$W/sweep"
+mkdir -p "$OUT" "$W/sweep"
+OUT=$(cd "$OUT" && pwd)  # absolute: pack() runs in $W
 exec > >(tee -a "$OUT/log") 2>&1
+# sweep.tgz: written beside and renamed, so what comes back is never half a tarball
+pack() {
+  cp "$OUT/log" "$W/log" 2>/dev/null
+  (cd "$W" && tar czf "$OUT/.sweep.tgz.part" sweep/*.jsonl.gz sweep/sweep.json log) 2>/dev/null \
+    && mv "$OUT/.sweep.tgz.part" "$OUT/sweep.tgz"
+}
 set -x
 date -u
 if [ -z "$SERVER" ]; then
@@ -47,10 +63,16 @@ else
   SOURCE=${SOURCE:-"dry run: $SERVER, $(date -u +%F)"}
 fi
 cd "$REPO" || exit 1
+(while sleep 20; do pack; done) &
+PACKER=$!
 # shellcheck disable=SC2086
 PYTHONUNBUFFERED=1 PYTHONPATH=agent python3 bench/device/llamacpp_trace.py sweep \
-  --server "$SERVER" --model "$MODEL" --out "$OUT/sweep" --slots "$SLOTS" \
+  --server "$SERVER" --model "$MODEL" --out "$W/sweep" --slots "$SLOTS" \
   --rate-factors "$RATE_FACTORS" --prompt-mix "$MIX" --ctx-per-slot 1280 \
   --load "$LOAD" --drain "$DRAIN" --every "$EVERY" --source "$SOURCE" $EXTRA
 echo "sweep rc $?"
+kill $PACKER
 date -u; echo SWEEP-END
+set +x
+pack
+ls -l "$OUT"
