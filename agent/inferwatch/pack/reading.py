@@ -464,12 +464,16 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
         "xid": S.XID_ERRORS.render(selector=s, window=w, by="instance, gpu"),
         "prompt_buckets": buckets(c.PROMPT_LENGTH_TOKENS),
         "model_ttft_p99": S.quantile(0.99, buckets(c.TTFT_SECONDS, "model")),
-        "identity": over("last_over_time", c.REQUESTS_RUNNING, f"{WORKER_BY}, model, engine", "group"),
+        "identity": over(
+            "last_over_time", c.REQUESTS_RUNNING, f"{WORKER_BY}, model, engine", "group"
+        ),
         "info": over("last_over_time", c.WORKER_INFO, None),
         "warmup_ttft": over("last_over_time", c.WARMUP_TTFT_SECONDS, f"{WORKER_BY}, phase"),
         "gpu_utilization": S.GPU_UTILIZATION_MEAN.render(selector=s, window=w),
         "vram": S.GPU_MEMORY_PEAK.render(selector=s, window=w),
-        "gpu_workers": over("max_over_time", c.GPU_PROCESS_MEMORY_USED_BYTES, "instance, gpu, worker"),
+        "gpu_workers": over(
+            "max_over_time", c.GPU_PROCESS_MEMORY_USED_BYTES, "instance, gpu, worker"
+        ),
     }  # fmt: skip
 
 
