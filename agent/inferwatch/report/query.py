@@ -175,6 +175,17 @@ def buckets_expr(t: Thresholds, family: contract.Family, seconds: float, by: str
     return f"{agent}\nor on ({by})\nsum by ({by}, le) (\n    {per_worker}\n) * {seconds:g}"
 
 
+def pressure_expr(window: str) -> str:
+    """Memory pressure per GPU over ``window``: the peak KV-cache usage of the workers on
+    it (through inferwatch_worker_gpu_info) where their engine exports one (an engine
+    that pre-allocates holds NVML's level flat at its reservation)."""
+    return (
+        f"max by (uuid) ({S.KV_USAGE_PEAK.render(window=window, by=AGENT_WORKER)} "
+        f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
+        f"(max_over_time({contract.WORKER_GPU_INFO}[{window}])))"
+    )
+
+
 class Collector:
     """Runs the queries of one report against one client."""
 
@@ -400,11 +411,15 @@ class Collector:
             return ()
 
         self.step("GPU utilization")
-        stats = {
-            "mean": S.GPU_UTILIZATION_MEAN.render(window="1d"),
-            "p50": f"quantile_over_time(0.5, {util}[1d])",
-            "p90": f"quantile_over_time(0.9, {util}[1d])",
-        }
+
+        def stats_over(window: str, *qs: float) -> dict[str, str]:
+            """The mean and quantiles of each GPU's utilization over ``window``."""
+            return {
+                "mean": S.GPU_UTILIZATION_MEAN.render(window=window),
+                **{f"p{q * 100:g}": f"quantile_over_time({q:g}, {util}[{window}])" for q in qs},
+            }
+
+        stats = stats_over("1d", 0.5, 0.9)
         util_daily = self._labelled_daily(stats, "stat")
         self.step("GPU bands")
         u = L.utilization_lines(self.t)
@@ -417,14 +432,7 @@ class Collector:
         }
         band_daily = self._labelled_daily(band_exprs, "band")
         self.step("GPU weekly percentiles")
-        week_stats = {
-            "mean": S.GPU_UTILIZATION_MEAN.render(window=week),
-            "p10": f"quantile_over_time(0.1, {util}[{week}])",
-            "p50": f"quantile_over_time(0.5, {util}[{week}])",
-            "p90": f"quantile_over_time(0.9, {util}[{week}])",
-            "p99": f"quantile_over_time(0.99, {util}[{week}])",
-        }
-        util_week = self._labelled_weekly(week_stats, "stat")
+        util_week = self._labelled_weekly(stats_over(week, 0.1, 0.5, 0.9, 0.99), "stat")
         self.step("GPM SM activity")
         sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
         self.step("VRAM peaks")
@@ -433,13 +441,7 @@ class Collector:
             f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))", ("uuid",)
         )
         self.step("memory pressure")
-        kv = self.daily_by(
-            "max by (uuid) ("
-            f"{S.KV_USAGE_PEAK.render(window='1d', by=AGENT_WORKER)} "
-            f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
-            f"(max_over_time({contract.WORKER_GPU_INFO}[1d])))",
-            ("uuid",),
-        )
+        kv = self.daily_by(pressure_expr("1d"), ("uuid",))
         self.step("waste condition")
         window = format_duration(self.t.pack.rate_window)
         waste_alert = self.daily_by(
@@ -569,16 +571,8 @@ class Collector:
         # exports one (an engine that pre-allocates holds NVML's level flat at its
         # reservation), NVML's level for the other GPUs; the fleet's highest
         vram = one(
-            "max(\n"
-            "  max by (uuid) (\n"
-            f"    {S.KV_USAGE_PEAK.render(window='1h', by=AGENT_WORKER)}\n"
-            f"    * on ({AGENT_WORKER}) group_right ()\n"
-            f"    group by ({AGENT_WORKER}, gpu, uuid) "
-            f"(max_over_time({contract.WORKER_GPU_INFO}[1h]))\n"
-            "  )\n"
-            "  or\n"
-            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n"
-            ")"
+            f"max(\n  {pressure_expr('1h')}\n  or\n"
+            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)"
         )
         return Hourly(times, latency, name, util, vram)
 
