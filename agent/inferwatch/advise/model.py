@@ -140,6 +140,7 @@ class WorkerPicture:
             xid_errors=r.xid_errors,
             ttft_p95_since_start=r.ttft_p95_since_start,
             ttft_count_since_start=r.ttft_count_since_start,
+            model_ttft_p99=r.model_ttft_p99,
             flags=dict(r.flags),
             warmup=warmup,
         )

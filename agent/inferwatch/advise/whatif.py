@@ -288,9 +288,8 @@ def observe(
     prompted = (prompt[-1] or 0.0) - (prompt[0] or 0.0)
     requests, requests_from = 0.0, ""
     for counter in _REQUEST_COUNTERS:
-        begin, end = rd.total(first, counter, worker=worker), rd.total(last, counter, worker=worker)
-        if begin is not None and end is not None and end > begin:
-            requests, requests_from = end - begin, counter
+        if added := rd.increase(first, last, counter, worker):
+            requests, requests_from = added, counter
             break
     else:
         if not output_tokens:
@@ -305,10 +304,8 @@ def observe(
     open_a = (queue[0] or 0.0) + (running[0] or 0.0)
     open_b = (queue[-1] or 0.0) + (running[-1] or 0.0)
     arrivals = max(requests + open_b - open_a, requests)
-    gpus = rd.gpus_of(scrapes, worker, alone=True)
-    seen = rd.read_workers(scrapes, workers=[worker], devices={worker: [{"gpu": g} for g in gpus]})[
-        worker
-    ]
+    # its GPUs: those its processes hold memory on, else (one worker) all the agent's
+    seen = rd.read_workers(scrapes, workers=[worker])[worker]
     flags = seen.known_flags
     slots_v = seen.capacity if seen.capacity is not None else _num(flags.get("max_num_seqs"))
     if not slots_v:
@@ -348,7 +345,7 @@ def observe(
         ttft_p95=seen.ttft.get("0.95"),
         busy=sum(i.dt for i in intervals if i.busy) / span if span > 0 else None,
         tpot=_tpot(scrapes, worker),
-        cpu=not gpus,
+        cpu=not seen.gpus,
     )
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferwatch.engines import contract as c
 from inferwatch.engines.launchflags import WORKER_INFO_FLAGS
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals as S
 from inferwatch.stats import histogram_quantile
 
 Labels = dict[str, str]
@@ -90,12 +91,17 @@ def buckets(scrape: Scrape, histogram: c.Family, **match: str) -> dict[float, fl
     """A histogram's cumulative bucket counts by bound, summed over the other labels."""
     out: dict[float, float] = {}
     for labels, value in values(scrape, f"{histogram}_bucket", **match):
-        try:
-            bound = float(labels.get("le", ""))
-        except ValueError:
-            continue
-        out[bound] = out.get(bound, 0.0) + value
+        if (bound := upper_bound(labels)) is not None:
+            out[bound] = out.get(bound, 0.0) + value
     return out
+
+
+def upper_bound(labels: Mapping[str, str]) -> float | None:
+    """A bucket's upper bound (its ``le``; None: not a number)."""
+    try:
+        return float(labels.get("le", ""))
+    except ValueError:
+        return None
 
 
 def bucket_deltas(
@@ -261,6 +267,8 @@ class WorkerReading:
     warmup_ttft: dict[str, float] = field(default_factory=dict)
     #: the launch flags inferwatch_worker_info states, as written ("unknown" included)
     flags: dict[str, str] = field(default_factory=dict)
+    #: TTFT P99 of the worker's model over all its workers (read from Prometheus only)
+    model_ttft_p99: float | None = None
 
     @property
     def known_flags(self) -> dict[str, str]:
@@ -379,4 +387,152 @@ def read_workers(
             if v is not None:
                 r.warmup_ttft[phase] = v
         out[w] = r
+    return out
+
+
+# --------------------------------------------------------------------------- from Prometheus
+
+#: one instant query's answer: (labels, value) per series
+Answer = Sequence[tuple[Mapping[str, str], float]]
+#: the key of a reading read from Prometheus: one agent's worker
+WORKER_BY = "instance, worker"
+
+
+def _over(fn: str, family: c.Family) -> S.Signal:
+    return S.Signal(family.name, fn, family, agg="max")
+
+
+#: reading fields read per (instance, worker) from one query each: query name -> (field,
+#: the signal rendered over the range read, how a worker's series combine)
+PROMETHEUS_FIELDS: dict[str, tuple[str, S.Signal, str]] = {
+    "queue_depth": ("queue", S.QUEUE_MEAN, "sum"),
+    "queue_depth_max": ("queue_max", S.QUEUE_PEAK, "sum"),
+    # the slope the rules read (deriv), over the whole range
+    "queue_slope": ("slope", S.QUEUE_SLOPE, "max"),
+    "running": ("running", S.RUNNING_MEAN, "sum"),
+    "running_max": ("running_max", S.RUNNING_PEAK, "sum"),
+    "max_num_seqs": ("capacity", S.MAX_NUM_SEQS, "max"),
+    "kv_usage": ("kv", S.KV_USAGE_PEAK, "max"),
+    "prefix_hit_ratio": ("prefix_hit_ratio", S.PREFIX_HIT_MEAN, "avg"),
+    "preemption_rate": ("preemption_rate", S.PREEMPTION_RATE, "sum"),
+    "request_rate": ("request_rate", S.REQUEST_RATE, "sum"),
+    # evidence of running out: restarts over the range (XID errors are per GPU)
+    "restarts": ("restarts", S.RESTARTS, "max"),
+    "start_time": ("uptime", _over("max_over_time", c.WORKER_START_TIME_SECONDS), "max"),
+    "target_up": ("up", _over("max_over_time", c.TARGET_UP), "max"),
+    "ready": ("ready", _over("last_over_time", c.WORKER_READY), "max"),
+    "deadline": (
+        "gate_deadline_exceeded",
+        _over("last_over_time", c.WARMUP_DEADLINE_EXCEEDED),
+        "max",
+    ),
+}
+#: a field's value from its answer at ``end``, where it is not the answer itself
+_FROM_ANSWER: dict[str, Callable[[float, float], object]] = {
+    "uptime": lambda v, end: end - v,
+    "up": lambda v, end: v >= 1,
+    "ready": lambda v, end: v >= 1,
+    "gate_deadline_exceeded": lambda v, end: v >= 1,
+}
+#: latency quantiles over the range: query name -> (field, histogram, quantile)
+PROMETHEUS_QUANTILES: dict[str, tuple[str, c.Family, str]] = {
+    f"{field_}_p{q[2:].ljust(2, '0')}": (field_, family, q)
+    for field_, family, qs in (
+        ("ttft", c.TTFT_SECONDS, ("0.5", "0.95", "0.99")),
+        ("tpot", c.TPOT_SECONDS, ("0.5", "0.99")),
+        ("e2e", c.E2E_LATENCY_SECONDS, ("0.5", "0.99")),
+    )
+    for q in qs
+}
+
+
+def prometheus_queries(selector: str, window: str) -> dict[str, str]:
+    """The instant queries (at the end of a range ``window`` long) behind each reading
+    field, rendered from ``pack.signals``: per worker, and what the join needs."""
+    s, w = selector, window
+
+    def buckets(family: c.Family, by: str = WORKER_BY) -> str:
+        return S.bucket_increase(family).render(selector=s, window=w, by=by)
+
+    def over(fn: str, family: c.Family, by: str | None, agg: str = "max") -> str:
+        return _over(fn, family).render(selector=s, window=w, by=by, agg=agg)
+
+    return {
+        **{n: sig.render(selector=s, window=w, by=WORKER_BY, agg=agg)
+           for n, (_, sig, agg) in PROMETHEUS_FIELDS.items()},
+        **{n: S.quantile(float(q), buckets(f)) for n, (_, f, q) in PROMETHEUS_QUANTILES.items()},
+        "xid": S.XID_ERRORS.render(selector=s, window=w, by="instance, gpu"),
+        "prompt_buckets": buckets(c.PROMPT_LENGTH_TOKENS),
+        "model_ttft_p99": S.quantile(0.99, buckets(c.TTFT_SECONDS, "model")),
+        "identity": over(
+            "last_over_time", c.REQUESTS_RUNNING, f"{WORKER_BY}, model, engine", "group"
+        ),
+        "info": over("last_over_time", c.WORKER_INFO, None),
+        "warmup_ttft": over("last_over_time", c.WARMUP_TTFT_SECONDS, f"{WORKER_BY}, phase"),
+        "gpu_utilization": S.GPU_UTILIZATION_MEAN.render(selector=s, window=w),
+        "vram": S.GPU_MEMORY_PEAK.render(selector=s, window=w),
+        "gpu_workers": over(
+            "max_over_time", c.GPU_PROCESS_MEMORY_USED_BYTES, "instance, gpu, worker"
+        ),
+    }  # fmt: skip
+
+
+def readings_from_answers(
+    answers: Mapping[str, Answer], end: float
+) -> dict[tuple[str, str], WorkerReading]:
+    """Join the answers of :func:`prometheus_queries` (evaluated at ``end``) into one
+    reading per (instance, worker), in the order the workers' target, batch and info
+    name them. A worker's GPUs are those its processes hold memory on, or, where it is
+    its agent's only worker, every GPU of that agent."""
+
+    def key(lb: Mapping[str, str]) -> tuple[str, str]:
+        return lb.get("instance", ""), lb.get("worker", "")
+
+    def per_gpu(name: str) -> dict[tuple[str, str], float]:
+        return {(lb.get("instance", ""), lb.get("gpu", "")): v for lb, v in answers.get(name, ())}
+
+    out: dict[tuple[str, str], WorkerReading] = {}
+    first: dict[str, dict[tuple[str, str], Mapping[str, str]]] = {}
+    for name in ("target_up", "identity", "info"):
+        for lb, _ in answers.get(name, ()):
+            if "worker" in lb:
+                out.setdefault(key(lb), WorkerReading(worker=lb["worker"]))
+                first.setdefault(name, {}).setdefault(key(lb), lb)
+    held: dict[tuple[str, str], set[str]] = {}
+    prompts: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    model_p99 = {
+        lb.get("model", ""): v for lb, v in answers.get("model_ttft_p99", ()) if not math.isnan(v)
+    }
+    for name, lb, v in ((n, lb, v) for n in answers for lb, v in answers[n]):
+        r = out.get(key(lb))
+        if r is None:
+            continue
+        if name == "warmup_ttft":
+            r.warmup_ttft[lb.get("phase", "")] = v
+        elif name == "gpu_workers" and "gpu" in lb:
+            held.setdefault(key(lb), set()).add(lb["gpu"])
+        elif math.isnan(v):
+            continue
+        elif name in PROMETHEUS_FIELDS:
+            attr = PROMETHEUS_FIELDS[name][0]
+            setattr(r, attr, _FROM_ANSWER[attr](v, end) if attr in _FROM_ANSWER else v)
+        elif name in PROMETHEUS_QUANTILES:
+            attr, _, q = PROMETHEUS_QUANTILES[name]
+            getattr(r, attr)[q] = v
+        elif name == "prompt_buckets" and (bound := upper_bound(lb)) is not None:
+            prompts.setdefault(key(lb), []).append((bound, v))
+    util, vram, xid = per_gpu("gpu_utilization"), per_gpu("vram"), per_gpu("xid")
+    for k, r in out.items():
+        ident, info = (first.get(n, {}).get(k, {}) for n in ("identity", "info"))
+        r.model = ident.get("model") or info.get("model") or None
+        r.engine = ident.get("engine", "") or info.get("engine", "")
+        r.flags = {f: info[f] for f in WORKER_INFO_FLAGS if info.get(f)}
+        alone = [o for o in out if o[0] == k[0]] == [k]
+        gpus = held.get(k, {g for (i, g) in util if i == k[0]} if alone else set())
+        r.gpus = tuple(sorted(gpus))
+        r.gpu_util = mean(util.get((k[0], g)) for g in r.gpus)
+        r.vram = maximum(vram.get((k[0], g)) for g in r.gpus)
+        r.xid_errors = sum(xid.get((k[0], g), 0.0) for g in r.gpus) if r.gpus and xid else None
+        r.long_prompt_share = L.long_prompt_share(prompts[k]) if k in prompts else None
+        r.model_ttft_p99 = model_p99.get(r.model or "")
     return out

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from inferwatch.engines import contract
 from inferwatch.pack import loops as L
@@ -67,6 +68,24 @@ HISTOGRAMS = {
     "e2e": contract.E2E_LATENCY_SECONDS,
 }
 WORKER_KEY = ("model", "worker")
+LATENCY_STEPS = {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}
+#: the per-day series of RawWorker read as they are (the first three never None)
+DAILY_FIELDS = (
+    "requests",
+    "prompt_tokens",
+    "generation_tokens",
+    "prompt_lengths",
+    "queue_peak",
+    "over_capacity_seconds",
+    "capacity",
+    "open_requests",
+    "queue_slope_peak",
+    "preemptions",
+    "failed",
+    "rejected",
+)
+#: the queries of ``Collector.workers`` answered as per-day buckets
+BUCKETED = (*HISTOGRAMS, "prompt_lengths", "cold")
 
 
 class NoData(ReportError):
@@ -156,6 +175,17 @@ def buckets_expr(t: Thresholds, family: contract.Family, seconds: float, by: str
     return f"{agent}\nor on ({by})\nsum by ({by}, le) (\n    {per_worker}\n) * {seconds:g}"
 
 
+def pressure_expr(window: str) -> str:
+    """Memory pressure per GPU over ``window``: the peak KV-cache usage of the workers on
+    it (through inferwatch_worker_gpu_info) where their engine exports one (an engine
+    that pre-allocates holds NVML's level flat at its reservation)."""
+    return (
+        f"max by (uuid) ({S.KV_USAGE_PEAK.render(window=window, by=AGENT_WORKER)} "
+        f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
+        f"(max_over_time({contract.WORKER_GPU_INFO}[{window}])))"
+    )
+
+
 class Collector:
     """Runs the queries of one report against one client."""
 
@@ -182,7 +212,7 @@ class Collector:
         """``expr`` (using the range ``[1d]``) evaluated at the end of each day."""
         return self.client.range(expr, self.ends[0], self.ends[-1], DAY)
 
-    def daily_by(self, expr: str, keys: Sequence[str]) -> dict[tuple[str, ...], Daily]:
+    def daily_by(self, expr: str, keys: Sequence[str] = WORKER_KEY) -> dict[tuple[str, ...], Daily]:
         out: dict[tuple[str, ...], Daily] = {}
         for s in self.daily(expr):
             out[tuple(s.labels.get(k, "") for k in keys)] = _days_vector(s, self.ends)
@@ -191,125 +221,93 @@ class Collector:
     # ------------------------------------------------------------------ workers
 
     def workers(self) -> tuple[RawWorker, ...]:
+        """Each (model, worker)'s day series: one query per field of ``RawWorker``, in the
+        order of ``_STEPS`` (a ``-`` step: the same step as the line before)."""
         span = _duration(2 * self.period.days * DAY)
         self.step("workers")
         engines, instances, present = self._worker_identities(span)
-
-        by = "model, worker"
-        self.step("requests")
-        requests = self.daily_by(S.REQUESTS.render(window="1d", by=by), WORKER_KEY)
-        self.step("prompt tokens")
-        prompt = self.daily_by(S.PROMPT_TOKENS.render(window="1d", by=by), WORKER_KEY)
-        self.step("generation tokens")
-        generation = self.daily_by(S.GENERATION_TOKENS.render(window="1d", by=by), WORKER_KEY)
-        latency: dict[str, dict[tuple[str, ...], tuple[Buckets | None, ...]]] = {}
-        for name, metric in HISTOGRAMS.items():
-            self.step(
-                {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}[name]
-            )
-            latency[name] = self._buckets(buckets_expr(self.t, metric, DAY, by))
-        self.step("prompt-length buckets")
-        prompt_lengths = self._buckets(buckets_expr(self.t, contract.PROMPT_LENGTH_TOKENS, DAY, by))
-        self.step("queue peaks")
-        queue = self.daily_by(S.QUEUE_PEAK.render(window="1d", by=by), WORKER_KEY)
-        self.step("time over capacity")
-        over = self.daily_by(
-            f"sum by ({by}) (sum_over_time(({S.QUEUE.render()} > bool on ({AGENT_WORKER}) "
-            f"group_left {capacity_expr(self.t)})"
-            f"[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
-            WORKER_KEY,
-        )
-        self.step("capacity")
-        capacity: dict[tuple[str, ...], float] = {
-            (s.labels.get("model", ""), s.labels.get("worker", "")): s.value
-            for s in self.client.instant(
-                f"max by ({by}) (last_over_time({contract.MAX_NUM_SEQS}[{span}]))", self.period.end
-            )
-        }
-
-        self.step("open requests")
-        open_requests = self.daily_by(
-            f"{S.QUEUE_MEAN.render(window='1d', by=by, agg='sum')} + "
-            f"{S.RUNNING_MEAN.render(window='1d', by=by, agg='sum')}",
-            WORKER_KEY,
-        )
-        self.step("queue slope")
-        slope_now = S.QUEUE_SLOPE.render(window=format_duration(self.t.queue.rising_window))
-        slope = self.daily_by(
-            f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))", WORKER_KEY
-        )
-        self.step("preemptions")
-        preemptions = self.daily_by(S.PREEMPTIONS.render(window="1d", by=by), WORKER_KEY)
-        self.step("cold-start TTFT buckets")
-        young = (
+        t, by, day = self.t, "model, worker", "1d"
+        ttft, lengths = contract.TTFT_SECONDS, contract.PROMPT_LENGTH_TOKENS
+        young = (  # InferenceTTFTSLOBreach leaves these first tokens to ...WorkerColdStart
             f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
-            f"< {self.t.cold_start.within})"
+            f"< {t.cold_start.within})"
         )
-        # InferenceTTFTSLOBreach leaves the first cold_start.within after a start to
-        # InferenceWorkerColdStart: those first tokens are counted apart
-        minute = S.bucket_increase(contract.TTFT_SECONDS).render(window=f"{SUBQUERY_STEP}s")
-        cold_ttft = self._buckets(
-            f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) {young})"
-            f"[1d:{SUBQUERY_STEP}s]))"
-        )
-        # the data's age: no latency observed by a day's end is longer than the time since
-        # the earliest start of the worker's processes that day (the start-time gauge has no
-        # model label: by worker name, the earliest of its instances)
-        self.step("worker start times")
-        started = self.daily_by(
-            f"min by (worker) (min_over_time({contract.WORKER_START_TIME_SECONDS}[1d]))",
-            ("worker",),
-        )
-        # the availability SLO's bad requests (the error-budget section)
-        self.step("errors and rejections")
-        failed = self.daily_by(S.ERRORS.render(window="1d", by=by), WORKER_KEY)
-        rejected = self.daily_by(S.REJECTED.render(window="1d", by=by), WORKER_KEY)
-
-        keys: list[tuple[str, ...]] = sorted(set(requests) | set(engines))
+        minute = S.bucket_increase(ttft).render(window=f"{SUBQUERY_STEP}s")
+        slope_now = S.QUEUE_SLOPE.render(window=format_duration(t.queue.rising_window))
+        over = f"{S.QUEUE.render()} > bool on ({AGENT_WORKER}) group_left {capacity_expr(t)}"
+        queries = (  # (progress step, field, PromQL)
+            ("requests", "requests", S.REQUESTS.render(window=day, by=by)),
+            ("prompt tokens", "prompt_tokens", S.PROMPT_TOKENS.render(window=day, by=by)),
+            ("generation tokens", "generation_tokens",
+             S.GENERATION_TOKENS.render(window=day, by=by)),
+            *((step, n, buckets_expr(t, HISTOGRAMS[n], DAY, by))
+              for n, step in LATENCY_STEPS.items()),
+            ("prompt-length buckets", "prompt_lengths", buckets_expr(t, lengths, DAY, by)),
+            ("queue peaks", "queue_peak", S.QUEUE_PEAK.render(window=day, by=by)),
+            ("time over capacity", "over_capacity_seconds",
+             f"sum by ({by}) (sum_over_time(({over})[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}"),
+            ("capacity", "capacity",
+             f"max by ({by}) (last_over_time({contract.MAX_NUM_SEQS}[{span}]))"),
+            ("open requests", "open_requests",
+             f"{S.QUEUE_MEAN.render(window=day, by=by, agg='sum')} + "
+             f"{S.RUNNING_MEAN.render(window=day, by=by, agg='sum')}"),
+            ("queue slope", "queue_slope_peak",
+             f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))"),
+            ("preemptions", "preemptions", S.PREEMPTIONS.render(window=day, by=by)),
+            ("cold-start TTFT buckets", "cold",
+             f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) {young})"
+             f"[1d:{SUBQUERY_STEP}s]))"),
+            # the data's age: no latency observed by a day's end is longer than the time
+            # since the earliest start of the worker's processes that day (by worker name:
+            # the start-time gauge has no model label)
+            ("worker start times", "started",
+             f"min by (worker) (min_over_time({contract.WORKER_START_TIME_SECONDS}[1d]))"),
+            # the availability SLO's bad requests (the error-budget section)
+            ("errors and rejections", "failed", S.ERRORS.render(window=day, by=by)),
+            ("-", "rejected", S.REJECTED.render(window=day, by=by)),
+        )  # fmt: skip
+        got: dict[str, dict[tuple[str, ...], Any]] = {}
+        for step, name, expr in queries:
+            if step != "-":
+                self.step(step)
+            if name == "capacity":
+                now = self.client.instant(expr, self.period.end)
+                got[name] = {tuple(s.labels.get(k, "") for k in WORKER_KEY): s.value for s in now}
+            else:
+                got[name] = (self._buckets if name in BUCKETED else self.daily_by)(expr)
+        keys: list[tuple[str, ...]] = sorted(set(got["requests"]) | set(engines))
         # A worker known only by name (target_up carries no model) folds into the
         # (model, worker) rows its other series name.
         named = {k[1] for k in keys if k[0]}
-        keys = [k for k in keys if k[0] or k[1] not in named]
         out = []
         empty: Daily = (None,) * len(self.ends)
-        for key in keys:
-            model, worker = key[0], key[1]
-            lat = {name: per[key] for name, per in latency.items() if key in per}
-            for name in HISTOGRAMS:
-                if name not in lat:
-                    self.notes.append(
-                        f"{worker} ({model}): no {HISTOGRAMS[name]}_bucket series, so its "
-                        f"{name.upper() if name != 'e2e' else 'end-to-end'} figures are left "
-                        "out (the engine may not export it)."
-                    )
-            if key not in over:
+        for model, worker in (k for k in keys if k[0] or k[1] not in named):
+            key = (model, worker)
+            lat = {name: got[name][key] for name in HISTOGRAMS if key in got[name]}
+            for name in (n for n in HISTOGRAMS if n not in lat):
+                self.notes.append(
+                    f"{worker} ({model}): no {HISTOGRAMS[name]}_bucket series, so its "
+                    f"{name.upper() if name != 'e2e' else 'end-to-end'} figures are left "
+                    "out (the engine may not export it)."
+                )
+            if key not in got["over_capacity_seconds"]:
                 self.notes.append(
                     f"{worker} ({model}): batch capacity ({contract.MAX_NUM_SEQS}) unknown, so "
                     "time over capacity is left out; set max_num_seqs in the agent's worker "
                     "config."
                 )
+            at: dict[str, Any] = {n: got[n].get(key) for n in DAILY_FIELDS}
             out.append(
                 RawWorker(
+                    **{**at, **{n: at[n] or empty for n in DAILY_FIELDS[:3]}},
                     model=model,
                     worker=worker,
-                    engine=engines.get((model, worker), ""),
-                    instances=tuple(sorted(instances.get((model, worker), set()))),
-                    requests=requests.get(key, empty),
-                    prompt_tokens=prompt.get(key, empty),
-                    generation_tokens=generation.get(key, empty),
+                    engine=engines.get(key, ""),
+                    instances=tuple(sorted(instances.get(key, set()))),
                     latency=lat,
-                    queue_peak=queue.get(key),
-                    over_capacity_seconds=over.get(key),
-                    capacity=capacity.get(key),
-                    open_requests=open_requests.get(key),
-                    queue_slope_peak=slope.get(key),
-                    preemptions=preemptions.get(key),
-                    cold_latency={"ttft": cold_ttft[key]} if key in cold_ttft else {},
+                    cold_latency={"ttft": got["cold"][key]} if key in got["cold"] else {},
                     present=worker in present,
-                    failed=failed.get(key),
-                    rejected=rejected.get(key),
-                    prompt_lengths=prompt_lengths.get(key),
-                    started=started.get((worker,)),
+                    started=got["started"].get(("", worker)),
                 )
             )
         return tuple(out)
@@ -413,11 +411,15 @@ class Collector:
             return ()
 
         self.step("GPU utilization")
-        stats = {
-            "mean": S.GPU_UTILIZATION_MEAN.render(window="1d"),
-            "p50": f"quantile_over_time(0.5, {util}[1d])",
-            "p90": f"quantile_over_time(0.9, {util}[1d])",
-        }
+
+        def stats_over(window: str, *qs: float) -> dict[str, str]:
+            """The mean and quantiles of each GPU's utilization over ``window``."""
+            return {
+                "mean": S.GPU_UTILIZATION_MEAN.render(window=window),
+                **{f"p{q * 100:g}": f"quantile_over_time({q:g}, {util}[{window}])" for q in qs},
+            }
+
+        stats = stats_over("1d", 0.5, 0.9)
         util_daily = self._labelled_daily(stats, "stat")
         self.step("GPU bands")
         u = L.utilization_lines(self.t)
@@ -430,14 +432,7 @@ class Collector:
         }
         band_daily = self._labelled_daily(band_exprs, "band")
         self.step("GPU weekly percentiles")
-        week_stats = {
-            "mean": S.GPU_UTILIZATION_MEAN.render(window=week),
-            "p10": f"quantile_over_time(0.1, {util}[{week}])",
-            "p50": f"quantile_over_time(0.5, {util}[{week}])",
-            "p90": f"quantile_over_time(0.9, {util}[{week}])",
-            "p99": f"quantile_over_time(0.99, {util}[{week}])",
-        }
-        util_week = self._labelled_weekly(week_stats, "stat")
+        util_week = self._labelled_weekly(stats_over(week, 0.1, 0.5, 0.9, 0.99), "stat")
         self.step("GPM SM activity")
         sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
         self.step("VRAM peaks")
@@ -446,13 +441,7 @@ class Collector:
             f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))", ("uuid",)
         )
         self.step("memory pressure")
-        kv = self.daily_by(
-            "max by (uuid) ("
-            f"{S.KV_USAGE_PEAK.render(window='1d', by=AGENT_WORKER)} "
-            f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
-            f"(max_over_time({contract.WORKER_GPU_INFO}[1d])))",
-            ("uuid",),
-        )
+        kv = self.daily_by(pressure_expr("1d"), ("uuid",))
         self.step("waste condition")
         window = format_duration(self.t.pack.rate_window)
         waste_alert = self.daily_by(
@@ -582,16 +571,8 @@ class Collector:
         # exports one (an engine that pre-allocates holds NVML's level flat at its
         # reservation), NVML's level for the other GPUs; the fleet's highest
         vram = one(
-            "max(\n"
-            "  max by (uuid) (\n"
-            f"    {S.KV_USAGE_PEAK.render(window='1h', by=AGENT_WORKER)}\n"
-            f"    * on ({AGENT_WORKER}) group_right ()\n"
-            f"    group by ({AGENT_WORKER}, gpu, uuid) "
-            f"(max_over_time({contract.WORKER_GPU_INFO}[1h]))\n"
-            "  )\n"
-            "  or\n"
-            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n"
-            ")"
+            f"max(\n  {pressure_expr('1h')}\n  or\n"
+            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)"
         )
         return Hourly(times, latency, name, util, vram)
 
