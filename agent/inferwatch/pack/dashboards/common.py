@@ -82,6 +82,21 @@ def total_stat(
     return p.stat(title, description, [Query(f"{total}({family}{selector})")], unit=unit, **options)
 
 
+def info_table(
+    title: str, description: str, family: contract.Family, selector: str, order: Sequence[str]
+) -> Any:
+    """An info family's series now as a table: one row per series, its labels as columns
+    in ``order`` (the constant value and the job hidden)."""
+    return p.table(
+        title,
+        description,
+        [Query(f"{family}{selector}", "", instant=True, fmt="table")],
+        unit="none",
+        exclude=("Value", "job"),
+        order=order,
+    )
+
+
 def utilization_steps(t: Thresholds) -> list[Step]:
     """Waste (blue), below the healthy band (yellow), healthy (green), scale review (red)."""
     u = L.utilization_lines(t)

@@ -301,13 +301,12 @@ def errors_section(t: Thresholds) -> Section:
                 order=("instance", "gpu", "gpu_instance", "mig_profile", "uuid", "Value"),
                 rename={"Value": "VRAM level"},
             ),
-            p.table(
+            c.info_table(
                 "GPU inventory",
                 "Model, UUID, PCI bus, driver and MIG mode of each selected GPU.",
-                [Query(f"{contract.GPU_INFO}{gpu_sel()}", "", instant=True, fmt="table")],
-                unit="none",
-                exclude=("Value", "job"),
-                order=(
+                contract.GPU_INFO,
+                gpu_sel(),
+                (
                     "instance",
                     "gpu",
                     "name",

@@ -323,14 +323,13 @@ def process_section(t: Thresholds) -> Section:
     return Section(
         "Process",
         p.line(
-            p.table(
+            c.info_table(
                 "Launch flags",
                 "The worker's engine, model, version and the launch flags that matter, read "
                 f"from its command line ({contract.WORKER_INFO}).",
-                [Query(f"{contract.WORKER_INFO}{c.worker_only()}", "", instant=True, fmt="table")],
-                unit="none",
-                exclude=("Value", "job"),
-                order=(
+                contract.WORKER_INFO,
+                c.worker_only(),
+                (
                     "worker",
                     "instance",
                     "engine",
