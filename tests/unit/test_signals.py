@@ -97,7 +97,7 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float]]]:
         # b's engine restarted inside the window: its counter starts again near zero
         reset = 33 if i == 1 else None
         out.append((fam.PREEMPTIONS.base, fam.PREEMPTIONS.name, w, counter(100, 3, reset)))
-        for family in (*S.LATENCY, fam.PROMPT_LENGTH_TOKENS):
+        for family in S.HISTOGRAMS:
             cumulative = [0.0] * len(BOUNDS)
             rows: list[list[float]] = []
             for _ in range(n):
@@ -110,6 +110,11 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float]]]:
                 values = [row[b] for row in rows]
                 out.append((family.name, family.name + "_bucket", {**w, "le": le}, values))
             out.append((family.name, family.name + "_count", w, [row[-1] for row in rows]))
+        for family in (fam.WORKER_CPU_SECONDS, fam.WARMUPS):
+            out.append((family.base, family.name, w, counter(50, 2)))
+        for family in (fam.TARGET_SCRAPE_ERRORS, fam.WARMUP_FAILURES):
+            for reason in ("connect", "timeout"):
+                out.append((family.base, family.name, {**w, "reason": reason}, counter(3, 0.5)))
     for i, g in enumerate(GPUS):
         fam = contract
         if i == 0:
@@ -123,6 +128,14 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float]]]:
         out.append((energy.base, energy.name, g, counter(1e6, 4000)))
         xid = fam.GPU_XID_ERRORS
         out.append((xid.base, xid.name, {**g, "xid": "79"}, counter(2, 0.2)))
+        ecc = fam.GPU_ECC_ERRORS
+        for kind in ("corrected", "uncorrected"):
+            out.append((ecc.base, ecc.name, {**g, "type": kind}, counter(0, 0.3)))
+    # the agent's own collectors carry neither worker nor GPU labels: one group
+    collect = contract.COLLECT_ERRORS
+    for collector in ("nvml", "engine"):
+        labels = {"collector": collector, "reason": "timeout"}
+        out.append((collect.base, collect.name, labels, counter(1, 0.2)))
     return out
 
 
@@ -309,6 +322,12 @@ def test_holes_are_filled_and_matchers_added() -> None:
     assert ttft.render(window="5m", by="model") == (
         f"sum by (model, le) (increase({contract.TTFT_SECONDS}_bucket[5m]))"
     )
+    # the caller places le where its rule has it; the evaluator groups the same way
+    assert ttft.render(window="5m", by="le, model") == (
+        f"sum by (le, model) (increase({contract.TTFT_SECONDS}_bucket[5m]))"
+    )
+    assert ttft.group("le, model") == ("le", "model")
+    assert ttft.group("model") == ("model", "le")
     assert (
         S.QUEUE.render(selector='{job="x"}', by="worker")
         == f'max by (worker) ({contract.QUEUE_DEPTH}{{job="x"}})'
@@ -345,6 +364,15 @@ def test_a_quantile_needs_observations_in_the_window() -> None:
     same = [(name, {"worker": "a", "le": le}, 3.0) for le in ("0.5", "+Inf")]
     scrapes = [_scrape(0, *same), _scrape(15, *same)]
     assert S.evaluate_quantile(0.99, S.bucket_rate(contract.TTFT_SECONDS), scrapes, "worker") == {}
+    # le first in the group gives the same quantile as le last
+    moving = [
+        _scrape(0, *same),
+        _scrape(15, *((n, ls, v + (2 if ls["le"] == "0.5" else 3)) for n, ls, v in same)),
+    ]
+    buckets = S.bucket_rate(contract.TTFT_SECONDS)
+    last = S.evaluate_quantile(0.5, buckets, moving, "worker")
+    assert last == {("a",): pytest.approx(0.5 * 1.5 / 2)}
+    assert S.evaluate_quantile(0.5, buckets, moving, "le, worker") == last
 
 
 def test_a_signal_without_an_evaluator_is_refused() -> None:

@@ -446,3 +446,100 @@ def test_reader_code_only_falls() -> None:
     }
     total = sum(per_file.values())
     assert total <= READER_LINES_AT_MOST, f"{total} lines of reader code: {per_file}"
+
+
+# Issue 41: PromQL over the raw contract series is written in one module. A range
+# function (rate, increase, *_over_time, deriv, changes, ...) applied to a contract family
+# appears only in pack/signals.py; everything else renders a signal from it or reads a
+# recorded rule. A string literal or f-string whose text selects a family for a range
+# (``(<family>{...}[``) is such a use; an f-string's ``{contract.X}`` counts as X's name.
+RANGE_OVER_FAMILY_ONLY_IN = "pack/signals.py"
+#: modules other steps of issue 41 are moving onto pack.signals (the reading and the
+#: report); each is named here until its step lands
+RANGE_OVER_FAMILY_STILL_IN = {"advise/prometheus.py", "report/query.py"}
+_HOLE = "\x00"
+
+
+def _string_text(node: ast.Constant | ast.JoinedStr, names: dict[str, str]) -> str:
+    """A string literal's text; an f-string's with each ``{contract.X}`` (or
+    ``{contract.X.name}``, or ``{X}`` for a name bound to a family) written as the family's
+    name and any other hole as one mark."""
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    parts = []
+    for value in node.values:
+        if isinstance(value, ast.Constant):
+            parts.append(str(value.value))
+            continue
+        expr = value.value if isinstance(value, ast.FormattedValue) else value
+        if isinstance(expr, ast.Attribute) and expr.attr == "name":
+            expr = expr.value
+        name = None
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            if expr.value.id == "contract":
+                name = names.get(expr.attr)
+        elif isinstance(expr, ast.Name):
+            name = names.get(expr.id)
+        parts.append(name if name is not None else _HOLE)
+    return "".join(parts)
+
+
+def range_over_family_lines(source: str) -> list[int]:
+    """Lines of ``source`` where a string (docstrings aside) selects a contract family (a histogram's
+    ``_bucket``/``_sum``/``_count`` too) for a range: ``(family{...}[`` with any holes
+    between the name and the range."""
+    from inferwatch.engines import contract
+
+    names = {attr: f.name for attr, f in vars(contract).items() if isinstance(f, contract.Family)}
+    families = "|".join(sorted(map(re.escape, names.values()), key=len, reverse=True))
+    pattern = re.compile(
+        rf"\(\s*(?:{families})(?:_bucket|_sum|_count)?(?:\{{[^{{}}]*\}}|{_HOLE})*\s*\["
+    )
+    tree = ast.parse(source)
+    docs = _docstring_lines(tree)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and not isinstance(node.value, str):
+            continue
+        if (
+            isinstance(node, ast.Constant | ast.JoinedStr)
+            and node.lineno not in docs
+            and pattern.search(_string_text(node, names))
+        ):
+            found.add(node.lineno)
+    return sorted(found)
+
+
+def test_the_range_scan_finds_planted_selections() -> None:
+    source = '''"""A docstring with rate(inferwatch_queue_depth[5m]) is text, not code."""
+from inferwatch.engines import contract
+A = f"rate({contract.PREEMPTIONS}{sel}[{w}])"
+B = "sum by (le) (increase(inferwatch_ttft_seconds_bucket{job=\\"x\\"}[1d]))"
+C = f"max_over_time({contract.QUEUE_DEPTH.name}[1h])"
+D = f"changes({contract.WORKER_START_TIME_SECONDS}{s()}" f"[{window}])"
+E = f"max by (worker) ({contract.QUEUE_DEPTH}{sel})"
+F = f"avg_over_time({recorded}{sel}[5m])"
+G = f"avg_over_time(({contract.GPU_UTILIZATION_RATIO} >= bool 0.3)[1d:1m])"
+H = "rate(inferwatch_queue_depth_slope_total[5m])"
+'''
+    # A..D select a family for a range; E has no range, F a recorded rule, G a subquery
+    # over a comparison, H no family of that name
+    assert range_over_family_lines(source) == [3, 4, 5, 6]
+
+
+def test_range_functions_over_families_only_in_signals() -> None:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if rel == RANGE_OVER_FAMILY_ONLY_IN:
+            continue
+        lines = range_over_family_lines(path.read_text(encoding="utf-8"))
+        if lines:
+            found[rel] = lines
+    unexpected = {
+        rel: lines for rel, lines in found.items() if rel not in RANGE_OVER_FAMILY_STILL_IN
+    }
+    assert not unexpected, (
+        "PromQL over contract families outside pack/signals.py (render a signal from it): "
+        f"{unexpected}"
+    )

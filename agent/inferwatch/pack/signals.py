@@ -10,7 +10,8 @@ a template with three holes, filled by whoever reads it::
 
 ``selector`` is a complete selector (``{job="inferwatch"}``, or ``""``) to which
 the signal's own matchers are added; ``window`` a PromQL duration (``5m``,
-``1d``); ``by`` the grouping labels (a histogram's buckets keep ``le`` too).
+``1d``); ``by`` the grouping labels (a histogram's buckets keep ``le`` too: last,
+unless ``by`` names it where the caller wants it, as the SLO rules' ``by (le, ...)``).
 The recording rules fill them with the pack's selector and ``pack.rate_window``,
 the weekly report with ``1d`` and no selector, ``inferwatch advise`` with its
 ``--selector`` and the range it reads, so each writes the same signal the same
@@ -163,14 +164,20 @@ class Signal:
         by: str | None = None,
         agg: str | None = None,
     ) -> str:
-        """The PromQL: per series without ``by``; ``agg by (by[, le])`` around it."""
+        """The PromQL: per series without ``by``; ``agg by (by)`` around it. A histogram's
+        buckets keep ``le``: last, unless ``by`` names it where the caller wants it."""
         inner = Template(self.promql).substitute(
             selector=with_matchers(selector, self.matchers), window=window
         )
         if by is None:
             return inner
-        group = f"{by}, le" if self.bucketed and by else ("le" if self.bucketed else by)
-        return f"{agg or self.agg} by ({group}) ({inner})"
+        return f"{agg or self.agg} by ({', '.join(self.group(by))}) ({inner})"
+
+    def group(self, by: str) -> tuple[str, ...]:
+        """The labels a group of ``by`` keeps: ``by``'s, then ``le`` for a histogram's
+        buckets unless ``by`` names it already."""
+        labels = labels_of(by)
+        return (*labels, "le") if self.bucketed and "le" not in labels else labels
 
     def series(self, scrapes: Sequence[Scrape]) -> Mapping[tuple[tuple[str, str], ...], Points]:
         """Each series' (time, value) points in ``scrapes``, matched like the selector."""
@@ -192,7 +199,7 @@ class Signal:
     ) -> dict[Key, float]:
         """The signal per group of the ``by`` labels (then ``le`` for a histogram's
         buckets), from the agent's scrapes of one window."""
-        return _grouped(self._per_series(scrapes), by, agg or self.agg, self.bucketed)
+        return _grouped(self._per_series(scrapes), self.group(by), agg or self.agg)
 
     def _per_series(self, scrapes: Sequence[Scrape]) -> Iterable[tuple[Mapping[str, str], float]]:
         evaluate = EVALUATORS[self.fn]
@@ -204,9 +211,8 @@ class Signal:
 
 
 def _grouped(
-    values: Iterable[tuple[Mapping[str, str], float]], by: str, agg: str, bucketed: bool = False
+    values: Iterable[tuple[Mapping[str, str], float]], keys: Sequence[str], agg: str
 ) -> dict[Key, float]:
-    keys = labels_of(by) + (("le",) if bucketed else ())
     groups: dict[Key, list[float]] = {}
     for labels, value in values:
         groups.setdefault(tuple(labels.get(k, "") for k in keys), []).append(value)
@@ -237,9 +243,10 @@ def evaluate_quantile(
 ) -> dict[Key, float]:
     """The ``q`` quantile per group of ``by`` (:func:`quantile` over ``buckets``); a
     group with no observation in the window has none (PromQL's NaN)."""
+    at = buckets.group(by).index("le")
     per: dict[Key, list[tuple[float, float]]] = {}
     for key, value in buckets.evaluate(scrapes, by, "sum").items():
-        per.setdefault(key[:-1], []).append((float(key[-1]), value))
+        per.setdefault(key[:at] + key[at + 1 :], []).append((float(key[at]), value))
     out = {}
     for key, pairs in per.items():
         value = histogram_quantile(q, pairs)
@@ -249,6 +256,17 @@ def evaluate_quantile(
 
 
 LATENCY = (contract.TTFT_SECONDS, contract.TPOT_SECONDS, contract.E2E_LATENCY_SECONDS)
+#: every histogram whose buckets the pack reads (rules, dashboards, report, advise)
+HISTOGRAMS = (
+    *LATENCY,
+    contract.QUEUE_TIME_SECONDS,
+    contract.PREFILL_TIME_SECONDS,
+    contract.DECODE_TIME_SECONDS,
+    contract.PROMPT_LENGTH_TOKENS,
+    contract.GENERATION_LENGTH_TOKENS,
+    contract.PROXY_TTFT_SECONDS,
+    contract.WARMUP_REQUESTS_TTFT_SECONDS,
+)
 
 
 # --------------------------------------------------------------------------- rates
@@ -265,6 +283,11 @@ GENERATION_TOKEN_RATE = Signal("generation_token_rate", "rate", contract.GENERAT
 PREEMPTION_RATE = Signal("preemption_rate", "rate", contract.PREEMPTIONS)
 #: watts per GPU, from NVML's energy counter
 GPU_POWER = Signal("gpu_power", "rate", contract.GPU_ENERGY_JOULES, agg="max")
+#: CPU seconds per second of a worker's process tree (1 = one core)
+WORKER_CPU = Signal("worker_cpu", "rate", contract.WORKER_CPU_SECONDS)
+#: failed scrapes of an engine's /metrics, and the agent's own collectors' errors
+SCRAPE_ERROR_RATE = Signal("scrape_error_rate", "rate", contract.TARGET_SCRAPE_ERRORS)
+COLLECT_ERROR_RATE = Signal("collect_error_rate", "rate", contract.COLLECT_ERRORS)
 
 #: the same counters added up over a window (the report's days, advise's range)
 REQUESTS = Signal("requests", "increase", contract.REQUESTS_FINISHED)
@@ -274,6 +297,10 @@ PROMPT_TOKENS = Signal("prompt_tokens", "increase", contract.PROMPT_TOKENS)
 GENERATION_TOKENS = Signal("generation_tokens", "increase", contract.GENERATION_TOKENS)
 PREEMPTIONS = Signal("preemptions", "increase", contract.PREEMPTIONS)
 XID_ERRORS = Signal("xid_errors", "increase", contract.GPU_XID_ERRORS)
+ECC_ERRORS = Signal("ecc_errors", "increase", contract.GPU_ECC_ERRORS)
+#: the warm-up gate's completed warm-ups and failed warm-up requests
+WARMUPS = Signal("warmups", "increase", contract.WARMUPS)
+WARMUP_FAILURES = Signal("warmup_failures", "increase", contract.WARMUP_FAILURES)
 
 # --------------------------------------------------------------------------- gauges
 
@@ -349,6 +376,9 @@ SIGNALS: tuple[Signal, ...] = (
     GENERATION_TOKEN_RATE,
     PREEMPTION_RATE,
     GPU_POWER,
+    WORKER_CPU,
+    SCRAPE_ERROR_RATE,
+    COLLECT_ERROR_RATE,
     REQUESTS,
     ERRORS,
     REJECTED,
@@ -356,6 +386,9 @@ SIGNALS: tuple[Signal, ...] = (
     GENERATION_TOKENS,
     PREEMPTIONS,
     XID_ERRORS,
+    ECC_ERRORS,
+    WARMUPS,
+    WARMUP_FAILURES,
     QUEUE_MEAN,
     RUNNING_MEAN,
     QUEUE_SLOPE,
@@ -370,11 +403,7 @@ SIGNALS: tuple[Signal, ...] = (
     GPU_MEMORY_MEAN,
     GPU_MEMORY_PEAK,
     RESTARTS,
-    *(
-        make(f)
-        for f in (*LATENCY, contract.PROMPT_LENGTH_TOKENS)
-        for make in (bucket_rate, bucket_increase)
-    ),
+    *(make(f) for f in HISTOGRAMS for make in (bucket_rate, bucket_increase)),
 )
 
 

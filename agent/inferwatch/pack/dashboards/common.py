@@ -19,6 +19,7 @@ from typing import Any
 
 from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals as S
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.panels import (
     Line,
@@ -37,6 +38,8 @@ from inferwatch.pack.thresholds import Thresholds
 
 #: Tag shared by the four dashboards; the dashboard links list every dashboard with it.
 TAG = "inferwatch"
+#: the window of a rate on a panel: Grafana's, at least four scrape intervals
+RATE_WINDOW = "$__rate_interval"
 
 
 def worker_only(extra: str = "") -> str:
@@ -77,6 +80,21 @@ def total_stat(
 ) -> Any:
     """A stat of one family's ``total`` (sum, max, min) over the selected series."""
     return p.stat(title, description, [Query(f"{total}({family}{selector})")], unit=unit, **options)
+
+
+def info_table(
+    title: str, description: str, family: contract.Family, selector: str, order: Sequence[str]
+) -> Any:
+    """An info family's series now as a table: one row per series, its labels as columns
+    in ``order`` (the constant value and the job hidden)."""
+    return p.table(
+        title,
+        description,
+        [Query(f"{family}{selector}", "", instant=True, fmt="table")],
+        unit="none",
+        exclude=("Value", "job"),
+        order=order,
+    )
 
 
 def utilization_steps(t: Thresholds) -> list[Step]:
@@ -123,14 +141,13 @@ def worker_buckets(t: Thresholds, metric: str, by: str = "") -> str:
     agent's buckets; a worker without them (the engine's own histograms stored instead,
     ``export_histograms: false``) counts through the recorded per-worker bucket rate,
     which reads the engine's series."""
-    by_le = f"{by}, le" if by else "le"
-    agent = f"rate({metric}_bucket{worker_sel()}[$__rate_interval])"
+    buckets = S.bucket_rate(contract.BY_NAME[metric])
     if metric not in RECORDED_HISTOGRAMS:
-        return f"sum by ({by_le}) ({agent})"
-    per_worker = f"{WORKER}, le"
+        return buckets.render(selector=worker_sel(), window=RATE_WINDOW, by=by)
+    per_worker = ", ".join(buckets.group(WORKER))
     return (
-        f"sum by ({by_le}) (\n"
-        f"    sum by ({per_worker}) ({agent})\n"
+        f"sum by ({', '.join(buckets.group(by))}) (\n"
+        f"    {buckets.render(selector=worker_sel(), window=RATE_WINDOW, by=WORKER)}\n"
         f"  or on ({WORKER_KEY})\n"
         f"    sum by ({per_worker}) ({names(t).histogram_rate(metric)}{worker_sel()})\n"
         f")"
@@ -146,12 +163,13 @@ def quantile_queries(t: Thresholds, metric: str, by: str, legend: str) -> list[Q
     ]
 
 
-def rate_query(metric: str, by: str, suffix: str = "", selector: str | None = None) -> Query:
-    """A counter's per-second rate summed by the labels ``by``; the legend names them
-    (then ``suffix``). ``selector`` defaults to the worker selector."""
+def rate_query(signal: S.Signal, by: str, suffix: str = "", selector: str | None = None) -> Query:
+    """A counter's ``signal`` (a rate or an increase) per :data:`RATE_WINDOW`, summed by
+    the labels ``by``; the legend names them (then ``suffix``). ``selector`` defaults to
+    the worker selector."""
     sel = worker_sel() if selector is None else selector
     legend = " ".join("{{" + label + "}}" for label in by.split(", "))
-    return Query(f"sum by ({by}) (rate({metric}{sel}[$__rate_interval]))", legend + suffix)
+    return Query(signal.render(selector=sel, window=RATE_WINDOW, by=by, agg="sum"), legend + suffix)
 
 
 def mean_utilization_stat(t: Thresholds, title: str) -> Any:
@@ -315,13 +333,13 @@ def rates_panel(
     title: str,
     description: str,
     by: str,
-    counters: Sequence[tuple[str, str]],
+    counters: Sequence[tuple[S.Signal, str]],
     *,
     unit: str,
     axis_label: str = "",
 ) -> Any:
-    """Per-second rates of worker counters summed by ``by``: a (counter, legend suffix)
-    pair for each line."""
+    """Per-second rates of worker counters summed by ``by``: a (rate signal, legend
+    suffix) pair for each line."""
     return p.timeseries(
         title,
         description,
@@ -340,8 +358,8 @@ def traffic_line(t: Thresholds, by: str, requests: Any) -> Line:
         "Prompt tokens processed (prefill) and tokens generated (decode) per second.",
         by,
         [
-            (contract.PROMPT_TOKENS.name, " prompt"),
-            (contract.GENERATION_TOKENS.name, " generated"),
+            (S.PROMPT_TOKEN_RATE, " prompt"),
+            (S.GENERATION_TOKEN_RATE, " generated"),
         ],
         unit="short",
         axis_label="tokens/s",
@@ -350,7 +368,7 @@ def traffic_line(t: Thresholds, by: str, requests: Any) -> Line:
         "Rejected requests",
         "Requests refused at admission (HTTP 503 from queue limits), per second.",
         by,
-        [(contract.REQUESTS_REJECTED.name, "")],
+        [(S.REJECT_RATE, "")],
         unit="reqps",
     )
     return p.line(requests, tokens, error_ratio_panel(t), rejected, h=8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack import signals as S
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
@@ -142,7 +143,7 @@ def power_section(t: Thresholds) -> Section:
                 "smoother than the power gauge, and what the power bill sees.",
                 [
                     Query(
-                        f"rate({contract.GPU_ENERGY_JOULES}{gpu_sel()}[$__rate_interval])",
+                        S.GPU_POWER.render(selector=gpu_sel(), window=c.RATE_WINDOW),
                         c.gpu_label(),
                     )
                 ],
@@ -240,8 +241,9 @@ def errors_section(t: Thresholds) -> Section:
                 f"({', '.join(str(x) for x in t.gpu_health.xid_critical)}) page.",
                 [
                     Query(
-                        f"sum by (instance, gpu, xid) (increase({contract.GPU_XID_ERRORS}"
-                        f"{gpu_sel()}[$__rate_interval]))",
+                        S.XID_ERRORS.render(
+                            selector=gpu_sel(), window=c.RATE_WINDOW, by="instance, gpu, xid"
+                        ),
                         c.gpu_label("XID {{xid}}"),
                     )
                 ],
@@ -252,8 +254,9 @@ def errors_section(t: Thresholds) -> Section:
                 "uncorrected ones corrupt results.",
                 [
                     Query(
-                        f"sum by (instance, gpu, type) (increase({contract.GPU_ECC_ERRORS}"
-                        f"{gpu_sel()}[$__rate_interval]))",
+                        S.ECC_ERRORS.render(
+                            selector=gpu_sel(), window=c.RATE_WINDOW, by="instance, gpu, type"
+                        ),
                         c.gpu_label("{{type}}"),
                     )
                 ],
@@ -265,9 +268,12 @@ def errors_section(t: Thresholds) -> Section:
                 "flat zero (the agent creates an error series at the first error).",
                 [
                     Query(
-                        "sum by (instance, collector, reason) (rate("
-                        f"{contract.COLLECT_ERRORS}{host_sel()}[$__rate_interval]))"
-                        " or sum by (instance, collector) "
+                        S.COLLECT_ERROR_RATE.render(
+                            selector=host_sel(),
+                            window=c.RATE_WINDOW,
+                            by="instance, collector, reason",
+                        )
+                        + " or sum by (instance, collector) "
                         f"(0 * {contract.COLLECT_DURATION_SECONDS}{host_sel()})",
                         "{{instance}} {{collector}} {{reason}}",
                     )
@@ -295,13 +301,12 @@ def errors_section(t: Thresholds) -> Section:
                 order=("instance", "gpu", "gpu_instance", "mig_profile", "uuid", "Value"),
                 rename={"Value": "VRAM level"},
             ),
-            p.table(
+            c.info_table(
                 "GPU inventory",
                 "Model, UUID, PCI bus, driver and MIG mode of each selected GPU.",
-                [Query(f"{contract.GPU_INFO}{gpu_sel()}", "", instant=True, fmt="table")],
-                unit="none",
-                exclude=("Value", "job"),
-                order=(
+                contract.GPU_INFO,
+                gpu_sel(),
+                (
                     "instance",
                     "gpu",
                     "name",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack import signals as S
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards import slo_row
@@ -148,7 +149,11 @@ def now_section(t: Thresholds) -> Section:
             p.stat(
                 "Fleet requests per second",
                 "Finished requests per second across the selected workers.",
-                [Query(f"sum(rate({contract.REQUESTS_FINISHED}{worker_sel()}[$__rate_interval]))")],
+                [
+                    Query(
+                        f"sum({S.REQUEST_RATE.render(selector=worker_sel(), window=c.RATE_WINDOW)})"
+                    )
+                ],
                 unit="reqps",
             ),
             p.count_stat(
@@ -193,7 +198,7 @@ def traffic_section(t: Thresholds) -> Section:
         "Requests per second",
         "Finished requests per second (every finish reason).",
         "model",
-        [(contract.REQUESTS_FINISHED.name, "")],
+        [(S.REQUEST_RATE, "")],
         unit="reqps",
     )
     return Section("Traffic and errors", c.traffic_line(t, "model", requests))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from inferwatch.engines import contract
+from inferwatch.pack import signals as S
 from inferwatch.pack.dashboards import panels as p
-from inferwatch.pack.dashboards.common import secs, slo_steps, worker_only
+from inferwatch.pack.dashboards.common import RATE_WINDOW, secs, slo_steps, worker_only
 from inferwatch.pack.dashboards.panels import Query, Section
 from inferwatch.pack.thresholds import Thresholds
 
@@ -94,13 +95,13 @@ def warmup_section(t: Thresholds) -> Section:
                 "that keep coming while the worker stays cold end in the deadline." + gate_off,
                 [
                     Query(
-                        f"sum by (worker) (increase({contract.WARMUPS}"
-                        f"{worker_only()}[$__rate_interval]))",
+                        S.WARMUPS.render(selector=worker_only(), window=RATE_WINDOW, by="worker"),
                         "{{worker}} warm-ups",
                     ),
                     Query(
-                        f"sum by (worker, reason) (increase({contract.WARMUP_FAILURES}"
-                        f"{worker_only()}[$__rate_interval]))",
+                        S.WARMUP_FAILURES.render(
+                            selector=worker_only(), window=RATE_WINDOW, by="worker, reason"
+                        ),
                         "{{worker}} failed: {{reason}}",
                     ),
                 ],

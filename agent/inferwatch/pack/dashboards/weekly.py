@@ -3,8 +3,8 @@ weekly review as seven days of P99 latency, GPU utilization and memory peak."""
 
 from __future__ import annotations
 
-from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals as S
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
@@ -13,8 +13,9 @@ from inferwatch.pack.fmt import pct, quantile, spaced_secs
 from inferwatch.pack.names import E2E, TPOT, TTFT, names
 from inferwatch.pack.thresholds import Thresholds
 
-#: The GPU utilization series every weekly panel reads.
-_UTIL = f"{contract.GPU_UTILIZATION_RATIO}{gpu_sel()}"
+#: The GPU utilization series every weekly panel reads, and its mean per interval.
+_UTIL = S.GPU_UTILIZATION.render(selector=gpu_sel())
+_UTIL_MEAN = S.GPU_UTILIZATION_MEAN.render(selector=gpu_sel(), window="$__interval")
 
 
 def _band(lo: float | None, hi: float | None) -> str:
@@ -48,7 +49,7 @@ def three_section(t: Thresholds) -> Section:
                         f"max(max_over_time({ttft_p99}{worker_sel()}[$__interval])) / {ttft_slo:g}",
                         "TTFT P99 / SLO",
                     ),
-                    Query(f"avg(avg_over_time({_UTIL}[$__interval]))", "GPU utilization (mean)"),
+                    Query(f"avg({_UTIL_MEAN})", "GPU utilization (mean)"),
                     Query(
                         f"max(max_over_time({names(t).gpu_pressure}{gpu_sel()}[$__interval]))",
                         "memory peak (KV cache where exported, else VRAM)",
@@ -107,12 +108,12 @@ def alone_section(t: Thresholds) -> Section:
                 [
                     *[
                         Query(
-                            f"quantile({q:g}, avg_over_time({_UTIL}[$__interval]))",
+                            f"quantile({q:g}, {_UTIL_MEAN})",
                             quantile(q),
                         )
                         for q in (0.1, 0.5, 0.9)
                     ],
-                    Query(f"max(avg_over_time({_UTIL}[$__interval]))", "max"),
+                    Query(f"max({_UTIL_MEAN})", "max"),
                 ],
             ),
             p.stat(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack import signals as S
 from inferwatch.pack.dashboards import common as c
 from inferwatch.pack.dashboards import panels as p
 from inferwatch.pack.dashboards.common import Dashboard
@@ -266,7 +267,7 @@ def batch_section(t: Thresholds) -> Section:
                 "Preemptions",
                 "Requests preempted per second to free KV-cache space. Sustained preemption "
                 "means the KV cache is too small for the batch.",
-                [c.rate_query(contract.PREEMPTIONS.name, "worker")],
+                [c.rate_query(S.PREEMPTION_RATE, "worker")],
                 unit="short",
                 axis_label="preemptions/s",
                 min_value=0,
@@ -309,7 +310,7 @@ def requests_section(t: Thresholds) -> Section:
         "Finished requests by reason",
         "Requests finished per second by reason: stop (end of sequence), length "
         "(token limit), abort (client went away), error.",
-        [c.rate_query(contract.REQUESTS_FINISHED.name, "reason")],
+        [c.rate_query(S.REQUEST_RATE, "reason")],
         unit="reqps",
         min_value=0,
         stack=True,
@@ -322,14 +323,13 @@ def process_section(t: Thresholds) -> Section:
     return Section(
         "Process",
         p.line(
-            p.table(
+            c.info_table(
                 "Launch flags",
                 "The worker's engine, model, version and the launch flags that matter, read "
                 f"from its command line ({contract.WORKER_INFO}).",
-                [Query(f"{contract.WORKER_INFO}{c.worker_only()}", "", instant=True, fmt="table")],
-                unit="none",
-                exclude=("Value", "job"),
-                order=(
+                contract.WORKER_INFO,
+                c.worker_only(),
+                (
                     "worker",
                     "instance",
                     "engine",
@@ -349,11 +349,7 @@ def process_section(t: Thresholds) -> Section:
             p.timeseries(
                 "Process CPU",
                 "CPU time of the worker's process tree per second (100% = one core).",
-                [
-                    c.rate_query(
-                        contract.WORKER_CPU_SECONDS.name, "worker", selector=c.worker_only()
-                    )
-                ],
+                [c.rate_query(S.WORKER_CPU, "worker", selector=c.worker_only())],
                 unit="percentunit",
                 min_value=0,
             ),
@@ -369,8 +365,9 @@ def process_section(t: Thresholds) -> Section:
                 "Worker process restarts: changes of its start time per interval.",
                 [
                     Query(
-                        f"sum by (worker) (changes({contract.WORKER_START_TIME_SECONDS}"
-                        f"{c.worker_only()}[$__interval]))",
+                        S.RESTARTS.render(
+                            selector=c.worker_only(), window="$__interval", by="worker", agg="sum"
+                        ),
                         "{{worker}}",
                     )
                 ],
@@ -379,13 +376,7 @@ def process_section(t: Thresholds) -> Section:
                 "Engine scrape errors",
                 "Failed scrapes of the worker's /metrics per second, by reason (connect, "
                 "timeout, http_status, too_large, parse, no_engine_metrics).",
-                [
-                    c.rate_query(
-                        contract.TARGET_SCRAPE_ERRORS.name,
-                        "worker, reason",
-                        selector=c.worker_only(),
-                    )
-                ],
+                [c.rate_query(S.SCRAPE_ERROR_RATE, "worker, reason", selector=c.worker_only())],
                 unit="short",
                 axis_label="errors/s",
                 min_value=0,

@@ -8,6 +8,7 @@ from dataclasses import replace
 from inferwatch.engines import contract
 from inferwatch.pack import loops as L
 from inferwatch.pack import names as an
+from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import dur, num, pct, secs
 from inferwatch.pack.names import GPU, INSTANCE, MODEL, WORKER, WORKER_KEY, names
 from inferwatch.pack.rules import slo
@@ -422,8 +423,7 @@ def _health_alerts(t: Thresholds) -> list[Alert]:
                 f"    {_young(t, t.availability.startup_grace)}\n"
                 f"  unless on ({WORKER_KEY})\n"
                 f"    max by ({WORKER_KEY}) (\n"
-                f"      changes({contract.WORKER_START_TIME_SECONDS}{s()}"
-                f"[{dur(t.availability.crash_loop_window)}])\n"
+                f"      {S.RESTARTS.render(selector=s(), window=dur(t.availability.crash_loop_window))}\n"
                 f"    ) >= {t.availability.crash_loop_restarts}\n"
                 f")"
             ),

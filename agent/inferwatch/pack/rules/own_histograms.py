@@ -24,12 +24,17 @@ units or selects samples would need the conversion in PromQL as well.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, TypedDict
 
 from inferwatch.engines import ENGINES as ENGINE_MAPS
 from inferwatch.engines import contract
 from inferwatch.engines.base import EngineMap, Signal
+from inferwatch.pack import signals as S
 from inferwatch.pack.names import CLUSTER, ENDPOINT_JOIN, ENDPOINT_KEY, INSTANCE, WORKER, WORKER_KEY
 from inferwatch.pack.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: engines whose own latency histograms the rules read (their tables' ``own_histograms``:
 #: vLLM and SGLang, which the agent passes through as is), in the registry's order
@@ -108,18 +113,26 @@ def _endpoints(t: Thresholds) -> str:
     )
 
 
-def engine_bucket_rates(
-    t: Thresholds,
-    metric: str,
-    *,
-    window: str | None = None,
-    matchers: tuple[str, ...] = (),
-    engines: tuple[str, ...] | None = None,
-) -> list[str]:
-    """PromQL, one per engine read this way that maps ``metric``: the rate over ``window``
-    of that engine's own buckets, by (le, worker labels), for the workers whose endpoint
-    it is. Arguments as :func:`bucket_rate`."""
-    w = window or t.pack.window
+class Reach(TypedDict, total=False):
+    """Which buckets a per-worker bucket rate reads (every key may be left out).
+
+    ``window``: the range (``pack.rate_window`` when absent or None); ``matchers``: on the
+    contract labels ``le`` and ``model`` (both sides); ``engines``: the workers of those
+    engines only (every engine when absent or None).
+    """
+
+    window: str | None
+    matchers: tuple[str, ...]
+    engines: tuple[str, ...] | None
+
+
+def engine_bucket_rates(t: Thresholds, metric: str, **reach: Unpack[Reach]) -> list[str]:
+    """PromQL, one per engine read this way that maps ``metric``: the rate over the
+    window of that engine's own buckets, by (le, worker labels), for the workers whose
+    endpoint it is."""
+    w = reach.get("window") or t.pack.window
+    matchers = reach.get("matchers", ())
+    engines = reach.get("engines")
     out = []
     for name in ENGINES:
         if engines is not None and name not in engines:
@@ -159,29 +172,25 @@ def engine_only_rate(t: Thresholds, metric: str) -> str:
 def agent_or_recorded(t: Thresholds, metric: str, recorded: str) -> str:
     """PromQL: per-worker bucket rates of ``metric`` by (le, worker labels), the agent's
     copy where it exports one, else the recorded engine-side rate ``recorded``."""
-    agent = f"rate({metric}_bucket{t.pack.selector()}[{t.pack.window}])"
-    return f"(\n  sum by (le, {WORKER}) ({agent})\n  or on ({WORKER_KEY})\n  {recorded}\n)"
+    agent = _agent_rate(t, metric, t.pack.window, ())
+    return f"(\n  {agent}\n  or on ({WORKER_KEY})\n  {recorded}\n)"
 
 
-def bucket_rate(
-    t: Thresholds,
-    metric: str,
-    *,
-    window: str | None = None,
-    matchers: tuple[str, ...] = (),
-    engines: tuple[str, ...] | None = None,
-) -> str:
-    """PromQL: the rate over ``window`` (default ``pack.rate_window``) of the buckets of
-    the contract histogram ``metric`` (``inferwatch_ttft_seconds``), by (le, worker
-    labels): the agent's copy per worker, else the engine's own series.
+def _agent_rate(t: Thresholds, metric: str, window: str, matchers: tuple[str, ...]) -> str:
+    """The agent's copy of ``metric``'s buckets: their rate by (le, worker labels)."""
+    buckets = S.bucket_rate(contract.BY_NAME[metric])
+    return buckets.render(selector=t.pack.selector(*matchers), window=window, by=f"le, {WORKER}")
 
-    ``matchers`` select on the contract labels ``le`` and ``model`` (both sides);
-    ``engines`` keeps the workers of those engines only (every engine when None).
-    """
-    w = window or t.pack.window
-    agent = list(matchers)
+
+def bucket_rate(t: Thresholds, metric: str, **reach: Unpack[Reach]) -> str:
+    """PromQL: the rate over the window of the buckets of the contract histogram
+    ``metric`` (``inferwatch_ttft_seconds``), by (le, worker labels): the agent's copy
+    per worker, else the engine's own series (:class:`Reach` says which buckets)."""
+    agent = list(reach.get("matchers", ()))
+    engines = reach.get("engines")
     if engines is not None:
         agent.insert(0, f'engine=~"{"|".join(re.escape(e) for e in engines)}"')
-    branches = [f"sum by (le, {WORKER}) (rate({metric}_bucket{t.pack.selector(*agent)}[{w}]))"]
-    branches += engine_bucket_rates(t, metric, window=w, matchers=matchers, engines=engines)
+    window = reach.get("window") or t.pack.window
+    branches = [_agent_rate(t, metric, window, tuple(agent))]
+    branches += engine_bucket_rates(t, metric, **reach)
     return f"\nor on ({WORKER_KEY})\n".join(branches)

@@ -55,6 +55,7 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
+from inferwatch.engines import contract
 from inferwatch.pack import signals as S
 from inferwatch.pack.names import (
     MODEL,
@@ -62,7 +63,6 @@ from inferwatch.pack.names import (
     SLO_ERROR_BUDGET,
     SLO_LABELS,
     TTFT,
-    WARMUP_REQUESTS_TTFT,
     WORKER_INFO,
     WORKER_KEY,
     slo_burn_rate,
@@ -76,6 +76,8 @@ from inferwatch.pack.slo_spec import KINDS, Objective, SloEntry, SloSpec
 from inferwatch.pack.thresholds import Thresholds, format_duration
 
 RECORD_GROUP = "inferwatch-slo.rules"
+#: the warm-up gate's own requests, taken out of the TTFT SLI (:func:`_warmup_negated`)
+WARMUP_BUCKETS = S.bucket_rate(contract.WARMUP_REQUESTS_TTFT_SECONDS)
 #: the windows of a day or more, built from the 5m records (never from raw series)
 LONG_GROUP = "inferwatch-slo-long.rules"
 #: Pyrra's interval for its 30-day window; under half of Prometheus' 5m lookback, so the
@@ -193,7 +195,7 @@ def _sum_buckets(
 
 
 def _warmup_negated(t: Thresholds, matchers: tuple[str, ...], le: str, window: str) -> str:
-    """The warm-up gate's own requests in bucket ``le`` (``WARMUP_REQUESTS_TTFT``), per
+    """The warm-up gate's own requests in bucket ``le`` (``WARMUP_BUCKETS``), per
     worker, negated and labelled ``src="warmup"``: or-ed with the workers' bucket rates and
     summed by model, they take out of the SLI the requests no user sent, and each raw
     series is read once. The gate's histogram has no model label; the worker's model
@@ -206,7 +208,7 @@ def _warmup_negated(t: Thresholds, matchers: tuple[str, ...], le: str, window: s
     info = f"max by ({WORKER_KEY}, model) ({WORKER_INFO}{t.pack.selector(*matchers)})"
     return (
         "label_replace(\n"
-        f"  -sum by (le, {WORKER_KEY}) (rate({WARMUP_REQUESTS_TTFT}_bucket{sel}[{window}]))\n"
+        f"  -{WARMUP_BUCKETS.render(selector=sel, window=window, by=f'le, {WORKER_KEY}')}\n"
         f"  * on ({WORKER_KEY}) group_left (model)\n"
         f"  ({info} unless on ({WORKER_KEY}) count by ({WORKER_KEY}) ({info}) > 1),\n"
         '  "src", "warmup", "", ""\n'
