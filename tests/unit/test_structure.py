@@ -543,3 +543,34 @@ def test_range_functions_over_families_only_in_signals() -> None:
         "PromQL over contract families outside pack/signals.py (render a signal from it): "
         f"{unexpected}"
     )
+
+
+def template_range_lines(text: str) -> list[int]:
+    """Lines of a runbook template that select a contract family for a range in their
+    own text (``rate(family{{ c.sel }}[...])``): the page should render ``S.<signal>``."""
+    from inferwatch.engines import contract
+
+    names = [f.name for f in vars(contract).values() if isinstance(f, contract.Family)]
+    families = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+    pattern = re.compile(rf"\(\s*(?:{families})(?:_bucket|_sum|_count)?(?:\{{|\[)")
+    return [i for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+
+
+def test_the_template_scan_finds_a_planted_query() -> None:
+    text = (
+        "{{ S.XID_ERRORS.render(selector=c.sel, window='1h') }}\n"
+        "increase(inferwatch_gpu_xid_errors_total{{ c.sel }}[1h])\n"
+        "inferwatch_gpu_up{{ c.sel }} == 0\n"
+        "histogram_quantile(0.99, sum by (le) (rate(inferwatch_ttft_seconds_bucket[5m])))\n"
+    )
+    assert template_range_lines(text) == [2, 4]
+
+
+def test_runbook_queries_over_families_render_from_signals() -> None:
+    pages = PACKAGE / "pack" / "runbooks" / "pages"
+    found = {
+        p.name: lines
+        for p in sorted(pages.glob("*.j2"))
+        if (lines := template_range_lines(p.read_text(encoding="utf-8")))
+    }
+    assert not found, f"runbook queries over contract families not from pack.signals: {found}"

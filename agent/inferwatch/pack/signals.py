@@ -299,6 +299,8 @@ PREEMPTIONS = Signal("preemptions", "increase", contract.PREEMPTIONS)
 XID_ERRORS = Signal("xid_errors", "increase", contract.GPU_XID_ERRORS)
 ECC_ERRORS = Signal("ecc_errors", "increase", contract.GPU_ECC_ERRORS)
 #: the warm-up gate's completed warm-ups and failed warm-up requests
+SCRAPE_ERRORS = Signal("scrape_errors", "increase", contract.TARGET_SCRAPE_ERRORS)
+COLLECT_ERRORS = Signal("collect_errors", "increase", contract.COLLECT_ERRORS)
 WARMUPS = Signal("warmups", "increase", contract.WARMUPS)
 WARMUP_FAILURES = Signal("warmup_failures", "increase", contract.WARMUP_FAILURES)
 
@@ -387,6 +389,8 @@ SIGNALS: tuple[Signal, ...] = (
     PREEMPTIONS,
     XID_ERRORS,
     ECC_ERRORS,
+    SCRAPE_ERRORS,
+    COLLECT_ERRORS,
     WARMUPS,
     WARMUP_FAILURES,
     QUEUE_MEAN,

@@ -26,7 +26,9 @@ from typing import Any
 import jinja2
 from prometheus_client.utils import floatToGoString
 
+from inferwatch.engines import contract
 from inferwatch.pack import loops as L
+from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import dur, num, pct, secs
 from inferwatch.pack.names import SLO_BUDGET_REMAINING, slo_burn_rate
 from inferwatch.pack.rules import slo
@@ -53,6 +55,8 @@ _FILTERS: dict[str, Any] = {
 
 _GLOBALS: dict[str, Any] = {
     "L": L,  # pack.loops: the closed loops and the remedy facts they share
+    "S": S,  # pack.signals: every query over the agent's raw series renders from it
+    "C": contract,  # engines.contract: the families (S.bucket_rate(C.QUEUE_TIME_SECONDS))
     "slo": slo,  # pack.rules.slo: BURNS, TITLES, window_seconds
     "slo_burn_rate": slo_burn_rate,
     "SLO_BUDGET_REMAINING": SLO_BUDGET_REMAINING,
