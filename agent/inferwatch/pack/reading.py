@@ -13,7 +13,11 @@ are the agent's, from the last scrape (the agent computes them over its stats
 window). Rates and bucket increases come from the first and the last scrape, only
 when those are at least ``min_rate_span`` seconds apart: a counter's total over the
 worker's uptime says nothing about now. One scrape gives a reading too (the demo's
-view): its gauges, the agent's window figures, no rate.
+view): its gauges, the agent's window figures, no rate. The one lifetime figure: for a
+worker started less than ``cold_within`` seconds ago, its TTFT P95 since the start from
+the engine's cumulative buckets; that life is the cold-start window itself, and holds
+the slow first tokens InferenceWorkerColdStart fired on after they left the agent's
+stats window.
 
 ``advise``'s ``WorkerPicture``, the what-if twin's ``Observed`` and the demo's view are
 built from it; family names come from :mod:`inferwatch.engines.contract`.
