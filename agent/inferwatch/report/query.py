@@ -440,8 +440,8 @@ class Collector:
         empty: Daily = (None,) * len(self.ends)
         out = []
         for uuid in sorted(ident, key=lambda u: (ident[u]["instance"], ident[u]["gpu"], u)):
-            at = {name: d.get((uuid,)) for name, d in daily.items()}
-            gpu = ident[uuid]
+            at: dict[str, Any] = {name: d.get((uuid,)) for name, d in daily.items()}
+            gpu: dict[str, Any] = ident[uuid]
             if (sm_week := sm.get(uuid, {}).get("mean")) is None:
                 no_gpm.append(f"{gpu['instance']} GPU {gpu['gpu']}")
             served = mapping.get(uuid) or {
