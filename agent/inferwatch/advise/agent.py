@@ -38,17 +38,9 @@ def pictures_from_scrapes(
     min_rate_span: float,
     cold_within: float | None = None,
 ) -> list[WorkerPicture]:
-    """Each worker's picture from one agent's expositions read at the given unix times
-    (``pack.reading.read_workers``: gauges averaged or their peak kept, the agent's
-    window quantiles and queue slope from the last sample, rates from counter deltas
-    over at least ``min_rate_span`` seconds, never from a counter's lifetime total).
-
-    The one lifetime figure: for a worker started less than ``cold_within`` seconds
-    ago (``cold_start.within``), its TTFT P95 since the start, from the engine's
-    cumulative buckets. That life is the cold-start window itself, and it holds the
-    slow first tokens InferenceWorkerColdStart fired on after they left the agent's
-    stats window.
-    """
+    """Each worker's picture from one agent's expositions read at the given unix times:
+    its ``pack.reading.read_workers`` reading (rates over ``min_rate_span`` seconds at
+    least; TTFT P95 since the start for a worker started within ``cold_within``)."""
     readings = read_workers(scrapes, min_rate_span, cold_within)
     return name_pictures([WorkerPicture.of(r, instance) for r in readings.values()])
 

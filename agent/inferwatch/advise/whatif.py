@@ -233,18 +233,7 @@ def observe(
     twin's own intervals and load from the token and request counters."""
     if len(scrapes) < 2:
         raise NotEnough(f"{len(scrapes)} sample(s): at least two, over a minute or more, needed")
-    names = workers_in(scrapes)
-    if worker is None:
-        if len(names) != 1:
-            raise UsageError(
-                f"give --worker: the samples have {len(names)} workers ({', '.join(names) or 'none'})"
-            )
-        worker = names[0]
-    elif worker not in names:
-        raise ConfigError(
-            SOURCE, "--worker", f"a worker in the data ({', '.join(names) or 'none'})", worker
-        )
-
+    worker = choose_worker([sample for _, s in scrapes for sample in s], worker)
     # samples without the engine's data (an agent that had not scraped the engine yet, or
     # lost it for a while) say nothing about the engine: skip them, do not refuse
     scrapes = [
@@ -258,10 +247,10 @@ def observe(
             f"{worker}: {len(scrapes)} sample(s) with {c.GENERATION_TOKENS} and "
             f"{c.REQUESTS_RUNNING}: the engine must export token counters and its batch"
         )
-    gen = rd.series(scrapes, c.GENERATION_TOKENS, worker)
-    prompt = rd.series(scrapes, c.PROMPT_TOKENS, worker)
-    running = rd.series(scrapes, c.REQUESTS_RUNNING, worker)
-    queue = rd.series(scrapes, c.QUEUE_DEPTH, worker)
+    gen, prompt, running, queue = (
+        rd.series(scrapes, f, worker)
+        for f in (c.GENERATION_TOKENS, c.PROMPT_TOKENS, c.REQUESTS_RUNNING, c.QUEUE_DEPTH)
+    )
     intervals = []
     for i in range(1, len(scrapes)):
         g0, g1, p0, p1 = gen[i - 1], gen[i], prompt[i - 1], prompt[i]

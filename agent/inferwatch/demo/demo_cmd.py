@@ -194,14 +194,9 @@ def parse_agent_metrics(
     now: float | None = None,
     preemptions: dict[str, float] | None = None,
 ) -> dict[str, Reading]:
-    """Per-worker readings (``pack.reading``) from one scrape of the agent's exposition.
-
-    A worker's GPU readings come from the devices the layout put it on: its
-    GPUs' utilization (averaged over tensor-parallel ranks; SM active on a MIG
-    slice, which has no utilization) and the highest VRAM level among them. Its
-    uptime is ``now`` (unix time, default the clock) less its start time; where
-    ``preemptions`` is given, each worker's preemption counter is written into it.
-    """
+    """Per-worker readings (``pack.reading``) from one scrape, each worker on the devices
+    the layout put it on (SM activity on a MIG slice), its uptime to ``now`` (default:
+    the clock); its preemption counter added into ``preemptions`` where given."""
     now = time.time() if now is None else now
     layout = layout or layout_for("steady")
     scrape = reading.parse_exposition(text)

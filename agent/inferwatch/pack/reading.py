@@ -13,7 +13,11 @@ are the agent's, from the last scrape (the agent computes them over its stats
 window). Rates and bucket increases come from the first and the last scrape, only
 when those are at least ``min_rate_span`` seconds apart: a counter's total over the
 worker's uptime says nothing about now. One scrape gives a reading too (the demo's
-view): its gauges, the agent's window figures, no rate.
+view): its gauges, the agent's window figures, no rate. The one lifetime figure: for a
+worker started less than ``cold_within`` seconds ago, its TTFT P95 since the start from
+the engine's cumulative buckets; that life is the cold-start window itself, and holds
+the slow first tokens InferenceWorkerColdStart fired on after they left the agent's
+stats window.
 
 ``advise``'s ``WorkerPicture``, the what-if twin's ``Observed`` and the demo's view are
 built from it; family names come from :mod:`inferwatch.engines.contract`.
@@ -150,9 +154,11 @@ def maximum(items: Iterable[float | None]) -> float | None:
 # --------------------------------------------------------------------------- over scrapes
 
 
-def series(scrapes: Scrapes, name: Name, worker: str) -> list[float | None]:
-    """A worker's series (summed over its labels) in every scrape."""
-    return [total(s, name, worker=worker) for _, s in scrapes]
+def series(
+    scrapes: Scrapes, name: Name, worker: str, per: Callable[..., float | None] = total
+) -> list[float | None]:
+    """A worker's series in every scrape (summed over its labels, or as ``per`` says)."""
+    return [per(s, name, worker=worker) for _, s in scrapes]
 
 
 def gpus_of(scrapes: Scrapes, worker: str, alone: bool) -> tuple[str, ...]:
@@ -270,6 +276,17 @@ class WorkerReading:
     #: TTFT P99 of the worker's model over all its workers (read from Prometheus only)
     model_ttft_p99: float | None = None
 
+    def set(self, attr: str, value: float | None, end: float) -> None:
+        """Set a field from its series' figure at ``end`` (None: left as it is)."""
+        if value is not None:
+            setattr(self, attr, _FROM_FIGURE[attr](value, end) if attr in _FROM_FIGURE else value)
+
+    def identify(self, batch: Mapping[str, str], info: Mapping[str, str]) -> None:
+        """Model and engine from the labels of its batch, else of its info; its flags."""
+        self.model = batch.get("model") or info.get("model") or None
+        self.engine = batch.get("engine", "") or info.get("engine", "")
+        self.flags = {f: info[f] for f in WORKER_INFO_FLAGS if info.get(f)}
+
     @property
     def known_flags(self) -> dict[str, str]:
         """The launch flags with a value (not "unknown")."""
@@ -284,6 +301,33 @@ def _gpu_figure(
         v = peak(scrape, name, **d)
         out.append(peak(scrape, fallback, **d) if v is None and fallback is not None else v)
     return out
+
+
+PerScrape = Callable[..., "float | None"]
+#: reading fields read from one agent's scrapes: field -> (its family, a scrape's figure
+#: of the worker's series, how the scrapes' figures combine; None: the last scrape's)
+SCRAPE_FIELDS: dict[str, tuple[c.Family, PerScrape, Callable[[list[float | None]], float | None] | None]] = {
+    "queue": (c.QUEUE_DEPTH, total, mean),
+    "queue_max": (c.QUEUE_DEPTH, total, maximum),
+    "running": (c.REQUESTS_RUNNING, total, mean),
+    "running_max": (c.REQUESTS_RUNNING, total, maximum),
+    "kv": (c.KV_CACHE_USAGE_RATIO, peak, maximum),
+    "kv_mean": (c.KV_CACHE_USAGE_RATIO, peak, mean),
+    "restarts": (c.WORKER_START_TIME_SECONDS, total, restarts),
+    "slope": (c.QUEUE_DEPTH_SLOPE, total, None),
+    "capacity": (c.MAX_NUM_SEQS, peak, None),
+    "prefix_hit_ratio": (c.PREFIX_CACHE_HIT_RATIO, peak, None),
+    "uptime": (c.WORKER_START_TIME_SECONDS, peak, None),
+    "up": (c.TARGET_UP, peak, None),
+    "ready": (c.WORKER_READY, peak, None),
+    "gate_deadline_exceeded": (c.WARMUP_DEADLINE_EXCEEDED, peak, None),
+}  # fmt: skip
+#: the agent's own window figures, from the last scrape: field -> quantile family
+SCRAPE_QUANTILES = {
+    "ttft": c.TTFT_QUANTILE_SECONDS,
+    "tpot": c.TPOT_QUANTILE_SECONDS,
+    "e2e": c.E2E_LATENCY_QUANTILE_SECONDS,
+}
 
 
 def read_workers(
@@ -301,92 +345,68 @@ def read_workers(
     (default: the GPUs its processes hold memory on, or all the agent's GPUs where it
     watches one worker only). ``sm_active_fallback``: a device without utilization (a
     MIG slice) reads its SM activity. ``cold_within``: for a worker started less than
-    that many seconds ago, its TTFT P95 since the start (``since_start``): that life is
-    the cold-start window itself.
+    that many seconds ago, its TTFT P95 since the start (``since_start``).
     """
     if not scrapes:
         return {}
-    first_t, first = scrapes[0]
-    last_t, last = scrapes[-1]
+    (first_t, first), (last_t, last) = scrapes[0], scrapes[-1]
     span = last_t - first_t
-    timed = span > 0 and span >= min_rate_span
     if workers is None:
-        named: dict[str, None] = {}
-        for _, s in scrapes:
-            named.update(dict.fromkeys(workers_of(s)))
-        workers = list(named)
+        workers = list(dict.fromkeys(w for _, s in scrapes for w in workers_of(s)))
     fallback = c.GPU_SM_ACTIVE_RATIO if sm_active_fallback else None
     out = {}
     for w in workers:
-        r = WorkerReading(worker=w)
+        r = out[w] = WorkerReading(worker=w)
+        for attr, (family, per, over) in SCRAPE_FIELDS.items():
+            v = (
+                per(last, family, worker=w)
+                if over is None
+                else over(series(scrapes, family, w, per))
+            )
+            r.set(attr, v, last_t)
+        for attr, family in SCRAPE_QUANTILES.items():
+            setattr(r, attr, quantiles(last, family, worker=w))
+        running, queue = series(scrapes, c.REQUESTS_RUNNING, w), series(scrapes, c.QUEUE_DEPTH, w)
+        r.running_when_queued = mean(n for n, q in zip(running, queue, strict=True) if q and q >= 1)
+        # the batch's labels (the last series' where they differ), else its info's
+        batch = {
+            k: v for lb, _ in values(last, c.REQUESTS_RUNNING, worker=w) for k, v in lb.items() if v
+        }
+        info = values(last, c.WORKER_INFO, worker=w)
+        r.identify(batch, info[0][0] if info else {})
+        if r.model is None:  # neither its batch nor its info: any series of the worker's
+            r.model = next(
+                (lb["model"] for _, lb, _ in last if lb.get("worker") == w and lb.get("model")),
+                None,
+            )
         if devices is not None:
             own = list(devices.get(w, ()))
         else:
             own = [{"gpu": g} for g in gpus_of(scrapes, w, alone=len(workers) == 1)]
         r.gpus = tuple(dict.fromkeys(d["gpu"] for d in own))
-        r.gpu_util = mean(
-            mean(_gpu_figure(s, own, c.GPU_UTILIZATION_RATIO, fallback)) for _, s in scrapes
-        )
+        util = (mean(_gpu_figure(s, own, c.GPU_UTILIZATION_RATIO, fallback)) for _, s in scrapes)
+        r.gpu_util = mean(util)
         r.vram = maximum(
             maximum(_gpu_figure(s, own, c.GPU_MEMORY_USED_RATIO, None)) for _, s in scrapes
         )
         r.vram_total_bytes = maximum(_gpu_figure(last, own, c.GPU_MEMORY_TOTAL_BYTES, None))
-        info = values(last, c.WORKER_INFO, worker=w)
-        info_labels = info[0][0] if info else {}
-        r.flags = {k: info_labels[k] for k in WORKER_INFO_FLAGS if info_labels.get(k)}
-        for labels, _ in values(last, c.REQUESTS_RUNNING, worker=w) or [(info_labels, 0.0)]:
-            r.model = labels.get("model") or r.model
-            r.engine = labels.get("engine", "") or r.engine
-        if r.model is None:  # neither its batch nor its info: any series of the worker's
-            r.model = next(
-                (lab["model"] for _, lab, _ in last if lab.get("worker") == w and lab.get("model")),
-                None,
-            )
-        r.up = (peak(last, c.TARGET_UP, worker=w) or 0.0) == 1
-        queue = series(scrapes, c.QUEUE_DEPTH, w)
-        running = series(scrapes, c.REQUESTS_RUNNING, w)
-        kv = [peak(s, c.KV_CACHE_USAGE_RATIO, worker=w) for _, s in scrapes]
-        r.queue, r.queue_max = mean(queue), maximum(queue)
-        r.running, r.running_max = mean(running), maximum(running)
-        r.running_when_queued = mean(
-            n for n, q in zip(running, queue, strict=True) if q is not None and q >= 1
-        )
-        r.kv, r.kv_mean = maximum(kv), mean(kv)
-        r.slope = total(last, c.QUEUE_DEPTH_SLOPE, worker=w)
-        r.capacity = peak(last, c.MAX_NUM_SEQS, worker=w)
-        r.prefix_hit_ratio = peak(last, c.PREFIX_CACHE_HIT_RATIO, worker=w)
-        if timed:
+        r.xid_errors = xid_increase(first, last, r.gpus) if r.gpus else None
+        if span >= min_rate_span:
             for attr, counter in (
                 ("preemption_rate", c.PREEMPTIONS),
                 ("request_rate", c.REQUESTS_FINISHED),
             ):
-                added = increase(first, last, counter, w)
+                added = increase(first, last, counter, w) if span > 0 else None
                 setattr(r, attr, None if added is None else added / span)
-        if span >= min_rate_span:
             deltas = bucket_deltas(
-                buckets(first, c.PROMPT_LENGTH_TOKENS, worker=w),
-                buckets(last, c.PROMPT_LENGTH_TOKENS, worker=w),
+                *(buckets(s, c.PROMPT_LENGTH_TOKENS, worker=w) for s in (first, last))
             )
             r.long_prompt_share = L.long_prompt_share(deltas) if deltas else None
-        starts = series(scrapes, c.WORKER_START_TIME_SECONDS, w)
-        start = peak(last, c.WORKER_START_TIME_SECONDS, worker=w)
-        r.restarts = restarts(starts)
-        r.uptime = None if start is None else last_t - start
-        r.xid_errors = xid_increase(first, last, r.gpus) if r.gpus else None
-        r.ttft = quantiles(last, c.TTFT_QUANTILE_SECONDS, worker=w)
-        r.tpot = quantiles(last, c.TPOT_QUANTILE_SECONDS, worker=w)
-        r.e2e = quantiles(last, c.E2E_LATENCY_QUANTILE_SECONDS, worker=w)
         if cold_within is not None and r.uptime is not None and r.uptime < cold_within:
             r.ttft_p95_since_start, r.ttft_count_since_start = since_start(last, w)
-        ready = peak(last, c.WORKER_READY, worker=w)
-        deadline = peak(last, c.WARMUP_DEADLINE_EXCEEDED, worker=w)
-        r.ready = None if ready is None else ready >= 1
-        r.gate_deadline_exceeded = None if deadline is None else deadline >= 1
         for phase in ("cold", "warm"):
-            v = peak(last, c.WARMUP_TTFT_SECONDS, worker=w, phase=phase)
-            if v is not None:
+            if (v := peak(last, c.WARMUP_TTFT_SECONDS, worker=w, phase=phase)) is not None:
                 r.warmup_ttft[phase] = v
-        out[w] = r
     return out
 
 
@@ -427,8 +447,8 @@ PROMETHEUS_FIELDS: dict[str, tuple[str, S.Signal, str]] = {
         "max",
     ),
 }
-#: a field's value from its answer at ``end``, where it is not the answer itself
-_FROM_ANSWER: dict[str, Callable[[float, float], object]] = {
+#: a field's value from its series' figure at ``end``, where it is not the figure itself
+_FROM_FIGURE: dict[str, Callable[[float, float], object]] = {
     "uptime": lambda v, end: end - v,
     "up": lambda v, end: v >= 1,
     "ready": lambda v, end: v >= 1,
@@ -514,8 +534,7 @@ def readings_from_answers(
         elif math.isnan(v):
             continue
         elif name in PROMETHEUS_FIELDS:
-            attr = PROMETHEUS_FIELDS[name][0]
-            setattr(r, attr, _FROM_ANSWER[attr](v, end) if attr in _FROM_ANSWER else v)
+            r.set(PROMETHEUS_FIELDS[name][0], v, end)
         elif name in PROMETHEUS_QUANTILES:
             attr, _, q = PROMETHEUS_QUANTILES[name]
             getattr(r, attr)[q] = v
@@ -523,10 +542,7 @@ def readings_from_answers(
             prompts.setdefault(key(lb), []).append((bound, v))
     util, vram, xid = per_gpu("gpu_utilization"), per_gpu("vram"), per_gpu("xid")
     for k, r in out.items():
-        ident, info = (first.get(n, {}).get(k, {}) for n in ("identity", "info"))
-        r.model = ident.get("model") or info.get("model") or None
-        r.engine = ident.get("engine", "") or info.get("engine", "")
-        r.flags = {f: info[f] for f in WORKER_INFO_FLAGS if info.get(f)}
+        r.identify(*(first.get(n, {}).get(k, {}) for n in ("identity", "info")))
         alone = [o for o in out if o[0] == k[0]] == [k]
         gpus = held.get(k, {g for (i, g) in util if i == k[0]} if alone else set())
         r.gpus = tuple(sorted(gpus))

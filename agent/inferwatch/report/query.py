@@ -42,6 +42,7 @@ from inferwatch.pack import loops as L
 from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import num
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
+from inferwatch.pack.reading import upper_bound
 from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
@@ -186,6 +187,13 @@ def pressure_expr(window: str) -> str:
     )
 
 
+def util_stats(window: str, *qs: float) -> dict[str, str]:
+    """The mean and quantiles of each GPU's utilization over ``window``."""
+    util = S.GPU_UTILIZATION.render()
+    quantiles = {f"p{q * 100:g}": f"quantile_over_time({q:g}, {util}[{window}])" for q in qs}
+    return {"mean": S.GPU_UTILIZATION_MEAN.render(window=window), **quantiles}
+
+
 class Collector:
     """Runs the queries of one report against one client."""
 
@@ -315,34 +323,23 @@ class Collector:
     def _worker_identities(
         self, span: str
     ) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], set[str]], set[str]]:
-        """(model, worker) -> engine and agent instances, and the workers seen this period.
-
-        A worker is found through any of the series every engine has
-        (``inferwatch_target_up``, ``inferwatch_worker_info``), not only through
-        ``inferwatch_requests_finished_total``, which llama.cpp, for one, lacks.
-        """
+        """(model, worker) -> engine and agent instances, and the workers seen this period,
+        through any of the series every engine has (``inferwatch_target_up``,
+        ``inferwatch_worker_info``), not only ``inferwatch_requests_finished_total``, which
+        llama.cpp, for one, lacks; one query: their union, and (label present="1") the
+        workers whose agent reported them during this period."""
         engines: dict[tuple[str, ...], str] = {}
         instances: dict[tuple[str, ...], set[str]] = {}
         present: set[str] = set()
         week = _duration(self.period.days * DAY)
-        # One query: the union of the three, and (label present="1") the workers whose
-        # agent reported them during this period.
-        union = " or ".join(
-            f"last_over_time({m}[{span}])"
-            for m in (
-                contract.REQUESTS_FINISHED.name,
-                contract.WORKER_INFO.name,
-                contract.TARGET_UP.name,
-            )
-        )
-        for s in self.client.instant(
-            "group by (model, worker, engine, instance, present) ("
+        named = (contract.REQUESTS_FINISHED, contract.WORKER_INFO, contract.TARGET_UP)
+        union = " or ".join(f"last_over_time({m}[{span}])" for m in named)
+        seen = (
             f'label_replace(last_over_time({contract.TARGET_UP}[{week}]), "present", "1", "", "")'
-            f" or {union})",
-            self.period.end,
-        ):
-            worker = s.labels.get("worker", "")
-            if not worker:
+        )
+        query = f"group by (model, worker, engine, instance, present) ({seen} or {union})"
+        for s in self.client.instant(query, self.period.end):
+            if not (worker := s.labels.get("worker", "")):
                 continue
             if s.labels.get("present") == "1":
                 present.add(worker)
@@ -354,51 +351,37 @@ class Collector:
         return engines, instances, present
 
     def _buckets(self, expr: str) -> dict[tuple[str, ...], tuple[Buckets | None, ...]]:
-        per: dict[tuple[str, ...], dict[int, dict[float, float]]] = {}
-        index = {round(t): i for i, t in enumerate(self.ends)}
+        """Per key, each day's cumulative buckets (None: a day without its +Inf bucket)."""
+        per: dict[tuple[str, ...], list[dict[float, float]]] = {}
         for s in self.daily(expr):
-            try:
-                le = float(s.labels.get("le", ""))
-            except ValueError:
-                continue
-            key = tuple(s.labels.get(k, "") for k in WORKER_KEY)
-            days = per.setdefault(key, {})
-            for t, v in s.points:
-                i = index.get(round(t))
-                if i is not None:
-                    days.setdefault(i, {})[le] = v
-        out: dict[tuple[str, ...], tuple[Buckets | None, ...]] = {}
-        for key, days in per.items():
-            out[key] = tuple(
-                tuple(sorted(days[i].items())) if i in days and math.inf in days[i] else None
-                for i in range(len(self.ends))
-            )
-        return out
+            if (le := upper_bound(s.labels)) is not None:
+                key = tuple(s.labels.get(k, "") for k in WORKER_KEY)
+                days = per.setdefault(key, [{} for _ in self.ends])
+                for day, v in zip(days, _days_vector(s, self.ends), strict=True):
+                    if v is not None:
+                        day[le] = v
+        return {
+            key: tuple(tuple(sorted(d.items())) if math.inf in d else None for d in days)
+            for key, days in per.items()
+        }
 
     # --------------------------------------------------------------------- GPUs
 
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
-        span = _duration(2 * self.period.days * DAY)
-        week = _duration(self.period.days * DAY)
-        util = S.GPU_UTILIZATION.render()
+        span, week = _duration(2 * self.period.days * DAY), _duration(self.period.days * DAY)
+        util, end = S.GPU_UTILIZATION.render(), self.period.end
         self.step("GPUs")
         ident: dict[str, dict[str, str]] = {}
         for s in self.client.instant(
-            f"group by (uuid, instance, gpu) (last_over_time({util}[{span}]))", self.period.end
+            f"group by (uuid, instance, gpu) (last_over_time({util}[{span}]))", end
         ):
-            uuid = s.labels.get("uuid", "")
+            uuid, instance = s.labels.get("uuid", ""), s.labels.get("instance", "")
             # After a pod restart a GPU shows up under a new instance: keep the
             # last one in sort order, which is stable from run to run.
-            if uuid not in ident or s.labels.get("instance", "") > ident[uuid]["instance"]:
-                ident[uuid] = {
-                    "instance": s.labels.get("instance", ""),
-                    "gpu": s.labels.get("gpu", ""),
-                    "name": "",
-                }
-        for s in self.client.instant(
-            f"group by (uuid, name) (last_over_time({contract.GPU_INFO}[{span}]))",
-            self.period.end,
-        ):
+            if uuid not in ident or instance > ident[uuid]["instance"]:
+                ident[uuid] = {"instance": instance, "gpu": s.labels.get("gpu", ""), "name": ""}
+        info = f"group by (uuid, name) (last_over_time({contract.GPU_INFO}[{span}]))"
+        for s in self.client.instant(info, end):
             if s.labels.get("uuid", "") in ident:
                 ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
         if not ident:
@@ -409,82 +392,71 @@ class Collector:
             for step in _GPU_STEPS:
                 self.step(step)
             return ()
-
         self.step("GPU utilization")
-
-        def stats_over(window: str, *qs: float) -> dict[str, str]:
-            """The mean and quantiles of each GPU's utilization over ``window``."""
-            return {
-                "mean": S.GPU_UTILIZATION_MEAN.render(window=window),
-                **{f"p{q * 100:g}": f"quantile_over_time({q:g}, {util}[{window}])" for q in qs},
-            }
-
-        stats = stats_over("1d", 0.5, 0.9)
+        stats = util_stats("1d", 0.5, 0.9)
         util_daily = self._labelled_daily(stats, "stat")
         self.step("GPU bands")
         u = L.utilization_lines(self.t)
-        waste = f"{util} {L.WASTE.op} bool {u.waste}"
-        healthy = f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})"
-        scale = f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}"
-        band_exprs = {
+        bands = {
             name: f"avg_over_time(({expr})[1d:{SUBQUERY_STEP}s])"
-            for name, expr in (("waste", waste), ("healthy", healthy), ("scale_review", scale))
+            for name, expr in (
+                ("waste", f"{util} {L.WASTE.op} bool {u.waste}"),
+                (
+                    "healthy",
+                    f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})",
+                ),
+                ("scale_review", f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}"),
+            )
         }
-        band_daily = self._labelled_daily(band_exprs, "band")
+        band_daily = self._labelled_daily(bands, "band")
         self.step("GPU weekly percentiles")
-        util_week = self._labelled_weekly(stats_over(week, 0.1, 0.5, 0.9, 0.99), "stat")
+        util_week = self._labelled_weekly(util_stats(week, 0.1, 0.5, 0.9, 0.99), "stat")
         self.step("GPM SM activity")
         sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
-        self.step("VRAM peaks")
-        vram_ratio = self.daily_by(S.GPU_MEMORY_PEAK.render(window="1d", by="uuid"), ("uuid",))
-        vram_bytes = self.daily_by(
-            f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))", ("uuid",)
-        )
-        self.step("memory pressure")
-        kv = self.daily_by(pressure_expr("1d"), ("uuid",))
-        self.step("waste condition")
-        window = format_duration(self.t.pack.rate_window)
-        waste_alert = self.daily_by(
-            f"max by (uuid) (avg_over_time(({S.GPU_UTILIZATION_MEAN.render(window=window)} "
-            f"{L.WASTE.op} bool {L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))",
-            ("uuid",),
-        )
+        rate_mean = S.GPU_UTILIZATION_MEAN.render(window=format_duration(self.t.pack.rate_window))
+        queries = (  # (progress step, RawGpu field, PromQL answered per uuid and day)
+            ("VRAM peaks", "vram_peak_ratio", S.GPU_MEMORY_PEAK.render(window="1d", by="uuid")),
+            ("-", "vram_peak_bytes",
+             f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))"),
+            ("memory pressure", "pressure_peak", pressure_expr("1d")),
+            ("waste condition", "waste_alert_daily",
+             f"max by (uuid) (avg_over_time(({rate_mean} {L.WASTE.op} bool "
+             f"{L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))"),
+        )  # fmt: skip
+        daily: dict[str, dict[tuple[str, ...], Daily]] = {}
+        for step, name, expr in queries:
+            if step != "-":
+                self.step(step)
+            daily[name] = self.daily_by(expr, ("uuid",))
         self.step("GPU to worker map")
         mapping: dict[str, set[str]] = {}
         for s in self.client.instant(
             "group by (uuid, worker) (last_over_time("
             f'{contract.GPU_PROCESS_MEMORY_USED_BYTES}{{worker!=""}}[{span}]))',
-            self.period.end,
+            end,
         ):
             mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
-
         no_gpm = []
         empty: Daily = (None,) * len(self.ends)
         out = []
         for uuid in sorted(ident, key=lambda u: (ident[u]["instance"], ident[u]["gpu"], u)):
-            info = ident[uuid]
+            at: dict[str, Any] = {name: d.get((uuid,)) for name, d in daily.items()}
+            gpu: dict[str, Any] = ident[uuid]
+            if (sm_week := sm.get(uuid, {}).get("mean")) is None:
+                no_gpm.append(f"{gpu['instance']} GPU {gpu['gpu']}")
             served = mapping.get(uuid) or {
-                w.worker for w in workers if info["instance"] in w.instances
+                w.worker for w in workers if gpu["instance"] in w.instances
             }
-            sm_week = sm.get(uuid, {}).get("mean")
-            if sm_week is None:
-                no_gpm.append(f"{info['instance']} GPU {info['gpu']}")
             out.append(
                 RawGpu(
+                    **{**gpu, **at, "vram_peak_ratio": at["vram_peak_ratio"] or empty},
                     uuid=uuid,
-                    instance=info["instance"],
-                    gpu=info["gpu"],
-                    name=info["name"],
                     util_daily={k: util_daily.get(uuid, {}).get(k, empty) for k in stats},
-                    band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in band_exprs},
+                    band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in bands},
                     util_week=util_week.get(uuid, {}),
                     sm_active_week=sm_week,
-                    vram_peak_ratio=vram_ratio.get((uuid,), empty),
-                    vram_peak_bytes=vram_bytes.get((uuid,)),
                     workers=tuple(sorted(served)),
-                    pressure_peak=kv.get((uuid,)),
-                    pressure_from="kv_cache" if (uuid,) in kv else "gpu_memory",
-                    waste_alert_daily=waste_alert.get((uuid,)),
+                    pressure_from="gpu_memory" if at["pressure_peak"] is None else "kv_cache",
                 )
             )
         if no_gpm:
@@ -557,10 +529,7 @@ class Collector:
 
         def one(expr: str) -> tuple[float | None, ...]:
             result = self.client.range(expr, start, end, HOUR)
-            if not result:
-                return (None,) * len(times)
-            by_time = {round(t): v for t, v in result[0].points}
-            return tuple(by_time.get(round(t)) for t in times)
+            return _days_vector(result[0], times) if result else (None,) * len(times)
 
         buckets = buckets_expr(self.t, family, HOUR, "model, worker")
         latency = one(S.quantile(0.99, f"sum by (le) (\n  {buckets}\n)"))
