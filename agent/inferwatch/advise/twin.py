@@ -116,24 +116,11 @@ class NotEnough(Exception):
 
 
 def _solve(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float] | None:
-    """Least squares by the normal equations (Gaussian elimination); None if singular."""
+    """Least squares by the normal equations; None if singular."""
     n = len(rows[0])
     m = [[sum(r[i] * r[j] for r in rows) for j in range(n)] for i in range(n)]
     v = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(n)]
-    for col in range(n):
-        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
-        scale = max(abs(m[i][i]) for i in range(n)) or 1.0
-        if abs(m[piv][col]) <= 1e-12 * scale:
-            return None
-        m[col], m[piv] = m[piv], m[col]
-        v[col], v[piv] = v[piv], v[col]
-        for r in range(n):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                for c in range(col, n):
-                    m[r][c] -= f * m[col][c]
-                v[r] -= f * v[col]
-    return [v[i] / m[i][i] for i in range(n)]
+    return _solve_square(m, v)
 
 
 def nnls(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
