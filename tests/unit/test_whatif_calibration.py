@@ -268,6 +268,12 @@ def test_ttft_sampling_in_the_band_as_published(monkeypatch: pytest.MonkeyPatch)
     assert {k: s[k]["inside"] for k in FIGURES} == {
         "throughput": 16, "ttft_p50": 15, "ttft_p95": 12}, s  # fmt: skip
     assert s["ttft_p50"]["width_median"] == pytest.approx(13.21, abs=0.01)
+    # the floor kept at 14% with it: one P50 and one P95 more, bands wider still
+    monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.14)
+    kept = calibrate(MIX_SWEEP)["summary"]
+    assert {k: kept[k]["inside"] for k in FIGURES} == {
+        "throughput": 16, "ttft_p50": 16, "ttft_p95": 14}, kept  # fmt: skip
+    assert kept["ttft_p50"]["width_median"] == pytest.approx(19.16, abs=0.01)
     # every band still holds its point, low to high
     for r in fresh["rows"]:
         if "band" in r:
