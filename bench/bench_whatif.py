@@ -86,8 +86,13 @@ CAL_FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from inferwatch.advise import twin, whatif
     from inferwatch.advise.trace import calibrate
 
+    # the band's settings tried (module constants, read at each prediction)
+    if args.floor is not None:
+        twin.RUN_SPEED_FLOOR = args.floor
+    whatif.TTFT_SAMPLING = args.sampling
     result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
@@ -242,6 +247,14 @@ def main() -> int:
     cal.add_argument(
         "--z", type=float, default=None, help="the band's speed range in residuals (BAND_Z)"
     )
+    cal.add_argument(
+        "--floor", type=float, default=None,
+        help="the speed's least standard deviation for a client-records fit (RUN_SPEED_FLOOR)",
+    )  # fmt: skip
+    cal.add_argument(
+        "--sampling", action="store_true",
+        help="put TTFT's sampling spread (the quantile's confidence interval) in the band",
+    )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"
     )

@@ -18,7 +18,9 @@ each figure at the shipped band, fewer at the next narrower step.
 The fresh GPU sweep (``tests/data/whatif/h100-mix/``: --parallel 4, 16, 64 at 4.74 and
 11.86 requests/s, three prompt lengths mixed; ``calibration-h100-mix.csv``) is the
 out-of-sample check of the band chosen on the old one: its table is held pair by pair
-and its shares as published, under 90% for both TTFT figures (docs/advise.md).
+and its shares as published (TTFT P50 at 90% or more since the band widens below the
+batches a fit saw, P95 under it: docs/advise.md). TTFT's sampling spread in the band
+(``whatif.TTFT_SAMPLING``, tried, not shipped) is held to its published figures too.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import math
 import pytest
 from tests.support.proc import REPO
 
-from inferwatch.advise import twin
+from inferwatch.advise import twin, whatif
 from inferwatch.advise.trace import calibrate, fit_trace, read_trace
-from inferwatch.advise.twin import NotEnough
+from inferwatch.advise.twin import NotEnough, StepFit, band_fits, below_fits, quantile_interval
 from inferwatch.advise.whatif import predict
 
 DATA = REPO / "tests" / "data" / "whatif"
@@ -162,27 +164,122 @@ def mix() -> dict:
 
 def test_the_fresh_gpu_sweep_gives_the_published_out_of_sample_figures(mix: dict) -> None:
     """BAND_Z and RUN_SPEED_FLOOR were chosen on the old sweep; on this one throughput
-    keeps 16/16 inside, TTFT P50 14/16 and P95 11/16: the 90% is missed out of sample
-    for both TTFT figures (docs/advise.md, "The fresh sweep")."""
+    keeps 16/16 inside, TTFT P50 15/16 and P95 13/16: P50 reaches the 90% out of sample,
+    P95 does not (docs/advise.md, "The fresh sweep")."""
     assert_table(MIX_TABLE, mix)
     assert [f["trace"] for f in mix["fits"] if "refused" in f or not f["trusted"]] == []
     s = mix["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (16, 14), s
     inside = {k: s[k]["inside"] for k in FIGURES}
-    assert inside == {"throughput": 16, "ttft_p50": 14, "ttft_p95": 11}, inside
-    assert s["ttft_p50"]["inside_share"] < COVERAGE and s["ttft_p95"]["inside_share"] < COVERAGE
-    # the misses: the 16-slot 11.86 requests/s fit (batch 5.8-15.2) predicting 4 slots
-    # under 11.86 too slow (both TTFT figures), and light-load TTFT of other servers
+    assert inside == {"throughput": 16, "ttft_p50": 15, "ttft_p95": 13}, inside
+    assert s["ttft_p50"]["inside_share"] >= COVERAGE > s["ttft_p95"]["inside_share"]
+    # what misses is light-load TTFT of another server (4.74 requests/s, 58 requests)
     misses = {
-        (r["fit_trace"], r["trace"], k)
+        (r["fit_trace"][15:-9], r["trace"][15:-9], k)
         for r in mix["rows"]
         if "band" in r
         for k in FIGURES
         if not min(b[k] for b in r["band"]) <= r["measured"][k] <= max(b[k] for b in r["band"])
     }
-    assert ("h100-mix/sweep-s16-r11.86.jsonl.gz", "h100-mix/sweep-s4-r11.86.jsonl.gz",
-            "ttft_p50") in misses  # fmt: skip
-    assert not any(k == "throughput" for *_, k in misses), misses
+    assert misses == {
+        ("s16-r4.74", "s4-r4.74", "ttft_p95"),
+        ("s4-r11.86", "s4-r4.74", "ttft_p50"),
+        ("s64-r11.86", "s64-r4.74", "ttft_p95"),
+        ("s64-r4.74", "s4-r4.74", "ttft_p95"),
+    }, misses
+
+
+def test_below_the_batches_a_fit_saw_the_band_runs_down_to_a_proportional_step(mix: dict) -> None:
+    """The 16-slot 11.86 requests/s fit (batch 5.8-15.2) asked for 4 slots: both its
+    answers are extrapolated below, and under 11.86 requests/s the measured TTFT (P50
+    1.13 s, against 8.3 s predicted) is inside the band only through the proportional
+    step: the slope's range alone keeps every step at batch 4 slower."""
+    rows = {
+        r["trace"][15:-9]: r for r in mix["rows"] if r["fit_trace"].endswith("s16-r11.86.jsonl.gz")
+    }
+    for run in ("s4-r11.86", "s4-r4.74"):
+        assert rows[run]["extrapolated"], rows[run]
+    busy = rows["s4-r11.86"]
+    for key in FIGURES:
+        lo, hi = sorted(b[key] for b in busy["band"])
+        assert lo <= busy["measured"][key] <= hi, key
+    assert busy["predicted"]["ttft_p50"] > 5 * busy["measured"]["ttft_p50"]
+    _, fit, _ = fit_trace(read_trace(DATA / "h100-mix" / "sweep-s16-r11.86.jsonl.gz"))
+    assert 5.5 < fit.batch_min < 6
+    fast = min(f.step(4) for f in below_fits(fit, 4))
+    assert fast < 0.85 * min(f.step(4) for f in band_fits(fit))  # 3.2 against 3.9 ms
+    # the other fits of the sweep saw a batch of 4 or less: no further corner for them
+    others = [f["fit"]["batch"][0] for f in mix["fits"] if "s16-r11.86" not in f["trace"]]
+    assert max(others) <= 4.0, others
+
+
+def test_the_proportional_corner_is_the_step_at_the_smallest_batch_scaled_down() -> None:
+    fit = StepFit(a=5e-3, k=0.3e-3, p=10e-6, k_source="fitted", batch_min=6.0, batch_max=15.0,
+                  intervals=100, residual=0.1, k_lo=0.2e-3, k_hi=0.4e-3, b_ref=10.0,
+                  overhead=(0.01, 0.02))  # fmt: skip
+    assert below_fits(fit, 6) == [] and below_fits(fit, 16) == []
+    spread = twin.speed_spread(fit)
+    fast, slow = below_fits(fit, 4)
+    per_seq = (5e-3 + 0.3e-3 * 6) / 6
+    assert fast.a == slow.a == 0.0
+    assert fast.k == pytest.approx(per_seq * (1 - spread))
+    assert slow.k == pytest.approx(per_seq * (1 + spread))
+    assert fast.overhead == pytest.approx((0.01 * (1 - spread), 0.02 * (1 - spread)))
+    # at the smallest batch seen it is the fit's own step (at the speed's ends)
+    assert fast.step(6, 100) == pytest.approx(fit.step(6, 100) * (1 - spread))
+
+
+def test_a_quantiles_sampling_interval_is_at_the_binomial_ranks() -> None:
+    values = [float(i) for i in range(1, 101)]  # the i-th smallest is i
+    # the textbook 95% interval of a median of 100: the 40th and 61st smallest
+    assert quantile_interval(values, 0.5, 1.96) == (40.0, 61.0)
+
+    def ranks(n: int, q: float, z: float) -> tuple[int, int]:
+        tail = 0.5 * math.erfc(z / math.sqrt(2))
+        cdf = [sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(j + 1))
+               for j in range(n + 1)]  # fmt: skip
+        lo = max([j for j in range(1, n + 1) if cdf[j - 1] <= tail], default=1)
+        hi = min([j for j in range(1, n + 1) if 1 - cdf[j - 1] <= tail], default=n)
+        return lo, hi
+
+    for n, q, z in ((58, 0.5, 2.5), (58, 0.95, 2.5), (132, 0.95, 2.5), (20, 0.95, 1.0)):
+        got = quantile_interval([float(i) for i in range(1, n + 1)], q, z)
+        assert got == tuple(float(r) for r in ranks(n, q, z)), (n, q, z)
+    # a P95 of 58 requests: no rank leaves under 0.6% above, so the slowest is the end
+    assert quantile_interval(values[:58], 0.95, 2.5)[1] == 58.0
+    assert all(math.isnan(x) for x in quantile_interval([], 0.5))  # nothing sampled
+
+
+def test_ttft_sampling_in_the_band_as_published(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tried, not shipped: with each replay's TTFT widened to its quantile's sampling
+    interval, 12% is the least floor that keeps the old sweep at 90% for every figure
+    (10%: P95 39/44); on the fresh sweep that gives 16/16, 15/16, 12/16, no more inside
+    than the shipped band and wider TTFT bands (docs/advise.md)."""
+    monkeypatch.setattr(whatif, "TTFT_SAMPLING", True)
+    monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.10)
+    lower = calibrate(GPU_SWEEP)["summary"]
+    assert lower["ttft_p95"]["inside"] == 39, lower
+    monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.12)
+    old = calibrate(GPU_SWEEP)["summary"]
+    assert {k: old[k]["inside"] for k in FIGURES} == {
+        "throughput": 44, "ttft_p50": 42, "ttft_p95": 41}, old  # fmt: skip
+    fresh = calibrate(MIX_SWEEP)
+    s = fresh["summary"]
+    assert {k: s[k]["inside"] for k in FIGURES} == {
+        "throughput": 16, "ttft_p50": 15, "ttft_p95": 12}, s  # fmt: skip
+    assert s["ttft_p50"]["width_median"] == pytest.approx(13.21, abs=0.01)
+    # the floor kept at 14% with it: one P50 and one P95 more, bands wider still
+    monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.14)
+    kept = calibrate(MIX_SWEEP)["summary"]
+    assert {k: kept[k]["inside"] for k in FIGURES} == {
+        "throughput": 16, "ttft_p50": 16, "ttft_p95": 14}, kept  # fmt: skip
+    assert kept["ttft_p50"]["width_median"] == pytest.approx(19.16, abs=0.01)
+    # every band still holds its point, low to high
+    for r in fresh["rows"]:
+        if "band" in r:
+            lo, hi = r["band"]
+            for key in FIGURES:
+                assert lo[key] <= r["predicted"][key] <= hi[key], (r["trace"], key)
 
 
 def test_the_prompt_mix_gives_a_positive_overhead_and_a_prompt_cost(mix: dict) -> None:

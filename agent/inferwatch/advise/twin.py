@@ -116,24 +116,11 @@ class NotEnough(Exception):
 
 
 def _solve(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float] | None:
-    """Least squares by the normal equations (Gaussian elimination); None if singular."""
+    """Least squares by the normal equations; None if singular."""
     n = len(rows[0])
     m = [[sum(r[i] * r[j] for r in rows) for j in range(n)] for i in range(n)]
     v = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(n)]
-    for col in range(n):
-        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
-        scale = max(abs(m[i][i]) for i in range(n)) or 1.0
-        if abs(m[piv][col]) <= 1e-12 * scale:
-            return None
-        m[col], m[piv] = m[piv], m[col]
-        v[col], v[piv] = v[piv], v[col]
-        for r in range(n):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                for c in range(col, n):
-                    m[r][c] -= f * m[col][c]
-                v[r] -= f * v[col]
-    return [v[i] / m[i][i] for i in range(n)]
+    return _solve_square(m, v)
 
 
 def nnls(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
@@ -498,20 +485,74 @@ def speed_spread(fit: StepFit, z: float = BAND_Z) -> float:
 def band_fits(fit: StepFit, z: float = BAND_Z) -> list[StepFit]:
     """The fits at the corners of the fit's uncertainty: each end of the slope's range
     (the step time at ``b_ref`` kept) at each end of the speed's range."""
-    spread = speed_spread(fit, z)
     k_lo = fit.k if fit.k_lo is None else fit.k_lo
     k_hi = fit.k if fit.k_hi is None else fit.k_hi
-    out = []
-    for k in sorted({k_lo, k_hi}):
-        a = max(0.0, fit.a + (fit.k - k) * fit.b_ref)
-        for scale in (max(0.05, 1 - spread), 1 + spread):
-            out.append(
-                replace(
-                    fit, a=a * scale, k=k * scale, p=fit.p * scale,
-                    overhead=tuple(o * scale for o in fit.overhead),
-                )
-            )  # fmt: skip
-    return out
+    return [
+        f
+        for k in sorted({k_lo, k_hi})
+        for f in _at_speeds(fit, max(0.0, fit.a + (fit.k - k) * fit.b_ref), k, z)
+    ]
+
+
+def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
+    """The band's further corners for a slot count below the smallest batch the fit saw.
+
+    There the replay steps only at batches the fit never saw, and the fixed cost ``a`` is
+    the intercept of a line drawn through larger batches: a step bent below them (a
+    curve flat from some batch on, as a GPU's often is) fits those batches as well.
+    What the fit does say is the step at its smallest batch; a step costs no less per
+    sequence at a smaller batch (batching never makes a sequence's share dearer), so
+    below it the step lies between flat and in proportion to the batch: the flat end is
+    inside the slope's range already, the proportional one (the step at the smallest
+    batch, scaled down with the batch) is added here, at each end of the speed's range.
+    None where ``slots`` is within or above the batches seen.
+    """
+    if not 0 < slots < fit.batch_min:
+        return []
+    return _at_speeds(fit, 0.0, fit.step(fit.batch_min) / fit.batch_min, z)
+
+
+def _at_speeds(fit: StepFit, a: float, k: float, z: float) -> list[StepFit]:
+    """The step ``a + k x batch`` (the fit's prompt cost) at each end of the speed's range."""
+    spread = speed_spread(fit, z)
+    return [
+        replace(
+            fit, a=a * scale, k=k * scale, p=fit.p * scale,
+            overhead=tuple(o * scale for o in fit.overhead),
+        )
+        for scale in (max(0.05, 1 - spread), 1 + spread)
+    ]  # fmt: skip
+
+
+def quantile_interval(values: Sequence[float], q: float, z: float = BAND_Z) -> tuple[float, float]:
+    """The distribution-free confidence interval of the ``q``-quantile of what ``values``
+    are a sample of: the order statistics at the ranks where Binomial(n, q) leaves at
+    most the normal tail beyond ``z`` on each side (the k-th smallest of n lies below
+    the quantile with the chance that k or more of n draws do). A quantile measured over
+    n requests moves that much from one set of n to another; where no rank leaves so
+    little (few values, an extreme q) the smallest or largest value is the end.
+    """
+    s = sorted(values)
+    n = len(s)
+    if not n:
+        return math.nan, math.nan
+    tail = 0.5 * math.erfc(z / math.sqrt(2))
+    if q <= 0 or q >= 1:
+        return s[0], s[-1]
+    # Binomial(n, q) cumulative distribution, from the log probabilities
+    log_q, log_r = math.log(q), math.log1p(-q)
+    cdf, below = [], 0.0
+    for j in range(n + 1):
+        below += math.exp(
+            math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+            + j * log_q + (n - j) * log_r
+        )  # fmt: skip
+        cdf.append(below)
+    # the lowest end: the largest rank l with P(B <= l - 1) <= tail (1-based ranks)
+    lo = max((j for j in range(1, n + 1) if cdf[j - 1] <= tail), default=1)
+    # the highest end: the smallest rank u with P(B >= u) = 1 - P(B <= u - 1) <= tail
+    hi = min((j for j in range(1, n + 1) if 1 - cdf[j - 1] <= tail), default=n)
+    return s[lo - 1], s[hi - 1]
 
 
 # --------------------------------------------------------------------------- simulation
@@ -545,6 +586,10 @@ class Outcome:
     #: the span throughput is counted over, and the mean answer time (send to last token)
     window: float = 0.0
     e2e_mean: float = 0.0
+    #: TTFT P50 and P95's sampling intervals over the requests replayed
+    #: (:func:`quantile_interval` at ``simulate``'s ``interval_z``; None: not asked)
+    ttft_p50_interval: tuple[float, float] | None = None
+    ttft_p95_interval: tuple[float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -567,8 +612,10 @@ def simulate(
     setting: Setting,
     arrivals: Sequence[float] | None = None,
     seed: int = 1,
+    interval_z: float | None = None,
 ) -> Outcome:
-    """Replay ``load`` (or the given arrival times) on one replica of ``setting``."""
+    """Replay ``load`` (or the given arrival times) on one replica of ``setting``;
+    ``interval_z``: give TTFT P50 and P95's sampling intervals at that z as well."""
     rng = random.Random(seed)
     if arrivals is None:
         times: list[float] = []
@@ -660,6 +707,9 @@ def simulate(
             last_done = t
             active = [s for s in active if s[2] > 0]
     end = max(last_done, load.span) or 1.0
+    intervals = {} if interval_z is None else {
+        q: quantile_interval(ttfts, q, interval_z) for q in (0.5, 0.95)
+    }  # fmt: skip
     # replayed sends: from the first send to the last answer, as a client measures it
     window = (last_done - times[0]) if arrivals is not None and times else end
     return Outcome(
@@ -674,4 +724,6 @@ def simulate(
         notes=notes,
         window=window or 1.0,
         e2e_mean=sum(e2es) / len(e2es) if e2es else 0.0,
+        ttft_p50_interval=intervals[0.5] if intervals else None,
+        ttft_p95_interval=intervals[0.95] if intervals else None,
     )

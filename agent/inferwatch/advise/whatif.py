@@ -30,6 +30,7 @@ from inferwatch.advise.twin import (
     Setting,
     StepFit,
     band_fits,
+    below_fits,
     fit_steps,
     simulate,
     speed_spread,
@@ -65,6 +66,13 @@ EXTRAPOLATE_MAX = 2.0
 #: replay's band as well
 RESIDUAL_BOUND = 0.5
 REPLAY_BOUND = {"throughput": 0.25, "ttft_p50": 0.5, "ttft_p95": 0.5}
+#: TTFT's sampling spread in the band: each replay's TTFT P50 and P95 widened to their
+#: distribution-free confidence interval over the requests replayed (twin.quantile_interval
+#: at the band's z), at every corner. Tried on the recorded sweeps and not shipped: it
+#: widens every TTFT band and, with RUN_SPEED_FLOOR chosen again on the old H100 sweep,
+#: held no more of the fresh one (docs/advise.md, "Calibration");
+#: ``bench_whatif.py calibrate --sampling`` turns it on
+TTFT_SAMPLING = False
 #: prompt tokens per step when the launch flags do not say (llama.cpp's --batch-size)
 DEFAULT_BATCH_TOKENS = 2048
 #: simulation seeds averaged for Poisson arrivals
@@ -532,15 +540,23 @@ def run_twin(
     obs: Observed,
     setting: Setting,
     arrivals: Sequence[float] | None = None,
+    interval_z: float | None = None,
 ) -> Outcome:
-    """The twin's outcome: one replay of given arrivals, or the mean over Poisson seeds."""
+    """The twin's outcome: one replay of given arrivals, or the mean over Poisson seeds
+    (``interval_z``: with TTFT's sampling intervals, :func:`twin.simulate`)."""
     if arrivals is not None:
-        return simulate(fit, obs.load, setting, arrivals=arrivals)
-    runs = [simulate(fit, obs.load, setting, seed=s) for s in SEEDS]
+        return simulate(fit, obs.load, setting, arrivals=arrivals, interval_z=interval_z)
+    runs = [simulate(fit, obs.load, setting, seed=s, interval_z=interval_z) for s in SEEDS]
 
     def avg(name: str) -> float:
         vals = [getattr(r, name) for r in runs if not math.isnan(getattr(r, name))]
         return sum(vals) / len(vals) if vals else math.nan
+
+    def avg_interval(name: str) -> tuple[float, float] | None:
+        ends = [e for r in runs if (e := getattr(r, name)) is not None and not math.isnan(e[0])]
+        if not ends:
+            return None
+        return sum(e[0] for e in ends) / len(ends), sum(e[1] for e in ends) / len(ends)
 
     peaks = [r.kv_peak for r in runs if r.kv_peak is not None]
     return Outcome(
@@ -553,7 +569,22 @@ def run_twin(
         requests=sum(r.requests for r in runs) // len(runs),
         running_mean=avg("running_mean"),
         notes=runs[0].notes,
+        ttft_p50_interval=avg_interval("ttft_p50_interval"),
+        ttft_p95_interval=avg_interval("ttft_p95_interval"),
     )
+
+
+def sampled(fig: Figures, out: Outcome) -> list[Figures]:
+    """``fig``, and ``fig`` at each end of its TTFT quantiles' sampling intervals (where
+    the replay gave them): a TTFT P50 or P95 over n requests is a sample's, and a band
+    holds what another n requests may measure."""
+    ends = [fig]
+    if out.ttft_p50_interval is not None and out.ttft_p95_interval is not None:
+        for i in (0, 1):
+            ends.append(
+                replace(fig, ttft_p50=out.ttft_p50_interval[i], ttft_p95=out.ttft_p95_interval[i])
+            )
+    return ends
 
 
 def figures(out: Outcome, setting: Setting, obs: Observed, base_busy: float | None) -> Figures:
@@ -681,23 +712,35 @@ def predict(
             f"extrapolated: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} observed, "
             f"{setting.slots} asked ({ratio:.1f}x)"
         )
+    elif flag == "max-num-seqs" and setting != base and below_fits(fit, reach):
+        range_note = (
+            f"extrapolated below: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
+            f"observed, {setting.slots} asked (the band's step runs from flat to in "
+            f"proportion to the batch below {fit.batch_min:.1f})"
+        )
     else:
         range_note = (
             f"within the observations: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
             f"over {fit.intervals} busy intervals"
         )
-    now = run_twin(fit, obs, base, arrivals)
-    new = run_twin(fit, obs, setting, arrivals) if setting != base else now
+    z = band_z if bands and TTFT_SAMPLING else None
+    now = run_twin(fit, obs, base, arrivals, z)
+    new = run_twin(fit, obs, setting, arrivals, z) if setting != base else now
     current = figures(now, base, obs, now.busy)
     predicted = figures(new, setting, obs, now.busy)
     band = current_band = None
     if bands:
-        now_runs, new_runs = [current], [predicted]
+        now_runs, new_runs = sampled(current, now), sampled(predicted, new)
         for f in band_fits(fit, band_z):
+            b = run_twin(f, obs, base, arrivals, z)
+            n = run_twin(f, obs, setting, arrivals, z) if setting != base else b
+            now_runs += sampled(figures(b, base, obs, b.busy), b)
+            new_runs += sampled(figures(n, setting, obs, b.busy), n)
+        # below the batches the fit saw: the new setting's band only
+        for f in below_fits(fit, reach, band_z) if flag == "max-num-seqs" else ():
             b = run_twin(f, obs, base, arrivals)
-            n = run_twin(f, obs, setting, arrivals) if setting != base else b
-            now_runs.append(figures(b, base, obs, b.busy))
-            new_runs.append(figures(n, setting, obs, b.busy))
+            n = run_twin(f, obs, setting, arrivals, z)
+            new_runs += sampled(figures(n, setting, obs, b.busy), n)
         current_band = _resolution(envelope(now_runs), now, arrivals)
         band = _resolution(envelope(new_runs), new, arrivals)
         k_lo = fit.k if fit.k_lo is None else fit.k_lo
