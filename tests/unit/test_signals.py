@@ -72,7 +72,17 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float]]]:
         running = [float(rnd.randint(4, 24)) for _ in range(n)]
         out.append((fam.REQUESTS_RUNNING.name, fam.REQUESTS_RUNNING.name, w, running))
         if i == 0:  # b's max_num_seqs is unknown: its capacity is the running batch
-            out.append((fam.MAX_NUM_SEQS.name, fam.MAX_NUM_SEQS.name, w, [16.0] * n))
+            # a's was lowered from 24 to 16 inside the window: its last, its peak differ
+            limit = [24.0] * 25 + [16.0] * (n - 25)
+            out.append((fam.MAX_NUM_SEQS.name, fam.MAX_NUM_SEQS.name, w, limit))
+        # b's last scrape failed: its target was up before
+        up = [1.0] * n if i == 0 else [1.0] * (n - 3) + [0.0, 1.0, 0.0]
+        out.append((fam.TARGET_UP.name, fam.TARGET_UP.name, {"worker": w["worker"]}, up))
+        info = {**w, "pid": str(100 + i), "version": "0.6.0"}
+        out.append((fam.WORKER_INFO.name, fam.WORKER_INFO.name, info, [1.0] * n))
+        # a runs on the first GPU, b on the MIG device
+        on = {"worker": w["worker"], **GPUS[i]}
+        out.append((fam.WORKER_GPU_INFO.name, fam.WORKER_GPU_INFO.name, on, [1.0] * n))
         kv = [round(rnd.uniform(0.5, 1.0), 3) for _ in range(n - 1)] + [0.95]
         out.append((fam.KV_CACHE_USAGE_RATIO.name, fam.KV_CACHE_USAGE_RATIO.name, w, kv))
         out.append(
@@ -124,6 +134,16 @@ def _series() -> list[tuple[str, str, dict[str, str], list[float]]]:
         out.append((fam.GPU_SM_ACTIVE_RATIO.name, fam.GPU_SM_ACTIVE_RATIO.name, g, sm))
         memory = [round(rnd.uniform(0.2, 1), 3) for _ in range(n)]
         out.append((fam.GPU_MEMORY_USED_RATIO.name, fam.GPU_MEMORY_USED_RATIO.name, g, memory))
+        used = [float(rnd.randint(10, 70) * 2**30) for _ in range(n)]
+        out.append((fam.GPU_MEMORY_USED_BYTES.name, fam.GPU_MEMORY_USED_BYTES.name, g, used))
+        info = {**g, "name": "NVIDIA H100 80GB HBM3", "mig_mode": "1" if i else "0"}
+        out.append((fam.GPU_INFO.name, fam.GPU_INFO.name, info, [1.0] * n))
+        process = fam.GPU_PROCESS_MEMORY_USED_BYTES
+        worker = {**g, "pid": str(100 + i), "process": "python3", "worker": WORKERS[i]["worker"]}
+        out.append((process.name, process.name, worker, [round(v * 0.9) for v in used]))
+        if i == 0:  # a process of no worker, larger than the worker's: left out
+            other = {**g, "pid": "7", "process": "Xorg"}
+            out.append((process.name, process.name, other, [v + 2**30 for v in used]))
         energy = fam.GPU_ENERGY_JOULES
         out.append((energy.base, energy.name, g, counter(1e6, 4000)))
         xid = fam.GPU_XID_ERRORS
@@ -149,8 +169,9 @@ def _value(v: float) -> str:
 
 def expositions() -> list[str]:
     """The agent's /metrics text at each scrape."""
-    kinds = {f.name: f.kind for f in contract.FAMILIES} | {
-        f.base: f.kind for f in contract.FAMILIES
+    # the agent writes an info family as a gauge of value 1
+    kinds = {f.name: f.kind.replace("info", "gauge") for f in contract.FAMILIES} | {
+        f.base: f.kind.replace("info", "gauge") for f in contract.FAMILIES
     }
     series = _series()
     out = []
@@ -234,13 +255,23 @@ def test_each_signal_answers_like_its_promql(
     signal: S.Signal, prometheus: PromOnBlocks, window: list[S.Scrape]
 ) -> None:
     by = _by(signal)
-    query = signal.render(selector=SELECTOR, window="5m", by=by)
     key = S.labels_of(by) + (("le",) if signal.bucketed else ())
-    _same(
-        _answer(prometheus.query(query, END), ", ".join(key)),
-        signal.evaluate(window, by),
-        query,
-    )
+    # a signal grouped with ``group`` (always 1) is compared by its values too
+    for agg in (signal.agg, "max") if signal.agg == "group" else (signal.agg,):
+        query = signal.render(selector=SELECTOR, window="5m", by=by, agg=agg)
+        _same(
+            _answer(prometheus.query(query, END), ", ".join(key)),
+            signal.evaluate(window, by, agg),
+            query,
+        )
+
+
+@pytest.mark.parametrize("signal", S.SIGNALS, ids=lambda s: s.name)
+def test_each_signal_has_data_in_the_fleet(signal: S.Signal, window: list[S.Scrape]) -> None:
+    """A signal with no series in the window would compare nothing with its PromQL."""
+    points = signal.series(window)
+    assert points, f"{signal.name}: no {signal.sample} series in the synthetic fleet"
+    assert all(len(p) == len(window) for p in points.values()), signal.name
 
 
 @pytest.mark.slow
@@ -373,6 +404,30 @@ def test_a_quantile_needs_observations_in_the_window() -> None:
     last = S.evaluate_quantile(0.5, buckets, moving, "worker")
     assert last == {("a",): pytest.approx(0.5 * 1.5 / 2)}
     assert S.evaluate_quantile(0.5, buckets, moving, "le, worker") == last
+
+
+def test_window_extremes_and_last_value() -> None:
+    name = contract.WORKER_START_TIME_SECONDS.name
+    w = {"worker": "a"}
+    scrapes = [_scrape(t, (name, w, v)) for t, v in ((0, 5.0), (15, 2.0), (30, 7.0), (45, 3.0))]
+    assert S.WORKER_START_EARLIEST.evaluate(scrapes, "worker") == {("a",): 2.0}
+    name = contract.MAX_NUM_SEQS.name
+    scrapes = [_scrape(t, (name, w, v)) for t, v in ((0, 5.0), (15, 9.0), (30, 4.0))]
+    assert S.BATCH_LIMIT_LAST.evaluate(scrapes, "worker") == {("a",): 4.0}
+    assert S.MAX_NUM_SEQS.evaluate(scrapes, "worker") == {("a",): 9.0}
+
+
+def test_a_process_of_no_worker_is_left_out() -> None:
+    name = contract.GPU_PROCESS_MEMORY_USED_BYTES.name
+    gpu = {"uuid": "GPU-0"}
+    scrapes = [
+        _scrape(0, (name, {**gpu, "worker": "a"}, 4.0), (name, {**gpu, "pid": "7"}, 9.0)),
+        _scrape(15, (name, {**gpu, "worker": "a"}, 5.0), (name, {**gpu, "pid": "7"}, 9.0)),
+    ]
+    assert S.GPU_PROCESS_MEMORY_LAST.evaluate(scrapes, "uuid") == {("GPU-0",): 5.0}
+    assert S.GPU_PROCESS_MEMORY_LAST.evaluate(scrapes, "uuid, worker", "group") == {
+        ("GPU-0", "a"): 1.0
+    }
 
 
 def test_a_signal_without_an_evaluator_is_refused() -> None:

@@ -455,9 +455,6 @@ def test_reader_code_only_falls() -> None:
 # recorded rule. A string literal or f-string whose text selects a family for a range
 # (``(<family>{...}[``) is such a use; an f-string's ``{contract.X}`` counts as X's name.
 RANGE_OVER_FAMILY_ONLY_IN = "pack/signals.py"
-#: modules other steps of issue 41 are moving onto pack.signals (the reading and the
-#: report); each is named here until its step lands
-RANGE_OVER_FAMILY_STILL_IN = {"advise/prometheus.py", "report/query.py"}
 _HOLE = "\x00"
 
 
@@ -537,12 +534,8 @@ def test_range_functions_over_families_only_in_signals() -> None:
         lines = range_over_family_lines(path.read_text(encoding="utf-8"))
         if lines:
             found[rel] = lines
-    unexpected = {
-        rel: lines for rel, lines in found.items() if rel not in RANGE_OVER_FAMILY_STILL_IN
-    }
-    assert not unexpected, (
-        "PromQL over contract families outside pack/signals.py (render a signal from it): "
-        f"{unexpected}"
+    assert not found, (
+        f"PromQL over contract families outside pack/signals.py (render a signal from it): {found}"
     )
 
 

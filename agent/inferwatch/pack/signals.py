@@ -91,6 +91,7 @@ EVALUATORS: dict[str, Callable[[Points], float | None]] = {
     "increase": _increase,
     "avg_over_time": lambda p: sum(v for _, v in p) / len(p) if p else None,
     "max_over_time": lambda p: max(v for _, v in p) if p else None,
+    "min_over_time": lambda p: min(v for _, v in p) if p else None,
     "last_over_time": lambda p: p[-1][1] if p else None,
     "changes": _changes,
     "deriv": least_squares_slope,
@@ -361,6 +362,38 @@ def evaluate_gpu_utilization(scrapes: Sequence[Scrape], by: str) -> dict[Key, fl
 
 #: restarts in the window: changes of the worker's start time
 RESTARTS = Signal("restarts", "changes", contract.WORKER_START_TIME_SECONDS, agg="max")
+#: the earliest start of a worker's processes in the window (the report's data age)
+WORKER_START_EARLIEST = Signal(
+    "worker_start_earliest", "min_over_time", contract.WORKER_START_TIME_SECONDS, agg="min"
+)
+
+#: who was there in the window and what they said last (the report's identities over
+#: both periods): workers by their target, info and finished requests, GPUs by their
+#: utilization and info, which GPU a worker's processes use (a process of no worker left
+#: out), and the batch limit a worker had last
+TARGET_UP_LAST = Signal("target_up_last", "last_over_time", contract.TARGET_UP, agg="max")
+WORKER_INFO_LAST = Signal("worker_info_last", "last_over_time", contract.WORKER_INFO, agg="group")
+REQUESTS_FINISHED_LAST = Signal(
+    "requests_finished_last", "last_over_time", contract.REQUESTS_FINISHED
+)
+GPU_UTILIZATION_LAST = Signal(
+    "gpu_utilization_last", "last_over_time", contract.GPU_UTILIZATION_RATIO, agg="max"
+)
+GPU_INFO_LAST = Signal("gpu_info_last", "last_over_time", contract.GPU_INFO, agg="group")
+GPU_PROCESS_MEMORY_LAST = Signal(
+    "gpu_process_memory_last",
+    "last_over_time",
+    contract.GPU_PROCESS_MEMORY_USED_BYTES,
+    agg="max",
+    matchers=('worker!=""',),
+)
+BATCH_LIMIT_LAST = Signal("batch_limit_last", "last_over_time", contract.MAX_NUM_SEQS, agg="max")
+#: the GPUs a worker ran on in the window (through inferwatch_worker_gpu_info)
+WORKER_GPU_SEEN = Signal("worker_gpu_seen", "max_over_time", contract.WORKER_GPU_INFO, agg="group")
+#: NVML's used bytes at their highest in the window
+GPU_MEMORY_BYTES_PEAK = Signal(
+    "gpu_memory_bytes_peak", "max_over_time", contract.GPU_MEMORY_USED_BYTES, agg="max"
+)
 
 #: every per-family signal, the latency buckets included
 SIGNALS: tuple[Signal, ...] = (
@@ -407,6 +440,16 @@ SIGNALS: tuple[Signal, ...] = (
     GPU_MEMORY_MEAN,
     GPU_MEMORY_PEAK,
     RESTARTS,
+    WORKER_START_EARLIEST,
+    TARGET_UP_LAST,
+    WORKER_INFO_LAST,
+    REQUESTS_FINISHED_LAST,
+    GPU_UTILIZATION_LAST,
+    GPU_INFO_LAST,
+    GPU_PROCESS_MEMORY_LAST,
+    BATCH_LIMIT_LAST,
+    WORKER_GPU_SEEN,
+    GPU_MEMORY_BYTES_PEAK,
     *(make(f) for f in HISTOGRAMS for make in (bucket_rate, bucket_increase)),
 )
 

@@ -182,8 +182,8 @@ def pressure_expr(window: str) -> str:
     that pre-allocates holds NVML's level flat at its reservation)."""
     return (
         f"max by (uuid) ({S.KV_USAGE_PEAK.render(window=window, by=AGENT_WORKER)} "
-        f"* on ({AGENT_WORKER}) group_right () group by ({AGENT_WORKER}, gpu, uuid) "
-        f"(max_over_time({contract.WORKER_GPU_INFO}[{window}])))"
+        f"* on ({AGENT_WORKER}) group_right () "
+        f"{S.WORKER_GPU_SEEN.render(window=window, by=f'{AGENT_WORKER}, gpu, uuid')})"
     )
 
 
@@ -254,8 +254,7 @@ class Collector:
             ("queue peaks", "queue_peak", S.QUEUE_PEAK.render(window=day, by=by)),
             ("time over capacity", "over_capacity_seconds",
              f"sum by ({by}) (sum_over_time(({over})[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}"),
-            ("capacity", "capacity",
-             f"max by ({by}) (last_over_time({contract.MAX_NUM_SEQS}[{span}]))"),
+            ("capacity", "capacity", S.BATCH_LIMIT_LAST.render(window=span, by=by)),
             ("open requests", "open_requests",
              f"{S.QUEUE_MEAN.render(window=day, by=by, agg='sum')} + "
              f"{S.RUNNING_MEAN.render(window=day, by=by, agg='sum')}"),
@@ -269,7 +268,7 @@ class Collector:
             # since the earliest start of the worker's processes that day (by worker name:
             # the start-time gauge has no model label)
             ("worker start times", "started",
-             f"min by (worker) (min_over_time({contract.WORKER_START_TIME_SECONDS}[1d]))"),
+             S.WORKER_START_EARLIEST.render(window=day, by="worker")),
             # the availability SLO's bad requests (the error-budget section)
             ("errors and rejections", "failed", S.ERRORS.render(window=day, by=by)),
             ("-", "rejected", S.REJECTED.render(window=day, by=by)),
@@ -332,11 +331,9 @@ class Collector:
         instances: dict[tuple[str, ...], set[str]] = {}
         present: set[str] = set()
         week = _duration(self.period.days * DAY)
-        named = (contract.REQUESTS_FINISHED, contract.WORKER_INFO, contract.TARGET_UP)
-        union = " or ".join(f"last_over_time({m}[{span}])" for m in named)
-        seen = (
-            f'label_replace(last_over_time({contract.TARGET_UP}[{week}]), "present", "1", "", "")'
-        )
+        named = (S.REQUESTS_FINISHED_LAST, S.WORKER_INFO_LAST, S.TARGET_UP_LAST)
+        union = " or ".join(signal.render(window=span) for signal in named)
+        seen = f'label_replace({S.TARGET_UP_LAST.render(window=week)}, "present", "1", "", "")'
         query = f"group by (model, worker, engine, instance, present) ({seen} or {union})"
         for s in self.client.instant(query, self.period.end):
             if not (worker := s.labels.get("worker", "")):
@@ -372,16 +369,14 @@ class Collector:
         util, end = S.GPU_UTILIZATION.render(), self.period.end
         self.step("GPUs")
         ident: dict[str, dict[str, str]] = {}
-        for s in self.client.instant(
-            f"group by (uuid, instance, gpu) (last_over_time({util}[{span}]))", end
-        ):
+        seen = S.GPU_UTILIZATION_LAST.render(window=span, by="uuid, instance, gpu", agg="group")
+        for s in self.client.instant(seen, end):
             uuid, instance = s.labels.get("uuid", ""), s.labels.get("instance", "")
             # After a pod restart a GPU shows up under a new instance: keep the
             # last one in sort order, which is stable from run to run.
             if uuid not in ident or instance > ident[uuid]["instance"]:
                 ident[uuid] = {"instance": instance, "gpu": s.labels.get("gpu", ""), "name": ""}
-        info = f"group by (uuid, name) (last_over_time({contract.GPU_INFO}[{span}]))"
-        for s in self.client.instant(info, end):
+        for s in self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end):
             if s.labels.get("uuid", "") in ident:
                 ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
         if not ident:
@@ -416,8 +411,7 @@ class Collector:
         rate_mean = S.GPU_UTILIZATION_MEAN.render(window=format_duration(self.t.pack.rate_window))
         queries = (  # (progress step, RawGpu field, PromQL answered per uuid and day)
             ("VRAM peaks", "vram_peak_ratio", S.GPU_MEMORY_PEAK.render(window="1d", by="uuid")),
-            ("-", "vram_peak_bytes",
-             f"max by (uuid) (max_over_time({contract.GPU_MEMORY_USED_BYTES}[1d]))"),
+            ("-", "vram_peak_bytes", S.GPU_MEMORY_BYTES_PEAK.render(window="1d", by="uuid")),
             ("memory pressure", "pressure_peak", pressure_expr("1d")),
             ("waste condition", "waste_alert_daily",
              f"max by (uuid) (avg_over_time(({rate_mean} {L.WASTE.op} bool "
@@ -430,11 +424,8 @@ class Collector:
             daily[name] = self.daily_by(expr, ("uuid",))
         self.step("GPU to worker map")
         mapping: dict[str, set[str]] = {}
-        for s in self.client.instant(
-            "group by (uuid, worker) (last_over_time("
-            f'{contract.GPU_PROCESS_MEMORY_USED_BYTES}{{worker!=""}}[{span}]))',
-            end,
-        ):
+        mapped = S.GPU_PROCESS_MEMORY_LAST.render(window=span, by="uuid, worker", agg="group")
+        for s in self.client.instant(mapped, end):
             mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
         no_gpm = []
         empty: Daily = (None,) * len(self.ends)
