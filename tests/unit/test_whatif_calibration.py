@@ -297,3 +297,35 @@ def test_the_prompt_mix_gives_a_positive_overhead_and_a_prompt_cost(mix: dict) -
     for f in fits:
         no_wait = f["overhead_ms"] + f["a_ms"] + f["k_ms"] + f["p_us"] * 400 / 1e3
         assert 15 <= no_wait <= 50, (no_wait, f)
+
+
+def _prompt_bound_windows() -> list[twin.Interval]:
+    """Busy 5 s windows whose time is the prompts' alone (0.5 ms a prompt token) while the
+    batch spans 1-2: the three-term fit puts every second on the prompts."""
+    prompts = (800, 1200, 1000, 900, 1100, 1000)
+    running = (1.0, 2.0, 1.5, 1.2, 1.8, 1.1)
+    return [
+        twin.Interval(dt=0.005 * pr, running=r, generated=300, prompt=pr, busy=True)
+        for pr, r in zip(prompts, running, strict=True)
+    ]
+
+
+def test_a_fit_that_puts_every_second_on_the_prompts_takes_the_engine_s_decode_step() -> None:
+    windows = _prompt_bound_windows()
+    # the fit alone cannot tell prefill from decode here: it leaves the decode terms
+    # (a x steps + k x tokens) no time at all
+    a, k, _ = twin.nnls([[w.generated / w.running, w.generated, w.prompt] for w in windows],
+                        [w.dt for w in windows])  # fmt: skip
+    steps = sum(w.generated / w.running for w in windows)
+    assert a * steps + k * sum(w.generated for w in windows) < 1e-9
+    # with the engine's own time per output token the decode step is known: a fit, not a
+    # refusal, that still gives the busy time observed
+    fit = twin.fit_steps(windows, window=1.0, tpot=0.002, compute_bound=True)
+    assert "do not tell prefill from decode" in fit.k_source
+    assert fit.a + fit.k > 0 and fit.p > 0
+    total = fit.a * steps + fit.k * sum(w.generated for w in windows)
+    total += fit.p * sum(w.prompt for w in windows)
+    assert total == pytest.approx(sum(w.dt for w in windows))
+    # without it there is no decode step to take: refused, saying so
+    with pytest.raises(NotEnough, match="no decode step time"):
+        twin.fit_steps(windows, window=1.0, compute_bound=True)

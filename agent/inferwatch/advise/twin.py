@@ -216,13 +216,16 @@ def fit_steps(
     busy_time = sum(ys)
     steps = sum(i.generated / i.running for i in busy)
     prompt = sum(i.prompt for i in busy)
+    a = k = p = 0.0
+    generated = sum(i.generated for i in busy)
     if b_max / b_min >= SPREAD_FOR_SLOPE:
         rows = [[i.generated / i.running, i.generated, i.prompt] for i in busy]
         a, k, p = nnls(rows, ys)
         source = "fitted"
-        if a <= 0 and k <= 0:
-            raise NotEnough("the step times do not fit a + k x batch: observe a steadier load")
-    else:
+    if a * steps + k * generated <= 1e-6 * busy_time:
+        # the batch spread too little to fit a slope, or the fit put every second on
+        # the prompts (windows with one prompt/answer ratio cannot tell prefill from
+        # decode): the decode step comes from the engine's own time per output token
         b0 = sum(i.running * i.dt for i in busy) / busy_time
         if tpot and tpot * steps < busy_time and prompt > 0:
             s0 = tpot
@@ -231,17 +234,22 @@ def fit_steps(
             s0, p = busy_time / steps, 0.0
         else:
             s0, p = nnls([[i.generated / i.running, i.prompt] for i in busy], ys)
-        if s0 <= 0:
+        if s0 * steps <= 1e-6 * busy_time:
             raise NotEnough("no decode step time in the samples: observe the worker longer")
+        why = (
+            "the windows do not tell prefill from decode"
+            if b_max / b_min >= SPREAD_FOR_SLOPE
+            else None
+        )
         if compute_bound:
             k = 0.9 * s0 / b0
-            source = "assumed: a step grows with the batch (no GPU seen; batch sizes span too little to fit it)"
+            source = f"assumed: a step grows with the batch (no GPU seen; {why or 'batch sizes span too little to fit it'})"
         else:
             k = min(p, 0.9 * s0 / b0)
-            source = "assumed k = p (observed batch sizes span too little to fit it)"
+            source = f"assumed k = p ({why or 'observed batch sizes span too little to fit it'})"
         a = s0 - k * b0
     # the same busy time as observed, whatever the split
-    total = a * steps + k * sum(i.generated for i in busy) + p * prompt
+    total = a * steps + k * generated + p * prompt
     if total > 0:
         scale = busy_time / total
         a, k, p = a * scale, k * scale, p * scale
