@@ -39,7 +39,7 @@ from inferwatch.engines import contract as c
 from inferwatch.errors import ConfigError, UsageError
 from inferwatch.pack import loops as L
 from inferwatch.pack import reading as rd
-from inferwatch.pack.reading import Scrape, mean
+from inferwatch.pack.reading import Scrape, mean, workers_of
 from inferwatch.pack.thresholds import Thresholds
 
 SOURCE = "command line"
@@ -151,7 +151,7 @@ class Observed:
 
 
 #: the series that name a worker to the twin (an engine's batch, or its info)
-_NAMING = (str(c.WORKER_INFO), str(c.REQUESTS_RUNNING))
+_NAMING = (c.WORKER_INFO, c.REQUESTS_RUNNING)
 #: the counters the twin counts requests by, the first one found
 _REQUEST_COUNTERS = (str(c.REQUESTS_FINISHED), f"{c.PROMPT_LENGTH_TOKENS}_count")
 _NO_SLOTS = f"the slot count is unknown (no {c.MAX_NUM_SEQS}, no max_num_seqs flag)"
@@ -162,12 +162,8 @@ _NO_COUNT = (
 
 
 def workers_in(scrapes: Sequence[tuple[float, Scrape]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for _, scrape in scrapes:
-        for name, labels, _ in scrape:
-            if name in _NAMING and "worker" in labels:
-                seen.setdefault(labels["worker"], None)
-    return list(seen)
+    """The workers with an engine's batch or info in any of ``scrapes``, in order."""
+    return list(dict.fromkeys(w for _, s in scrapes for w in workers_of(s, _NAMING)))
 
 
 def choose_worker(scrape: Scrape, worker: str | None) -> str:

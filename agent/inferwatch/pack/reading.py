@@ -131,9 +131,10 @@ def quantiles(scrape: Scrape, family: c.Family, **match: str) -> dict[str, float
     return out
 
 
-def workers_of(scrape: Scrape) -> list[str]:
-    """The workers a scrape names (its targets and its workers' info), in order."""
-    names = {str(f) for f in WORKER_NAMING}
+def workers_of(scrape: Scrape, naming: Iterable[Name] = WORKER_NAMING) -> list[str]:
+    """The workers a scrape names, in order: in the families ``naming`` (by default its
+    targets and its workers' info)."""
+    names = {str(f) for f in naming}
     seen: dict[str, None] = {}
     for name, labels, _ in scrape:
         if name in names and "worker" in labels:
