@@ -132,8 +132,7 @@ def quantiles(scrape: Scrape, family: c.Family, **match: str) -> dict[str, float
 
 
 def workers_of(scrape: Scrape, naming: Iterable[Name] = WORKER_NAMING) -> list[str]:
-    """The workers a scrape names, in order: in the families ``naming`` (by default its
-    targets and its workers' info)."""
+    """The workers a scrape names in ``naming`` (its targets and workers' info), in order."""
     names = {str(f) for f in naming}
     seen: dict[str, None] = {}
     for name, labels, _ in scrape:
