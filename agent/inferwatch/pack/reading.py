@@ -25,7 +25,6 @@ built from it; family names come from :mod:`inferwatch.engines.contract`.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,8 +207,7 @@ def since_start(scrape: Scrape, worker: str, q: float = 0.95) -> tuple[float | N
 
 def restarts(starts: Sequence[float | None]) -> float | None:
     """Changes of the worker's start time across the scrapes (None: never stated)."""
-    seen = [v for v in starts if v is not None]
-    return float(sum(1 for a, b in itertools.pairwise(seen) if b != a)) if seen else None
+    return S.EVALUATORS["changes"]([(0.0, v) for v in starts if v is not None])
 
 
 # --------------------------------------------------------------------------- the reading
