@@ -218,7 +218,8 @@ def fit_steps(
     prompt = sum(i.prompt for i in busy)
     a = k = p = 0.0
     generated = sum(i.generated for i in busy)
-    if b_max / b_min >= SPREAD_FOR_SLOPE:
+    spread = b_max / b_min >= SPREAD_FOR_SLOPE
+    if spread:
         rows = [[i.generated / i.running, i.generated, i.prompt] for i in busy]
         a, k, p = nnls(rows, ys)
         source = "fitted"
@@ -236,11 +237,7 @@ def fit_steps(
             s0, p = nnls([[i.generated / i.running, i.prompt] for i in busy], ys)
         if s0 * steps <= 1e-6 * busy_time:
             raise NotEnough("no decode step time in the samples: observe the worker longer")
-        why = (
-            "the windows do not tell prefill from decode"
-            if b_max / b_min >= SPREAD_FOR_SLOPE
-            else None
-        )
+        why = "the windows do not tell prefill from decode" if spread else None
         if compute_bound:
             k = 0.9 * s0 / b0
             source = f"assumed: a step grows with the batch (no GPU seen; {why or 'batch sizes span too little to fit it'})"
