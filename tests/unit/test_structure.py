@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from tests.support.proc import REPO
@@ -482,6 +483,13 @@ def _string_text(node: ast.Constant | ast.JoinedStr, names: dict[str, str]) -> s
     return "".join(parts)
 
 
+def _selected(names: Iterable[str]) -> str:
+    """A regex: an opening bracket, then one of the family ``names`` (a histogram's
+    ``_bucket``/``_sum``/``_count`` too), longest first so a longer name wins."""
+    families = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+    return rf"\(\s*(?:{families})(?:_bucket|_sum|_count)?"
+
+
 def range_over_family_lines(source: str) -> list[int]:
     """Lines of ``source`` where a string (docstrings aside) selects a contract family (a histogram's
     ``_bucket``/``_sum``/``_count`` too) for a range: ``(family{...}[`` with any holes
@@ -489,10 +497,7 @@ def range_over_family_lines(source: str) -> list[int]:
     from inferwatch.engines import contract
 
     names = {attr: f.name for attr, f in vars(contract).items() if isinstance(f, contract.Family)}
-    families = "|".join(sorted(map(re.escape, names.values()), key=len, reverse=True))
-    pattern = re.compile(
-        rf"\(\s*(?:{families})(?:_bucket|_sum|_count)?(?:\{{[^{{}}]*\}}|{_HOLE})*\s*\["
-    )
+    pattern = re.compile(rf"{_selected(names.values())}(?:\{{[^{{}}]*\}}|{_HOLE})*\s*\[")
     tree = ast.parse(source)
     docs = _docstring_lines(tree)
     found = set()
@@ -545,8 +550,7 @@ def template_range_lines(text: str) -> list[int]:
     from inferwatch.engines import contract
 
     names = [f.name for f in vars(contract).values() if isinstance(f, contract.Family)]
-    families = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
-    pattern = re.compile(rf"\(\s*(?:{families})(?:_bucket|_sum|_count)?(?:\{{|\[)")
+    pattern = re.compile(rf"{_selected(names)}(?:\{{|\[)")
     return [i for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
 
 
