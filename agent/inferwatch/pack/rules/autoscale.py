@@ -31,7 +31,7 @@ kustomizations for one Deployment serving one model, to copy and edit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -166,12 +166,25 @@ def _behavior(t: Thresholds) -> dict[str, Any]:
     }
 
 
-def _example_scaler(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+class _Scaler(NamedTuple):
+    """An example scaler's resource type, and its own names for the replica bounds."""
+
+    api_version: str
+    kind: str
+    min_key: str
+    max_key: str
+
+
+KEDA = _Scaler("keda.sh/v1alpha1", "ScaledObject", "minReplicaCount", "maxReplicaCount")
+HPA = _Scaler("autoscaling/v2", "HorizontalPodAutoscaler", "minReplicas", "maxReplicas")
+
+
+def _example_scaler(scaler: _Scaler, spec: dict[str, Any]) -> dict[str, Any]:
     """The example scaler (KEDA's ScaledObject, the HPA): named after the Deployment it
-    resizes, which heads its ``spec``."""
+    resizes, which heads its ``spec``, between MIN_REPLICAS and MAX_REPLICAS."""
     return {
-        "apiVersion": api_version,
-        "kind": kind,
+        "apiVersion": scaler.api_version,
+        "kind": scaler.kind,
         "metadata": {
             "name": EXAMPLE_DEPLOYMENT,
             "labels": {"app.kubernetes.io/part-of": "inferwatch"},
@@ -182,6 +195,8 @@ def _example_scaler(api_version: str, kind: str, spec: dict[str, Any]) -> dict[s
                 "kind": "Deployment",
                 "name": EXAMPLE_DEPLOYMENT,
             },
+            scaler.min_key: MIN_REPLICAS,
+            scaler.max_key: MAX_REPLICAS,
             **spec,
         },
     }
@@ -189,11 +204,8 @@ def _example_scaler(api_version: str, kind: str, spec: dict[str, Any]) -> dict[s
 
 def keda_scaled_object(t: Thresholds) -> dict[str, Any]:
     return _example_scaler(
-        "keda.sh/v1alpha1",
-        "ScaledObject",
+        KEDA,
         {
-            "minReplicaCount": MIN_REPLICAS,
-            "maxReplicaCount": MAX_REPLICAS,
             "pollingInterval": int(t.pack.scrape_interval),
             # a model is never scaled to zero: a cold start costs minutes [5.2]
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(t)}},
@@ -229,11 +241,8 @@ def adapter_rules(t: Thresholds) -> dict[str, Any]:
 
 def hpa(t: Thresholds) -> dict[str, Any]:
     return _example_scaler(
-        "autoscaling/v2",
-        "HorizontalPodAutoscaler",
+        HPA,
         {
-            "minReplicas": MIN_REPLICAS,
-            "maxReplicas": MAX_REPLICAS,
             "behavior": _behavior(t),
             "metrics": [
                 {
