@@ -227,6 +227,26 @@ async def test_a_hanging_worker_times_out_and_holds_only_its_own_clients(small_r
     assert rig.stats.models[""].requests == {"5xx": 1}  # not lost from the measurements
 
 
+async def test_a_client_past_the_cap_is_closed_while_every_open_one_is_busy() -> None:
+    async for rig in _rig(Upstream(), max_connections=1, read_timeout=5.0):
+        hung = asyncio.ensure_future(rig.session.get(rig.url + "/hang"))
+        for _ in range(200):  # until the one connection the cap allows carries the request
+            if any(conn.busy for conn in rig.server.clients.open):
+                break
+            await asyncio.sleep(0.01)
+        host, port = rig.url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        # refused: closed at once without an answer, and counted; the busy one stays
+        assert await asyncio.wait_for(reader.read(), 2) == b""
+        writer.close()
+        assert rig.server.clients.refused == 1
+        assert rig.server.connections == 1
+        hung.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hung
+
+
 async def test_an_unreachable_worker_is_a_502(tmp_path: Path) -> None:
     spec = ProxySpec("127.0.0.1", 0, connect_timeout=1.0)
     worker = WorkerSpec(name="w", url=f"http://127.0.0.1:{free_port()}", proxy=spec)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import socket
 import time
 from collections.abc import Coroutine
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from inferwatch.agent.config import ProxySpec
 from inferwatch.agent.connguard import Admission
@@ -21,10 +20,9 @@ from inferwatch.agent.proxy.limits import (
     MAX_PENDING_BYTES,
     MEASURED_PATHS,
     REPLAY_MAX_BYTES,
-    WRITE_BUFFER_BYTES,
 )
 from inferwatch.agent.proxy.measure import Measure, ProxyStats
-from inferwatch.agent.proxy.upstream import UpstreamConn, defect
+from inferwatch.agent.proxy.upstream import Conn, UpstreamConn, defect
 from inferwatch.agent.proxy.wire import (
     RETRYABLE,
     Chunked,
@@ -60,12 +58,11 @@ class Proxy(Protocol):
     def learn_stream_close(self) -> None: ...
 
 
-class ClientConn(asyncio.Protocol):
+class ClientConn(Conn):
     """One client connection: its requests one at a time, each forwarded as it arrives."""
 
     def __init__(self, server: Proxy) -> None:
         self.server = server
-        self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.state = "head"  # head, body, wait (for the answer), linger, closed
         self.busy = False
@@ -96,18 +93,11 @@ class ClientConn(asyncio.Protocol):
 
     # ------------------------------------------------------------ asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
-        self.transport = transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+        super().connection_made(transport)
         self.last_active = self.server.loop.time()
         if not self.server.clients.admit(self):
             self.state = "closed"
-            transport.abort()
-            return
-        with contextlib.suppress(OSError):
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         try:

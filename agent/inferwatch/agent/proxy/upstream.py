@@ -63,12 +63,27 @@ class Pool(Protocol):
     def learn_stream_close(self) -> None: ...
 
 
-class UpstreamConn(asyncio.Protocol):
+class Conn(asyncio.Protocol):
+    """Either end of the proxy (a client's connection, a worker's): its transport kept,
+    the write buffer bounded at WRITE_BUFFER_BYTES, TCP_NODELAY set."""
+
+    transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
+        self.transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+        with contextlib.suppress(OSError):
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class UpstreamConn(Conn):
     """One connection to the worker: an answer's head parsed, its body passed on."""
 
     def __init__(self, server: Pool) -> None:
         self.server = server
-        self.transport: asyncio.Transport | None = None
         self.owner: Owner | None = None
         self._new_answer()
         self.closed = False
@@ -81,15 +96,6 @@ class UpstreamConn(asyncio.Protocol):
         #: the last answer's head said it streams (chunked or text/event-stream): kept
         #: across the next request's start, so a failure on reuse knows what came before
         self.streamed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are no asyncio.Transport subclass: no isinstance check
-        self.transport = transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
-        with contextlib.suppress(OSError):
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, data: bytes) -> None:
         if data and self.transport is not None and not self.closed:
