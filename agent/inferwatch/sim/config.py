@@ -23,37 +23,15 @@ from dataclasses import dataclass, field
 
 from inferwatch import validate
 from inferwatch.errors import ConfigError
-from inferwatch.sim.gpustate import parse_profile, profile_share
-
-GIB = 1024**3
-MIB = 1024**2
+from inferwatch.sim.gpustate import A10, GIB, MIB, GpuModel, parse_profile, profile_share
 
 #: What the simulator says it is, in ``/version`` and ``/v1/models``.
 VLLM_VERSION = "0.33.0"
 
 
-@dataclass(frozen=True)
-class GpuModel:
-    """The simulated card: an NVIDIA A10 (24 GB, 600 GB/s, 150 W)."""
-
-    name: str = "NVIDIA A10 (simulated)"
-    total_bytes: int = 24 * GIB
-    reserved_bytes: int = 512 * MIB
-    #: memory bandwidth: every decode step streams the weights and the KV it reads
-    hbm_bytes_per_s: float = 600e9
-    #: dense throughput actually reached by prefill/decode matmuls (about half of peak)
-    effective_flops: float = 70e12
-    power_idle_watts: float = 55.0
-    power_limit_watts: float = 150.0
-    #: report GPM (SM active, tensor, DRAM) fields; real Ampere cards do not have GPM
-    gpm: bool = True
-    #: whether the card can be split into MIG slices (an A10 cannot)
-    mig_capable: bool = False
-
-
 #: The cards ``--gpu-model`` knows. The H100 SXM5: 80 GB HBM3 at 3.35 TB/s, 700 W, MIG.
 GPU_MODELS: dict[str, GpuModel] = {
-    "a10": GpuModel(),
+    "a10": A10,
     "h100": GpuModel(
         name="NVIDIA H100 80GB HBM3 (simulated)",
         total_bytes=80 * GIB,

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 GIB = 1024**3
+MIB = 1024**2
 
 #: The thermal model, one definition for the simulator and for merging fragments.
 IDLE_TEMPERATURE = 35.0
@@ -40,6 +41,30 @@ POWER_SPAN = 0.9
 MIG_SLICES = 7
 _PROFILE = re.compile(r"^([1-7])g\.([0-9]+)gb$")
 _FRAGMENT = re.compile(r"^gpu-([0-9]+)(?:\.([A-Za-z0-9_-]+))?\.json$")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A simulated card; the defaults are an NVIDIA A10 (24 GB, 600 GB/s, 150 W)."""
+
+    name: str = "NVIDIA A10 (simulated)"
+    total_bytes: int = 24 * GIB
+    reserved_bytes: int = 512 * MIB
+    #: memory bandwidth: every decode step streams the weights and the KV it reads
+    hbm_bytes_per_s: float = 600e9
+    #: dense throughput actually reached by prefill/decode matmuls (about half of peak)
+    effective_flops: float = 70e12
+    power_idle_watts: float = 55.0
+    power_limit_watts: float = 150.0
+    #: report GPM (SM active, tensor, DRAM) fields; real Ampere cards do not have GPM
+    gpm: bool = True
+    #: whether the card can be split into MIG slices (an A10 cannot)
+    mig_capable: bool = False
+
+
+#: the card a simulated worker runs on unless told otherwise (``--gpu-model a10``), and
+#: what a GPU with no fragment reports
+A10 = GpuModel()
 
 
 @dataclass
@@ -71,11 +96,11 @@ class SimMigSlice:
 class SimGpuState:
     """Everything the fake NVML backend reports for one GPU. Ratios are 0..1."""
 
-    name: str = "NVIDIA A10 (simulated)"
+    name: str = A10.name
     uuid: str = ""
     pci_bus_id: str = ""
-    memory_total_bytes: int = 24 * GIB
-    memory_reserved_bytes: int = 512 * 1024**2
+    memory_total_bytes: int = A10.total_bytes
+    memory_reserved_bytes: int = A10.reserved_bytes
     memory_used_bytes: int = 0
     utilization_gpu: float = 0.0
     utilization_memory: float = 0.0
@@ -85,9 +110,9 @@ class SimGpuState:
     tensor_active: float | None = None
     dram_active: float | None = None
     power_watts: float = 60.0
-    power_limit_watts: float = 150.0
+    power_limit_watts: float = A10.power_limit_watts
     #: what the card draws idle; merging fragments adds each one's power above it
-    power_idle_watts: float = 55.0
+    power_idle_watts: float = A10.power_idle_watts
     temperature_celsius: float = 40.0
     sm_clock_hz: float = 1_695e6
     memory_clock_hz: float = 6_251e6
