@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from inferwatch import validate
 from inferwatch.errors import ConfigError
-from inferwatch.sim.gpustate import A10, GIB, MIB, GpuModel, parse_profile, profile_share
+from inferwatch.sim.gpustate import A10, GIB, MIB, GpuModel, OnSlice, parse_profile
 
 #: What the simulator says it is, in ``/version`` and ``/v1/models``.
 VLLM_VERSION = "0.33.0"
@@ -46,7 +46,7 @@ GPU_MODELS: dict[str, GpuModel] = {
 
 
 @dataclass(frozen=True)
-class MigPlacement:
+class MigPlacement(OnSlice):
     """``--mig GI:PROFILE``: the worker runs on GPU instance ``gpu_instance`` of its GPU."""
 
     gpu_instance: int
@@ -55,10 +55,6 @@ class MigPlacement:
     @property
     def memory_bytes(self) -> int:
         return parse_profile(self.profile)[1] * GIB
-
-    @property
-    def share(self) -> float:
-        return profile_share(self.profile)
 
 
 @dataclass(frozen=True)

@@ -76,20 +76,27 @@ class SimGpuProcess:
     sm_utilization: float = 0.0
 
 
-@dataclass
-class SimMigSlice:
-    """Where a fragment's worker runs: one GPU instance of a GPU in MIG mode."""
+class OnSlice:
+    """A worker on one MIG slice, by its ``profile``: the simulator's setting
+    (``config.MigPlacement``) and a fragment's state (:class:`SimMigSlice`)."""
 
-    gpu_instance: int
     #: NVIDIA's profile name, ``<compute slices>g.<memory GB>gb`` (``3g.40gb``)
     profile: str
-    memory_total_bytes: int
-    uuid: str = ""
 
     @property
     def share(self) -> float:
         """The share of the GPU's compute this slice has (3g: 3/7)."""
         return profile_share(self.profile)
+
+
+@dataclass
+class SimMigSlice(OnSlice):
+    """Where a fragment's worker runs: one GPU instance of a GPU in MIG mode."""
+
+    gpu_instance: int
+    profile: str
+    memory_total_bytes: int
+    uuid: str = ""
 
 
 @dataclass
