@@ -124,7 +124,7 @@ def render_prediction(pred: Prediction) -> str:
     obs = pred.observed
     fit = pred.fit
     lines = [
-        f"What if {pred.flag}={pred.value:g} on {pred.worker} ({obs.engine or 'engine ?'}, "
+        f"What if {pred.flag}={pred.value:g} on {pred.worker} ({obs.reading.engine or 'engine ?'}, "
         f"{obs.slots} slots now), from {obs.span:.0f} s observed:",
     ]
     if pred.trust is not None and not pred.trust.trusted:
@@ -144,8 +144,8 @@ def render_prediction(pred: Prediction) -> str:
     observed: dict[str, float | None] = {
         **observed_figures(obs),
         "queue": obs.queue_mean,
-        "gpu_utilization": obs.gpu_utilization,
-        "kv_usage": obs.kv_usage_peak,
+        "gpu_utilization": obs.reading.gpu_util,
+        "kv_usage": obs.reading.kv,
         "busy": obs.busy,
     }
     for label, unit, key in ROWS:
