@@ -71,6 +71,21 @@ def test_one_scrape_reads_what_the_agent_wrote() -> None:
     assert (r.ready, r.gate_deadline_exceeded) == (None, None)
 
 
+def test_the_warm_up_gate_reads_its_ttft_by_phase() -> None:
+    gate = (
+        f'inferwatch_worker_ready{{worker="{W}"}} 1\n'
+        f'inferwatch_warmup_deadline_exceeded{{worker="{W}"}} 0\n'
+        f'inferwatch_warmup_ttft_seconds{{phase="cold",worker="{W}"}} 2.5\n'
+        f'inferwatch_warmup_ttft_seconds{{phase="warm",worker="{W}"}} 0.25\n'
+        'inferwatch_warmup_ttft_seconds{phase="cold",worker="other"} 9\n'
+    )
+    r = rd.read_workers([(T0, rd.parse_exposition(gate + CAPTURE))])[W]
+    assert (r.ready, r.gate_deadline_exceeded) == (True, False)
+    assert r.warmup_ttft == {"cold": 2.5, "warm": 0.25}
+    warmup = WorkerPicture.of(r, "agent:9400").warmup
+    assert warmup is not None and (warmup.cold_ttft, warmup.warm_ttft) == (2.5, 0.25)
+
+
 def test_rates_come_from_two_scrapes_at_least_the_span_apart() -> None:
     moved = later(
         gen=(
