@@ -259,7 +259,7 @@ def test_gpu_memory_utilization_grows_the_kv_pool() -> None:
     )
     assert any("--weights" in n for n in pred.notes)
     llama = observe(samples(RAMP, queue=0, slots=8, flags={"max_num_seqs": "8"}))
-    llama.engine = "llamacpp"
+    llama.reading.engine = "llamacpp"
     with pytest.raises(ConfigError, match=r"llama\.cpp"):
         predict(llama, "gpu-memory-utilization", 0.9)
 

@@ -71,6 +71,21 @@ def test_one_scrape_reads_what_the_agent_wrote() -> None:
     assert (r.ready, r.gate_deadline_exceeded) == (None, None)
 
 
+def test_the_warm_up_gate_reads_its_ttft_by_phase() -> None:
+    gate = (
+        f'inferwatch_worker_ready{{worker="{W}"}} 1\n'
+        f'inferwatch_warmup_deadline_exceeded{{worker="{W}"}} 0\n'
+        f'inferwatch_warmup_ttft_seconds{{phase="cold",worker="{W}"}} 2.5\n'
+        f'inferwatch_warmup_ttft_seconds{{phase="warm",worker="{W}"}} 0.25\n'
+        'inferwatch_warmup_ttft_seconds{phase="cold",worker="other"} 9\n'
+    )
+    r = rd.read_workers([(T0, rd.parse_exposition(gate + CAPTURE))])[W]
+    assert (r.ready, r.gate_deadline_exceeded) == (True, False)
+    assert r.warmup_ttft == {"cold": 2.5, "warm": 0.25}
+    warmup = WorkerPicture.of(r, "agent:9400").warmup
+    assert warmup is not None and (warmup.cold_ttft, warmup.warm_ttft) == (2.5, 0.25)
+
+
 def test_rates_come_from_two_scrapes_at_least_the_span_apart() -> None:
     moved = later(
         gen=(
@@ -203,25 +218,19 @@ def test_the_twin_observes_the_reading_of_the_samples_with_engine_data() -> None
     start, end = load_phase(trace)
     scrapes = trace.scrapes(start - 7.5, end + 1)
     obs = observe(scrapes, None, 128)
+    w = obs.reading.worker
     engine = [
-        (t, s)
-        for t, s in scrapes
-        if rd.total(s, contract.GENERATION_TOKENS, worker=obs.worker) is not None
+        (t, s) for t, s in scrapes if rd.total(s, contract.GENERATION_TOKENS, worker=w) is not None
     ]
     assert len(engine) < len(scrapes)  # the first sample has no engine series: skipped
     r = rd.read_workers(
-        engine,
-        workers=[obs.worker],
-        devices={obs.worker: [{"gpu": g} for g in rd.gpus_of(engine, obs.worker, True)]},
-    )[obs.worker]
-    assert (obs.queue_mean, obs.running_mean, obs.kv_usage_peak) == (r.queue, r.running, r.kv)
-    assert (obs.ttft_p50, obs.ttft_p95, obs.gpu_utilization) == (
-        r.ttft.get("0.5"),
-        r.ttft.get("0.95"),
-        r.gpu_util,
-    )
-    assert obs.slots == r.capacity == 4 and obs.engine == r.engine == "llamacpp"
+        engine, workers=[w], devices={w: [{"gpu": g} for g in rd.gpus_of(engine, w, True)]}
+    )[w]
+    # the twin carries the reading itself, its launch flags those with a value
+    assert asdict(obs.reading) == asdict(replace(r, flags=r.known_flags))
+    assert obs.slots == r.capacity == 4 and obs.reading.engine == "llamacpp"
     # llama.cpp exports no KV cache and no TTFT quantiles here, and no request counter
-    assert (obs.kv_usage_peak, obs.ttft_p50) == (None, None)
-    assert obs.queue_mean > 30 and obs.gpu_utilization == pytest.approx(0.61125)
+    assert (obs.reading.kv, obs.reading.ttft) == (None, {})
+    assert obs.queue_mean > 30 and obs.reading.gpu_util == pytest.approx(0.61125)
+    assert obs.as_dict()["gpu_utilization"] == obs.reading.gpu_util
     assert obs.requests_from == "generated tokens / --output-tokens 128"

@@ -479,3 +479,31 @@ def test_a_fleet_without_gpu_series_renders_without_gpu_sections() -> None:
     assert ",current,gpu," not in table and ",previous,gpu," not in table
     assert ",worker,m,w0,,,requests,1000.0" in table
     assert "GPUS" not in render.text(report)
+
+
+def test_the_notes_say_what_the_data_leaves_out_once_each() -> None:
+    from dataclasses import replace
+
+    raw = _raw(util=0.5, vram=0.5, requests=(1000.0, 1000.0))
+    w0, w1 = raw.workers
+    raw = replace(
+        raw, workers=(replace(w0, over_capacity_seconds=None), w1), notes=("from the collector",)
+    )
+    notes = build_report(raw, T).notes
+    assert notes[:3] == (
+        "w0 (m): no inferwatch_tpot_seconds_bucket series, so its TPOT figures are left out "
+        "(the engine may not export it).",
+        "w0 (m): no inferwatch_e2e_latency_seconds_bucket series, so its end-to-end figures "
+        "are left out (the engine may not export it).",
+        "w0 (m): batch capacity (inferwatch_max_num_seqs) unknown, so time over capacity is "
+        "left out; set max_num_seqs in the agent's worker config.",
+    )
+    assert "SM activity (GPM) is not available for w0:1 GPU 0, w1:1 GPU 0" in notes[-2]
+    assert notes[-1] == "from the collector"
+    assert not any("No GPU series" in n for n in notes)
+    bare = build_report(replace(raw, gpus=(), notes=(notes[-1],) * 2), T).notes
+    assert bare[-2:] == (
+        "No GPU series (inferwatch_gpu_utilization_ratio) in either period: the GPU sections "
+        "are left out.",
+        "from the collector",
+    )

@@ -62,7 +62,7 @@ def test_the_reader_skips_a_sample_taken_before_the_engine_was_scraped() -> None
     assert total(scrapes[0][1], contract.GENERATION_TOKENS, worker="llama") is None
     obs = observe(scrapes, None, 128)
     assert obs.slots == 4 and obs.span > 30
-    assert obs.queue_mean > 10 and obs.running_when_queued == 4
+    assert obs.queue_mean > 10 and obs.reading.running_when_queued == 4
     fit_trace(trace)  # six busy windows: fitted, not refused
 
 

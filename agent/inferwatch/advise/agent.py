@@ -27,6 +27,7 @@ __all__ = [
     "parse_exposition",
     "pictures_from_scrapes",
     "read_agent",
+    "sample_agent",
     "sample_times",
     "workers_of",
 ]
@@ -73,6 +74,27 @@ def fetch_exposition(target: str, timeout: float) -> Scrape:
         raise Unreachable(f"{target} is not a Prometheus exposition: {exc}") from None
 
 
+def sample_agent(
+    url: str,
+    offsets: Sequence[float],
+    timeout: float = 10.0,
+    check: Callable[[Scrape], object] | None = None,
+) -> list[tuple[float, Scrape]]:
+    """An agent's ``/metrics`` (its base URL or that URL) parsed at each of ``offsets``
+    seconds after the first scrape's own time stamp (so the span is never short);
+    ``check`` reads the first scrape before the others are waited for (it raises to
+    refuse at once)."""
+    target = metrics_url(url)
+    scrapes: list[tuple[float, Scrape]] = []
+    for offset in offsets:
+        if scrapes and (delay := scrapes[0][0] + offset - time.time()) > 0:
+            time.sleep(delay)
+        scrapes.append((time.time(), fetch_exposition(target, timeout)))
+        if check is not None and len(scrapes) == 1:
+            check(scrapes[0][1])
+    return scrapes
+
+
 def read_agent(
     url: str,
     samples: int,
@@ -82,23 +104,10 @@ def read_agent(
     cold_within: float | None = None,
     check: Callable[[Scrape], object] | None = None,
 ) -> list[WorkerPicture]:
-    """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times`);
-    ``cold_within``: see :func:`pictures_from_scrapes`; ``check`` reads the first scrape
-    before the others are waited for (it raises to refuse at once)."""
+    """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times` and
+    :func:`sample_agent`); ``cold_within``: see :func:`pictures_from_scrapes`."""
     from urllib.parse import urlsplit
 
+    scrapes = sample_agent(url, sample_times(samples, every, min_span), timeout, check)
     base = url.rstrip("/")
-    target = metrics_url(url)
-    scrapes: list[tuple[float, Scrape]] = []
-    for offset in sample_times(samples, every, min_span):
-        if scrapes:
-            # from the first sample's own time stamp, so the span is never short
-            delay = scrapes[0][0] + offset - time.time()
-            if delay > 0:
-                time.sleep(delay)
-        scrape = fetch_exposition(target, timeout)
-        scrapes.append((time.time(), scrape))
-        if check is not None and len(scrapes) == 1:
-            check(scrape)
-    parts = urlsplit(base)
-    return pictures_from_scrapes(scrapes, parts.netloc or base, min_span, cold_within)
+    return pictures_from_scrapes(scrapes, urlsplit(base).netloc or base, min_span, cold_within)

@@ -61,7 +61,7 @@ def save_state(path: str, doc: dict[str, Any]) -> None:
 def outcome(obs: Observed, last: Scrape) -> dict[str, float | None]:
     """What the worker did over the observed span (TTFT where the engine reports it)."""
 
-    ttft = quantiles(last, contract.TTFT_QUANTILE_SECONDS, worker=obs.worker)
+    ttft = quantiles(last, contract.TTFT_QUANTILE_SECONDS, worker=obs.reading.worker)
     generated = sum(i.generated for i in obs.intervals)
     return {
         "throughput": generated / obs.span if obs.span > 0 else None,
@@ -76,10 +76,10 @@ def step(
 ) -> dict[str, Any] | None:
     """Update the state with one worker's observation; the change record, if flags changed."""
     now = time.time() if now is None else now
-    key = obs.worker
+    key = obs.reading.worker
     before = state["workers"].get(key)
-    flags_now = {k: obs.flags.get(k) for k in WATCHED}
-    if "max_num_seqs" not in obs.flags:
+    flags_now = {k: obs.reading.flags.get(k) for k in WATCHED}
+    if "max_num_seqs" not in obs.reading.flags:
         flags_now["max_num_seqs"] = str(obs.slots)
     record = None
     if before is not None:
@@ -95,8 +95,11 @@ def step(
                 obs,
                 slots=int(float(before["flags"].get("max_num_seqs") or before["slots"])),
                 batch_tokens=int(before["batch_tokens"]),
-                kv_usage=before.get("kv_usage"),
-                running_mean=before.get("running_mean", obs.running_mean),
+                reading=replace(
+                    obs.reading,
+                    kv_mean=before.get("kv_usage"),
+                    running=before.get("running_mean", obs.running_mean),
+                ),
             )
             pred = predict(old_obs, WATCHED[flag], value, old_fit)
             measured = outcome(obs, last)
@@ -124,7 +127,7 @@ def step(
         "flags": flags_now,
         "slots": obs.slots,
         "batch_tokens": obs.batch_tokens,
-        "kv_usage": obs.kv_usage,
+        "kv_usage": obs.reading.kv_mean,
         "running_mean": obs.running_mean,
         "fit": asdict(fit),
     }

@@ -111,43 +111,70 @@ def parse_what_if(text: str) -> tuple[str, float]:
 
 @dataclass
 class Observed:
-    """One worker over the observed span, as the twin needs it."""
+    """One worker over the observed span, as the twin needs it: its ``pack.reading``
+    reading over the samples that hold the engine's data (its launch flags those with a
+    value), and what the twin adds from the token and request counters."""
 
-    worker: str
-    engine: str
+    reading: rd.WorkerReading
     span: float
     intervals: list[Interval]
     load: Load
     slots: int
     batch_tokens: int
     batch_tokens_stated: bool
-    flags: dict[str, str]
     requests_from: str
-    gpu_utilization: float | None = None
-    kv_usage: float | None = None
-    kv_usage_peak: float | None = None
-    queue_mean: float = 0.0
-    running_mean: float = 0.0
-    #: the batch over the samples where requests waited (None: none waited)
-    running_when_queued: float | None = None
-    long_prompt_share: float | None = None
-    vram_total_bytes: float | None = None
-    #: the engine's own TTFT quantiles at the end of the span (None where it has none)
-    ttft_p50: float | None = None
-    ttft_p95: float | None = None
-    busy: float | None = None
     #: the engine's mean time per output token while it served (None: not exported)
     tpot: float | None = None
-    #: no GPU seen for the worker (a CPU engine)
-    cpu: bool = False
+
+    @property
+    def queue_mean(self) -> float:
+        """The mean queue over the samples (0: the engine exports none)."""
+        return self.reading.queue or 0.0
+
+    @property
+    def running_mean(self) -> float:
+        return self.reading.running or 0.0
+
+    @property
+    def busy(self) -> float | None:
+        """The share of the span the engine served (running at both ends of an interval)."""
+        return sum(i.dt for i in self.intervals if i.busy) / self.span if self.span > 0 else None
+
+    @property
+    def cpu(self) -> bool:
+        """No GPU seen for the worker (a CPU engine)."""
+        return not self.reading.gpus
 
     def fit(self) -> StepFit:
         return fit_steps(self.intervals, tpot=self.tpot, compute_bound=self.cpu)
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.pop("intervals")
-        return out
+        """The JSON's "observed": the twin's figures, the reading's under the twin's names."""
+        r = self.reading
+        return {
+            "worker": r.worker,
+            "engine": r.engine,
+            "span": self.span,
+            "load": asdict(self.load),
+            "slots": self.slots,
+            "batch_tokens": self.batch_tokens,
+            "batch_tokens_stated": self.batch_tokens_stated,
+            "flags": dict(r.flags),
+            "requests_from": self.requests_from,
+            "gpu_utilization": r.gpu_util,
+            "kv_usage": r.kv_mean,
+            "kv_usage_peak": r.kv,
+            "queue_mean": self.queue_mean,
+            "running_mean": self.running_mean,
+            "running_when_queued": r.running_when_queued,
+            "long_prompt_share": r.long_prompt_share,
+            "vram_total_bytes": r.vram_total_bytes,
+            "ttft_p50": r.ttft.get("0.5"),
+            "ttft_p95": r.ttft.get("0.95"),
+            "busy": self.busy,
+            "tpot": self.tpot,
+            "cpu": self.cpu,
+        }
 
 
 #: the series that name a worker to the twin (an engine's batch, or its info)
@@ -189,26 +216,21 @@ def precheck(
     what_if: tuple[str, float] | None,
     output_tokens: float | None = None,
 ) -> str:
-    """What one scrape already says about a what-if, before the span is watched: the
-    worker (``choose_worker``), and a question the span can never answer: a slot count
-    past ``EXTRAPOLATE_MAX`` x the worker's slots (no batch observed can be larger than
-    its slots), a flag its engine does not have, a KV pool or a request count its
-    engine does not export. Raises ``NotEnough`` (or the worker's refusal); returns the
-    worker."""
+    """What one scrape already says about a what-if before the span is watched: the worker
+    (``choose_worker``; returned) and the questions no span answers, refused with
+    ``NotEnough``: slots unknown, requests not counted, a slot count past
+    ``EXTRAPOLATE_MAX`` x the worker's slots, a flag its engine or its info lacks."""
     name = choose_worker(scrape, worker)
-    info = rd.values(scrape, c.WORKER_INFO, worker=name)
-    labels = info[0][0] if info else {}
-    engine_seen = rd.total(scrape, c.GENERATION_TOKENS, worker=name) is not None
-    slots_metric = rd.values(scrape, c.MAX_NUM_SEQS, worker=name)
-    slots = slots_metric[0][1] if slots_metric else _num(labels.get("max_num_seqs"))
-    if engine_seen and not slots:
-        raise NotEnough(f"{name}: {_NO_SLOTS}")
-    counted = any(rd.total(scrape, n, worker=name) is not None for n in _REQUEST_COUNTERS)
-    if engine_seen and not counted and not output_tokens:
-        raise NotEnough(f"{name}: {_NO_COUNT}")
-    if what_if is None:
-        return name
-    flag, value = what_if
+    r = rd.read_workers([(0.0, scrape)], workers=[name])[name]
+    slots = r.capacity if r.capacity is not None else _num(r.flags.get("max_num_seqs"))
+    if rd.total(scrape, c.GENERATION_TOKENS, worker=name) is not None:  # the engine's data
+        if not slots:
+            raise NotEnough(f"{name}: {_NO_SLOTS}")
+        if not output_tokens and all(
+            rd.total(scrape, n, worker=name) is None for n in _REQUEST_COUNTERS
+        ):
+            raise NotEnough(f"{name}: {_NO_COUNT}")
+    flag, value = what_if or ("", 0.0)
     if flag == "max-num-seqs" and slots and value > EXTRAPOLATE_MAX * slots:
         raise NotEnough(
             f"{name}: {flag}={value:g} is {value / slots:.1f}x its {slots:g} slots, and no "
@@ -216,14 +238,17 @@ def precheck(
             f"the largest batch observed (max-num-seqs={math.floor(slots * EXTRAPOLATE_MAX)} "
             "at most): change in steps"
         )
-    if flag == "gpu-memory-utilization":
-        engine = labels.get("engine", "")
-        if engine == "llamacpp":
-            raise ConfigError(
-                SOURCE, "--what-if", "a flag llama.cpp has (it has no gpu-memory-utilization)", flag
-            )
-        if info and _num(labels.get("gpu_memory_utilization")) is None:
-            raise NotEnough(f"{name}: the launch flags do not state gpu_memory_utilization")
+    if flag == "gpu-memory-utilization" and r.engine == "llamacpp":
+        raise ConfigError(
+            SOURCE, "--what-if", "a flag llama.cpp has (it has no gpu-memory-utilization)", flag
+        )
+    stated = _num(r.flags.get("gpu_memory_utilization")) is not None
+    if (
+        flag == "gpu-memory-utilization"
+        and not stated
+        and rd.values(scrape, c.WORKER_INFO, worker=name)
+    ):
+        raise NotEnough(f"{name}: the launch flags do not state gpu_memory_utilization")
     return name
 
 
@@ -240,105 +265,72 @@ def observe(
     worker = choose_worker([sample for _, s in scrapes for sample in s], worker)
     # samples without the engine's data (an agent that had not scraped the engine yet, or
     # lost it for a while) say nothing about the engine: skip them, do not refuse
+    needed = (c.GENERATION_TOKENS, c.REQUESTS_RUNNING)
     scrapes = [
-        (t, s)
-        for t, s in scrapes
-        if rd.total(s, c.GENERATION_TOKENS, worker=worker) is not None
-        and rd.total(s, c.REQUESTS_RUNNING, worker=worker) is not None
+        (t, s) for t, s in scrapes if all(rd.total(s, f, worker=worker) is not None for f in needed)
     ]
     if len(scrapes) < 2:
         raise NotEnough(
             f"{worker}: {len(scrapes)} sample(s) with {c.GENERATION_TOKENS} and "
             f"{c.REQUESTS_RUNNING}: the engine must export token counters and its batch"
         )
+    t = [at for at, _ in scrapes]
     gen, prompt, running, queue = (
-        rd.series(scrapes, f, worker)
+        [v or 0.0 for v in rd.series(scrapes, f, worker)]
         for f in (c.GENERATION_TOKENS, c.PROMPT_TOKENS, c.REQUESTS_RUNNING, c.QUEUE_DEPTH)
     )
-    intervals = []
-    for i in range(1, len(scrapes)):
-        g0, g1, p0, p1 = gen[i - 1], gen[i], prompt[i - 1], prompt[i]
-        r0, r1 = running[i - 1], running[i]
-        if None in (g0, g1, r0, r1):
-            continue
-        assert g0 is not None and g1 is not None and r0 is not None and r1 is not None
-        if g1 < g0:  # a restart in between
-            continue
-        dp = (p1 or 0.0) - (p0 or 0.0)
-        intervals.append(
-            Interval(
-                dt=scrapes[i][0] - scrapes[i - 1][0],
-                running=(r0 + r1) / 2,
-                generated=g1 - g0,
-                prompt=max(dp, 0.0),
-                busy=r0 > 0 and r1 > 0,
-            )
+    intervals = [
+        Interval(
+            dt=t[i] - t[i - 1],
+            running=(running[i - 1] + running[i]) / 2,
+            generated=gen[i] - gen[i - 1],
+            prompt=max(prompt[i] - prompt[i - 1], 0.0),
+            busy=running[i - 1] > 0 and running[i] > 0,
         )
-    first_t, first = scrapes[0]
-    last_t, last = scrapes[-1]
-    span = last_t - first_t
-    generated = (gen[-1] or 0.0) - (gen[0] or 0.0)
-    prompted = (prompt[-1] or 0.0) - (prompt[0] or 0.0)
-    requests, requests_from = 0.0, ""
-    for counter in _REQUEST_COUNTERS:
-        if added := rd.increase(first, last, counter, worker):
-            requests, requests_from = added, counter
-            break
-    else:
+        for i in range(1, len(t))
+        if gen[i] >= gen[i - 1]  # else a restart in between
+    ]
+    span, generated = t[-1] - t[0], gen[-1] - gen[0]
+    counted = (
+        (n, rd.increase(scrapes[0][1], scrapes[-1][1], n, worker)) for n in _REQUEST_COUNTERS
+    )
+    requests_from, requests = next(((n, v) for n, v in counted if v), ("", 0.0))
+    if not requests_from:
         if not output_tokens:
             raise NotEnough(f"{worker}: {_NO_COUNT}")
         requests = generated / output_tokens
         requests_from = f"generated tokens / --output-tokens {output_tokens:g}"
     if requests <= 0 or generated <= 0:
         raise NotEnough(f"{worker}: no request finished in the {span:.0f} s observed")
+    r = rd.read_workers(scrapes, workers=[worker])[worker]
+    slots = r.capacity if r.capacity is not None else _num(r.flags.get("max_num_seqs"))
+    if not slots:
+        raise NotEnough(f"{worker}: {_NO_SLOTS}")
     out_mean = output_tokens or generated / requests
     pieces = _arrival_pieces(scrapes, worker, gen, queue, running, requests_from, out_mean)
-    total = sum((t1 - t0) * r for t0, t1, r in pieces)
-    open_a = (queue[0] or 0.0) + (running[0] or 0.0)
-    open_b = (queue[-1] or 0.0) + (running[-1] or 0.0)
-    arrivals = max(requests + open_b - open_a, requests)
-    # its GPUs: those its processes hold memory on, else (one worker) all the agent's
-    seen = rd.read_workers(scrapes, workers=[worker])[worker]
-    flags = seen.known_flags
-    slots_v = seen.capacity if seen.capacity is not None else _num(flags.get("max_num_seqs"))
-    if not slots_v:
-        raise NotEnough(f"{worker}: {_NO_SLOTS}")
-    bt = _num(flags.get("max_num_batched_tokens"))
-    return Observed(
-        worker=worker,
-        engine=seen.engine,
+    total = sum((t1 - t0) * n for t0, t1, n in pieces)
+    arrivals = max(requests + (queue[-1] + running[-1]) - (queue[0] + running[0]), requests)
+    bt = _num(r.flags.get("max_num_batched_tokens"))
+    load = Load(
         span=span,
-        intervals=intervals,
-        load=Load(
-            span=span,
-            arrival_rate=arrivals / span if span > 0 else 0.0,
-            prompt_tokens=prompted / requests,
-            output_tokens=out_mean,
-            queue_start=queue[0] or 0.0,
-            running_start=running[0] or 0.0,
-            # the pieces scaled to the arrivals counted over the whole span
-            pieces=tuple((t0, t1, r * arrivals / total) for t0, t1, r in pieces)
-            if total > 0
-            else (),
-        ),
-        slots=int(slots_v),
+        arrival_rate=arrivals / span if span > 0 else 0.0,
+        prompt_tokens=(prompt[-1] - prompt[0]) / requests,
+        output_tokens=out_mean,
+        queue_start=queue[0],
+        running_start=running[0],
+        # the pieces scaled to the arrivals counted over the whole span
+        pieces=tuple((t0, t1, n * arrivals / total) for t0, t1, n in pieces) if total > 0 else (),
+    )
+    return Observed(
+        replace(r, flags=r.known_flags),
+        span,
+        intervals,
+        load,
+        slots=int(slots),
         batch_tokens=int(bt) if bt else DEFAULT_BATCH_TOKENS,
         batch_tokens_stated=bool(bt),
-        flags=flags,
         requests_from=requests_from,
-        gpu_utilization=seen.gpu_util,
-        kv_usage=seen.kv_mean,
-        kv_usage_peak=seen.kv,
-        queue_mean=seen.queue or 0.0,
-        running_mean=seen.running or 0.0,
-        running_when_queued=seen.running_when_queued,
-        long_prompt_share=seen.long_prompt_share,
-        vram_total_bytes=seen.vram_total_bytes,
-        ttft_p50=seen.ttft.get("0.5"),
-        ttft_p95=seen.ttft.get("0.95"),
-        busy=sum(i.dt for i in intervals if i.busy) / span if span > 0 else None,
         tpot=_tpot(scrapes, worker),
-        cpu=not seen.gpus,
     )
 
 
@@ -520,11 +512,11 @@ class Prediction:
 
 def kv_pool_tokens(obs: Observed) -> float | None:
     """The KV pool in tokens, from the observed usage and tokens held per running sequence."""
-    if not obs.kv_usage or obs.kv_usage <= 0 or obs.running_mean <= 0:
+    if not obs.reading.kv_mean or obs.reading.kv_mean <= 0 or obs.running_mean <= 0:
         return None
     # a running sequence holds its prompt and, on average, half its answer
     held = obs.running_mean * (obs.load.prompt_tokens + obs.load.output_tokens / 2)
-    return held / obs.kv_usage
+    return held / obs.reading.kv_mean
 
 
 def current_setting(obs: Observed) -> Setting:
@@ -585,8 +577,8 @@ def sampled(fig: Figures, out: Outcome) -> list[Figures]:
 
 def figures(out: Outcome, setting: Setting, obs: Observed, base_busy: float | None) -> Figures:
     util = None
-    if obs.gpu_utilization is not None and base_busy:
-        util = min(1.0, obs.gpu_utilization * out.busy / base_busy)
+    if obs.reading.gpu_util is not None and base_busy:
+        util = min(1.0, obs.reading.gpu_util * out.busy / base_busy)
     return Figures(
         setting={
             "slots": setting.slots,
@@ -618,18 +610,22 @@ def new_setting(
     if flag == "replicas":
         return replace(base, replicas=int(value)), notes
     # gpu-memory-utilization
-    if obs.engine == "llamacpp":
+    if obs.reading.engine == "llamacpp":
         raise ConfigError(
             SOURCE, "--what-if", "a flag llama.cpp has (it has no gpu-memory-utilization)", flag
         )
-    old = _num(obs.flags.get("gpu_memory_utilization"))
+    old = _num(obs.reading.flags.get("gpu_memory_utilization"))
     if old is None:
-        raise NotEnough(f"{obs.worker}: the launch flags do not state gpu_memory_utilization")
+        raise NotEnough(
+            f"{obs.reading.worker}: the launch flags do not state gpu_memory_utilization"
+        )
     if base.kv_tokens is None:
-        raise NotEnough(f"{obs.worker}: no {c.KV_CACHE_USAGE_RATIO}: the KV pool is unknown")
-    if weights_bytes and obs.vram_total_bytes:
-        pool_old = old * obs.vram_total_bytes - weights_bytes
-        pool_new = value * obs.vram_total_bytes - weights_bytes
+        raise NotEnough(
+            f"{obs.reading.worker}: no {c.KV_CACHE_USAGE_RATIO}: the KV pool is unknown"
+        )
+    if weights_bytes and obs.reading.vram_total_bytes:
+        pool_old = old * obs.reading.vram_total_bytes - weights_bytes
+        pool_new = value * obs.reading.vram_total_bytes - weights_bytes
         if pool_new <= 0:
             raise ConfigError(
                 SOURCE, "--what-if", "a share that leaves room for the weights", value
@@ -648,8 +644,8 @@ def observed_figures(obs: Observed) -> dict[str, float | None]:
     """The figures of the observation the twin's replay is held to."""
     return {
         "throughput": sum(i.generated for i in obs.intervals) / obs.span if obs.span else None,
-        "ttft_p50": obs.ttft_p50,
-        "ttft_p95": obs.ttft_p95,
+        "ttft_p50": obs.reading.ttft.get("0.5"),
+        "ttft_p95": obs.reading.ttft.get("0.95"),
     }
 
 
@@ -700,7 +696,7 @@ def predict(
         ratio = reach / fit.batch_max
         if ratio > EXTRAPOLATE_MAX:
             raise NotEnough(
-                f"{obs.worker}: {flag}={value:g} is {ratio:.1f}x the largest batch observed "
+                f"{obs.reading.worker}: {flag}={value:g} is {ratio:.1f}x the largest batch observed "
                 f"({fit.batch_max:.1f}); the twin goes to {EXTRAPOLATE_MAX:g}x "
                 f"(max-num-seqs={math.floor(fit.batch_max * EXTRAPOLATE_MAX)}): change in steps"
             )
@@ -764,7 +760,7 @@ def predict(
             f"prompt tokens per step: {DEFAULT_BATCH_TOKENS} (the launch flags do not say)"
         )
     return Prediction(
-        worker=obs.worker,
+        worker=obs.reading.worker,
         flag=flag,
         value=value,
         fit=fit,
@@ -833,18 +829,22 @@ def suggest(
     fit = fit or obs.fit()
     # every slot busy while requests waited (an idle sample at the edge of the span
     # does not hide a deep queue)
-    batch = obs.running_when_queued if obs.running_when_queued is not None else obs.running_mean
+    batch = (
+        obs.reading.running_when_queued
+        if obs.reading.running_when_queued is not None
+        else obs.running_mean
+    )
     slots_busy = batch >= 0.9 * obs.slots
     over = obs.queue_mean >= 1.0 and slots_busy
     busy_time = sum(i.dt for i in obs.intervals if i.busy) or 1.0
     prefill_share = sum(fit.p * i.prompt for i in obs.intervals if i.busy) / busy_time
     long_prompts = (
-        obs.long_prompt_share or 0.0
+        obs.reading.long_prompt_share or 0.0
     ) >= long_prompt_share or prefill_share >= PREFILL_SHARE
-    gpu_sat = obs.gpu_utilization is not None and obs.gpu_utilization >= gpu_saturated
-    kv_is_full = obs.kv_usage_peak is not None and obs.kv_usage_peak >= kv_full
+    gpu_sat = obs.reading.gpu_util is not None and obs.reading.gpu_util >= gpu_saturated
+    kv_is_full = obs.reading.kv is not None and obs.reading.kv >= kv_full
     levers = L.queue_levers(
-        obs.queue_mean, obs.slots, obs.running_mean, obs.kv_usage_peak, obs.gpu_utilization, t
+        obs.queue_mean, obs.slots, obs.running_mean, obs.reading.kv, obs.reading.gpu_util, t
     )
     if levers:
         return _paging(obs, fit, levers, batch, slots_busy, kv_is_full, gpu_sat, t)
@@ -865,7 +865,7 @@ def suggest(
         need = _replicas_for(obs, fit)
         return Suggestion(
             "replicas",
-            f"the KV cache is full (peak {obs.kv_usage_peak:.0%}): more slots would preempt; "
+            f"the KV cache is full (peak {obs.reading.kv:.0%}): more slots would preempt; "
             "add replicas (or FP8 KV, a larger gpu-memory-utilization)",
             "replicas",
             need,
@@ -886,7 +886,7 @@ def suggest(
         need = _replicas_for(obs, fit)
         return Suggestion(
             "replicas",
-            f"the GPU is saturated ({obs.gpu_utilization:.0%}): more slots only lengthen each step; "
+            f"the GPU is saturated ({obs.reading.gpu_util:.0%}): more slots only lengthen each step; "
             "add replicas",
             "replicas",
             need,
@@ -907,11 +907,11 @@ def suggest(
     return Suggestion(
         "slots",
         f"queue {obs.queue_mean:.1f} with every slot busy ({batch:.1f} of {obs.slots}), "
-        + (f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen")
-        + (f", KV {obs.kv_usage_peak:.0%}" if obs.kv_usage_peak is not None else "")
+        + (f"GPU {obs.reading.gpu_util:.0%}" if obs.reading.gpu_util is not None else "no GPU seen")
+        + (f", KV {obs.reading.kv:.0%}" if obs.reading.kv is not None else "")
         + (
             ": the slots are the bound, not the GPU; raise them before adding a replica"
-            if obs.gpu_utilization is not None
+            if obs.reading.gpu_util is not None
             else ": the slots are the bound; with no GPU seen the twin takes a step to grow "
             "with the batch, so more slots gain little throughput (see the band)"
         ),
@@ -949,8 +949,8 @@ def _paging(
     GPU busy the lever is replicas, and what more slots would do is shown after it, as
     information (``advised`` False); with the GPU idle under its line, the slots first,
     replicas second."""
-    cap = L.batch_capacity(obs.slots, obs.running_mean, obs.kv_usage_peak, t) or obs.slots
-    gpu = f"GPU {obs.gpu_utilization:.0%}" if obs.gpu_utilization is not None else "no GPU seen"
+    cap = L.batch_capacity(obs.slots, obs.running_mean, obs.reading.kv, t) or obs.slots
+    gpu = f"GPU {obs.reading.gpu_util:.0%}" if obs.reading.gpu_util is not None else "no GPU seen"
     line = f"{t.gpu_utilization.idle_below:.0%}"
     page = (
         f"queue {obs.queue_mean:.1f} over what the worker can batch ({cap:.3g}): "
@@ -977,7 +977,7 @@ def _paging(
             then=replicas("if the queue outlasts the restart, or the new slot count does not fit"),
         )
     if kv_is_full:
-        why = f"the KV cache is full (peak {obs.kv_usage_peak:.0%}): more slots would preempt"
+        why = f"the KV cache is full (peak {obs.reading.kv:.0%}): more slots would preempt"
     elif obs.cpu and (obs.busy or 0.0) >= 0.9:
         why = (
             f"no GPU seen and the engine busy {obs.busy:.0%} of the time: a CPU engine at its "

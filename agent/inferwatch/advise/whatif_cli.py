@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-from inferwatch.advise.agent import Scrape, fetch_exposition, metrics_url
+from inferwatch.advise.agent import Scrape, sample_agent
 from inferwatch.advise.model import Unreachable, finite
 from inferwatch.advise.twin import NotEnough
 from inferwatch.advise.whatif import (
@@ -58,19 +57,8 @@ def scrape_agent(
 ) -> list[tuple[float, Scrape]]:
     """The agent's ``/metrics`` every ``every`` seconds for ``span`` seconds; ``check``
     reads the first scrape before the span is watched (it raises to refuse at once)."""
-    target = metrics_url(url)
-    out: list[tuple[float, Scrape]] = []
-    start = time.time()
-    n = max(2, int(span / every) + 1)
-    for i in range(n):
-        delay = start + i * every - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        scrape = fetch_exposition(target, timeout)
-        out.append((time.time(), scrape))
-        if i == 0 and check is not None:
-            check(scrape)
-    return out
+    offsets = [i * every for i in range(max(2, int(span / every) + 1))]
+    return sample_agent(url, offsets, timeout, check)
 
 
 def scrape_prometheus(
@@ -124,7 +112,7 @@ def render_prediction(pred: Prediction) -> str:
     obs = pred.observed
     fit = pred.fit
     lines = [
-        f"What if {pred.flag}={pred.value:g} on {pred.worker} ({obs.engine or 'engine ?'}, "
+        f"What if {pred.flag}={pred.value:g} on {pred.worker} ({obs.reading.engine or 'engine ?'}, "
         f"{obs.slots} slots now), from {obs.span:.0f} s observed:",
     ]
     if pred.trust is not None and not pred.trust.trusted:
@@ -144,8 +132,8 @@ def render_prediction(pred: Prediction) -> str:
     observed: dict[str, float | None] = {
         **observed_figures(obs),
         "queue": obs.queue_mean,
-        "gpu_utilization": obs.gpu_utilization,
-        "kv_usage": obs.kv_usage_peak,
+        "gpu_utilization": obs.reading.gpu_util,
+        "kv_usage": obs.reading.kv,
         "busy": obs.busy,
     }
     for label, unit, key in ROWS:

@@ -120,11 +120,14 @@ def bucket_deltas(
     return out
 
 
-def quantiles(scrape: Scrape, family: c.Family, **match: str) -> dict[str, float]:
-    """A quantile gauge's values by its ``quantile`` label (the highest where series repeat)."""
+def quantiles(
+    scrape: Scrape, family: c.Family, label: str = "quantile", **match: str
+) -> dict[str, float]:
+    """A gauge's values by its ``label`` (a quantile gauge's ``quantile``; the highest where
+    series repeat)."""
     out: dict[str, float] = {}
     for labels, value in values(scrape, family, **match):
-        q = labels.get("quantile")
+        q = labels.get(label)
         if q is not None:
             out[q] = max(out.get(q, value), value)
     return out
@@ -320,12 +323,16 @@ SCRAPE_FIELDS: dict[str, tuple[c.Family, PerScrape, Callable[[list[float | None]
     "ready": (c.WORKER_READY, peak, None),
     "gate_deadline_exceeded": (c.WARMUP_DEADLINE_EXCEEDED, peak, None),
 }  # fmt: skip
-#: the agent's own window figures, from the last scrape: field -> quantile family
-SCRAPE_QUANTILES = {
-    "ttft": c.TTFT_QUANTILE_SECONDS,
-    "tpot": c.TPOT_QUANTILE_SECONDS,
-    "e2e": c.E2E_LATENCY_QUANTILE_SECONDS,
+#: figures by a label from the last scrape (the agent's window quantiles, the warm-up
+#: gate's TTFT by phase): field -> (family, label)
+SCRAPE_BY_LABEL = {
+    "ttft": (c.TTFT_QUANTILE_SECONDS, "quantile"),
+    "tpot": (c.TPOT_QUANTILE_SECONDS, "quantile"),
+    "e2e": (c.E2E_LATENCY_QUANTILE_SECONDS, "quantile"),
+    "warmup_ttft": (c.WARMUP_TTFT_SECONDS, "phase"),
 }
+#: rates from the first and the last scrape: field -> counter
+SCRAPE_RATES = {"preemption_rate": c.PREEMPTIONS, "request_rate": c.REQUESTS_FINISHED}
 
 
 def read_workers(
@@ -362,8 +369,8 @@ def read_workers(
                 else over(series(scrapes, family, w, per))
             )
             r.set(attr, v, last_t)
-        for attr, family in SCRAPE_QUANTILES.items():
-            setattr(r, attr, quantiles(last, family, worker=w))
+        for attr, (family, label) in SCRAPE_BY_LABEL.items():
+            setattr(r, attr, quantiles(last, family, label, worker=w))
         running, queue = series(scrapes, c.REQUESTS_RUNNING, w), series(scrapes, c.QUEUE_DEPTH, w)
         r.running_when_queued = mean(n for n, q in zip(running, queue, strict=True) if q and q >= 1)
         # the batch's labels (the last series' where they differ), else its info's
@@ -390,10 +397,7 @@ def read_workers(
         r.vram_total_bytes = maximum(_gpu_figure(last, own, c.GPU_MEMORY_TOTAL_BYTES, None))
         r.xid_errors = xid_increase(first, last, r.gpus) if r.gpus else None
         if span >= min_rate_span:
-            for attr, counter in (
-                ("preemption_rate", c.PREEMPTIONS),
-                ("request_rate", c.REQUESTS_FINISHED),
-            ):
+            for attr, counter in SCRAPE_RATES.items():
                 added = increase(first, last, counter, w) if span > 0 else None
                 setattr(r, attr, None if added is None else added / span)
             deltas = bucket_deltas(
@@ -402,9 +406,6 @@ def read_workers(
             r.long_prompt_share = L.long_prompt_share(deltas) if deltas else None
         if cold_within is not None and r.uptime is not None and r.uptime < cold_within:
             r.ttft_p95_since_start, r.ttft_count_since_start = since_start(last, w)
-        for phase in ("cold", "warm"):
-            if (v := peak(last, c.WARMUP_TTFT_SECONDS, worker=w, phase=phase)) is not None:
-                r.warmup_ttft[phase] = v
     return out
 
 

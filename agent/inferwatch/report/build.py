@@ -15,6 +15,7 @@ from inferwatch.report.summary import (
     ModelFigures,
     Report,
     alert_figures,
+    data_notes,
     gpu_figures,
     scope_figures,
 )
@@ -47,7 +48,7 @@ def build_report(raw: RawData, t: Thresholds, generated_at: float | None = None)
         gpus=gpus,
         alerts=alerts,
         findings=(),
-        notes=raw.notes,
+        notes=data_notes(raw),
         hourly=raw.hourly,
     )
     return replace(report, findings=tuple(find(report)))

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.engines import contract
 from inferwatch.pack.thresholds import Thresholds
 from inferwatch.stats import Over, histogram_quantile
 
@@ -19,6 +20,12 @@ DAY = 86400.0
 QUANTILES = (0.5, 0.95, 0.99)
 LATENCIES = ("ttft", "tpot", "e2e")
 LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "End-to-end"}
+#: the histogram each latency is read from
+HISTOGRAMS = {
+    "ttft": contract.TTFT_SECONDS,
+    "tpot": contract.TPOT_SECONDS,
+    "e2e": contract.E2E_LATENCY_SECONDS,
+}
 # The SLOs of thresholds.yaml are on the P99: a period meets one when at least
 # 99 % of its observations are within the target.
 SLO_TARGET = 0.99

@@ -47,6 +47,7 @@ from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
     DAY,
+    HISTOGRAMS,
     Buckets,
     Daily,
     Hourly,
@@ -63,11 +64,6 @@ SUBQUERY_STEP = 60
 ALERT_STEP = 60
 HOUR = 3600.0
 
-HISTOGRAMS = {
-    "ttft": contract.TTFT_SECONDS,
-    "tpot": contract.TPOT_SECONDS,
-    "e2e": contract.E2E_LATENCY_SECONDS,
-}
 WORKER_KEY = ("model", "worker")
 LATENCY_STEPS = {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}
 #: the per-day series of RawWorker read as they are (the first three never None)
@@ -286,35 +282,21 @@ class Collector:
         # A worker known only by name (target_up carries no model) folds into the
         # (model, worker) rows its other series name.
         named = {k[1] for k in keys if k[0]}
-        out = []
         empty: Daily = (None,) * len(self.ends)
-        for model, worker in (k for k in keys if k[0] or k[1] not in named):
-            key = (model, worker)
-            lat = {name: got[name][key] for name in HISTOGRAMS if key in got[name]}
-            for name in (n for n in HISTOGRAMS if n not in lat):
-                self.notes.append(
-                    f"{worker} ({model}): no {HISTOGRAMS[name]}_bucket series, so its "
-                    f"{name.upper() if name != 'e2e' else 'end-to-end'} figures are left "
-                    "out (the engine may not export it)."
-                )
-            if key not in got["over_capacity_seconds"]:
-                self.notes.append(
-                    f"{worker} ({model}): batch capacity ({contract.MAX_NUM_SEQS}) unknown, so "
-                    "time over capacity is left out; set max_num_seqs in the agent's worker "
-                    "config."
-                )
+        out = []
+        for key in (k for k in keys if k[0] or k[1] not in named):
             at: dict[str, Any] = {n: got[n].get(key) for n in DAILY_FIELDS}
             out.append(
                 RawWorker(
                     **{**at, **{n: at[n] or empty for n in DAILY_FIELDS[:3]}},
-                    model=model,
-                    worker=worker,
+                    model=key[0],
+                    worker=key[1],
                     engine=engines.get(key, ""),
                     instances=tuple(sorted(instances.get(key, set()))),
-                    latency=lat,
+                    latency={name: got[name][key] for name in HISTOGRAMS if key in got[name]},
                     cold_latency={"ttft": got["cold"][key]} if key in got["cold"] else {},
-                    present=worker in present,
-                    started=got["started"].get(("", worker)),
+                    present=key[1] in present,
+                    started=got["started"].get(("", key[1])),
                 )
             )
         return tuple(out)
@@ -379,11 +361,7 @@ class Collector:
         for s in self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end):
             if s.labels.get("uuid", "") in ident:
                 ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
-        if not ident:
-            self.notes.append(
-                f"No GPU series ({contract.GPU_UTILIZATION_RATIO}) in either period: the GPU "
-                "sections are left out."
-            )
+        if not ident:  # no GPU series in either period (summary.data_notes says so)
             for step in _GPU_STEPS:
                 self.step(step)
             return ()
@@ -427,14 +405,11 @@ class Collector:
         mapped = S.GPU_PROCESS_MEMORY_LAST.render(window=span, by="uuid, worker", agg="group")
         for s in self.client.instant(mapped, end):
             mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
-        no_gpm = []
         empty: Daily = (None,) * len(self.ends)
         out = []
         for uuid in sorted(ident, key=lambda u: (ident[u]["instance"], ident[u]["gpu"], u)):
             at: dict[str, Any] = {name: d.get((uuid,)) for name, d in daily.items()}
             gpu: dict[str, Any] = ident[uuid]
-            if (sm_week := sm.get(uuid, {}).get("mean")) is None:
-                no_gpm.append(f"{gpu['instance']} GPU {gpu['gpu']}")
             served = mapping.get(uuid) or {
                 w.worker for w in workers if gpu["instance"] in w.instances
             }
@@ -445,17 +420,10 @@ class Collector:
                     util_daily={k: util_daily.get(uuid, {}).get(k, empty) for k in stats},
                     band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in bands},
                     util_week=util_week.get(uuid, {}),
-                    sm_active_week=sm_week,
+                    sm_active_week=sm.get(uuid, {}).get("mean"),
                     workers=tuple(sorted(served)),
                     pressure_from="gpu_memory" if at["pressure_peak"] is None else "kv_cache",
                 )
-            )
-        if no_gpm:
-            self.notes.append(
-                "SM activity (GPM) is not available for "
-                + ", ".join(no_gpm)
-                + ": GPM needs a Hopper or newer GPU and a recent driver; only NVML "
-                "utilization is shown for it."
             )
         return tuple(out)
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inferwatch.engines import contract
 from inferwatch.pack import fmt
 from inferwatch.pack import loops as L
 from inferwatch.pack.ranking import Move
 from inferwatch.pack.thresholds import Thresholds
 from inferwatch.report.model import (
     DAY,
+    HISTOGRAMS,
     LATENCIES,
     QUANTILES,
     Buckets,
@@ -407,6 +409,38 @@ def gpu_figures(raw: RawGpu, period: Period, worker_models: dict[str, str]) -> G
         waste_alert_daily=raw.waste_alert_daily,
         pressure_daily=pressure,
     )
+
+
+def data_notes(raw: RawData) -> tuple[str, ...]:
+    """What the report leaves out and why, once each: a worker's latency histogram or
+    batch capacity missing, no GPU series, GPUs without GPM; then the collector's notes."""
+    out = []
+    for w in raw.workers:
+        for name in (n for n in HISTOGRAMS if n not in w.latency):
+            out.append(
+                f"{w.worker} ({w.model}): no {HISTOGRAMS[name]}_bucket series, so its "
+                f"{name.upper() if name != 'e2e' else 'end-to-end'} figures are left "
+                "out (the engine may not export it)."
+            )
+        if w.over_capacity_seconds is None:
+            out.append(
+                f"{w.worker} ({w.model}): batch capacity ({contract.MAX_NUM_SEQS}) unknown, so "
+                "time over capacity is left out; set max_num_seqs in the agent's worker "
+                "config."
+            )
+    if not raw.gpus:
+        out.append(
+            f"No GPU series ({contract.GPU_UTILIZATION_RATIO}) in either period: the GPU "
+            "sections are left out."
+        )
+    if no_gpm := [f"{g.instance} GPU {g.gpu}" for g in raw.gpus if g.sm_active_week is None]:
+        out.append(
+            "SM activity (GPM) is not available for "
+            + ", ".join(no_gpm)
+            + ": GPM needs a Hopper or newer GPU and a recent driver; only NVML "
+            "utilization is shown for it."
+        )
+    return tuple(dict.fromkeys([*out, *raw.notes]))
 
 
 def alert_figures(raw: RawData) -> tuple[AlertFigures, ...]:
