@@ -300,11 +300,22 @@ async def closed_loop(
 
 
 async def open_loop(
-    url: str, trace: TraceWriter, rate: float, seconds: float, drain: float, seed: int
+    url: str,
+    trace: TraceWriter,
+    rate: float,
+    seconds: float,
+    drain: float,
+    seed: int,
+    prompts: str = "",
 ) -> int:
     """Poisson arrivals at ``rate`` a second for ``seconds``; what is still open after
     ``drain`` more seconds is cancelled (the client gives up, counted not ok)."""
     rng = random.Random(seed)
+    # the prompts from their own stream, distinct for each run: drawn from the arrivals'
+    # stream, every load on one server repeated the last one's prompts in order, and
+    # llama-server answered them from its prompt cache (docs/advise.md, "The warmed
+    # sweep")
+    texts = random.Random(prompts)
     tasks: list[asyncio.Task[dict[str, Any]]] = []
     start = time.monotonic()
     t = 0.0
@@ -313,7 +324,7 @@ async def open_loop(
         if t >= seconds:
             break
         await asyncio.sleep(max(0.0, start + t - time.monotonic()))
-        tasks.append(asyncio.create_task(one_request(url, trace, rng)))
+        tasks.append(asyncio.create_task(one_request(url, trace, texts)))
     _, pending = await asyncio.wait(tasks, timeout=drain) if tasks else (set(), set())
     for task in pending:
         task.cancel()
@@ -414,11 +425,17 @@ async def run_sweep(args: argparse.Namespace) -> None:
             async with aiohttp.ClientSession() as session:
                 await wait_http(session, server_url + "/health", 180)
                 await wait_http(session, agent_url + "/metrics", 60)
+                # every server serves one closed-loop burst (2 x slots requests) before
+                # its recorded loads, as the first one always did for the rate
+                # calibration: each slot count starts from the same state
+                # (docs/advise.md, "The warmed sweep")
+                per_s = await calibrate(client_url, slots)
+                summary.append({"warm_up_slots": slots, "carried_per_s": per_s})
                 if rates is None:
-                    per_s = await calibrate(client_url, slots)
                     rates = [round(f * per_s, 2) for f in factors]
                     print(f"calibration at {slots} slots: {per_s:.2f} req/s -> rates {rates}")
-                    summary.append({"calibration_slots": slots, "carried_per_s": per_s})
+                else:
+                    print(f"warm-up at {slots} slots: {per_s:.2f} req/s", flush=True)
                 for rate in rates:
                     name = f"sweep-s{slots}" + (f"-r{rate:g}" if len(rates) > 1 else "")
                     header = {
@@ -437,7 +454,15 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     )
                     await asyncio.sleep(every)
                     t0 = time.time()
-                    sent = await open_loop(client_url, trace, rate, args.load, args.drain, seed=7)
+                    sent = await open_loop(
+                        client_url,
+                        trace,
+                        rate,
+                        args.load,
+                        args.drain,
+                        seed=7,
+                        prompts=f"{slots}-{rate:g}",
+                    )
                     t1 = time.time()
                     await asyncio.sleep(every)
                     stop.set()

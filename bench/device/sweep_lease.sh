@@ -20,7 +20,13 @@
 # Recorded: 2026-12-06 on an H100 (5 slot counts x 2 loads, one prompt length: traces in
 # tests/data/whatif/h100/), then again with three prompt lengths and a load past what 4
 # slots carry, SLOTS=4,64,16 LOAD=12 DRAIN=8 (tests/data/whatif/h100-mix/; docs/advise.md,
-# "Calibration of the bands").
+# "Calibration of the bands"). Those two repeated each load's prompts in the next load
+# on the same server (answered from llama-server's prompt cache); the warmed sweep, each
+# server warmed and each run's prompts its own, was recorded with the server kept from a
+# build (KEEP_SERVER=1) and carried in .carry/ (tests/data/whatif/h100-fresh/):
+#   cat .carry/llama-server.xz.* | xz -d > /tmp/tw/llama-server; (model as below)
+#   SERVER=/tmp/tw/llama-server MODEL=/tmp/tw/model.gguf SLOTS=4,64,16,8,32 LOAD=12 DRAIN=8 \
+#     EXTRA="--rates 3.79,9.1,18.95" bash bench/device/sweep_lease.sh "$OUT"
 OUT=${1:?OUT}
 TARBALL=${2:-}
 REPO="$(pwd)"
@@ -53,6 +59,12 @@ if [ -z "$SERVER" ]; then
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON > $W/configure.log 2>&1 || { tail -30 $W/configure.log; exit 1; }
   time cmake --build build --target llama-server -j"$(nproc)" > $W/build.log 2>&1 || { tail -40 $W/build.log; exit 1; }
   date -u; echo BUILT
+  # KEEP_SERVER=1: the built server also comes back, xz in 15 MB parts (a later lease carries
+  # it and skips the build: cat llama-server.xz.* | xz -d > llama-server; SERVER=that)
+  if [ -n "$KEEP_SERVER" ]; then
+    (xz -T4 -6 -c build/bin/llama-server | split -b 15m - "$OUT/llama-server.xz.") &
+    XZ=$!
+  fi
   PYTHONPATH=$W/llama.cpp/gguf-py python3 "$REPO/tests/engines/llamacpp/make_tiny_model.py" $W/model.gguf --shape gpu || exit 1
   SERVER=$W/llama.cpp/build/bin/llama-server
   MODEL=$W/model.gguf
@@ -74,5 +86,6 @@ echo "sweep rc $?"
 kill $PACKER
 date -u; echo SWEEP-END
 set +x
+[ -n "$XZ" ] && wait "$XZ"
 pack
 ls -l "$OUT"
