@@ -306,7 +306,7 @@ async def open_loop(
     seconds: float,
     drain: float,
     seed: int,
-    prompts: str = "",
+    prompts: str,
 ) -> int:
     """Poisson arrivals at ``rate`` a second for ``seconds``; what is still open after
     ``drain`` more seconds is cancelled (the client gives up, counted not ok)."""
@@ -392,7 +392,8 @@ async def run_trace(args: argparse.Namespace) -> None:
 
 
 async def calibrate(url: str, slots: int) -> float:
-    """Requests a second that ``slots`` slots carry, closed loop (2 x slots requests)."""
+    """Requests a second that ``slots`` slots carry under a burst of 2 x slots concurrent
+    requests."""
     t0 = time.monotonic()
     recs = await asyncio.gather(
         *(one_request(url, None, random.Random(i)) for i in range(slots * 2))
@@ -425,7 +426,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
             async with aiohttp.ClientSession() as session:
                 await wait_http(session, server_url + "/health", 180)
                 await wait_http(session, agent_url + "/metrics", 60)
-                # every server serves one closed-loop burst (2 x slots requests) before
+                # every server serves one burst of 2 x slots concurrent requests before
                 # its recorded loads, as the first one always did for the rate
                 # calibration: each slot count starts from the same state
                 # (docs/advise.md, "The warmed sweep")

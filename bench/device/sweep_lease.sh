@@ -24,7 +24,8 @@
 # on the same server (answered from llama-server's prompt cache); the warmed sweep, each
 # server warmed and each run's prompts its own, was recorded with the server kept from a
 # build (KEEP_SERVER=1) and carried in .carry/ (tests/data/whatif/h100-fresh/):
-#   cat .carry/llama-server.xz.* | xz -d > /tmp/tw/llama-server; (model as below)
+#   cat .carry/llama-server.xz.* | xz -d > /tmp/tw/llama-server; chmod +x /tmp/tw/llama-server
+#   (the model as below: make_tiny_model.py with the tarball's gguf-py)
 #   SERVER=/tmp/tw/llama-server MODEL=/tmp/tw/model.gguf SLOTS=4,64,16,8,32 LOAD=12 DRAIN=8 \
 #     EXTRA="--rates 3.79,9.1,18.95" bash bench/device/sweep_lease.sh "$OUT"
 OUT=${1:?OUT}
@@ -60,10 +61,12 @@ if [ -z "$SERVER" ]; then
   time cmake --build build --target llama-server -j"$(nproc)" > $W/build.log 2>&1 || { tail -40 $W/build.log; exit 1; }
   date -u; echo BUILT
   # KEEP_SERVER=1: the built server also comes back, xz in 15 MB parts (a later lease carries
-  # it and skips the build: cat llama-server.xz.* | xz -d > llama-server; SERVER=that)
-  if [ -n "$KEEP_SERVER" ]; then
-    (xz -T4 -6 -c build/bin/llama-server | split -b 15m - "$OUT/llama-server.xz.") &
-    XZ=$!
+  # it and skips the build: cat llama-server.xz.* | xz -d > llama-server; chmod +x; SERVER=)
+  if [ -n "$KEEP_SERVER" ]; then  # before the sweep, never beside it (it would take CPU)
+    set -o pipefail
+    xz -T0 -6 -c build/bin/llama-server | split -b 15m - "$OUT/llama-server.xz." \
+      || { echo "KEEP_SERVER: xz or split failed"; rm -f "$OUT"/llama-server.xz.*; }
+    set +o pipefail
   fi
   PYTHONPATH=$W/llama.cpp/gguf-py python3 "$REPO/tests/engines/llamacpp/make_tiny_model.py" $W/model.gguf --shape gpu || exit 1
   SERVER=$W/llama.cpp/build/bin/llama-server
@@ -86,6 +89,5 @@ echo "sweep rc $?"
 kill $PACKER
 date -u; echo SWEEP-END
 set +x
-[ -n "$XZ" ] && wait "$XZ"
 pack
 ls -l "$OUT"
