@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 from inferwatch.advise.model import Unreachable, WorkerPicture, name_pictures
 from inferwatch.pack.reading import (
@@ -106,8 +107,6 @@ def read_agent(
 ) -> list[WorkerPicture]:
     """Scrape an agent over at least ``min_span`` seconds (see :func:`sample_times` and
     :func:`sample_agent`); ``cold_within``: see :func:`pictures_from_scrapes`."""
-    from urllib.parse import urlsplit
-
     scrapes = sample_agent(url, sample_times(samples, every, min_span), timeout, check)
     base = url.rstrip("/")
     return pictures_from_scrapes(scrapes, urlsplit(base).netloc or base, min_span, cold_within)

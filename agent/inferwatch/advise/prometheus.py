@@ -28,10 +28,6 @@ __all__ = [
 ]
 
 
-def duration(seconds: float) -> str:
-    return f"{max(1, round(seconds))}s"
-
-
 def _answers(client: PrometheusClient, queries: Mapping[str, str], at: float) -> dict[str, Answer]:
     """Each query's answer at ``at``; :class:`Unreachable` when Prometheus cannot answer."""
     from inferwatch.report.promapi import PrometheusUnreachable, QueryError
@@ -51,7 +47,7 @@ def read_prometheus(
     from inferwatch.report.promapi import PrometheusClient
 
     client = PrometheusClient(url, timeout=timeout)
-    queries = prometheus_queries(selector, duration(end - start))
+    queries = prometheus_queries(selector, f"{max(1, round(end - start))}s")
     return pictures_from_answers(_answers(client, queries, end), end)
 
 

@@ -243,11 +243,8 @@ def precheck(
             SOURCE, "--what-if", "a flag llama.cpp has (it has no gpu-memory-utilization)", flag
         )
     stated = _num(r.flags.get("gpu_memory_utilization")) is not None
-    if (
-        flag == "gpu-memory-utilization"
-        and not stated
-        and rd.values(scrape, c.WORKER_INFO, worker=name)
-    ):
+    info = rd.values(scrape, c.WORKER_INFO, worker=name)
+    if flag == "gpu-memory-utilization" and not stated and info:
         raise NotEnough(f"{name}: the launch flags do not state gpu_memory_utilization")
     return name
 

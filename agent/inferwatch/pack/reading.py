@@ -282,9 +282,12 @@ class WorkerReading:
         if value is not None:
             setattr(self, attr, _FROM_FIGURE[attr](value, end) if attr in _FROM_FIGURE else value)
 
-    def identify(self, batch: Mapping[str, str], info: Mapping[str, str]) -> None:
-        """Model and engine from the labels of its batch, else of its info; its flags."""
-        self.model = batch.get("model") or info.get("model") or None
+    def identify(
+        self, batch: Mapping[str, str], info: Mapping[str, str], other: Mapping[str, str] = {}
+    ) -> None:
+        """Model and engine from the labels of its batch, else of its info (the model else
+        from ``other``, another series of the worker's); its flags."""
+        self.model = batch.get("model") or info.get("model") or other.get("model") or None
         self.engine = batch.get("engine", "") or info.get("engine", "")
         self.flags = {f: info[f] for f in WORKER_INFO_FLAGS if info.get(f)}
 
@@ -378,12 +381,8 @@ def read_workers(
             k: v for lb, _ in values(last, c.REQUESTS_RUNNING, worker=w) for k, v in lb.items() if v
         }
         info = values(last, c.WORKER_INFO, worker=w)
-        r.identify(batch, info[0][0] if info else {})
-        if r.model is None:  # neither its batch nor its info: any series of the worker's
-            r.model = next(
-                (lb["model"] for _, lb, _ in last if lb.get("worker") == w and lb.get("model")),
-                None,
-            )
+        other = next((lb for _, lb, _ in last if lb.get("worker") == w and lb.get("model")), {})
+        r.identify(batch, info[0][0] if info else {}, other)
         if devices is not None:
             own = list(devices.get(w, ()))
         else:

@@ -352,12 +352,12 @@ class Collector:
         self.step("GPUs")
         ident: dict[str, dict[str, str]] = {}
         seen = S.GPU_UTILIZATION_LAST.render(window=span, by="uuid, instance, gpu", agg="group")
-        for s in self.client.instant(seen, end):
-            uuid, instance = s.labels.get("uuid", ""), s.labels.get("instance", "")
-            # After a pod restart a GPU shows up under a new instance: keep the
-            # last one in sort order, which is stable from run to run.
-            if uuid not in ident or instance > ident[uuid]["instance"]:
-                ident[uuid] = {"instance": instance, "gpu": s.labels.get("gpu", ""), "name": ""}
+        # After a pod restart a GPU shows up under a new instance: keep the last one in
+        # sort order, which is stable from run to run.
+        answers = self.client.instant(seen, end)
+        for s in sorted(answers, key=lambda s: s.labels.get("instance", ""), reverse=True):
+            lb = {k: s.labels.get(k, "") for k in ("instance", "gpu")}
+            ident.setdefault(s.labels.get("uuid", ""), {**lb, "name": ""})
         for s in self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end):
             if s.labels.get("uuid", "") in ident:
                 ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
@@ -371,16 +371,11 @@ class Collector:
         self.step("GPU bands")
         u = L.utilization_lines(self.t)
         bands = {
-            name: f"avg_over_time(({expr})[1d:{SUBQUERY_STEP}s])"
-            for name, expr in (
-                ("waste", f"{util} {L.WASTE.op} bool {u.waste}"),
-                (
-                    "healthy",
-                    f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})",
-                ),
-                ("scale_review", f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}"),
-            )
+            "waste": f"{util} {L.WASTE.op} bool {u.waste}",
+            "healthy": f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})",
+            "scale_review": f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}",
         }
+        bands = {n: f"avg_over_time(({e})[1d:{SUBQUERY_STEP}s])" for n, e in bands.items()}
         band_daily = self._labelled_daily(bands, "band")
         self.step("GPU weekly percentiles")
         util_week = self._labelled_weekly(util_stats(week, 0.1, 0.5, 0.9, 0.99), "stat")
