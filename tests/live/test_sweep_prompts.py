@@ -10,38 +10,18 @@ engine's own counters must show almost nothing taken from the cache in either lo
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tests.support.llamaserver import MODEL, SERVER, require_server
+from tests.support.llamaserver import MODEL, SERVER, require_server, trace_prompt_tokens
 from tests.support.proc import REPO
 
 pytestmark = [pytest.mark.timeout(300)]
 
 RATES = (2, 3)
-
-
-def prompt_tokens(trace: Path) -> tuple[float, float]:
-    """(prompt tokens processed, prompt tokens taken from the cache) over a run: the
-    increase of llama-server's two counters between its first and last recorded scrape."""
-    seen = []
-    with gzip.open(trace, "rt") as fh:
-        for line in fh:
-            text = json.loads(line).get("engine", "")
-            found = [
-                re.search(rf"^llamacpp:{name} (\S+)$", text, re.M)
-                for name in ("prompt_tokens_total", "prompt_tokens_cached_total")
-            ]
-            if all(found):
-                seen.append([float(m.group(1)) for m in found if m])
-    assert len(seen) >= 2, trace
-    return seen[-1][0] - seen[0][0], seen[-1][1] - seen[0][1]
 
 
 def test_each_load_on_a_server_sends_prompts_of_its_own(tmp_path: Path) -> None:
@@ -58,7 +38,7 @@ def test_each_load_on_a_server_sends_prompts_of_its_own(tmp_path: Path) -> None:
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for rate in RATES:
-        processed, cached = prompt_tokens(out / f"sweep-s1-r{rate}.jsonl.gz")
+        processed, cached = trace_prompt_tokens(out / f"sweep-s1-r{rate}.jsonl.gz")
         assert processed > 50, (rate, processed)
         # a few tokens a request may match another prompt's start (the BOS, a word);
         # a repeated prompt would come whole from the cache

@@ -14,8 +14,10 @@ counts, never with timings.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import re
 import threading
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -43,6 +45,24 @@ def require_server() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{message}; .ci/run builds it before the tests", pytrace=False)
     pytest.skip(message)
+
+
+def trace_prompt_tokens(trace: Path) -> tuple[float, float]:
+    """(prompt tokens processed, prompt tokens taken from the prompt cache) over a recorded
+    trace: the increase of llama-server's two counters between the first and the last of
+    its ``/metrics`` texts the trace holds (its ``engine`` records)."""
+    seen = []
+    with gzip.open(trace, "rt") as fh:
+        for line in fh:
+            text = json.loads(line).get("engine", "")
+            found = [
+                re.search(rf"^llamacpp:{name} (\S+)$", text, re.M)
+                for name in ("prompt_tokens_total", "prompt_tokens_cached_total")
+            ]
+            if all(found):
+                seen.append([float(m.group(1)) for m in found if m])
+    assert len(seen) >= 2, f"{trace}: fewer than two scrapes of llama-server's counters"
+    return seen[-1][0] - seen[0][0], seen[-1][1] - seen[0][1]
 
 
 def build_info() -> str:

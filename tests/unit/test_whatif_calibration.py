@@ -32,12 +32,10 @@ measurements free of the prompt cache: held pair by pair and at its published sh
 from __future__ import annotations
 
 import csv
-import gzip
-import json
 import math
-import re
 
 import pytest
+from tests.support.llamaserver import trace_prompt_tokens
 from tests.support.proc import REPO
 
 from inferwatch.advise import twin, whatif
@@ -373,32 +371,15 @@ def test_the_warmed_sweep_gives_the_published_out_of_sample_figures(fresh: dict)
     assert missed_loads == {3.79, 9.1}, missed_loads
 
 
-def _prompt_tokens(path: object) -> tuple[float, float]:
-    """(prompt tokens processed, prompt tokens answered from the cache) over a run: the
-    increase of llama-server's own two counters between its first and last scrape."""
-    seen = []
-    with gzip.open(str(path), "rt") as fh:
-        for line in fh:
-            text = json.loads(line).get("engine", "")
-            found = [
-                re.search(rf"^llamacpp:{name} (\S+)$", text, re.M)
-                for name in ("prompt_tokens_total", "prompt_tokens_cached_total")
-            ]
-            if all(found):
-                seen.append([float(m.group(1)) for m in found if m])
-    assert len(seen) > 5, path
-    return seen[-1][0] - seen[0][0], seen[-1][1] - seen[0][1]
-
-
 def test_each_run_of_the_warmed_sweep_sends_prompts_of_its_own() -> None:
     """The older sweeps drew the prompts from the arrivals' random stream, so each load on
     a server repeated the last one's prompts and llama-server took them from its prompt
     cache: a whole run's worth of cached tokens. The warmed sweep draws each run's prompts
     from a stream of its own: under 2% cached in every run."""
     for path in FRESH_SWEEP:
-        processed, cached = _prompt_tokens(path)
+        processed, cached = trace_prompt_tokens(path)
         assert cached < 0.02 * processed, (path.name, processed, cached)
     for slots in (4, 16, 64):
-        first, _ = _prompt_tokens(DATA / "h100-mix" / f"sweep-s{slots}-r4.74.jsonl.gz")
-        _, cached = _prompt_tokens(DATA / "h100-mix" / f"sweep-s{slots}-r11.86.jsonl.gz")
+        first, _ = trace_prompt_tokens(DATA / "h100-mix" / f"sweep-s{slots}-r4.74.jsonl.gz")
+        _, cached = trace_prompt_tokens(DATA / "h100-mix" / f"sweep-s{slots}-r11.86.jsonl.gz")
         assert cached > 0.99 * first, (slots, first, cached)
