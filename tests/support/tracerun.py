@@ -133,6 +133,38 @@ def stream_completion(
     }
 
 
+def carried_rate(tmp: Path, slots: int, load: OpenLoad, seconds: float = 8.0) -> float:
+    """Requests a second a fresh ``llama-server --parallel slots`` completes with every slot
+    kept busy (``slots`` closed-loop clients sending ``load``'s requests for ``seconds``):
+    what this machine carries now, so a test's open load can be set past it wherever it
+    runs (the tiny model's speed on a shared CPU moves several-fold with what else runs)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    server = LlamaServer(tmp, ("--metrics", "--parallel", str(slots)), name=f"llama-c{slots}")
+    server.start()
+    done: list[bool] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        i = k
+        while time.monotonic() < end:
+            answer = stream_completion(server.port, load.prompt(i), load.n_predict, 60, load.stream)
+            with lock:
+                done.append(bool(answer["ok"]) and time.monotonic() <= end)
+            i += slots
+
+    try:
+        start = time.monotonic()
+        end = start + seconds
+        threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(slots)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(seconds + 60)
+    finally:
+        server.stop()
+    return sum(done) / seconds
+
+
 def record(
     path: Path,
     tmp: Path,
