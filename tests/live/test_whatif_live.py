@@ -14,6 +14,7 @@ machine at the time, and holds the throughput of each predicted from the other.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,10 @@ def test_a_fresh_pair_of_runs_predicts_each_other(tmp_path: Path) -> None:
     # past what 2 slots carry on this machine now, so both runs stay busy through their
     # load (a fixed rate left a fast, idle machine's server idle between requests: too
     # few busy windows to fit; a busy one's saturated)
-    probe = OpenLoad(rate=0.0, seconds=0.0)
-    rate = OVERLOAD * carried_rate(tmp_path / "capacity", 2, probe)
+    shape = OpenLoad(rate=0.0, seconds=LIVE_SECONDS)  # the requests; the rate comes next
+    rate = OVERLOAD * carried_rate(tmp_path / "capacity", 2, shape)
     assert rate > 0, "the server completed no request in the capacity probe"
-    load = OpenLoad(rate=rate, seconds=LIVE_SECONDS)
+    load = replace(shape, rate=rate)
     paths = [
         record(tmp_path / f"parallel-{n}.jsonl.gz", tmp_path / f"p{n}", n, load) for n in (1, 2)
     ]

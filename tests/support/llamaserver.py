@@ -14,10 +14,8 @@ counts, never with timings.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
-import re
 import threading
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -28,6 +26,9 @@ from typing import Any
 import pytest
 from tests.support.agentrun import AgentRun
 from tests.support.proc import REPO, Process, free_port, http_get, wait_answering, wait_until
+
+from inferwatch.pack.reading import parse_exposition, total
+from inferwatch.traces import read_trace
 
 BUILD = REPO / ".llama-server"
 SERVER = BUILD / "llama-server"
@@ -50,19 +51,16 @@ def require_server() -> None:
 def trace_prompt_tokens(trace: Path) -> tuple[float, float]:
     """(prompt tokens processed, prompt tokens taken from the prompt cache) over a recorded
     trace: the increase of llama-server's two counters between the first and the last of
-    its ``/metrics`` texts the trace holds (its ``engine`` records)."""
-    seen = []
-    with gzip.open(trace, "rt") as fh:
-        for line in fh:
-            text = json.loads(line).get("engine", "")
-            found = [
-                re.search(rf"^llamacpp:{name} (\S+)$", text, re.M)
-                for name in ("prompt_tokens_total", "prompt_tokens_cached_total")
-            ]
-            if all(found):
-                seen.append([float(m.group(1)) for m in found if m])
+    its ``/metrics`` texts the trace holds."""
+    names = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total")
+    seen = [
+        counts
+        for _, text in read_trace(trace).engine
+        if None not in (counts := [total(parse_exposition(text), n) for n in names])
+    ]
     assert len(seen) >= 2, f"{trace}: fewer than two scrapes of llama-server's counters"
-    return seen[-1][0] - seen[0][0], seen[-1][1] - seen[0][1]
+    (processed0, cached0), (processed1, cached1) = seen[0], seen[-1]
+    return processed1 - processed0, cached1 - cached0
 
 
 def build_info() -> str:
