@@ -464,35 +464,49 @@ PROMETHEUS_QUANTILES: dict[str, tuple[str, c.Family, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class Query:
+    """One instant query at the end of the range read: ``signal`` over the range, grouped
+    ``by`` (None: per series) and combined by ``agg`` (None: the signal's own); with
+    ``q``, that quantile of the grouped buckets."""
+
+    signal: S.Signal
+    by: str | None = WORKER_BY
+    agg: str | None = None
+    q: float | None = None
+
+    def render(self, selector: str, window: str) -> str:
+        promql = self.signal.render(selector=selector, window=window, by=self.by, agg=self.agg)
+        return promql if self.q is None else S.quantile(self.q, promql)
+
+
+#: the queries behind a reading read from Prometheus, in the order they are asked: each
+#: field's, then what the join needs (XID errors per GPU, the prompt buckets, the model's
+#: TTFT P99, the worker's identity and info, the gate's TTFT by phase, the GPUs' figures
+#: and which workers' processes hold memory on them)
+PROMETHEUS_QUERIES: dict[str, Query] = {
+    **{n: Query(sig, agg=agg) for n, (_, sig, agg) in PROMETHEUS_FIELDS.items()},
+    **{n: Query(S.bucket_increase(f), q=float(q)) for n, (_, f, q) in PROMETHEUS_QUANTILES.items()},
+    "xid": Query(S.XID_ERRORS, "instance, gpu"),
+    "prompt_buckets": Query(S.bucket_increase(c.PROMPT_LENGTH_TOKENS)),
+    "model_ttft_p99": Query(S.bucket_increase(c.TTFT_SECONDS), "model", q=0.99),
+    "identity": Query(
+        _over("last_over_time", c.REQUESTS_RUNNING), f"{WORKER_BY}, model, engine", "group"
+    ),
+    "info": Query(_over("last_over_time", c.WORKER_INFO), None),
+    "warmup_ttft": Query(_over("last_over_time", c.WARMUP_TTFT_SECONDS), f"{WORKER_BY}, phase"),
+    "gpu_utilization": Query(S.GPU_UTILIZATION_MEAN, None),
+    "vram": Query(S.GPU_MEMORY_PEAK, None),
+    "gpu_workers": Query(
+        _over("max_over_time", c.GPU_PROCESS_MEMORY_USED_BYTES), "instance, gpu, worker"
+    ),
+}
+
+
 def prometheus_queries(selector: str, window: str) -> dict[str, str]:
-    """The instant queries (at the end of a range ``window`` long) behind each reading
-    field, rendered from ``pack.signals``: per worker, and what the join needs."""
-    s, w = selector, window
-
-    def buckets(family: c.Family, by: str = WORKER_BY) -> str:
-        return S.bucket_increase(family).render(selector=s, window=w, by=by)
-
-    def over(fn: str, family: c.Family, by: str | None, agg: str = "max") -> str:
-        return _over(fn, family).render(selector=s, window=w, by=by, agg=agg)
-
-    return {
-        **{n: sig.render(selector=s, window=w, by=WORKER_BY, agg=agg)
-           for n, (_, sig, agg) in PROMETHEUS_FIELDS.items()},
-        **{n: S.quantile(float(q), buckets(f)) for n, (_, f, q) in PROMETHEUS_QUANTILES.items()},
-        "xid": S.XID_ERRORS.render(selector=s, window=w, by="instance, gpu"),
-        "prompt_buckets": buckets(c.PROMPT_LENGTH_TOKENS),
-        "model_ttft_p99": S.quantile(0.99, buckets(c.TTFT_SECONDS, "model")),
-        "identity": over(
-            "last_over_time", c.REQUESTS_RUNNING, f"{WORKER_BY}, model, engine", "group"
-        ),
-        "info": over("last_over_time", c.WORKER_INFO, None),
-        "warmup_ttft": over("last_over_time", c.WARMUP_TTFT_SECONDS, f"{WORKER_BY}, phase"),
-        "gpu_utilization": S.GPU_UTILIZATION_MEAN.render(selector=s, window=w),
-        "vram": S.GPU_MEMORY_PEAK.render(selector=s, window=w),
-        "gpu_workers": over(
-            "max_over_time", c.GPU_PROCESS_MEMORY_USED_BYTES, "instance, gpu, worker"
-        ),
-    }  # fmt: skip
+    """The instant queries of :data:`PROMETHEUS_QUERIES`, for the series ``selector``
+    selects over a range ``window`` long."""
+    return {n: q.render(selector, window) for n, q in PROMETHEUS_QUERIES.items()}
 
 
 def readings_from_answers(
