@@ -298,8 +298,9 @@ class WorkerReading:
 
 
 def _gpu_figure(
-    scrape: Scrape, devices: Sequence[Device], name: Name, fallback: Name | None
+    scrape: Scrape, devices: Sequence[Device], name: Name, fallback: Name | None = None
 ) -> list[float | None]:
+    """The highest of each device's ``name`` series (else of its ``fallback``'s)."""
     out = []
     for d in devices:
         v = peak(scrape, name, **d)
@@ -361,17 +362,16 @@ def read_workers(
     span = last_t - first_t
     if workers is None:
         workers = list(dict.fromkeys(w for _, s in scrapes for w in workers_of(s)))
+    if devices is None:
+        alone = len(workers) == 1
+        devices = {w: [{"gpu": g} for g in gpus_of(scrapes, w, alone)] for w in workers}
     fallback = c.GPU_SM_ACTIVE_RATIO if sm_active_fallback else None
     out = {}
     for w in workers:
         r = out[w] = WorkerReading(worker=w)
         for attr, (family, per, over) in SCRAPE_FIELDS.items():
-            v = (
-                per(last, family, worker=w)
-                if over is None
-                else over(series(scrapes, family, w, per))
-            )
-            r.set(attr, v, last_t)
+            figures = series(scrapes if over else scrapes[-1:], family, w, per)
+            r.set(attr, over(figures) if over else figures[0], last_t)
         for attr, (family, label) in SCRAPE_BY_LABEL.items():
             setattr(r, attr, quantiles(last, family, label, worker=w))
         running, queue = series(scrapes, c.REQUESTS_RUNNING, w), series(scrapes, c.QUEUE_DEPTH, w)
@@ -383,25 +383,19 @@ def read_workers(
         info = values(last, c.WORKER_INFO, worker=w)
         other = next((lb for _, lb, _ in last if lb.get("worker") == w and lb.get("model")), {})
         r.identify(batch, info[0][0] if info else {}, other)
-        if devices is not None:
-            own = list(devices.get(w, ()))
-        else:
-            own = [{"gpu": g} for g in gpus_of(scrapes, w, alone=len(workers) == 1)]
+        own = devices.get(w, ())
         r.gpus = tuple(dict.fromkeys(d["gpu"] for d in own))
         util = (mean(_gpu_figure(s, own, c.GPU_UTILIZATION_RATIO, fallback)) for _, s in scrapes)
         r.gpu_util = mean(util)
-        r.vram = maximum(
-            maximum(_gpu_figure(s, own, c.GPU_MEMORY_USED_RATIO, None)) for _, s in scrapes
-        )
-        r.vram_total_bytes = maximum(_gpu_figure(last, own, c.GPU_MEMORY_TOTAL_BYTES, None))
+        r.vram = maximum(maximum(_gpu_figure(s, own, c.GPU_MEMORY_USED_RATIO)) for _, s in scrapes)
+        r.vram_total_bytes = maximum(_gpu_figure(last, own, c.GPU_MEMORY_TOTAL_BYTES))
         r.xid_errors = xid_increase(first, last, r.gpus) if r.gpus else None
         if span >= min_rate_span:
             for attr, counter in SCRAPE_RATES.items():
                 added = increase(first, last, counter, w) if span > 0 else None
                 setattr(r, attr, None if added is None else added / span)
-            deltas = bucket_deltas(
-                *(buckets(s, c.PROMPT_LENGTH_TOKENS, worker=w) for s in (first, last))
-            )
+            prompts = (buckets(s, c.PROMPT_LENGTH_TOKENS, worker=w) for s in (first, last))
+            deltas = bucket_deltas(*prompts)
             r.long_prompt_share = L.long_prompt_share(deltas) if deltas else None
         if cold_within is not None and r.uptime is not None and r.uptime < cold_within:
             r.ttft_p95_since_start, r.ttft_count_since_start = since_start(last, w)
@@ -414,6 +408,8 @@ def read_workers(
 Answer = Sequence[tuple[Mapping[str, str], float]]
 #: the key of a reading read from Prometheus: one agent's worker
 WORKER_BY = "instance, worker"
+#: the answers read per (instance, GPU): utilization, VRAM, XID errors
+GPU_ANSWERS = ("gpu_utilization", "vram", "xid")
 
 
 def _over(fn: str, family: c.Family) -> S.Signal:
@@ -509,6 +505,11 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
     return {n: q.render(selector, window) for n, q in PROMETHEUS_QUERIES.items()}
 
 
+def _key(labels: Mapping[str, str], label: str = "worker") -> tuple[str, str]:
+    """A series' (instance, worker), or (instance, GPU) with ``label="gpu"``."""
+    return labels.get("instance", ""), labels.get(label, "")
+
+
 def readings_from_answers(
     answers: Mapping[str, Answer], end: float
 ) -> dict[tuple[str, str], WorkerReading]:
@@ -516,33 +517,22 @@ def readings_from_answers(
     reading per (instance, worker), in the order the workers' target, batch and info
     name them. A worker's GPUs are those its processes hold memory on, or, where it is
     its agent's only worker, every GPU of that agent."""
-
-    def key(lb: Mapping[str, str]) -> tuple[str, str]:
-        return lb.get("instance", ""), lb.get("worker", "")
-
-    def per_gpu(name: str) -> dict[tuple[str, str], float]:
-        return {(lb.get("instance", ""), lb.get("gpu", "")): v for lb, v in answers.get(name, ())}
-
     out: dict[tuple[str, str], WorkerReading] = {}
     first: dict[str, dict[tuple[str, str], Mapping[str, str]]] = {}
     for name in ("target_up", "identity", "info"):
         for lb, _ in answers.get(name, ()):
             if "worker" in lb:
-                out.setdefault(key(lb), WorkerReading(worker=lb["worker"]))
-                first.setdefault(name, {}).setdefault(key(lb), lb)
+                out.setdefault(_key(lb), WorkerReading(worker=lb["worker"]))
+                first.setdefault(name, {}).setdefault(_key(lb), lb)
     held: dict[tuple[str, str], set[str]] = {}
     prompts: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    model_p99 = {
-        lb.get("model", ""): v for lb, v in answers.get("model_ttft_p99", ()) if not math.isnan(v)
-    }
     for name, lb, v in ((n, lb, v) for n in answers for lb, v in answers[n]):
-        r = out.get(key(lb))
-        if r is None:
+        if (r := out.get(_key(lb))) is None:
             continue
         if name == "warmup_ttft":
             r.warmup_ttft[lb.get("phase", "")] = v
         elif name == "gpu_workers" and "gpu" in lb:
-            held.setdefault(key(lb), set()).add(lb["gpu"])
+            held.setdefault(_key(lb), set()).add(lb["gpu"])
         elif math.isnan(v):
             continue
         elif name in PROMETHEUS_FIELDS:
@@ -551,13 +541,15 @@ def readings_from_answers(
             attr, _, q = PROMETHEUS_QUANTILES[name]
             getattr(r, attr)[q] = v
         elif name == "prompt_buckets" and (bound := upper_bound(lb)) is not None:
-            prompts.setdefault(key(lb), []).append((bound, v))
-    util, vram, xid = per_gpu("gpu_utilization"), per_gpu("vram"), per_gpu("xid")
+            prompts.setdefault(_key(lb), []).append((bound, v))
+    model_p99 = {
+        lb.get("model", ""): v for lb, v in answers.get("model_ttft_p99", ()) if not math.isnan(v)
+    }
+    util, vram, xid = ({_key(lb, "gpu"): v for lb, v in answers.get(n, ())} for n in GPU_ANSWERS)
     for k, r in out.items():
         r.identify(*(first.get(n, {}).get(k, {}) for n in ("identity", "info")))
         alone = [o for o in out if o[0] == k[0]] == [k]
-        gpus = held.get(k, {g for (i, g) in util if i == k[0]} if alone else set())
-        r.gpus = tuple(sorted(gpus))
+        r.gpus = tuple(sorted(held.get(k, {g for i, g in util if i == k[0]} if alone else ())))
         r.gpu_util = mean(util.get((k[0], g)) for g in r.gpus)
         r.vram = maximum(vram.get((k[0], g)) for g in r.gpus)
         r.xid_errors = sum(xid.get((k[0], g), 0.0) for g in r.gpus) if r.gpus and xid else None
