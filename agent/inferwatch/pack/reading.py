@@ -56,11 +56,8 @@ def parse_exposition(text: str) -> Scrape:
     ``ValueError`` when the text is no exposition."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: Scrape = []
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.append((s.name, dict(s.labels), float(s.value)))
-    return out
+    families = text_string_to_metric_families(text)
+    return [(s.name, dict(s.labels), float(s.value)) for f in families for s in f.samples]
 
 
 # --------------------------------------------------------------------------- one scrape
@@ -136,11 +133,7 @@ def quantiles(
 def workers_of(scrape: Scrape, naming: Iterable[Name] = WORKER_NAMING) -> list[str]:
     """The workers a scrape names in ``naming`` (its targets and workers' info), in order."""
     names = {str(f) for f in naming}
-    seen: dict[str, None] = {}
-    for name, labels, _ in scrape:
-        if name in names and "worker" in labels:
-            seen.setdefault(labels["worker"], None)
-    return list(seen)
+    return list(dict.fromkeys(lb["worker"] for n, lb, _ in scrape if n in names and "worker" in lb))
 
 
 def mean(items: Iterable[float | None]) -> float | None:
