@@ -124,8 +124,7 @@ def quantiles(
     series repeat)."""
     out: dict[str, float] = {}
     for labels, value in values(scrape, family, **match):
-        q = labels.get(label)
-        if q is not None:
+        if (q := labels.get(label)) is not None:
             out[q] = max(out.get(q, value), value)
     return out
 
@@ -159,12 +158,8 @@ def series(
 def gpus_of(scrapes: Scrapes, worker: str, alone: bool) -> tuple[str, ...]:
     """The GPUs a worker's processes hold memory on in any scrape; with none seen and
     ``alone`` (the agent watches this worker only), every GPU the agent reads."""
-    held = {
-        labels["gpu"]
-        for _, s in scrapes
-        for labels, _ in values(s, c.GPU_PROCESS_MEMORY_USED_BYTES, worker=worker)
-        if "gpu" in labels
-    }
+    memory = [values(s, c.GPU_PROCESS_MEMORY_USED_BYTES, worker=worker) for _, s in scrapes]
+    held = {labels["gpu"] for found in memory for labels, _ in found if "gpu" in labels}
     if not held and alone and scrapes:
         held = {labels["gpu"] for labels, _ in values(scrapes[-1][1], c.GPU_UP) if "gpu" in labels}
     return tuple(sorted(held))
