@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from inferwatch.engines import contract
@@ -42,7 +43,7 @@ from inferwatch.pack import loops as L
 from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import num
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
-from inferwatch.pack.reading import upper_bound
+from inferwatch.pack.reading import WorkerReading, upper_bound
 from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
@@ -65,24 +66,29 @@ ALERT_STEP = 60
 HOUR = 3600.0
 
 WORKER_KEY = ("model", "worker")
-LATENCY_STEPS = {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}
-#: the per-day series of RawWorker read as they are (the first three never None)
-DAILY_FIELDS = (
-    "requests",
-    "prompt_tokens",
-    "generation_tokens",
-    "prompt_lengths",
-    "queue_peak",
-    "over_capacity_seconds",
-    "capacity",
-    "open_requests",
-    "queue_slope_peak",
-    "preemptions",
-    "failed",
-    "rejected",
-)
-#: the queries of ``Collector.workers`` answered as per-day buckets
-BUCKETED = (*HISTOGRAMS, "prompt_lengths", "cold")
+#: each query of ``Collector.workers``: the ``WorkerReading`` figure each day's answer
+#: sets, and its progress step ("-": the same step as the line before)
+WORKER_STEPS = {
+    "requests": "requests",
+    "prompt_tokens": "prompt tokens",
+    "generation_tokens": "generation tokens",
+    "ttft": "TTFT buckets",
+    "tpot": "TPOT buckets",
+    "e2e": "end-to-end buckets",
+    "prompt_length": "prompt-length buckets",
+    "queue_max": "queue peaks",
+    "over_capacity_seconds": "time over capacity",
+    "capacity": "capacity",
+    "open_requests": "open requests",
+    "slope_max": "queue slope",
+    "preemptions": "preemptions",
+    "cold_ttft": "cold-start TTFT buckets",
+    "started": "worker start times",
+    "failed": "errors and rejections",
+    "rejected": "-",
+}
+#: the figures answered as per-day buckets (``WorkerReading.buckets``)
+BUCKETED = (*HISTOGRAMS, "prompt_length", "cold_ttft")
 
 
 class NoData(ReportError):
@@ -110,22 +116,7 @@ _GPU_STEPS = (
 )
 _STEPS = (
     "workers",
-    "requests",
-    "prompt tokens",
-    "generation tokens",
-    "TTFT buckets",
-    "TPOT buckets",
-    "end-to-end buckets",
-    "prompt-length buckets",
-    "queue peaks",
-    "time over capacity",
-    "capacity",
-    "open requests",
-    "queue slope",
-    "preemptions",
-    "cold-start TTFT buckets",
-    "worker start times",
-    "errors and rejections",
+    *(step for step in WORKER_STEPS.values() if step != "-"),
     "GPUs",
     *_GPU_STEPS,
     "alerts",
@@ -136,6 +127,10 @@ _STEPS = (
 def _days_vector(series: Series, ends: Sequence[float]) -> Daily:
     by_time = {round(t): v for t, v in series.points}
     return tuple(by_time.get(round(t)) for t in ends)
+
+
+def _key(labels: dict[str, str], keys: Sequence[str]) -> tuple[str, ...]:
+    return tuple(labels.get(k, "") for k in keys)
 
 
 def _duration(seconds: float) -> str:
@@ -217,125 +212,107 @@ class Collector:
         return self.client.range(expr, self.ends[0], self.ends[-1], DAY)
 
     def daily_by(self, expr: str, keys: Sequence[str] = WORKER_KEY) -> dict[tuple[str, ...], Daily]:
-        out: dict[tuple[str, ...], Daily] = {}
-        for s in self.daily(expr):
-            out[tuple(s.labels.get(k, "") for k in keys)] = _days_vector(s, self.ends)
-        return out
+        return {_key(s.labels, keys): _days_vector(s, self.ends) for s in self.daily(expr)}
 
     # ------------------------------------------------------------------ workers
 
     def workers(self) -> tuple[RawWorker, ...]:
-        """Each (model, worker)'s day series: one query per field of ``RawWorker``, in the
-        order of ``_STEPS`` (a ``-`` step: the same step as the line before)."""
+        """Each (model, worker) and its reading of each day: one query per figure, in the
+        order of ``WORKER_STEPS``."""
         span = _duration(2 * self.period.days * DAY)
         self.step("workers")
-        engines, instances, present = self._worker_identities(span)
+        identities, present = self._worker_identities(span)
         t, by, day = self.t, "model, worker", "1d"
-        ttft, lengths = contract.TTFT_SECONDS, contract.PROMPT_LENGTH_TOKENS
+        per_day = partial(S.Signal.render, window=day, by=by)
         young = (  # InferenceTTFTSLOBreach leaves these first tokens to ...WorkerColdStart
             f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
             f"< {t.cold_start.within})"
         )
-        minute = S.bucket_increase(ttft).render(window=f"{SUBQUERY_STEP}s")
+        minute = S.bucket_increase(contract.TTFT_SECONDS).render(window=f"{SUBQUERY_STEP}s")
         slope_now = S.QUEUE_SLOPE.render(window=format_duration(t.queue.rising_window))
         over = f"{S.QUEUE.render()} > bool on ({AGENT_WORKER}) group_left {capacity_expr(t)}"
-        queries = (  # (progress step, field, PromQL)
-            ("requests", "requests", S.REQUESTS.render(window=day, by=by)),
-            ("prompt tokens", "prompt_tokens", S.PROMPT_TOKENS.render(window=day, by=by)),
-            ("generation tokens", "generation_tokens",
-             S.GENERATION_TOKENS.render(window=day, by=by)),
-            *((step, n, buckets_expr(t, HISTOGRAMS[n], DAY, by))
-              for n, step in LATENCY_STEPS.items()),
-            ("prompt-length buckets", "prompt_lengths", buckets_expr(t, lengths, DAY, by)),
-            ("queue peaks", "queue_peak", S.QUEUE_PEAK.render(window=day, by=by)),
-            ("time over capacity", "over_capacity_seconds",
-             f"sum by ({by}) (sum_over_time(({over})[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}"),
-            ("capacity", "capacity", S.BATCH_LIMIT_LAST.render(window=span, by=by)),
-            ("open requests", "open_requests",
-             f"{S.QUEUE_MEAN.render(window=day, by=by, agg='sum')} + "
-             f"{S.RUNNING_MEAN.render(window=day, by=by, agg='sum')}"),
-            ("queue slope", "queue_slope_peak",
-             f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))"),
-            ("preemptions", "preemptions", S.PREEMPTIONS.render(window=day, by=by)),
-            ("cold-start TTFT buckets", "cold",
-             f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) {young})"
-             f"[1d:{SUBQUERY_STEP}s]))"),
-            # the data's age: no latency observed by a day's end is longer than the time
-            # since the earliest start of the worker's processes that day (by worker name:
-            # the start-time gauge has no model label)
-            ("worker start times", "started",
-             S.WORKER_START_EARLIEST.render(window=day, by="worker")),
+        queries = {  # figure of WORKER_STEPS -> PromQL
+            "requests": per_day(S.REQUESTS),
+            "prompt_tokens": per_day(S.PROMPT_TOKENS),
+            "generation_tokens": per_day(S.GENERATION_TOKENS),
+            **{name: buckets_expr(t, family, DAY, by) for name, family in HISTOGRAMS.items()},
+            "prompt_length": buckets_expr(t, contract.PROMPT_LENGTH_TOKENS, DAY, by),
+            "queue_max": per_day(S.QUEUE_PEAK),
+            "over_capacity_seconds":
+                f"sum by ({by}) (sum_over_time(({over})[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
+            "capacity": S.BATCH_LIMIT_LAST.render(window=span, by=by),
+            "open_requests": f"{per_day(S.QUEUE_MEAN, agg='sum')} + "
+                             f"{per_day(S.RUNNING_MEAN, agg='sum')}",
+            "slope_max": f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))",
+            "preemptions": per_day(S.PREEMPTIONS),
+            "cold_ttft": f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) "
+                         f"{young})[1d:{SUBQUERY_STEP}s]))",
+            # by worker name only: the start-time gauge has no model label
+            "started": S.WORKER_START_EARLIEST.render(window=day, by="worker"),
             # the availability SLO's bad requests (the error-budget section)
-            ("errors and rejections", "failed", S.ERRORS.render(window=day, by=by)),
-            ("-", "rejected", S.REJECTED.render(window=day, by=by)),
-        )  # fmt: skip
+            "failed": per_day(S.ERRORS),
+            "rejected": per_day(S.REJECTED),
+        }  # fmt: skip
         got: dict[str, dict[tuple[str, ...], Any]] = {}
-        for step, name, expr in queries:
-            if step != "-":
-                self.step(step)
-            if name == "capacity":
+        for figure, expr in queries.items():
+            if WORKER_STEPS[figure] != "-":
+                self.step(WORKER_STEPS[figure])
+            if figure == "capacity":  # the limit at the period's end: the last day's reading
+                last = (None,) * (len(self.ends) - 1)
                 now = self.client.instant(expr, self.period.end)
-                got[name] = {tuple(s.labels.get(k, "") for k in WORKER_KEY): s.value for s in now}
+                got[figure] = {_key(s.labels, WORKER_KEY): (*last, s.value) for s in now}
             else:
-                got[name] = (self._buckets if name in BUCKETED else self.daily_by)(expr)
-        keys: list[tuple[str, ...]] = sorted(set(got["requests"]) | set(engines))
+                got[figure] = (self._buckets if figure in BUCKETED else self.daily_by)(expr)
+        keys = sorted(set(got["requests"]) | set(identities))
         # A worker known only by name (target_up carries no model) folds into the
         # (model, worker) rows its other series name.
         named = {k[1] for k in keys if k[0]}
-        empty: Daily = (None,) * len(self.ends)
+        got["started"] = {k: got["started"].get(("", k[1])) for k in keys}  # by worker name
         out = []
-        for key in (k for k in keys if k[0] or k[1] not in named):
-            at: dict[str, Any] = {n: got[n].get(key) for n in DAILY_FIELDS}
-            out.append(
-                RawWorker(
-                    **{**at, **{n: at[n] or empty for n in DAILY_FIELDS[:3]}},
-                    model=key[0],
-                    worker=key[1],
-                    engine=engines.get(key, ""),
-                    instances=tuple(sorted(instances.get(key, set()))),
-                    latency={name: got[name][key] for name in HISTOGRAMS if key in got[name]},
-                    cold_latency={"ttft": got["cold"][key]} if key in got["cold"] else {},
-                    present=key[1] in present,
-                    started=got["started"].get(("", key[1])),
+        for model, worker in (k for k in keys if k[0] or k[1] not in named):
+            at = {f: answers.get((model, worker)) for f, answers in got.items()}
+            days = tuple(
+                WorkerReading(
+                    **{f: v[i] for f, v in at.items() if v is not None and f not in BUCKETED},
+                    buckets={f: v[i] for f, v in at.items() if v is not None and f in BUCKETED},
                 )
+                for i in range(len(self.ends))
             )
+            engine, instances = identities.get((model, worker), ("", ()))
+            out.append(RawWorker(model, worker, engine, instances, days, worker in present))
         return tuple(out)
 
     def _worker_identities(
         self, span: str
-    ) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], set[str]], set[str]]:
+    ) -> tuple[dict[tuple[str, ...], tuple[str, tuple[str, ...]]], set[str]]:
         """(model, worker) -> engine and agent instances, and the workers seen this period,
         through any of the series every engine has (``inferwatch_target_up``,
         ``inferwatch_worker_info``), not only ``inferwatch_requests_finished_total``, which
         llama.cpp, for one, lacks; one query: their union, and (label present="1") the
         workers whose agent reported them during this period."""
-        engines: dict[tuple[str, ...], str] = {}
-        instances: dict[tuple[str, ...], set[str]] = {}
-        present: set[str] = set()
         week = _duration(self.period.days * DAY)
         named = (S.REQUESTS_FINISHED_LAST, S.WORKER_INFO_LAST, S.TARGET_UP_LAST)
         union = " or ".join(signal.render(window=span) for signal in named)
         seen = f'label_replace({S.TARGET_UP_LAST.render(window=week)}, "present", "1", "", "")'
         query = f"group by (model, worker, engine, instance, present) ({seen} or {union})"
+        engines: dict[tuple[str, ...], str] = {}
+        instances: dict[tuple[str, ...], set[str]] = {}
+        present: set[str] = set()
         for s in self.client.instant(query, self.period.end):
-            if not (worker := s.labels.get("worker", "")):
-                continue
-            if s.labels.get("present") == "1":
-                present.add(worker)
-                continue
-            key: tuple[str, ...] = (s.labels.get("model", ""), worker)
-            if s.labels.get("engine") or key not in engines:
-                engines[key] = s.labels.get("engine", "")
-            instances.setdefault(key, set()).add(s.labels.get("instance", ""))
-        return engines, instances, present
+            key, lb = _key(s.labels, WORKER_KEY), s.labels
+            if key[1] and lb.get("present") == "1":
+                present.add(key[1])
+            elif key[1]:
+                engines[key] = lb.get("engine") or engines.get(key, "")
+                instances.setdefault(key, set()).add(lb.get("instance", ""))
+        return {k: (engine, tuple(sorted(instances[k]))) for k, engine in engines.items()}, present
 
     def _buckets(self, expr: str) -> dict[tuple[str, ...], tuple[Buckets | None, ...]]:
         """Per key, each day's cumulative buckets (None: a day without its +Inf bucket)."""
         per: dict[tuple[str, ...], list[dict[float, float]]] = {}
         for s in self.daily(expr):
             if (le := upper_bound(s.labels)) is not None:
-                key = tuple(s.labels.get(k, "") for k in WORKER_KEY)
-                days = per.setdefault(key, [{} for _ in self.ends])
+                days = per.setdefault(_key(s.labels, WORKER_KEY), [{} for _ in self.ends])
                 for day, v in zip(days, _days_vector(s, self.ends), strict=True):
                     if v is not None:
                         day[le] = v
@@ -513,13 +490,13 @@ def collect(
     workers = c.workers()
     gpus = c.gpus(workers)
     alerts = c.alerts()
-    has_ttft = any("ttft" in w.latency for w in workers)
+    has_ttft = any(w.histogram("ttft") is not None for w in workers)
     hourly = c.hourly(has_ttft)
 
     def has_current(values: Daily | None) -> bool:
         return values is not None and any(v is not None for v in period.current(values))
 
-    current_workers = any(has_current(w.requests) or w.present for w in workers)
+    current_workers = any(has_current(w.daily("requests")) or w.present for w in workers)
     current_gpus = any(has_current(g.util_daily.get("mean")) for g in gpus)
     if not current_workers and not current_gpus:
         raise NoData(
