@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 from inferwatch.engines import contract
@@ -49,6 +48,7 @@ from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
     DAY,
     HISTOGRAMS,
+    LATENCY_NAMES,
     Buckets,
     Daily,
     Hourly,
@@ -59,33 +59,36 @@ from inferwatch.report.model import (
     RawWorker,
     alert_runs,
 )
-from inferwatch.report.promapi import PrometheusClient, QueryError, ReportError, Series
+from inferwatch.report.promapi import PrometheusClient, QueryError, ReportError, Sample, Series
 
 SUBQUERY_STEP = 60
 ALERT_STEP = 60
 HOUR = 3600.0
 
 WORKER_KEY = ("model", "worker")
-#: each query of ``Collector.workers``: the ``WorkerReading`` figure each day's answer
-#: sets, and its progress step ("-": the same step as the line before)
-WORKER_STEPS = {
-    "requests": "requests",
-    "prompt_tokens": "prompt tokens",
-    "generation_tokens": "generation tokens",
-    "ttft": "TTFT buckets",
-    "tpot": "TPOT buckets",
-    "e2e": "end-to-end buckets",
-    "prompt_length": "prompt-length buckets",
-    "queue_max": "queue peaks",
-    "over_capacity_seconds": "time over capacity",
-    "capacity": "capacity",
-    "open_requests": "open requests",
-    "slope_max": "queue slope",
-    "preemptions": "preemptions",
-    "cold_ttft": "cold-start TTFT buckets",
-    "started": "worker start times",
-    "failed": "errors and rejections",
-    "rejected": "-",
+#: a GPU's place: its agent and its index there (sorted by both)
+_GPU_KEY = ("instance", "gpu")
+#: each query of ``Collector.workers`` in order: the ``WorkerReading`` figure each day's
+#: answer sets -> its progress step ("-": the same step as the line before) and the signal
+#: read per day by model and worker (None: its PromQL is written out in the method)
+WORKER_FIGURES: dict[str, tuple[str, S.Signal | None]] = {
+    "requests": ("requests", S.REQUESTS),
+    "prompt_tokens": ("prompt tokens", S.PROMPT_TOKENS),
+    "generation_tokens": ("generation tokens", S.GENERATION_TOKENS),
+    "ttft": ("TTFT buckets", None),
+    "tpot": ("TPOT buckets", None),
+    "e2e": ("end-to-end buckets", None),
+    "prompt_length": ("prompt-length buckets", None),
+    "queue_max": ("queue peaks", S.QUEUE_PEAK),
+    "over_capacity_seconds": ("time over capacity", None),
+    "capacity": ("capacity", None),
+    "open_requests": ("open requests", None),
+    "slope_max": ("queue slope", None),
+    "preemptions": ("preemptions", S.PREEMPTIONS),
+    "cold_ttft": ("cold-start TTFT buckets", None),
+    "started": ("worker start times", None),
+    "failed": ("errors and rejections", S.ERRORS),
+    "rejected": ("-", S.REJECTED),
 }
 #: the figures answered as per-day buckets (``WorkerReading.buckets``)
 BUCKETED = (*HISTOGRAMS, "prompt_length", "cold_ttft")
@@ -103,20 +106,27 @@ def count_steps() -> int:
     return len(_STEPS)
 
 
+#: the per-day queries of ``Collector.gpus`` by uuid, after the utilization's: the
+#: ``RawGpu`` field each answers -> its progress step ("-": the same step as the line
+#: before) and the signal read per day (None: its PromQL is written out in the method)
+GPU_FIGURES: dict[str, tuple[str, S.Signal | None]] = {
+    "vram_peak_ratio": ("VRAM peaks", S.GPU_MEMORY_PEAK),
+    "vram_peak_bytes": ("-", S.GPU_MEMORY_BYTES_PEAK),
+    "pressure_peak": ("memory pressure", None),
+    "waste_alert_daily": ("waste condition", None),
+}
 #: the GPU steps, skipped together when there are no GPU series
 _GPU_STEPS = (
     "GPU utilization",
     "GPU bands",
     "GPU weekly percentiles",
     "GPM SM activity",
-    "VRAM peaks",
-    "memory pressure",
-    "waste condition",
+    *(step for step, _ in GPU_FIGURES.values() if step != "-"),
     "GPU to worker map",
 )
 _STEPS = (
     "workers",
-    *(step for step in WORKER_STEPS.values() if step != "-"),
+    *(step for step, _ in WORKER_FIGURES.values() if step != "-"),
     "GPUs",
     *_GPU_STEPS,
     "alerts",
@@ -131,6 +141,10 @@ def _days_vector(series: Series, ends: Sequence[float]) -> Daily:
 
 def _key(labels: dict[str, str], keys: Sequence[str]) -> tuple[str, ...]:
     return tuple(labels.get(k, "") for k in keys)
+
+
+def _instance(s: Sample) -> str:
+    return s.labels.get("instance", "")
 
 
 def _duration(seconds: float) -> str:
@@ -217,13 +231,12 @@ class Collector:
     # ------------------------------------------------------------------ workers
 
     def workers(self) -> tuple[RawWorker, ...]:
-        """Each (model, worker) and its reading of each day: one query per figure, in the
-        order of ``WORKER_STEPS``."""
+        """Each (model, worker) and its reading of each day: one query per figure of
+        ``WORKER_FIGURES``, in its order."""
         span = _duration(2 * self.period.days * DAY)
         self.step("workers")
         identities, present = self._worker_identities(span)
-        t, by, day = self.t, "model, worker", "1d"
-        per_day = partial(S.Signal.render, window=day, by=by)
+        t, by, day, sub = self.t, "model, worker", "1d", f"[1d:{SUBQUERY_STEP}s]"
         young = (  # InferenceTTFTSLOBreach leaves these first tokens to ...WorkerColdStart
             f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
             f"< {t.cold_start.within})"
@@ -231,32 +244,26 @@ class Collector:
         minute = S.bucket_increase(contract.TTFT_SECONDS).render(window=f"{SUBQUERY_STEP}s")
         slope_now = S.QUEUE_SLOPE.render(window=format_duration(t.queue.rising_window))
         over = f"{S.QUEUE.render()} > bool on ({AGENT_WORKER}) group_left {capacity_expr(t)}"
-        queries = {  # figure of WORKER_STEPS -> PromQL
-            "requests": per_day(S.REQUESTS),
-            "prompt_tokens": per_day(S.PROMPT_TOKENS),
-            "generation_tokens": per_day(S.GENERATION_TOKENS),
+        written = {  # the figures of WORKER_FIGURES without a signal
             **{name: buckets_expr(t, family, DAY, by) for name, family in HISTOGRAMS.items()},
             "prompt_length": buckets_expr(t, contract.PROMPT_LENGTH_TOKENS, DAY, by),
-            "queue_max": per_day(S.QUEUE_PEAK),
             "over_capacity_seconds":
-                f"sum by ({by}) (sum_over_time(({over})[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}",
+                f"sum by ({by}) (sum_over_time(({over}){sub})) * {SUBQUERY_STEP}",
             "capacity": S.BATCH_LIMIT_LAST.render(window=span, by=by),
-            "open_requests": f"{per_day(S.QUEUE_MEAN, agg='sum')} + "
-                             f"{per_day(S.RUNNING_MEAN, agg='sum')}",
-            "slope_max": f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))",
-            "preemptions": per_day(S.PREEMPTIONS),
+            "open_requests": " + ".join(
+                mean.render(window=day, by=by, agg="sum") for mean in (S.QUEUE_MEAN, S.RUNNING_MEAN)
+            ),
+            "slope_max": f"max by ({by}) (max_over_time({slope_now}{sub}))",
             "cold_ttft": f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) "
-                         f"{young})[1d:{SUBQUERY_STEP}s]))",
+                         f"{young}){sub}))",
             # by worker name only: the start-time gauge has no model label
             "started": S.WORKER_START_EARLIEST.render(window=day, by="worker"),
-            # the availability SLO's bad requests (the error-budget section)
-            "failed": per_day(S.ERRORS),
-            "rejected": per_day(S.REJECTED),
         }  # fmt: skip
         got: dict[str, dict[tuple[str, ...], Any]] = {}
-        for figure, expr in queries.items():
-            if WORKER_STEPS[figure] != "-":
-                self.step(WORKER_STEPS[figure])
+        for figure, (step, signal) in WORKER_FIGURES.items():
+            if step != "-":
+                self.step(step)
+            expr = signal.render(window=day, by=by) if signal else written[figure]
             if figure == "capacity":  # the limit at the period's end: the last day's reading
                 last = (None,) * (len(self.ends) - 1)
                 now = self.client.instant(expr, self.period.end)
@@ -267,7 +274,7 @@ class Collector:
         # A worker known only by name (target_up carries no model) folds into the
         # (model, worker) rows its other series name.
         named = {k[1] for k in keys if k[0]}
-        got["started"] = {k: got["started"].get(("", k[1])) for k in keys}  # by worker name
+        got["started"] = {k: got["started"].get(("", k[1])) for k in keys}
         out = []
         for model, worker in (k for k in keys if k[0] or k[1] not in named):
             at = {f: answers.get((model, worker)) for f, answers in got.items()}
@@ -325,19 +332,16 @@ class Collector:
 
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
         span, week = _duration(2 * self.period.days * DAY), _duration(self.period.days * DAY)
-        util, end = S.GPU_UTILIZATION.render(), self.period.end
+        util, end, sub = S.GPU_UTILIZATION.render(), self.period.end, f"[1d:{SUBQUERY_STEP}s]"
         self.step("GPUs")
-        ident: dict[str, dict[str, str]] = {}
         seen = S.GPU_UTILIZATION_LAST.render(window=span, by="uuid, instance, gpu", agg="group")
         # After a pod restart a GPU shows up under a new instance: keep the last one in
         # sort order, which is stable from run to run.
-        answers = self.client.instant(seen, end)
-        for s in sorted(answers, key=lambda s: s.labels.get("instance", ""), reverse=True):
-            lb = {k: s.labels.get(k, "") for k in ("instance", "gpu")}
-            ident.setdefault(s.labels.get("uuid", ""), {**lb, "name": ""})
-        for s in self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end):
-            if s.labels.get("uuid", "") in ident:
-                ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
+        ident: dict[str, dict[str, str]] = {}
+        for s in sorted(self.client.instant(seen, end), key=_instance, reverse=True):
+            ident.setdefault(s.labels.get("uuid", ""), {k: s.labels.get(k, "") for k in _GPU_KEY})
+        info = self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end)
+        names = {s.labels.get("uuid", ""): s.labels.get("name", "") for s in info}
         if not ident:  # no GPU series in either period (summary.data_notes says so)
             for step in _GPU_STEPS:
                 self.step(step)
@@ -352,26 +356,24 @@ class Collector:
             "healthy": f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})",
             "scale_review": f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}",
         }
-        bands = {n: f"avg_over_time(({e})[1d:{SUBQUERY_STEP}s])" for n, e in bands.items()}
+        bands = {n: f"avg_over_time(({e}){sub})" for n, e in bands.items()}
         band_daily = self._labelled_daily(bands, "band")
         self.step("GPU weekly percentiles")
         util_week = self._labelled_weekly(util_stats(week, 0.1, 0.5, 0.9, 0.99), "stat")
         self.step("GPM SM activity")
         sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
         rate_mean = S.GPU_UTILIZATION_MEAN.render(window=format_duration(self.t.pack.rate_window))
-        queries = (  # (progress step, RawGpu field, PromQL answered per uuid and day)
-            ("VRAM peaks", "vram_peak_ratio", S.GPU_MEMORY_PEAK.render(window="1d", by="uuid")),
-            ("-", "vram_peak_bytes", S.GPU_MEMORY_BYTES_PEAK.render(window="1d", by="uuid")),
-            ("memory pressure", "pressure_peak", pressure_expr("1d")),
-            ("waste condition", "waste_alert_daily",
-             f"max by (uuid) (avg_over_time(({rate_mean} {L.WASTE.op} bool "
-             f"{L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))"),
-        )  # fmt: skip
+        waste = f"{rate_mean} {L.WASTE.op} bool {L.WASTE.of(self.t)}"
+        written = {
+            "pressure_peak": pressure_expr("1d"),
+            "waste_alert_daily": f"max by (uuid) (avg_over_time(({waste}){sub}))",
+        }
         daily: dict[str, dict[tuple[str, ...], Daily]] = {}
-        for step, name, expr in queries:
+        for figure, (step, signal) in GPU_FIGURES.items():
             if step != "-":
                 self.step(step)
-            daily[name] = self.daily_by(expr, ("uuid",))
+            expr = signal.render(window="1d", by="uuid") if signal else written[figure]
+            daily[figure] = self.daily_by(expr, ("uuid",))
         self.step("GPU to worker map")
         mapping: dict[str, set[str]] = {}
         mapped = S.GPU_PROCESS_MEMORY_LAST.render(window=span, by="uuid, worker", agg="group")
@@ -379,16 +381,15 @@ class Collector:
             mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
         empty: Daily = (None,) * len(self.ends)
         out = []
-        for uuid in sorted(ident, key=lambda u: (ident[u]["instance"], ident[u]["gpu"], u)):
-            at: dict[str, Any] = {name: d.get((uuid,)) for name, d in daily.items()}
-            gpu: dict[str, Any] = ident[uuid]
-            served = mapping.get(uuid) or {
-                w.worker for w in workers if gpu["instance"] in w.instances
-            }
+        for uuid in sorted(ident, key=lambda u: (*ident[u].values(), u)):
+            at: dict[str, Any] = {figure: d.get((uuid,)) for figure, d in daily.items()}
+            host = ident[uuid]["instance"]
+            served = mapping.get(uuid) or {w.worker for w in workers if host in w.instances}
             out.append(
                 RawGpu(
-                    **{**gpu, **at, "vram_peak_ratio": at["vram_peak_ratio"] or empty},
+                    **{**ident[uuid], **at, "vram_peak_ratio": at["vram_peak_ratio"] or empty},
                     uuid=uuid,
+                    name=names.get(uuid, ""),
                     util_daily={k: util_daily.get(uuid, {}).get(k, empty) for k in stats},
                     band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in bands},
                     util_week=util_week.get(uuid, {}),
@@ -449,32 +450,25 @@ class Collector:
 
     def hourly(self, has_ttft: bool) -> Hourly:
         self.step("hourly trend")
-        start = self.period.start + HOUR
-        end = self.period.end
-        family, name = (
-            (contract.TTFT_SECONDS, "TTFT")
-            if has_ttft
-            else (contract.E2E_LATENCY_SECONDS, "End-to-end")
-        )
+        start, end = self.period.start + HOUR, self.period.end
         times = tuple(start + i * HOUR for i in range(int((end - start) // HOUR) + 1))
-
-        def one(expr: str) -> tuple[float | None, ...]:
-            result = self.client.range(expr, start, end, HOUR)
-            return _days_vector(result[0], times) if result else (None,) * len(times)
-
-        buckets = buckets_expr(self.t, family, HOUR, "model, worker")
-        latency = one(S.quantile(0.99, f"sum by (le) (\n  {buckets}\n)"))
-        if all(v is None for v in latency):
-            name = ""
-        util = one(S.GPU_UTILIZATION_MEAN.render(window="1h", by="", agg="avg"))
-        # the memory peak: the KV-cache usage of the workers on each GPU where their engine
-        # exports one (an engine that pre-allocates holds NVML's level flat at its
-        # reservation), NVML's level for the other GPUs; the fleet's highest
-        vram = one(
+        latency = "ttft" if has_ttft else "e2e"
+        buckets = buckets_expr(self.t, HISTOGRAMS[latency], HOUR, "model, worker")
+        exprs = (  # the fleet's latency P99, mean utilization and memory peak, each hour
+            S.quantile(0.99, f"sum by (le) (\n  {buckets}\n)"),
+            S.GPU_UTILIZATION_MEAN.render(window="1h", by="", agg="avg"),
+            # the KV-cache usage of the workers on each GPU where their engine exports one
+            # (an engine that pre-allocates holds NVML's level flat at its reservation),
+            # NVML's level for the other GPUs; the fleet's highest
             f"max(\n  {pressure_expr('1h')}\n  or\n"
-            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)"
+            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)",
         )
-        return Hourly(times, latency, name, util, vram)
+        answers = (self.client.range(expr, start, end, HOUR) for expr in exprs)
+        p99, util, vram = (
+            _days_vector(a[0], times) if a else (None,) * len(times) for a in answers
+        )
+        name = LATENCY_NAMES[latency] if any(v is not None for v in p99) else ""
+        return Hourly(times, p99, name, util, vram)
 
 
 def collect(
