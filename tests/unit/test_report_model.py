@@ -481,6 +481,32 @@ def test_a_fleet_without_gpu_series_renders_without_gpu_sections() -> None:
     assert "GPUS" not in render.text(report)
 
 
+def test_a_worker_is_a_daily_series_of_the_one_worker_reading() -> None:
+    """Issue 41: every figure the report queries per worker lands in a field of
+    pack.reading's WorkerReading (or one of its buckets), one reading per day; RawWorker
+    gives a figure back day by day, None where its series is absent, and keeps an absent
+    histogram apart from a day without its +Inf bucket."""
+    from dataclasses import fields
+
+    from inferwatch.pack.reading import WorkerReading
+    from inferwatch.report.query import BUCKETED, WORKER_FIGURES
+
+    assert set(WORKER_FIGURES) - set(BUCKETED) <= {f.name for f in fields(WorkerReading)}
+    day = ((0.5, 2.0), (math.inf, 3.0))
+    w = RawWorker.of_series(
+        "m", "w0", histograms={"ttft": (None, day)}, capacity=64.0,
+        requests=(None, 5.0), failed=(None, None), queue_max=None,
+    )  # fmt: skip
+    assert all(isinstance(d, WorkerReading) for d in w.days) and len(w.days) == 2
+    assert w.days[1].requests == 5.0 and w.days[1].buckets == {"ttft": day}
+    assert w.daily("requests") == (None, 5.0)
+    assert w.daily("failed") is None and w.daily("queue_max") is None
+    assert w.histogram("ttft") == (None, day) and w.histogram("e2e") is None
+    assert w.capacity == 64.0 and w.days[0].capacity is None
+    # as many days as asked for where no series says (a worker seen, nothing measured)
+    assert len(RawWorker.of_series("m", "w1", days=14).days) == 14
+
+
 def test_the_notes_say_what_the_data_leaves_out_once_each() -> None:
     from dataclasses import replace
 

@@ -141,21 +141,23 @@ class RawWorker:
         instances: tuple[str, ...] = (),
         present: bool = False,
         *,
+        days: int = 0,
         histograms: Mapping[str, Sequence[Buckets | None] | None] = {},
         capacity: float | None = None,
         **daily: Sequence[float | None] | None,
     ) -> RawWorker:
-        """A worker from its series as queried: ``daily`` a figure of ``WorkerReading``
-        -> one value per day, ``histograms`` a name of ``WorkerReading.buckets`` -> one
-        day's buckets per day (None: the series is absent), ``capacity`` at the end."""
-        n = max(len(s) for s in (*daily.values(), *histograms.values()) if s is not None)
-        days = []
-        for i in range(n):
+        """A worker from its series as queried (``days`` of them, else as many as the
+        longest): ``daily`` a figure of ``WorkerReading`` -> one value per day,
+        ``histograms`` a name of ``WorkerReading.buckets`` -> one day's buckets per day
+        (None: the series is absent), ``capacity`` at the period's end."""
+        series = (*daily.values(), *histograms.values())
+        readings = []
+        for i in range(days or max(len(s) for s in series if s is not None)):
             figures: dict[str, Any] = {k: s[i] for k, s in daily.items() if s is not None}
             buckets = {k: s[i] for k, s in histograms.items() if s is not None}
-            days.append(WorkerReading(**figures, buckets=buckets))
-        days[-1].capacity = capacity
-        return cls(model, worker, engine, instances, tuple(days), present)
+            readings.append(WorkerReading(**figures, buckets=buckets))
+        readings[-1].capacity = capacity
+        return cls(model, worker, engine, instances, tuple(readings), present)
 
 
 @dataclass(frozen=True)

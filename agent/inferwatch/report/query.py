@@ -42,7 +42,7 @@ from inferwatch.pack import loops as L
 from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import num
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
-from inferwatch.pack.reading import WorkerReading, upper_bound
+from inferwatch.pack.reading import upper_bound
 from inferwatch.pack.rules import own_histograms
 from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
@@ -264,10 +264,9 @@ class Collector:
             if step != "-":
                 self.step(step)
             expr = signal.render(window=day, by=by) if signal else written[figure]
-            if figure == "capacity":  # the limit at the period's end: the last day's reading
-                last = (None,) * (len(self.ends) - 1)
+            if figure == "capacity":  # the limit at the period's end
                 now = self.client.instant(expr, self.period.end)
-                got[figure] = {_key(s.labels, WORKER_KEY): (*last, s.value) for s in now}
+                got[figure] = {_key(s.labels, WORKER_KEY): s.value for s in now}
             else:
                 got[figure] = (self._buckets if figure in BUCKETED else self.daily_by)(expr)
         keys = sorted(set(got["requests"]) | set(identities))
@@ -277,16 +276,13 @@ class Collector:
         got["started"] = {k: got["started"].get(("", k[1])) for k in keys}
         out = []
         for model, worker in (k for k in keys if k[0] or k[1] not in named):
-            at = {f: answers.get((model, worker)) for f, answers in got.items()}
-            days = tuple(
-                WorkerReading(
-                    **{f: v[i] for f, v in at.items() if v is not None and f not in BUCKETED},
-                    buckets={f: v[i] for f, v in at.items() if v is not None and f in BUCKETED},
-                )
-                for i in range(len(self.ends))
-            )
+            # RawWorker.of_series' arguments: each figure's series, the capacity, the histograms
+            at: dict[str, Any] = {f: answers.get((model, worker)) for f, answers in got.items()}
+            at.update(days=len(self.ends), histograms={f: at.pop(f) for f in BUCKETED})
             engine, instances = identities.get((model, worker), ("", ()))
-            out.append(RawWorker(model, worker, engine, instances, days, worker in present))
+            out.append(
+                RawWorker.of_series(model, worker, engine, instances, worker in present, **at)
+            )
         return tuple(out)
 
     def _worker_identities(
@@ -348,7 +344,7 @@ class Collector:
             return ()
         self.step("GPU utilization")
         stats = util_stats("1d", 0.5, 0.9)
-        util_daily = self._labelled_daily(stats, "stat")
+        util_daily = self.daily_by(self._union(stats, "stat"), ("uuid", "stat"))
         self.step("GPU bands")
         u = L.utilization_lines(self.t)
         bands = {
@@ -357,7 +353,7 @@ class Collector:
             "scale_review": f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}",
         }
         bands = {n: f"avg_over_time(({e}){sub})" for n, e in bands.items()}
-        band_daily = self._labelled_daily(bands, "band")
+        band_daily = self.daily_by(self._union(bands, "band"), ("uuid", "band"))
         self.step("GPU weekly percentiles")
         util_week = self._labelled_weekly(util_stats(week, 0.1, 0.5, 0.9, 0.99), "stat")
         self.step("GPM SM activity")
@@ -390,8 +386,8 @@ class Collector:
                     **{**ident[uuid], **at, "vram_peak_ratio": at["vram_peak_ratio"] or empty},
                     uuid=uuid,
                     name=names.get(uuid, ""),
-                    util_daily={k: util_daily.get(uuid, {}).get(k, empty) for k in stats},
-                    band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in bands},
+                    util_daily={k: util_daily.get((uuid, k), empty) for k in stats},
+                    band_daily={k: band_daily.get((uuid, k), empty) for k in bands},
                     util_week=util_week.get(uuid, {}),
                     sm_active_week=sm.get(uuid, {}).get("mean"),
                     workers=tuple(sorted(served)),
@@ -405,14 +401,6 @@ class Collector:
             f'label_replace(max by (uuid) ({expr}), "{label}", "{name}", "", "")'
             for name, expr in exprs.items()
         )
-
-    def _labelled_daily(self, exprs: dict[str, str], label: str) -> dict[str, dict[str, Daily]]:
-        out: dict[str, dict[str, Daily]] = {}
-        for s in self.daily(self._union(exprs, label)):
-            out.setdefault(s.labels.get("uuid", ""), {})[s.labels.get(label, "")] = _days_vector(
-                s, self.ends
-            )
-        return out
 
     def _labelled_weekly(
         self, exprs: dict[str, str], label: str
