@@ -44,18 +44,18 @@ def _raw(period: Period, band_daily: dict[str, tuple[float, ...]] | None = None)
     n = 2 * period.days
     daily = (100.0,) * n
     buckets = ((0.1, 50.0), (0.25, 99.5), (2.5, 100.0), (math.inf, 100.0))
-    worker = RawWorker(
-        model="m",
-        worker="w0",
-        engine="vllm",
-        instances=("h:1",),
+    worker = RawWorker.of_series(
+        "m",
+        "w0",
+        "vllm",
+        ("h:1",),
+        histograms={"ttft": (buckets,) * n},
+        capacity=256.0,
         requests=daily,
         prompt_tokens=daily,
         generation_tokens=daily,
-        latency={"ttft": (buckets,) * n},
-        queue_peak=(1.0,) * n,
+        queue_max=(1.0,) * n,
         over_capacity_seconds=(0.0,) * n,
-        capacity=256.0,
     )
     bands = band_daily or {
         "waste": (0.0,) * n,

@@ -328,18 +328,13 @@ def test_report_budget_rows_follow_the_entries_and_engines(tmp_path: Path) -> No
     none7: tuple[None, ...] = (None,) * 7
 
     def worker(model: str, engine: str, failed: float | None) -> RawWorker:
-        return RawWorker(
-            model=model,
-            worker=f"{model}-0",
-            engine=engine,
-            instances=("a",),
+        return RawWorker.of_series(
+            model,
+            f"{model}-0",
+            engine,
+            ("a",),
+            histograms={"ttft": (None,) * 7 + (day,) * 7},
             requests=none7 + (100.0,) * 7,
-            prompt_tokens=(None,) * 14,
-            generation_tokens=(None,) * 14,
-            latency={"ttft": (None,) * 7 + (day,) * 7},
-            queue_peak=None,
-            over_capacity_seconds=None,
-            capacity=None,
             failed=None if failed is None else none7 + (failed,) * 7,
         )
 

@@ -499,26 +499,24 @@ def raw_data(runs: list[WorkerRun], t: Thresholds) -> RawData:
             for s in r.samples
         ]
         workers.append(
-            RawWorker(
-                model=r.model,
-                worker=r.worker,
-                engine="vllm",
-                instances=(f"{r.worker}:10127",),
-                requests=day(float(r.finished)),
-                prompt_tokens=day(None),
-                generation_tokens=day(None),
-                latency={
-                    "ttft": day(buckets([v for _, v in r.ttft], BUCKETS["ttft"])),  # type: ignore[arg-type]
-                    "tpot": day(buckets(r.itl, BUCKETS["tpot"])),  # type: ignore[arg-type]
-                    "e2e": day(buckets(r.e2e, BUCKETS["e2e"])),  # type: ignore[arg-type]
+            RawWorker.of_series(
+                r.model,
+                r.worker,
+                "vllm",
+                (f"{r.worker}:10127",),
+                histograms={
+                    "ttft": (None, buckets([v for _, v in r.ttft], BUCKETS["ttft"])),
+                    "tpot": (None, buckets(r.itl, BUCKETS["tpot"])),
+                    "e2e": (None, buckets(r.e2e, BUCKETS["e2e"])),
+                    "cold_ttft": (None, buckets(young, BUCKETS["ttft"])),
                 },
-                queue_peak=day(float(max(s.waiting for s in r.samples))),
-                over_capacity_seconds=day(float(len(over_at)) * SAMPLE),
                 capacity=float(cap),
+                requests=day(float(r.finished)),
+                queue_max=day(float(max(s.waiting for s in r.samples))),
+                over_capacity_seconds=day(float(len(over_at)) * SAMPLE),
                 open_requests=day(_mean([s.waiting + s.running for s in r.samples])),
-                queue_slope_peak=day(max(known_slopes) if known_slopes else None),
+                slope_max=day(max(known_slopes) if known_slopes else None),
                 preemptions=day(float(r.preemptions)),
-                cold_latency={"ttft": day(buckets(young, BUCKETS["ttft"]))},  # type: ignore[dict-item]
             )
         )
         mean_util = _mean(utils)

@@ -39,18 +39,18 @@ SLOW: Buckets = ((0.1, 0.0), (0.25, 0.0), (2.5, 0.0), (10.0, 100.0), (math.inf, 
 def _report(period: Period) -> Report:
     n = 2 * period.days
     daily = (100.0,) * n
-    worker = RawWorker(
-        model="m",
-        worker="w0",
-        engine="vllm",
-        instances=("h:1",),
+    worker = RawWorker.of_series(
+        "m",
+        "w0",
+        "vllm",
+        ("h:1",),
+        histograms={"ttft": (FAST,) * (n - 1) + (SLOW,)},
+        capacity=256.0,
         requests=daily,
         prompt_tokens=daily,
         generation_tokens=daily,
-        latency={"ttft": (FAST,) * (n - 1) + (SLOW,)},
-        queue_peak=(1.0,) * n,
+        queue_max=(1.0,) * n,
         over_capacity_seconds=(0.0,) * n,
-        capacity=256.0,
     )
     gpu = RawGpu(
         uuid="GPU-0",

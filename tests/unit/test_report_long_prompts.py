@@ -35,19 +35,18 @@ def _prompts(short: float, long: float) -> Buckets:
 def long_tail(lengths: tuple[Buckets | None, ...] | None) -> Finding:
     period = Period(MONDAY, 7)
     n = 2 * period.days
-    worker = RawWorker(
-        model="m",
-        worker="w0",
-        engine="vllm",
-        instances=("h:1",),
+    worker = RawWorker.of_series(
+        "m",
+        "w0",
+        "vllm",
+        ("h:1",),
+        histograms={"ttft": (TAIL,) * n, "prompt_length": lengths},
+        capacity=256.0,
         requests=(100.0,) * n,
         prompt_tokens=(100.0,) * n,
         generation_tokens=(100.0,) * n,
-        latency={"ttft": (TAIL,) * n},
-        queue_peak=(0.0,) * n,
+        queue_max=(0.0,) * n,
         over_capacity_seconds=(0.0,) * n,
-        capacity=256.0,
-        prompt_lengths=lengths,
     )
     raw = RawData(period, (worker,), (), (), Hourly((), (), "", (), ()), ())
     report = build_report(raw, load_thresholds())

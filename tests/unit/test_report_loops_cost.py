@@ -89,18 +89,15 @@ def _report(
 ) -> tuple[str, dict[str, object]]:
     period = Period(S.REPORT_END, 1)
     n = 2 * period.days
-    worker = RawWorker(
-        model="m",
-        worker="w0",
-        engine="vllm",
-        instances=("h:1",),
+    worker = RawWorker.of_series(
+        "m",
+        "w0",
+        "vllm",
+        ("h:1",),
+        histograms={name: (None, b) for name, b in latency.items()},
         requests=(None, 10.0),
         prompt_tokens=(None,) * n,
         generation_tokens=(None,) * n,
-        latency={name: (None, b) for name, b in latency.items()},
-        queue_peak=None,
-        over_capacity_seconds=None,
-        capacity=None,
         started=started,
     )
     raw = RawData(period, (worker,), (), (), Hourly((), (), "", (), ()), ())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +314,9 @@ def _raw(
     requests: tuple[float, float],
     **worker: Any,
 ) -> RawData:
-    """Two workers of model m on a GPU each; ``worker`` holds RawWorker fields, each a
-    (w0, w1) pair, and ``waste`` a (w0, w1) pair of daily waste-condition shares."""
+    """Two workers of model m on a GPU each; ``worker`` holds ``RawWorker.of_series``
+    arguments (figures of WorkerReading, ``histograms``), each a (w0, w1) pair, and
+    ``waste`` a (w0, w1) pair of daily waste-condition shares."""
     period = Period(END, 7)
     n = 14
     utils = util if isinstance(util, tuple) else (util, util)
@@ -326,19 +326,19 @@ def _raw(
     for i, (name, per_day) in enumerate(zip(("w0", "w1"), requests, strict=True)):
         daily = (per_day,) * n
         extra = {k: v[i] for k, v in worker.items()}
-        extra.setdefault("latency", {"ttft": (_buckets(True, per_day),) * n})
+        extra.setdefault("histograms", {"ttft": (_buckets(True, per_day),) * n})
         workers.append(
-            RawWorker(
-                model="m",
-                worker=name,
-                engine="vllm",
-                instances=(f"{name}:1",),
+            RawWorker.of_series(
+                "m",
+                name,
+                "vllm",
+                (f"{name}:1",),
+                capacity=256.0,
                 requests=daily,
                 prompt_tokens=daily,
                 generation_tokens=daily,
-                queue_peak=(1.0,) * n,
+                queue_max=(1.0,) * n,
                 over_capacity_seconds=(0.0,) * n,
-                capacity=256.0,
                 **extra,
             )
         )
@@ -402,14 +402,14 @@ def test_first_tokens_within_the_cold_start_window_are_not_an_slo_miss() -> None
     slow = ((0.1, 0.0), (0.25, 0.0), (2.5, 0.0), (5.0, 20.0), (math.inf, 20.0))
     raw = _raw(
         util=0.7, vram=0.5, requests=(1000.0, 1000.0),
-        latency=({"ttft": (both,) * n}, {"ttft": (both,) * n}),
-        cold_latency=({"ttft": (slow,) * n}, {"ttft": (slow,) * n}),
+        histograms=({"ttft": (both,) * n, "cold_ttft": (slow,) * n},) * 2,
     )  # fmt: skip
     report = build_report(raw, T)
     assert not [f for f in report.findings if f.loop == "SLO"]
     assert "cold_start" in ids(report)
     # the same observations outside the window are an SLO miss
-    warm = replace(raw, workers=tuple(replace(w, cold_latency={}) for w in raw.workers))
+    warm = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
+                histograms=({"ttft": (both,) * n},) * 2)  # fmt: skip
     slo = [f for f in build_report(warm, T).findings if f.loop == "SLO"]
     assert slo and slo[0].level == "act"
 
@@ -418,18 +418,18 @@ def test_memory_pressure_is_the_kv_cache_with_a_rising_queue() -> None:
     # NVML shows the pre-allocated pool (95 %), the KV cache is what fills
     rising = ((0.1,) * 14, (0.0,) * 14)  # requests per second
     raw = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.97,
-               queue_slope_peak=rising)  # fmt: skip
+               slope_max=rising)  # fmt: skip
     (act,) = [f for f in build_report(raw, T).findings if f.id == "memory"]
     assert act.level == "act" and "KV cache peak 97%" in act.title
     assert "scale out or rate-limit" in act.action
     assert "--gpu-memory-utilization" not in act.action
     # a flat queue: no loop 3
     flat = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.97,
-                queue_slope_peak=((0.0,) * 14, (0.0,) * 14))  # fmt: skip
+                slope_max=((0.0,) * 14, (0.0,) * 14))  # fmt: skip
     assert "memory" not in ids(build_report(flat, T))
     # an empty KV cache in a full pre-allocated pool: nothing
     empty = _raw(util=0.7, vram=0.95, requests=(1000.0, 1000.0), pressure=0.2,
-                 queue_slope_peak=rising)  # fmt: skip
+                 slope_max=rising)  # fmt: skip
     assert "memory" not in ids(build_report(empty, T))
 
 
@@ -438,13 +438,13 @@ def test_a_long_tail_is_ttft_or_tpot_at_or_above_the_ratio() -> None:
     # TTFT P50 0.1 s, P99 exactly 0.5 s (5x): at the line counts
     tail = ((0.1, 500.0), (0.5, 990.0), (1.0, 1000.0), (math.inf, 1000.0))
     raw = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
-               latency=({"ttft": (tail,) * n}, {"ttft": (_buckets(True, 1000.0),) * n}))  # fmt: skip
+               histograms=({"ttft": (tail,) * n}, {"ttft": (_buckets(True, 1000.0),) * n}))  # fmt: skip
     tails = [f for f in build_report(raw, T).findings if f.id == "long_tail"]
     assert [f.title.split(":")[0] for f in tails] == ["w0"]
     # a long end-to-end tail alone is the answer-length mix, not a finding
     e2e = ((0.5, 500.0), (10.0, 990.0), (20.0, 1000.0), (math.inf, 1000.0))
     raw = _raw(util=0.7, vram=0.5, requests=(1000.0, 1000.0),
-               latency=({"e2e": (e2e,) * n}, {"e2e": (e2e,) * n}))  # fmt: skip
+               histograms=({"e2e": (e2e,) * n}, {"e2e": (e2e,) * n}))  # fmt: skip
     assert "long_tail" not in ids(build_report(raw, T))
 
 
@@ -481,14 +481,39 @@ def test_a_fleet_without_gpu_series_renders_without_gpu_sections() -> None:
     assert "GPUS" not in render.text(report)
 
 
+def test_a_worker_is_a_daily_series_of_the_one_worker_reading() -> None:
+    """Issue 41: every figure the report queries per worker lands in a field of
+    pack.reading's WorkerReading (or one of its buckets), one reading per day; RawWorker
+    gives a figure back day by day, None where its series is absent, and keeps an absent
+    histogram apart from a day without its +Inf bucket."""
+    from dataclasses import fields
+
+    from inferwatch.pack.reading import WorkerReading
+    from inferwatch.report.query import BUCKETED, WORKER_FIGURES
+
+    assert set(WORKER_FIGURES) - set(BUCKETED) <= {f.name for f in fields(WorkerReading)}
+    day = ((0.5, 2.0), (math.inf, 3.0))
+    w = RawWorker.of_series(
+        "m", "w0", histograms={"ttft": (None, day)}, capacity=64.0,
+        requests=(None, 5.0), failed=(None, None), queue_max=None,
+    )  # fmt: skip
+    assert all(isinstance(d, WorkerReading) for d in w.days) and len(w.days) == 2
+    assert w.days[1].requests == 5.0 and w.days[1].buckets == {"ttft": day}
+    assert w.daily("requests") == (None, 5.0)
+    assert w.daily("failed") is None and w.daily("queue_max") is None
+    assert w.histogram("ttft") == (None, day) and w.histogram("e2e") is None
+    assert w.capacity == 64.0 and w.days[0].capacity is None
+    # as many days as asked for where no series says (a worker seen, nothing measured)
+    assert len(RawWorker.of_series("m", "w1", days=14).days) == 14
+
+
 def test_the_notes_say_what_the_data_leaves_out_once_each() -> None:
     from dataclasses import replace
 
     raw = _raw(util=0.5, vram=0.5, requests=(1000.0, 1000.0))
     w0, w1 = raw.workers
-    raw = replace(
-        raw, workers=(replace(w0, over_capacity_seconds=None), w1), notes=("from the collector",)
-    )
+    unknown = tuple(replace(day, over_capacity_seconds=None) for day in w0.days)
+    raw = replace(raw, workers=(replace(w0, days=unknown), w1), notes=("from the collector",))
     notes = build_report(raw, T).notes
     assert notes[:3] == (
         "w0 (m): no inferwatch_tpot_seconds_bucket series, so its TPOT figures are left out "

@@ -416,11 +416,16 @@ READERS: dict[str, set[str] | None] = {
         "hourly",
         "_worker_identities",
         "_buckets",
+        "daily_by",
+        "_key",
+        "_instance",
         "pressure_expr",
         "util_stats",
     },
+    # the day series of WorkerReading that Collector.workers' answers become
+    "report/model.py": {"of_series"},
 }
-READER_LINES_AT_MOST = 653
+READER_LINES_AT_MOST = 629
 
 
 def body_lines(source: str, names: set[str] | None) -> dict[str, int]:

@@ -264,6 +264,30 @@ class WorkerReading:
     flags: dict[str, str] = field(default_factory=dict)
     #: TTFT P99 of the worker's model over all its workers (read from Prometheus only)
     model_ttft_p99: float | None = None
+    # The weekly report keeps one reading per day (report.model.RawWorker): the figures
+    # below are its, over the day; ``queue_max`` is the day's queue peak and ``capacity``
+    # the batch limit at the period's end (on the last day's reading only).
+    #: requests finished, prompt and generated tokens, preemptions, requests finished
+    #: with reason="error" and rejected requests, counted over the day
+    requests: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    preemptions: float | None = None
+    failed: float | None = None
+    rejected: float | None = None
+    #: seconds the queue was over the batch capacity (None: max_num_seqs unknown)
+    over_capacity_seconds: float | None = None
+    #: waiting plus running requests, the day's mean
+    open_requests: float | None = None
+    #: the day's steepest queue slope over queue.rising_window, requests per second
+    slope_max: float | None = None
+    #: the earliest start (unix seconds) of the worker's processes seen that day; no
+    #: request observed by the day's end took longer than the day's end minus this
+    started: float | None = None
+    #: "ttft", "tpot", "e2e", "prompt_length" and "cold_ttft" (first tokens observed within
+    #: cold_start.within of a start) -> the day's cumulative (bound, count) pairs, +Inf last;
+    #: a histogram is absent when its series is, None on a day without its +Inf bucket
+    buckets: dict[str, tuple[tuple[float, float], ...] | None] = field(default_factory=dict)
 
     def set(self, attr: str, value: float | None, end: float) -> None:
         """Set a field from its series' figure at ``end`` (None: left as it is)."""

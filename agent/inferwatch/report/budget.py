@@ -96,13 +96,13 @@ def budgets(raw: RawData, t: Thresholds) -> tuple[BudgetFigures, ...]:
             if target is None:
                 continue
             if kind == "availability":
-                finished = total(period.current(w.requests)) or 0.0
-                rejected = total(period.current(w.rejected)) if w.rejected else None
-                failed = total(period.current(w.failed)) if w.failed else None
+                finished = total(period.current(w.daily("requests") or ())) or 0.0
+                rejected = total(period.current(w.daily("rejected") or ()))
+                failed = total(period.current(w.daily("failed") or ()))
                 requests = finished + (rejected or 0.0)
                 bad = (failed or 0.0) + (rejected or 0.0)
             else:
-                days = w.latency.get(kind)
+                days = w.histogram(kind)
                 if days is None or target.le is None:
                     continue
                 merged = merge_buckets(period.current(days))  # type: ignore[arg-type]

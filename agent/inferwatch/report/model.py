@@ -9,10 +9,12 @@ means "no data" and is never replaced by zero.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from inferwatch.engines import contract
+from inferwatch.pack.reading import WorkerReading
 from inferwatch.pack.thresholds import Thresholds
 from inferwatch.stats import Over, histogram_quantile
 
@@ -100,40 +102,62 @@ def p99_slo(t: Thresholds, latency: str) -> float | None:
 
 @dataclass(frozen=True)
 class RawWorker:
-    """One worker's per-day series as Prometheus returned them, before any figure is
-    made from them."""
+    """One worker over the report's days: who it is, and its reading of each day
+    (``pack.reading.WorkerReading``, previous period first) as Prometheus returned it,
+    before any figure is made from it."""
 
     model: str
     worker: str
     engine: str
     instances: tuple[str, ...]
-    requests: Daily
-    prompt_tokens: Daily
-    generation_tokens: Daily
-    # latency name -> per-day buckets; a name is absent when the series does not exist
-    latency: dict[str, tuple[Buckets | None, ...]]
-    queue_peak: Daily | None
-    over_capacity_seconds: Daily | None  # None: max_num_seqs unknown
-    capacity: float | None
-    #: waiting plus running requests, the day's mean (the low-utilization loop's load); None: not exported
-    open_requests: Daily | None = None
-    #: the day's steepest queue slope over queue.rising_window, requests per second
-    queue_slope_peak: Daily | None = None
-    #: preemptions per day
-    preemptions: Daily | None = None
-    #: latency name -> per-day buckets observed within cold_start.within of a start
-    cold_latency: dict[str, tuple[Buckets | None, ...]] = field(default_factory=dict)
+    days: tuple[WorkerReading, ...]
     # the agent watched it during this period (inferwatch_target_up), requests or not
     present: bool = False
-    # requests finished with reason="error", and rejected; None: the series is absent
-    failed: Daily | None = None
-    rejected: Daily | None = None
-    #: per-day buckets of inferwatch_prompt_length_tokens; None: the engine has none
-    prompt_lengths: tuple[Buckets | None, ...] | None = None
-    #: per day, the earliest start time (unix seconds) of the worker's processes seen that
-    #: day (inferwatch_worker_start_time_seconds); None: not known. No request observed by
-    #: the day's end took longer than the data's age: the day's end minus this
-    started: Daily | None = None
+
+    def daily(self, figure: str) -> Daily | None:
+        """A figure of ``WorkerReading`` day by day; None where no day has it (its series
+        is absent)."""
+        values = tuple(getattr(day, figure) for day in self.days)
+        return values if any(v is not None for v in values) else None
+
+    def histogram(self, name: str) -> tuple[Buckets | None, ...] | None:
+        """The day-by-day buckets of ``WorkerReading.buckets[name]``; None where the
+        series is absent."""
+        if all(name not in day.buckets for day in self.days):
+            return None
+        return tuple(day.buckets.get(name) for day in self.days)
+
+    @property
+    def capacity(self) -> float | None:
+        """The batch limit (max_num_seqs) at the period's end."""
+        return self.days[-1].capacity if self.days else None
+
+    @classmethod
+    def of_series(
+        cls,
+        model: str,
+        worker: str,
+        engine: str = "",
+        instances: tuple[str, ...] = (),
+        present: bool = False,
+        *,
+        days: int = 0,
+        histograms: Mapping[str, Sequence[Buckets | None] | None] = {},
+        capacity: float | None = None,
+        **daily: Sequence[float | None] | None,
+    ) -> RawWorker:
+        """A worker from its series as queried (``days`` of them, else as many as the
+        longest): ``daily`` a figure of ``WorkerReading`` -> one value per day,
+        ``histograms`` a name of ``WorkerReading.buckets`` -> one day's buckets per day
+        (None: the series is absent), ``capacity`` at the period's end."""
+        series = (*daily.values(), *histograms.values())
+        readings = []
+        for i in range(days or max(len(s) for s in series if s is not None)):
+            figures: dict[str, Any] = {k: s[i] for k, s in daily.items() if s is not None}
+            buckets = {k: s[i] for k, s in histograms.items() if s is not None}
+            readings.append(WorkerReading(**figures, buckets=buckets))
+        readings[-1].capacity = capacity
+        return cls(model, worker, engine, instances, tuple(readings), present)
 
 
 @dataclass(frozen=True)

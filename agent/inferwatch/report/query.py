@@ -48,6 +48,7 @@ from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.report.model import (
     DAY,
     HISTOGRAMS,
+    LATENCY_NAMES,
     Buckets,
     Daily,
     Hourly,
@@ -58,31 +59,39 @@ from inferwatch.report.model import (
     RawWorker,
     alert_runs,
 )
-from inferwatch.report.promapi import PrometheusClient, QueryError, ReportError, Series
+from inferwatch.report.promapi import PrometheusClient, QueryError, ReportError, Sample, Series
 
 SUBQUERY_STEP = 60
 ALERT_STEP = 60
 HOUR = 3600.0
 
 WORKER_KEY = ("model", "worker")
-LATENCY_STEPS = {"ttft": "TTFT buckets", "tpot": "TPOT buckets", "e2e": "end-to-end buckets"}
-#: the per-day series of RawWorker read as they are (the first three never None)
-DAILY_FIELDS = (
-    "requests",
-    "prompt_tokens",
-    "generation_tokens",
-    "prompt_lengths",
-    "queue_peak",
-    "over_capacity_seconds",
-    "capacity",
-    "open_requests",
-    "queue_slope_peak",
-    "preemptions",
-    "failed",
-    "rejected",
-)
-#: the queries of ``Collector.workers`` answered as per-day buckets
-BUCKETED = (*HISTOGRAMS, "prompt_lengths", "cold")
+#: a GPU's place: its agent and its index there (sorted by both)
+_GPU_KEY = ("instance", "gpu")
+#: each query of ``Collector.workers`` in order: the ``WorkerReading`` figure each day's
+#: answer sets -> its progress step ("-": the same step as the line before) and the signal
+#: read per day by model and worker (None: its PromQL is written out in the method)
+WORKER_FIGURES: dict[str, tuple[str, S.Signal | None]] = {
+    "requests": ("requests", S.REQUESTS),
+    "prompt_tokens": ("prompt tokens", S.PROMPT_TOKENS),
+    "generation_tokens": ("generation tokens", S.GENERATION_TOKENS),
+    "ttft": ("TTFT buckets", None),
+    "tpot": ("TPOT buckets", None),
+    "e2e": ("end-to-end buckets", None),
+    "prompt_length": ("prompt-length buckets", None),
+    "queue_max": ("queue peaks", S.QUEUE_PEAK),
+    "over_capacity_seconds": ("time over capacity", None),
+    "capacity": ("capacity", None),
+    "open_requests": ("open requests", None),
+    "slope_max": ("queue slope", None),
+    "preemptions": ("preemptions", S.PREEMPTIONS),
+    "cold_ttft": ("cold-start TTFT buckets", None),
+    "started": ("worker start times", None),
+    "failed": ("errors and rejections", S.ERRORS),
+    "rejected": ("-", S.REJECTED),
+}
+#: the figures answered as per-day buckets (``WorkerReading.buckets``)
+BUCKETED = (*HISTOGRAMS, "prompt_length", "cold_ttft")
 
 
 class NoData(ReportError):
@@ -97,35 +106,27 @@ def count_steps() -> int:
     return len(_STEPS)
 
 
+#: the per-day queries of ``Collector.gpus`` by uuid, after the utilization's: the
+#: ``RawGpu`` field each answers -> its progress step ("-": the same step as the line
+#: before) and the signal read per day (None: its PromQL is written out in the method)
+GPU_FIGURES: dict[str, tuple[str, S.Signal | None]] = {
+    "vram_peak_ratio": ("VRAM peaks", S.GPU_MEMORY_PEAK),
+    "vram_peak_bytes": ("-", S.GPU_MEMORY_BYTES_PEAK),
+    "pressure_peak": ("memory pressure", None),
+    "waste_alert_daily": ("waste condition", None),
+}
 #: the GPU steps, skipped together when there are no GPU series
 _GPU_STEPS = (
     "GPU utilization",
     "GPU bands",
     "GPU weekly percentiles",
     "GPM SM activity",
-    "VRAM peaks",
-    "memory pressure",
-    "waste condition",
+    *(step for step, _ in GPU_FIGURES.values() if step != "-"),
     "GPU to worker map",
 )
 _STEPS = (
     "workers",
-    "requests",
-    "prompt tokens",
-    "generation tokens",
-    "TTFT buckets",
-    "TPOT buckets",
-    "end-to-end buckets",
-    "prompt-length buckets",
-    "queue peaks",
-    "time over capacity",
-    "capacity",
-    "open requests",
-    "queue slope",
-    "preemptions",
-    "cold-start TTFT buckets",
-    "worker start times",
-    "errors and rejections",
+    *(step for step, _ in WORKER_FIGURES.values() if step != "-"),
     "GPUs",
     *_GPU_STEPS,
     "alerts",
@@ -136,6 +137,14 @@ _STEPS = (
 def _days_vector(series: Series, ends: Sequence[float]) -> Daily:
     by_time = {round(t): v for t, v in series.points}
     return tuple(by_time.get(round(t)) for t in ends)
+
+
+def _key(labels: dict[str, str], keys: Sequence[str]) -> tuple[str, ...]:
+    return tuple(labels.get(k, "") for k in keys)
+
+
+def _instance(s: Sample) -> str:
+    return s.labels.get("instance", "")
 
 
 def _duration(seconds: float) -> str:
@@ -217,125 +226,96 @@ class Collector:
         return self.client.range(expr, self.ends[0], self.ends[-1], DAY)
 
     def daily_by(self, expr: str, keys: Sequence[str] = WORKER_KEY) -> dict[tuple[str, ...], Daily]:
-        out: dict[tuple[str, ...], Daily] = {}
-        for s in self.daily(expr):
-            out[tuple(s.labels.get(k, "") for k in keys)] = _days_vector(s, self.ends)
-        return out
+        return {_key(s.labels, keys): _days_vector(s, self.ends) for s in self.daily(expr)}
 
     # ------------------------------------------------------------------ workers
 
     def workers(self) -> tuple[RawWorker, ...]:
-        """Each (model, worker)'s day series: one query per field of ``RawWorker``, in the
-        order of ``_STEPS`` (a ``-`` step: the same step as the line before)."""
+        """Each (model, worker) and its reading of each day: one query per figure of
+        ``WORKER_FIGURES``, in its order."""
         span = _duration(2 * self.period.days * DAY)
         self.step("workers")
-        engines, instances, present = self._worker_identities(span)
-        t, by, day = self.t, "model, worker", "1d"
-        ttft, lengths = contract.TTFT_SECONDS, contract.PROMPT_LENGTH_TOKENS
+        identities, present = self._worker_identities(span)
+        t, by, day, sub = self.t, "model, worker", "1d", f"[1d:{SUBQUERY_STEP}s]"
         young = (  # InferenceTTFTSLOBreach leaves these first tokens to ...WorkerColdStart
             f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
             f"< {t.cold_start.within})"
         )
-        minute = S.bucket_increase(ttft).render(window=f"{SUBQUERY_STEP}s")
+        minute = S.bucket_increase(contract.TTFT_SECONDS).render(window=f"{SUBQUERY_STEP}s")
         slope_now = S.QUEUE_SLOPE.render(window=format_duration(t.queue.rising_window))
         over = f"{S.QUEUE.render()} > bool on ({AGENT_WORKER}) group_left {capacity_expr(t)}"
-        queries = (  # (progress step, field, PromQL)
-            ("requests", "requests", S.REQUESTS.render(window=day, by=by)),
-            ("prompt tokens", "prompt_tokens", S.PROMPT_TOKENS.render(window=day, by=by)),
-            ("generation tokens", "generation_tokens",
-             S.GENERATION_TOKENS.render(window=day, by=by)),
-            *((step, n, buckets_expr(t, HISTOGRAMS[n], DAY, by))
-              for n, step in LATENCY_STEPS.items()),
-            ("prompt-length buckets", "prompt_lengths", buckets_expr(t, lengths, DAY, by)),
-            ("queue peaks", "queue_peak", S.QUEUE_PEAK.render(window=day, by=by)),
-            ("time over capacity", "over_capacity_seconds",
-             f"sum by ({by}) (sum_over_time(({over})[1d:{SUBQUERY_STEP}s])) * {SUBQUERY_STEP}"),
-            ("capacity", "capacity", S.BATCH_LIMIT_LAST.render(window=span, by=by)),
-            ("open requests", "open_requests",
-             f"{S.QUEUE_MEAN.render(window=day, by=by, agg='sum')} + "
-             f"{S.RUNNING_MEAN.render(window=day, by=by, agg='sum')}"),
-            ("queue slope", "queue_slope_peak",
-             f"max by ({by}) (max_over_time({slope_now}[1d:{SUBQUERY_STEP}s]))"),
-            ("preemptions", "preemptions", S.PREEMPTIONS.render(window=day, by=by)),
-            ("cold-start TTFT buckets", "cold",
-             f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) {young})"
-             f"[1d:{SUBQUERY_STEP}s]))"),
-            # the data's age: no latency observed by a day's end is longer than the time
-            # since the earliest start of the worker's processes that day (by worker name:
-            # the start-time gauge has no model label)
-            ("worker start times", "started",
-             S.WORKER_START_EARLIEST.render(window=day, by="worker")),
-            # the availability SLO's bad requests (the error-budget section)
-            ("errors and rejections", "failed", S.ERRORS.render(window=day, by=by)),
-            ("-", "rejected", S.REJECTED.render(window=day, by=by)),
-        )  # fmt: skip
+        written = {  # the figures of WORKER_FIGURES without a signal
+            **{name: buckets_expr(t, family, DAY, by) for name, family in HISTOGRAMS.items()},
+            "prompt_length": buckets_expr(t, contract.PROMPT_LENGTH_TOKENS, DAY, by),
+            "over_capacity_seconds":
+                f"sum by ({by}) (sum_over_time(({over}){sub})) * {SUBQUERY_STEP}",
+            "capacity": S.BATCH_LIMIT_LAST.render(window=span, by=by),
+            "open_requests": " + ".join(
+                mean.render(window=day, by=by, agg="sum") for mean in (S.QUEUE_MEAN, S.RUNNING_MEAN)
+            ),
+            "slope_max": f"max by ({by}) (max_over_time({slope_now}{sub}))",
+            "cold_ttft": f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) "
+                         f"{young}){sub}))",
+            # by worker name only: the start-time gauge has no model label
+            "started": S.WORKER_START_EARLIEST.render(window=day, by="worker"),
+        }  # fmt: skip
         got: dict[str, dict[tuple[str, ...], Any]] = {}
-        for step, name, expr in queries:
+        for figure, (step, signal) in WORKER_FIGURES.items():
             if step != "-":
                 self.step(step)
-            if name == "capacity":
+            expr = signal.render(window=day, by=by) if signal else written[figure]
+            if figure == "capacity":  # the limit at the period's end
                 now = self.client.instant(expr, self.period.end)
-                got[name] = {tuple(s.labels.get(k, "") for k in WORKER_KEY): s.value for s in now}
+                got[figure] = {_key(s.labels, WORKER_KEY): s.value for s in now}
             else:
-                got[name] = (self._buckets if name in BUCKETED else self.daily_by)(expr)
-        keys: list[tuple[str, ...]] = sorted(set(got["requests"]) | set(engines))
+                got[figure] = (self._buckets if figure in BUCKETED else self.daily_by)(expr)
+        keys = sorted(set(got["requests"]) | set(identities))
         # A worker known only by name (target_up carries no model) folds into the
         # (model, worker) rows its other series name.
         named = {k[1] for k in keys if k[0]}
-        empty: Daily = (None,) * len(self.ends)
+        got["started"] = {k: got["started"].get(("", k[1])) for k in keys}
         out = []
-        for key in (k for k in keys if k[0] or k[1] not in named):
-            at: dict[str, Any] = {n: got[n].get(key) for n in DAILY_FIELDS}
+        for model, worker in (k for k in keys if k[0] or k[1] not in named):
+            # RawWorker.of_series' arguments: each figure's series, the capacity, the histograms
+            at: dict[str, Any] = {f: answers.get((model, worker)) for f, answers in got.items()}
+            at.update(days=len(self.ends), histograms={f: at.pop(f) for f in BUCKETED})
+            engine, instances = identities.get((model, worker), ("", ()))
             out.append(
-                RawWorker(
-                    **{**at, **{n: at[n] or empty for n in DAILY_FIELDS[:3]}},
-                    model=key[0],
-                    worker=key[1],
-                    engine=engines.get(key, ""),
-                    instances=tuple(sorted(instances.get(key, set()))),
-                    latency={name: got[name][key] for name in HISTOGRAMS if key in got[name]},
-                    cold_latency={"ttft": got["cold"][key]} if key in got["cold"] else {},
-                    present=key[1] in present,
-                    started=got["started"].get(("", key[1])),
-                )
+                RawWorker.of_series(model, worker, engine, instances, worker in present, **at)
             )
         return tuple(out)
 
     def _worker_identities(
         self, span: str
-    ) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], set[str]], set[str]]:
+    ) -> tuple[dict[tuple[str, ...], tuple[str, tuple[str, ...]]], set[str]]:
         """(model, worker) -> engine and agent instances, and the workers seen this period,
         through any of the series every engine has (``inferwatch_target_up``,
         ``inferwatch_worker_info``), not only ``inferwatch_requests_finished_total``, which
         llama.cpp, for one, lacks; one query: their union, and (label present="1") the
         workers whose agent reported them during this period."""
-        engines: dict[tuple[str, ...], str] = {}
-        instances: dict[tuple[str, ...], set[str]] = {}
-        present: set[str] = set()
         week = _duration(self.period.days * DAY)
         named = (S.REQUESTS_FINISHED_LAST, S.WORKER_INFO_LAST, S.TARGET_UP_LAST)
         union = " or ".join(signal.render(window=span) for signal in named)
         seen = f'label_replace({S.TARGET_UP_LAST.render(window=week)}, "present", "1", "", "")'
         query = f"group by (model, worker, engine, instance, present) ({seen} or {union})"
+        engines: dict[tuple[str, ...], str] = {}
+        instances: dict[tuple[str, ...], set[str]] = {}
+        present: set[str] = set()
         for s in self.client.instant(query, self.period.end):
-            if not (worker := s.labels.get("worker", "")):
-                continue
-            if s.labels.get("present") == "1":
-                present.add(worker)
-                continue
-            key: tuple[str, ...] = (s.labels.get("model", ""), worker)
-            if s.labels.get("engine") or key not in engines:
-                engines[key] = s.labels.get("engine", "")
-            instances.setdefault(key, set()).add(s.labels.get("instance", ""))
-        return engines, instances, present
+            key, lb = _key(s.labels, WORKER_KEY), s.labels
+            if key[1] and lb.get("present") == "1":
+                present.add(key[1])
+            elif key[1]:
+                engines[key] = lb.get("engine") or engines.get(key, "")
+                instances.setdefault(key, set()).add(lb.get("instance", ""))
+        return {k: (engine, tuple(sorted(instances[k]))) for k, engine in engines.items()}, present
 
     def _buckets(self, expr: str) -> dict[tuple[str, ...], tuple[Buckets | None, ...]]:
         """Per key, each day's cumulative buckets (None: a day without its +Inf bucket)."""
         per: dict[tuple[str, ...], list[dict[float, float]]] = {}
         for s in self.daily(expr):
             if (le := upper_bound(s.labels)) is not None:
-                key = tuple(s.labels.get(k, "") for k in WORKER_KEY)
-                days = per.setdefault(key, [{} for _ in self.ends])
+                days = per.setdefault(_key(s.labels, WORKER_KEY), [{} for _ in self.ends])
                 for day, v in zip(days, _days_vector(s, self.ends), strict=True):
                     if v is not None:
                         day[le] = v
@@ -348,26 +328,23 @@ class Collector:
 
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
         span, week = _duration(2 * self.period.days * DAY), _duration(self.period.days * DAY)
-        util, end = S.GPU_UTILIZATION.render(), self.period.end
+        util, end, sub = S.GPU_UTILIZATION.render(), self.period.end, f"[1d:{SUBQUERY_STEP}s]"
         self.step("GPUs")
-        ident: dict[str, dict[str, str]] = {}
         seen = S.GPU_UTILIZATION_LAST.render(window=span, by="uuid, instance, gpu", agg="group")
         # After a pod restart a GPU shows up under a new instance: keep the last one in
         # sort order, which is stable from run to run.
-        answers = self.client.instant(seen, end)
-        for s in sorted(answers, key=lambda s: s.labels.get("instance", ""), reverse=True):
-            lb = {k: s.labels.get(k, "") for k in ("instance", "gpu")}
-            ident.setdefault(s.labels.get("uuid", ""), {**lb, "name": ""})
-        for s in self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end):
-            if s.labels.get("uuid", "") in ident:
-                ident[s.labels["uuid"]]["name"] = s.labels.get("name", "")
+        ident: dict[str, dict[str, str]] = {}
+        for s in sorted(self.client.instant(seen, end), key=_instance, reverse=True):
+            ident.setdefault(s.labels.get("uuid", ""), {k: s.labels.get(k, "") for k in _GPU_KEY})
+        info = self.client.instant(S.GPU_INFO_LAST.render(window=span, by="uuid, name"), end)
+        names = {s.labels.get("uuid", ""): s.labels.get("name", "") for s in info}
         if not ident:  # no GPU series in either period (summary.data_notes says so)
             for step in _GPU_STEPS:
                 self.step(step)
             return ()
         self.step("GPU utilization")
         stats = util_stats("1d", 0.5, 0.9)
-        util_daily = self._labelled_daily(stats, "stat")
+        util_daily = self.daily_by(self._union(stats, "stat"), ("uuid", "stat"))
         self.step("GPU bands")
         u = L.utilization_lines(self.t)
         bands = {
@@ -375,26 +352,24 @@ class Collector:
             "healthy": f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})",
             "scale_review": f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}",
         }
-        bands = {n: f"avg_over_time(({e})[1d:{SUBQUERY_STEP}s])" for n, e in bands.items()}
-        band_daily = self._labelled_daily(bands, "band")
+        bands = {n: f"avg_over_time(({e}){sub})" for n, e in bands.items()}
+        band_daily = self.daily_by(self._union(bands, "band"), ("uuid", "band"))
         self.step("GPU weekly percentiles")
         util_week = self._labelled_weekly(util_stats(week, 0.1, 0.5, 0.9, 0.99), "stat")
         self.step("GPM SM activity")
         sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
         rate_mean = S.GPU_UTILIZATION_MEAN.render(window=format_duration(self.t.pack.rate_window))
-        queries = (  # (progress step, RawGpu field, PromQL answered per uuid and day)
-            ("VRAM peaks", "vram_peak_ratio", S.GPU_MEMORY_PEAK.render(window="1d", by="uuid")),
-            ("-", "vram_peak_bytes", S.GPU_MEMORY_BYTES_PEAK.render(window="1d", by="uuid")),
-            ("memory pressure", "pressure_peak", pressure_expr("1d")),
-            ("waste condition", "waste_alert_daily",
-             f"max by (uuid) (avg_over_time(({rate_mean} {L.WASTE.op} bool "
-             f"{L.WASTE.of(self.t)})[1d:{SUBQUERY_STEP}s]))"),
-        )  # fmt: skip
+        waste = f"{rate_mean} {L.WASTE.op} bool {L.WASTE.of(self.t)}"
+        written = {
+            "pressure_peak": pressure_expr("1d"),
+            "waste_alert_daily": f"max by (uuid) (avg_over_time(({waste}){sub}))",
+        }
         daily: dict[str, dict[tuple[str, ...], Daily]] = {}
-        for step, name, expr in queries:
+        for figure, (step, signal) in GPU_FIGURES.items():
             if step != "-":
                 self.step(step)
-            daily[name] = self.daily_by(expr, ("uuid",))
+            expr = signal.render(window="1d", by="uuid") if signal else written[figure]
+            daily[figure] = self.daily_by(expr, ("uuid",))
         self.step("GPU to worker map")
         mapping: dict[str, set[str]] = {}
         mapped = S.GPU_PROCESS_MEMORY_LAST.render(window=span, by="uuid, worker", agg="group")
@@ -402,18 +377,17 @@ class Collector:
             mapping.setdefault(s.labels.get("uuid", ""), set()).add(s.labels["worker"])
         empty: Daily = (None,) * len(self.ends)
         out = []
-        for uuid in sorted(ident, key=lambda u: (ident[u]["instance"], ident[u]["gpu"], u)):
-            at: dict[str, Any] = {name: d.get((uuid,)) for name, d in daily.items()}
-            gpu: dict[str, Any] = ident[uuid]
-            served = mapping.get(uuid) or {
-                w.worker for w in workers if gpu["instance"] in w.instances
-            }
+        for uuid in sorted(ident, key=lambda u: (*ident[u].values(), u)):
+            at: dict[str, Any] = {figure: d.get((uuid,)) for figure, d in daily.items()}
+            host = ident[uuid]["instance"]
+            served = mapping.get(uuid) or {w.worker for w in workers if host in w.instances}
             out.append(
                 RawGpu(
-                    **{**gpu, **at, "vram_peak_ratio": at["vram_peak_ratio"] or empty},
+                    **{**ident[uuid], **at, "vram_peak_ratio": at["vram_peak_ratio"] or empty},
                     uuid=uuid,
-                    util_daily={k: util_daily.get(uuid, {}).get(k, empty) for k in stats},
-                    band_daily={k: band_daily.get(uuid, {}).get(k, empty) for k in bands},
+                    name=names.get(uuid, ""),
+                    util_daily={k: util_daily.get((uuid, k), empty) for k in stats},
+                    band_daily={k: band_daily.get((uuid, k), empty) for k in bands},
                     util_week=util_week.get(uuid, {}),
                     sm_active_week=sm.get(uuid, {}).get("mean"),
                     workers=tuple(sorted(served)),
@@ -427,14 +401,6 @@ class Collector:
             f'label_replace(max by (uuid) ({expr}), "{label}", "{name}", "", "")'
             for name, expr in exprs.items()
         )
-
-    def _labelled_daily(self, exprs: dict[str, str], label: str) -> dict[str, dict[str, Daily]]:
-        out: dict[str, dict[str, Daily]] = {}
-        for s in self.daily(self._union(exprs, label)):
-            out.setdefault(s.labels.get("uuid", ""), {})[s.labels.get(label, "")] = _days_vector(
-                s, self.ends
-            )
-        return out
 
     def _labelled_weekly(
         self, exprs: dict[str, str], label: str
@@ -472,32 +438,25 @@ class Collector:
 
     def hourly(self, has_ttft: bool) -> Hourly:
         self.step("hourly trend")
-        start = self.period.start + HOUR
-        end = self.period.end
-        family, name = (
-            (contract.TTFT_SECONDS, "TTFT")
-            if has_ttft
-            else (contract.E2E_LATENCY_SECONDS, "End-to-end")
-        )
+        start, end = self.period.start + HOUR, self.period.end
         times = tuple(start + i * HOUR for i in range(int((end - start) // HOUR) + 1))
-
-        def one(expr: str) -> tuple[float | None, ...]:
-            result = self.client.range(expr, start, end, HOUR)
-            return _days_vector(result[0], times) if result else (None,) * len(times)
-
-        buckets = buckets_expr(self.t, family, HOUR, "model, worker")
-        latency = one(S.quantile(0.99, f"sum by (le) (\n  {buckets}\n)"))
-        if all(v is None for v in latency):
-            name = ""
-        util = one(S.GPU_UTILIZATION_MEAN.render(window="1h", by="", agg="avg"))
-        # the memory peak: the KV-cache usage of the workers on each GPU where their engine
-        # exports one (an engine that pre-allocates holds NVML's level flat at its
-        # reservation), NVML's level for the other GPUs; the fleet's highest
-        vram = one(
+        latency = "ttft" if has_ttft else "e2e"
+        buckets = buckets_expr(self.t, HISTOGRAMS[latency], HOUR, "model, worker")
+        exprs = (  # the fleet's latency P99, mean utilization and memory peak, each hour
+            S.quantile(0.99, f"sum by (le) (\n  {buckets}\n)"),
+            S.GPU_UTILIZATION_MEAN.render(window="1h", by="", agg="avg"),
+            # the KV-cache usage of the workers on each GPU where their engine exports one
+            # (an engine that pre-allocates holds NVML's level flat at its reservation),
+            # NVML's level for the other GPUs; the fleet's highest
             f"max(\n  {pressure_expr('1h')}\n  or\n"
-            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)"
+            f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)",
         )
-        return Hourly(times, latency, name, util, vram)
+        answers = (self.client.range(expr, start, end, HOUR) for expr in exprs)
+        p99, util, vram = (
+            _days_vector(a[0], times) if a else (None,) * len(times) for a in answers
+        )
+        name = LATENCY_NAMES[latency] if any(v is not None for v in p99) else ""
+        return Hourly(times, p99, name, util, vram)
 
 
 def collect(
@@ -513,13 +472,13 @@ def collect(
     workers = c.workers()
     gpus = c.gpus(workers)
     alerts = c.alerts()
-    has_ttft = any("ttft" in w.latency for w in workers)
+    has_ttft = any(w.histogram("ttft") is not None for w in workers)
     hourly = c.hourly(has_ttft)
 
     def has_current(values: Daily | None) -> bool:
         return values is not None and any(v is not None for v in period.current(values))
 
-    current_workers = any(has_current(w.requests) or w.present for w in workers)
+    current_workers = any(has_current(w.daily("requests")) or w.present for w in workers)
     current_gpus = any(has_current(g.util_daily.get("mean")) for g in gpus)
     if not current_workers and not current_gpus:
         raise NoData(

@@ -213,9 +213,9 @@ def data_age(workers: Sequence[RawWorker], period: Period) -> tuple[Daily, Chang
     """How old the latency data of these workers can be, per day and per period: each day's
     (or period's) end minus the earliest start of their processes in it; None where a
     worker's start is not known (then nothing bounds it)."""
-    if not workers or any(w.started is None for w in workers):
+    starts = [s for w in workers if (s := w.daily("started")) is not None]
+    if not workers or len(starts) < len(workers):
         return None
-    starts = [w.started for w in workers if w.started is not None]
 
     def age(end: float, values: Sequence[float | None]) -> float | None:
         known = [v for v in values if v is not None]
@@ -282,9 +282,9 @@ def scope_figures(
 ) -> ScopeFigures:
     n = 2 * period.days
     empty: Daily = (None,) * n
-    requests = add_daily([w.requests for w in workers]) or empty
-    prompt = add_daily([w.prompt_tokens for w in workers]) or empty
-    generation = add_daily([w.generation_tokens for w in workers]) or empty
+    requests = add_daily([w.daily("requests") for w in workers]) or empty
+    prompt = add_daily([w.daily("prompt_tokens") for w in workers]) or empty
+    generation = add_daily([w.daily("generation_tokens") for w in workers]) or empty
     latency: dict[str, LatencyFigures] = {}
     warm: dict[str, LatencyFigures] = {}
     cold: dict[str, LatencyFigures] = {}
@@ -295,7 +295,7 @@ def scope_figures(
     # and none above the data's age (a load 377 s old has no 631 s request)
     age = data_age(workers, period)
     for name in sorted(LATENCIES, key=lambda n: n != "e2e"):
-        parts = [w.latency[name] for w in workers if name in w.latency]
+        parts = [d for w in workers if (d := w.histogram(name)) is not None]
         if not parts:
             continue
         ttft = name == "ttft"
@@ -303,7 +303,7 @@ def scope_figures(
         latency[name] = latency_figures(
             name, days, period, t, latency.get("e2e") if ttft else None, age
         )
-        cold_parts = [w.cold_latency[name] for w in workers if name in w.cold_latency]
+        cold_parts = [d for w in workers if (d := w.histogram(f"cold_{name}")) is not None]
         if not cold_parts:
             warm[name] = latency[name]
             continue
@@ -316,14 +316,14 @@ def scope_figures(
         )
     latency = {name: latency[name] for name in LATENCIES if name in latency}
     warm = {name: warm[name] for name in LATENCIES if name in warm}
-    queue = max_daily([w.queue_peak for w in workers])
-    over = add_daily([w.over_capacity_seconds for w in workers])
+    queue = max_daily([w.daily("queue_max") for w in workers])
+    over = add_daily([w.daily("over_capacity_seconds") for w in workers])
     capacities = [w.capacity for w in workers if w.capacity is not None]
     engines = sorted({w.engine for w in workers if w.engine})
-    open_ = add_daily([w.open_requests for w in workers])
-    slope = max_daily([w.queue_slope_peak for w in workers])
-    preempted = add_daily([w.preemptions for w in workers])
-    lengths = [w.prompt_lengths for w in workers if w.prompt_lengths is not None]
+    open_ = add_daily([w.daily("open_requests") for w in workers])
+    slope = max_daily([w.daily("slope_max") for w in workers])
+    preempted = add_daily([w.daily("preemptions") for w in workers])
+    lengths = [d for w in workers if (d := w.histogram("prompt_length")) is not None]
     long_share = None
     if lengths:
         length_days = tuple(merge_buckets(day) for day in zip(*lengths, strict=True))
@@ -416,13 +416,13 @@ def data_notes(raw: RawData) -> tuple[str, ...]:
     batch capacity missing, no GPU series, GPUs without GPM; then the collector's notes."""
     out = []
     for w in raw.workers:
-        for name in (n for n in HISTOGRAMS if n not in w.latency):
+        for name in (n for n in HISTOGRAMS if w.histogram(n) is None):
             out.append(
                 f"{w.worker} ({w.model}): no {HISTOGRAMS[name]}_bucket series, so its "
                 f"{name.upper() if name != 'e2e' else 'end-to-end'} figures are left "
                 "out (the engine may not export it)."
             )
-        if w.over_capacity_seconds is None:
+        if w.daily("over_capacity_seconds") is None:
             out.append(
                 f"{w.worker} ({w.model}): batch capacity ({contract.MAX_NUM_SEQS}) unknown, so "
                 "time over capacity is left out; set max_num_seqs in the agent's worker "
