@@ -419,8 +419,6 @@ READERS: dict[str, set[str] | None] = {
         "daily_by",
         "_key",
         "_instance",
-        "pressure_expr",
-        "util_stats",
     },
     # the day series of WorkerReading that Collector.workers' answers become
     "report/model.py": {"of_series"},

@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from string import Template
 
 from inferwatch.engines import contract
+from inferwatch.pack import loops as L
+from inferwatch.pack.fmt import num
+from inferwatch.pack.thresholds import Thresholds, format_duration
 from inferwatch.stats import histogram_quantile, least_squares_slope
 
 #: one sample of an exposition: (sample name, labels, value)
@@ -498,3 +501,144 @@ class BatchCapacity:
 
 
 BATCH_CAPACITY = BatchCapacity()
+
+
+# --------------------------------------------------------------------------- conditions
+#
+# The loops' conditions over these signals, and how long one held in a window. A
+# condition is 1/0 per series (a ``bool`` comparison) or a filter; the rules read it
+# now, the report the share or the seconds of each day it held, sampled every ``step``
+# seconds by a subquery.
+
+
+def past(value: str, line: L.Line, t: Thresholds, *, as_bool: bool = False) -> str:
+    """PromQL: ``value`` past the loops' ``line`` in ``t`` (``value < 0.3``), a filter or,
+    with ``as_bool``, 1/0 (the GPU waste and scale-review conditions, in the alerts,
+    the scale-in rule and the report)."""
+    keyword = "bool " if as_bool else ""
+    return f"{value} {line.op} {keyword}{num(line.of(t))}"
+
+
+def utilization_bands(value: str, t: Thresholds) -> dict[str, str]:
+    """PromQL: 1/0 per band of GPU utilization ``value`` (``pack.loops.utilization_lines``):
+    waste, healthy, scale review."""
+    lines = L.utilization_lines(t)
+    in_band = (
+        f"({value} >= bool {num(lines.healthy_low)}) * ({value} <= bool {num(lines.healthy_high)})"
+    )
+    return {
+        "waste": past(value, L.WASTE, t, as_bool=True),
+        "healthy": in_band,
+        "scale_review": past(value, L.SCALE_REVIEW, t, as_bool=True),
+    }
+
+
+def held_share(condition: str, *, window: str, step: int) -> str:
+    """PromQL: the share of ``window`` that the 1/0 ``condition`` held, per series."""
+    return f"avg_over_time(({condition})[{window}:{step}s])"
+
+
+def held_sum(condition: str, *, window: str, step: int, by: str) -> str:
+    """PromQL: ``condition``'s values added up over ``window``, one every ``step`` seconds,
+    summed by ``by`` (with a 1/0 condition: how many steps it held)."""
+    return f"sum by ({by}) (sum_over_time(({condition})[{window}:{step}s]))"
+
+
+#: a worker's process start time (the gauge now)
+WORKER_START = Signal("worker_start", "", contract.WORKER_START_TIME_SECONDS, agg="max")
+
+
+def young(*, selector: str = "", key: str, within: str) -> str:
+    """PromQL: the workers (by ``key``) whose process started less than ``within`` seconds
+    ago: the cold-start loop's window (its alerts, the scale-in hold, the report's
+    cold-start TTFT)."""
+    return f"(time() - {WORKER_START.render(selector=selector, by=key)} < {within})"
+
+
+#: open requests' two parts now, and averaged over a window
+OPEN_NOW = (QUEUE, RUNNING)
+OPEN_MEAN = (QUEUE_MEAN, RUNNING_MEAN)
+
+
+def open_requests(signals: tuple[Signal, Signal], **holes: str) -> str:
+    """PromQL: open requests, waiting plus running: :data:`OPEN_NOW` (the queue pressure
+    rules) or :data:`OPEN_MEAN` over a window (the report's day)."""
+    return " + ".join(signal.render(**holes) for signal in signals)
+
+
+def over_capacity(*, selector: str = "", key: str, full_at: str) -> str:
+    """PromQL: 1 where a worker's queue is deeper than its batch capacity, else 0, per queue
+    series (matched to its worker on ``key``): the over-capacity loop's condition."""
+    capacity = BATCH_CAPACITY.render(selector=selector, by=key, key=key, full_at=full_at)
+    return f"{QUEUE.render(selector=selector)} > bool on ({key}) group_left {capacity}"
+
+
+def over_capacity_seconds(
+    *, selector: str = "", key: str, full_at: str, window: str, step: int, by: str
+) -> str:
+    """PromQL: the seconds of ``window`` each group of ``by`` spent over capacity."""
+    over = over_capacity(selector=selector, key=key, full_at=full_at)
+    return f"{held_sum(over, window=window, step=step, by=by)} * {step}"
+
+
+def steepest_rise(*, selector: str = "", slope_window: str, window: str, step: int, by: str) -> str:
+    """PromQL: the steepest queue slope (over ``slope_window``, the rising loop's) seen in
+    ``window``, one every ``step`` seconds, by ``by``."""
+    slope = QUEUE_SLOPE.render(selector=selector, window=slope_window)
+    return f"max by ({by}) (max_over_time({slope}[{window}:{step}s]))"
+
+
+def cold_start_buckets(
+    family: contract.Family,
+    *,
+    selector: str = "",
+    key: str,
+    within: str,
+    window: str,
+    step: int,
+    by: str,
+) -> str:
+    """PromQL: the histogram ``family``'s observations per bucket within ``within`` seconds
+    of a worker's start, over ``window`` by ``by`` and ``le`` (kept apart from the SLO:
+    InferenceTTFTSLOBreach leaves these first tokens to InferenceWorkerColdStart)."""
+    increase = bucket_increase(family).render(selector=selector, window=f"{step}s")
+    fresh = young(selector=selector, key=key, within=within)
+    condition = f"{increase} and on ({key}) {fresh}"
+    return held_sum(condition, window=window, step=step, by=f"{by}, le")
+
+
+def gpu_pressure_peak(*, selector: str = "", window: str, key: str) -> str:
+    """PromQL: memory pressure per GPU over ``window``: the peak KV-cache usage of the
+    workers (by ``key``) on it, through inferwatch_worker_gpu_info, where their engine
+    exports one (an engine that pre-allocates holds NVML's level flat at its reservation)."""
+    kv = KV_USAGE_PEAK.render(selector=selector, window=window, by=key)
+    seen = WORKER_GPU_SEEN.render(selector=selector, window=window, by=f"{key}, gpu, uuid")
+    return f"max by (uuid) ({kv} * on ({key}) group_right () {seen})"
+
+
+def gpu_utilization_stats(window: str, *qs: float, selector: str = "") -> dict[str, str]:
+    """PromQL per GPU: its utilization's mean and ``qs`` quantiles (``p50``) over ``window``."""
+    util = GPU_UTILIZATION.render(selector=selector)
+    quantiles = {f"p{q * 100:g}": f"quantile_over_time({q:g}, {util}[{window}])" for q in qs}
+    return {"mean": GPU_UTILIZATION_MEAN.render(selector=selector, window=window), **quantiles}
+
+
+def utilization_band_shares(
+    t: Thresholds, *, selector: str = "", window: str, step: int
+) -> dict[str, str]:
+    """PromQL per GPU series: the share of ``window`` its utilization spent in each band of
+    :func:`utilization_bands` (the report's days)."""
+    util = GPU_UTILIZATION.render(selector=selector)
+    return {
+        band: held_share(condition, window=window, step=step)
+        for band, condition in utilization_bands(util, t).items()
+    }
+
+
+def gpu_waste_share(t: Thresholds, *, selector: str = "", window: str, step: int, by: str) -> str:
+    """PromQL: the share of ``window`` that InferenceGPUUnderutilized's condition held
+    (utilization averaged over ``pack.rate_window`` past the waste line), by ``by``."""
+    rate_window = format_duration(t.pack.rate_window)
+    mean = GPU_UTILIZATION_MEAN.render(selector=selector, window=rate_window)
+    wasted = past(mean, L.WASTE, t, as_bool=True)
+    return f"max by ({by}) ({held_share(wasted, window=window, step=step)})"

@@ -38,7 +38,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from inferwatch.engines import contract
-from inferwatch.pack import loops as L
 from inferwatch.pack import signals as S
 from inferwatch.pack.fmt import num
 from inferwatch.pack.names import WORKER_KEY as RULES_WORKER_KEY
@@ -159,13 +158,6 @@ def _duration(seconds: float) -> str:
 AGENT_WORKER = "job, instance, worker"
 
 
-def capacity_expr(t: Thresholds) -> str:
-    """The rules' batch capacity (``pack.signals.BATCH_CAPACITY``) per job, instance and
-    worker, over every job's raw series like the report's other queries."""
-    full_at = num(t.vram.scale_above)
-    return S.BATCH_CAPACITY.render(selector="", by=AGENT_WORKER, key=AGENT_WORKER, full_at=full_at)
-
-
 def buckets_expr(t: Thresholds, family: contract.Family, seconds: float, by: str) -> str:
     """Observations of the histogram ``family`` per bucket over ``seconds``, by ``by`` and
     ``le``: the agent's buckets, else, for a worker whose engine's own series Prometheus
@@ -179,24 +171,6 @@ def buckets_expr(t: Thresholds, family: contract.Family, seconds: float, by: str
     # increase() is rate() times the range, extrapolated alike
     per_worker = f"\nor on ({RULES_WORKER_KEY})\n".join(own).replace("\n", "\n    ")
     return f"{agent}\nor on ({by})\nsum by ({by}, le) (\n    {per_worker}\n) * {seconds:g}"
-
-
-def pressure_expr(window: str) -> str:
-    """Memory pressure per GPU over ``window``: the peak KV-cache usage of the workers on
-    it (through inferwatch_worker_gpu_info) where their engine exports one (an engine
-    that pre-allocates holds NVML's level flat at its reservation)."""
-    return (
-        f"max by (uuid) ({S.KV_USAGE_PEAK.render(window=window, by=AGENT_WORKER)} "
-        f"* on ({AGENT_WORKER}) group_right () "
-        f"{S.WORKER_GPU_SEEN.render(window=window, by=f'{AGENT_WORKER}, gpu, uuid')})"
-    )
-
-
-def util_stats(window: str, *qs: float) -> dict[str, str]:
-    """The mean and quantiles of each GPU's utilization over ``window``."""
-    util = S.GPU_UTILIZATION.render()
-    quantiles = {f"p{q * 100:g}": f"quantile_over_time({q:g}, {util}[{window}])" for q in qs}
-    return {"mean": S.GPU_UTILIZATION_MEAN.render(window=window), **quantiles}
 
 
 class Collector:
@@ -236,26 +210,22 @@ class Collector:
         span = _duration(2 * self.period.days * DAY)
         self.step("workers")
         identities, present = self._worker_identities(span)
-        t, by, day, sub = self.t, "model, worker", "1d", f"[1d:{SUBQUERY_STEP}s]"
-        young = (  # InferenceTTFTSLOBreach leaves these first tokens to ...WorkerColdStart
-            f"(time() - max by ({AGENT_WORKER}) ({contract.WORKER_START_TIME_SECONDS}) "
-            f"< {t.cold_start.within})"
-        )
-        minute = S.bucket_increase(contract.TTFT_SECONDS).render(window=f"{SUBQUERY_STEP}s")
-        slope_now = S.QUEUE_SLOPE.render(window=format_duration(t.queue.rising_window))
-        over = f"{S.QUEUE.render()} > bool on ({AGENT_WORKER}) group_left {capacity_expr(t)}"
+        t, by, day, every = self.t, "model, worker", "1d", SUBQUERY_STEP
         written = {  # the figures of WORKER_FIGURES without a signal
             **{name: buckets_expr(t, family, DAY, by) for name, family in HISTOGRAMS.items()},
             "prompt_length": buckets_expr(t, contract.PROMPT_LENGTH_TOKENS, DAY, by),
-            "over_capacity_seconds":
-                f"sum by ({by}) (sum_over_time(({over}){sub})) * {SUBQUERY_STEP}",
-            "capacity": S.BATCH_LIMIT_LAST.render(window=span, by=by),
-            "open_requests": " + ".join(
-                mean.render(window=day, by=by, agg="sum") for mean in (S.QUEUE_MEAN, S.RUNNING_MEAN)
+            "over_capacity_seconds": S.over_capacity_seconds(
+                key=AGENT_WORKER, full_at=num(t.vram.scale_above), window=day, step=every, by=by
             ),
-            "slope_max": f"max by ({by}) (max_over_time({slope_now}{sub}))",
-            "cold_ttft": f"sum by ({by}, le) (sum_over_time(({minute} and on ({AGENT_WORKER}) "
-                         f"{young}){sub}))",
+            "capacity": S.BATCH_LIMIT_LAST.render(window=span, by=by),
+            "open_requests": S.open_requests(S.OPEN_MEAN, window=day, by=by, agg="sum"),
+            "slope_max": S.steepest_rise(
+                slope_window=format_duration(t.queue.rising_window), window=day, step=every, by=by
+            ),
+            "cold_ttft": S.cold_start_buckets(
+                contract.TTFT_SECONDS, key=AGENT_WORKER, within=str(t.cold_start.within),
+                window=day, step=every, by=by,
+            ),
             # by worker name only: the start-time gauge has no model label
             "started": S.WORKER_START_EARLIEST.render(window=day, by="worker"),
         }  # fmt: skip
@@ -328,7 +298,7 @@ class Collector:
 
     def gpus(self, workers: Sequence[RawWorker]) -> tuple[RawGpu, ...]:
         span, week = _duration(2 * self.period.days * DAY), _duration(self.period.days * DAY)
-        util, end, sub = S.GPU_UTILIZATION.render(), self.period.end, f"[1d:{SUBQUERY_STEP}s]"
+        end = self.period.end
         self.step("GPUs")
         seen = S.GPU_UTILIZATION_LAST.render(window=span, by="uuid, instance, gpu", agg="group")
         # After a pod restart a GPU shows up under a new instance: keep the last one in
@@ -343,26 +313,22 @@ class Collector:
                 self.step(step)
             return ()
         self.step("GPU utilization")
-        stats = util_stats("1d", 0.5, 0.9)
+        stats = S.gpu_utilization_stats("1d", 0.5, 0.9)
         util_daily = self.daily_by(self._union(stats, "stat"), ("uuid", "stat"))
         self.step("GPU bands")
-        u = L.utilization_lines(self.t)
-        bands = {
-            "waste": f"{util} {L.WASTE.op} bool {u.waste}",
-            "healthy": f"({util} >= bool {u.healthy_low}) * ({util} <= bool {u.healthy_high})",
-            "scale_review": f"{util} {L.SCALE_REVIEW.op} bool {u.scale_review}",
-        }
-        bands = {n: f"avg_over_time(({e}){sub})" for n, e in bands.items()}
+        bands = S.utilization_band_shares(self.t, window="1d", step=SUBQUERY_STEP)
         band_daily = self.daily_by(self._union(bands, "band"), ("uuid", "band"))
         self.step("GPU weekly percentiles")
-        util_week = self._labelled_weekly(util_stats(week, 0.1, 0.5, 0.9, 0.99), "stat")
+        util_week = self._labelled_weekly(
+            S.gpu_utilization_stats(week, 0.1, 0.5, 0.9, 0.99), "stat"
+        )
         self.step("GPM SM activity")
         sm = self._labelled_weekly({"mean": S.GPU_SM_ACTIVE_MEAN.render(window=week)}, "stat")
-        rate_mean = S.GPU_UTILIZATION_MEAN.render(window=format_duration(self.t.pack.rate_window))
-        waste = f"{rate_mean} {L.WASTE.op} bool {L.WASTE.of(self.t)}"
         written = {
-            "pressure_peak": pressure_expr("1d"),
-            "waste_alert_daily": f"max by (uuid) (avg_over_time(({waste}){sub}))",
+            "pressure_peak": S.gpu_pressure_peak(window="1d", key=AGENT_WORKER),
+            "waste_alert_daily": S.gpu_waste_share(
+                self.t, window="1d", step=SUBQUERY_STEP, by="uuid"
+            ),
         }
         daily: dict[str, dict[tuple[str, ...], Daily]] = {}
         for figure, (step, signal) in GPU_FIGURES.items():
@@ -448,7 +414,7 @@ class Collector:
             # the KV-cache usage of the workers on each GPU where their engine exports one
             # (an engine that pre-allocates holds NVML's level flat at its reservation),
             # NVML's level for the other GPUs; the fleet's highest
-            f"max(\n  {pressure_expr('1h')}\n  or\n"
+            f"max(\n  {S.gpu_pressure_peak(window='1h', key=AGENT_WORKER)}\n  or\n"
             f"  {S.GPU_MEMORY_PEAK.render(window='1h', by='uuid')}\n)",
         )
         answers = (self.client.range(expr, start, end, HOUR) for expr in exprs)

@@ -78,17 +78,13 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
     s = t.pack.selector
     samples = t.queue.over_capacity_samples
     span = format_duration((samples + 0.5) * t.pack.scrape_interval)
-    young = (
-        f"(time() - max by ({WORKER_KEY}) ({contract.WORKER_START_TIME_SECONDS}{s()})"
-        f" < {num(t.cold_start.within)})"
-    )
+    young = signals.young(selector=s(), key=WORKER_KEY, within=num(t.cold_start.within))
     gate_closed = (
         f"(max by ({WORKER_KEY}) ({contract.WORKER_READY}{s()}) == 0"
         f"\n    unless on ({WORKER_KEY})"
         f"\n  max by ({WORKER_KEY}) ({contract.WARMUP_DEADLINE_EXCEEDED}{s()}) == 1)"
     )
-    queue = signals.QUEUE.render(selector=s(), by=WORKER)
-    open_requests = f"({queue} + {signals.RUNNING.render(selector=s(), by=WORKER)})"
+    open_requests = f"({signals.open_requests(signals.OPEN_NOW, selector=s(), by=WORKER)})"
     return [
         record(
             QUEUE_PRESSURE_WORKER,
@@ -117,7 +113,7 @@ def recording_rules(t: Thresholds) -> list[dict[str, Any]]:
         record(
             SCALE_IN,
             f"(\n"
-            f"    {n.model_util} {L.WASTE.op} bool {num(L.WASTE.of(t))}\n"
+            f"    {signals.past(n.model_util, L.WASTE, t, as_bool=True)}\n"
             f"  unless on ({MODEL})\n"
             f"    count by ({MODEL}) (\n"
             f"        ({young}\n    or\n  {gate_closed})\n"

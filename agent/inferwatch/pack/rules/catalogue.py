@@ -95,7 +95,7 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name=an.GPU_UNDERUTILIZED,
             group=GPU_GROUP,
-            expr=f"{n.gpu_util} {L.WASTE.op} {num(L.WASTE.of(t))}",
+            expr=S.past(n.gpu_util, L.WASTE, t),
             for_seconds=g.waste_for,
             severity="warning",
             summary="A GPU has been mostly idle for a long time: capacity is paid for but unused.",
@@ -104,7 +104,7 @@ def _gpu_alerts(t: Thresholds) -> list[Alert]:
         Alert(
             name=an.GPU_SCALE_REVIEW,
             group=GPU_GROUP,
-            expr=f"{n.gpu_util} {L.SCALE_REVIEW.op} {num(L.SCALE_REVIEW.of(t))}",
+            expr=S.past(n.gpu_util, L.SCALE_REVIEW, t),
             for_seconds=g.scale_review_for,
             severity="warning",
             summary="A GPU has run near saturation for a long time: review scaling out.",
@@ -517,10 +517,7 @@ def _xid_expr(t: Thresholds, matcher: str) -> str:
 
 def _young(t: Thresholds, seconds: float) -> str:
     """Workers whose process started less than ``seconds`` ago (labels job, instance, worker)."""
-    return (
-        f"(time() - max by ({WORKER_KEY}) "
-        f"({contract.WORKER_START_TIME_SECONDS}{t.pack.selector()}) < {num(seconds)})"
-    )
+    return S.young(selector=t.pack.selector(), key=WORKER_KEY, within=num(seconds))
 
 
 def _imbalance_expr(t: Thresholds) -> str:
