@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -317,7 +318,52 @@ def test_batch_capacity_answers_like_its_promql(
     assert want[("b", "m", "vllm")] == last[("b", "m", "vllm")]
 
 
+@pytest.mark.slow
+def test_over_capacity_answers_queue_deeper_than_capacity(
+    prometheus: PromOnBlocks, window: list[S.Scrape]
+) -> None:
+    query = S.over_capacity(selector=SELECTOR, key="worker", full_at=str(FULL_AT))
+    capacity = S.BATCH_CAPACITY.evaluate(window, "worker", "worker", FULL_AT)
+    at = S.labels_of(BY_WORKER).index("worker")
+    queues = S.QUEUE.evaluate(window, BY_WORKER)
+    want = {k: float(q > capacity[(k[at],)]) for k, q in queues.items() if (k[at],) in capacity}
+    _same(_answer(prometheus.query(query, END), BY_WORKER), want, query)
+    # no queue equals its capacity here: a comparison turned round would answer otherwise
+    assert all(q != capacity[(k[at],)] for k, q in queues.items()), (queues, capacity)
+
+
 # ----------------------------------------------------------------- rules render from it
+
+
+def test_the_rules_and_the_report_write_the_loops_conditions_once() -> None:
+    """The waste line, the young-worker window and open requests: the alerts, the
+    autoscaling rules and the report render each from one declaration, so a changed
+    threshold moves them all."""
+    from inferwatch.pack import loops as L
+    from inferwatch.pack.names import GPU_UNDERUTILIZED, WORKER_COLD_START, names
+    from inferwatch.pack.rules import autoscale
+    from inferwatch.pack.rules.catalogue import alerts
+
+    base = load_thresholds()
+    t = replace(
+        base,
+        gpu_utilization=replace(base.gpu_utilization, waste_below=0.17),
+        cold_start=replace(base.cold_start, within=421.0),
+    )
+    n, s = names(t), t.pack.selector()
+    expr = {a.name: a.expr for a in alerts(t)}
+    assert expr[GPU_UNDERUTILIZED] == S.past(n.gpu_util, L.WASTE, t) == f"{n.gpu_util} < 0.17"
+    young = S.young(selector=s, key=WORKER_KEY, within="421")
+    assert young in expr[WORKER_COLD_START]
+    scaling = "\n".join(r["expr"] for r in autoscale.recording_rules(t))
+    assert S.past(n.model_util, L.WASTE, t, as_bool=True) in scaling
+    assert f"{n.model_util} < bool 0.17" in scaling
+    assert young in scaling
+    assert S.open_requests(S.OPEN_NOW, selector=s, by=WORKER) in scaling
+    # the report's waste band and its share of InferenceGPUUnderutilized's condition
+    bands = S.utilization_band_shares(t, window="1d", step=60)
+    assert "< bool 0.17)[1d:60s]" in bands["waste"]
+    assert "< bool 0.17)[1d:60s]" in S.gpu_waste_share(t, window="1d", step=60, by="uuid")
 
 
 def test_the_recording_rules_are_the_signals_rendered() -> None:
