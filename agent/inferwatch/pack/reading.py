@@ -423,21 +423,25 @@ def _device_figure(answer: Answer, device: Device) -> float | None:
 def readings_from_answers(
     answers: Mapping[str, Answer],
     end: float,
-    devices: Mapping[tuple[str, str], Sequence[Device]] | None = None,
-    named: Sequence[tuple[str, str]] = (),
+    devices: Mapping[str, Sequence[Device]] | None = None,
+    named: Sequence[str] = (),
 ) -> dict[tuple[str, str], WorkerReading]:
     """Join the answers of :data:`PROMETHEUS_QUERIES` (evaluated at ``end``) into one
-    reading per (instance, worker): those ``named`` first, then in the order the workers'
-    target, batch and info name them. A worker's devices are its ``devices``, else the
-    GPUs its processes hold memory on, or, where it is its agent's only worker, every GPU
-    of that agent."""
-    out = {k: WorkerReading(worker=k[1]) for k in named}
+    reading per (instance, worker), in the order the workers' target, batch and info name
+    them, then a worker ``named`` that none names. A worker's devices are its ``devices``
+    (by its name), else the GPUs its processes hold memory on, or, where it is its agent's
+    only worker, every GPU of that agent."""
+    out: dict[tuple[str, str], WorkerReading] = {}
     first: dict[str, dict[tuple[str, str], Mapping[str, str]]] = {}
     for name in ("target_up", "identity", "info"):
         for lb, _ in answers.get(name, ()):
             if "worker" in lb:
                 out.setdefault(_key(lb), WorkerReading(worker=lb["worker"]))
                 first.setdefault(name, {}).setdefault(_key(lb), lb)
+    seen = {k[1] for k in out}
+    for w in named:
+        if w not in seen:
+            out[("", w)] = WorkerReading(worker=w)
     held: dict[tuple[str, str], set[str]] = {}
     prompts: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for name, lb, v in ((n, lb, v) for n in answers for lb, v in answers[n]):
@@ -463,7 +467,7 @@ def readings_from_answers(
     util, sm = answers.get("gpu_utilization", ()), answers.get("gpu_sm_active", ())
     for k, r in out.items():
         r.identify(*(first.get(n, {}).get(k, {}) for n in ("identity", "info")))
-        own = (devices or {}).get(k)
+        own = (devices or {}).get(k[1])
         if own is None:
             alone = [o for o in out if o[0] == k[0]] == [k]
             agents = {lb["gpu"] for lb, _ in util if _key(lb, "gpu")[0] == k[0] and "gpu" in lb}
@@ -522,10 +526,9 @@ def read_workers(
         for name, query in PROMETHEUS_QUERIES.items()
         if not (short and name in RATE_QUERIES)
     }
-    own = None if devices is None else {("", w): d for w, d in devices.items()}
-    named = [("", w) for w in workers or ()]
-    readings = readings_from_answers(answers, last_t, own, named)
-    out = {k[1]: r for k, r in readings.items() if workers is None or k in named}
+    readings = readings_from_answers(answers, last_t, devices, workers or ())
+    by_worker = {k[1]: r for k, r in readings.items()}
+    out = by_worker if workers is None else {w: by_worker[w] for w in workers}
     for w, r in out.items():
         for attr, (family, label) in AGENT_WINDOW.items():
             setattr(r, attr, quantiles(last, family, label, worker=w))
