@@ -13,8 +13,6 @@ from dataclasses import asdict, replace
 
 import pytest
 from tests.support.proc import REPO
-from tests.support.promblocks import PromOnBlocks
-from tests.unit import test_signals as fleet
 
 from inferwatch.advise.agent import pictures_from_scrapes
 from inferwatch.advise.model import WorkerPicture
@@ -24,11 +22,7 @@ from inferwatch.demo.demo_cmd import parse_agent_metrics
 from inferwatch.demo.layouts import DemoWorker, Layout
 from inferwatch.engines import contract
 from inferwatch.pack import reading as rd
-from inferwatch.pack import signals as S
 
-#: tests/unit/test_signals.py's fleet: its scrapes, those of its window and a real
-#: Prometheus holding them (fixtures)
-scrapes, window, prometheus = fleet.scrapes, fleet.window, fleet.prometheus
 CAPTURE = (REPO / "tests" / "data" / "agent-capture-vllm.prom").read_text()
 TRACE = REPO / "tests" / "data" / "whatif" / "h200" / "sweep-s4.jsonl.gz"
 W = "vllm-0"
@@ -254,31 +248,3 @@ def test_the_twin_observes_the_reading_of_the_samples_with_engine_data() -> None
     assert obs.queue_mean > 30 and obs.reading.gpu_util == pytest.approx(0.61125)
     assert obs.as_dict()["gpu_utilization"] == obs.reading.gpu_util
     assert obs.requests_from == "generated tokens / --output-tokens 128"
-
-
-#: the fields a reading from scrapes takes from the agent alone, not from the query table
-SCRAPE_ONLY = ("ttft", "tpot", "e2e", "slope", "running_when_queued", "ttft_p95_since_start")
-
-
-def test_a_reading_from_scrapes_is_the_reading_prometheus_gives_of_them(
-    prometheus: PromOnBlocks, window: list[S.Scrape]
-) -> None:
-    """tests/unit/test_signals.py's fleet (two workers, a MIG device, a counter reset, a
-    batch limit lowered in the window) read from its scrapes and from a real Prometheus
-    holding them: every field of the query table is the same."""
-    queries = rd.prometheus_queries(fleet.SELECTOR, f"{fleet.WINDOW}s")
-    answers = {
-        name: [(item["metric"], float(item["value"][1])) for item in prometheus.query(q, fleet.END)]
-        for name, q in queries.items()
-    }
-    from_prometheus = {k[1]: r for k, r in rd.readings_from_answers(answers, fleet.END).items()}
-    from_scrapes = rd.read_workers([(s.time, list(s.samples)) for s in window])
-    assert list(from_scrapes) == list(from_prometheus) == ["a", "b"]
-    for w, r in from_scrapes.items():
-        got, want = asdict(r), asdict(from_prometheus[w])
-        for name in SCRAPE_ONLY:
-            del got[name], want[name]
-        for name, value in want.items():
-            same = pytest.approx(value) if isinstance(value, float) else value
-            assert got[name] == same, (w, name)
-        assert r.request_rate and r.gpu_util and r.xid_errors is not None  # not Nones alike
