@@ -368,9 +368,10 @@ def test_prompt_lengths_are_the_sampled_spans_never_the_lifetimes() -> None:
     assert p.long_prompt_share is None
     (p,) = pictures_from_scrapes([(1000.0, first), (1030.0, first)], "i", T.advice.min_rate_span)
     assert p.long_prompt_share is None
-    # a restart in between (a bucket went down): no share rather than a wrong one
+    # a restart in between (the buckets went down) counts from zero, as PromQL's increase
+    # does: the share of the 100 prompts since the restart, 20 of them over 2,000 tokens
     (p,) = pictures_from_scrapes([(1000.0, later), (1030.0, first)], "i", T.advice.min_rate_span)
-    assert p.long_prompt_share is None
+    assert p.long_prompt_share == pytest.approx(20 / 100)
 
 
 def test_prompt_lengths_from_prometheus_increase_over_the_range() -> None:

@@ -523,6 +523,8 @@ def test_the_view_reads_uptime_model_and_preemptions_from_the_agent() -> None:
 inferwatch_worker_start_time_seconds{worker="worker-a",model="m",engine="vllm"} 1000
 # TYPE inferwatch_preemptions_total counter
 inferwatch_preemptions_total{worker="worker-a",model="m",engine="vllm"} 7
+# TYPE inferwatch_requests_running gauge
+inferwatch_requests_running{worker="worker-a",model="m",engine="vllm"} 0
 # TYPE inferwatch_target_up gauge
 inferwatch_target_up{worker="worker-a"} 1
 """

@@ -59,9 +59,10 @@ def test_one_scrape_reads_what_the_agent_wrote() -> None:
     assert r.ttft == {"0.5": 4.21875, "0.95": 7.041666666666666, "0.99": 7.408333333333333}
     assert r.tpot["0.99"] == pytest.approx(0.08115178571428561) and r.e2e["0.5"] > 8
     assert r.uptime == pytest.approx(300.0)
-    # one scrape: no span, so no rate; nothing restarted, no XID counted
+    # one scrape: no span, so no rate and no increase; nothing restarted; no XID series,
+    # so no XID count known (what Prometheus answers: nothing)
     assert (r.request_rate, r.preemption_rate) == (None, None)
-    assert (r.restarts, r.xid_errors) == (0.0, 0.0)
+    assert (r.restarts, r.xid_errors) == (0.0, None)
     # the flags stated; max_model_len="" is not stated; no warm-up gate
     assert r.flags == {
         "gpu_memory_utilization": "0.95",
@@ -111,32 +112,48 @@ def test_rates_come_from_two_scrapes_at_least_the_span_apart() -> None:
         None,
         None,
     )
-    # a counter that went down (the engine restarted between the scrapes): no rate
+    # a counter that went down (the engine restarted between the scrapes) counts from
+    # zero, as PromQL's rate does: 21 requests since the restart
     reset = rd.read_workers(list(reversed([(T0 + 60, pair[0][1]), (T0, pair[1][1])])), 60)[W]
-    assert reset.request_rate is None
+    assert reset.request_rate == pytest.approx(21 / 60)
 
 
-def test_a_restart_and_a_new_xid_series_are_counted() -> None:
-    restarted = (
-        later(
-            start=(
-                f"inferwatch_worker_start_time_seconds{{{ON}}} 1.79611986968e+09",
-                f"inferwatch_worker_start_time_seconds{{{ON}}} 1.79612001968e+09",
-            ),
-        )
-        + '# TYPE inferwatch_gpu_xid_errors_total counter\ninferwatch_gpu_xid_errors_total{gpu="0",uuid="u",xid="79"} 2.0\n'
+def xid(count: float) -> str:
+    return (
+        "# TYPE inferwatch_gpu_xid_errors_total counter\n"
+        f'inferwatch_gpu_xid_errors_total{{gpu="0",uuid="u",xid="79"}} {count}\n'
+    )
+
+
+def test_a_restart_and_xid_errors_are_counted_as_promql_increase_does() -> None:
+    restarted = later(
+        start=(
+            f"inferwatch_worker_start_time_seconds{{{ON}}} 1.79611986968e+09",
+            f"inferwatch_worker_start_time_seconds{{{ON}}} 1.79612001968e+09",
+        ),
     )
     first = rd.parse_exposition(CAPTURE)
     r = rd.read_workers(
-        [(T0, first), (T0 + 60, first), (T0 + 200, rd.parse_exposition(restarted))]
+        [(T0, first), (T0 + 60, first), (T0 + 200, rd.parse_exposition(restarted + xid(2)))]
     )[W]
     assert r.restarts == 1.0  # one change of the start time over three scrapes
-    assert r.xid_errors == 2.0  # a series new in the last scrape counts from zero
-    xid = contract.GPU_XID_ERRORS.name
-    before = [(xid, {"gpu": "0", "xid": "79"}, 5.0)]
-    after = [(xid, {"gpu": "0", "xid": "79"}, 2.0)]
-    assert rd.xid_increase(before, after, ["0"]) == 2.0  # a reset counts from zero too
     assert r.uptime == pytest.approx(T0 + 200 - 1.79612001968e09)
+    # a series in the last scrape only has no increase (PromQL's increase needs two samples)
+    assert r.xid_errors is None
+    counted = rd.read_workers(
+        [
+            (T0, rd.parse_exposition(CAPTURE + xid(5))),
+            (T0 + 60, rd.parse_exposition(CAPTURE + xid(7))),
+        ]
+    )[W]
+    assert counted.xid_errors == 2.0
+    reset = rd.read_workers(
+        [
+            (T0, rd.parse_exposition(CAPTURE + xid(5))),
+            (T0 + 60, rd.parse_exposition(CAPTURE + xid(2))),
+        ]
+    )[W]
+    assert reset.xid_errors == 2.0  # a counter that went down counts from zero
 
 
 MIG = """# TYPE inferwatch_gpu_utilization_ratio gauge
@@ -153,7 +170,7 @@ inferwatch_target_up{worker="slice"} 1
 """
 
 
-def test_a_device_is_selected_exactly_and_sm_active_read_only_when_asked() -> None:
+def test_a_device_is_selected_exactly_and_a_mig_slice_reads_its_sm_activity() -> None:
     scrape = [(T0, rd.parse_exposition(MIG))]
     devices = {
         "whole": [{"gpu": "0", "gpu_instance": ""}],
@@ -161,11 +178,9 @@ def test_a_device_is_selected_exactly_and_sm_active_read_only_when_asked() -> No
     }
     plain = rd.read_workers(scrape, devices=devices)
     assert (plain["whole"].gpu_util, plain["whole"].vram) == (0.5, 0.97)
-    # a MIG slice has no utilization (its NaN is no value) and its own VRAM level
-    assert (plain["slice"].gpu_util, plain["slice"].vram) == (None, 0.9)
-    assert (
-        rd.read_workers(scrape, devices=devices, sm_active_fallback=True)["slice"].gpu_util == 0.4
-    )
+    # a MIG slice has no utilization (its NaN is no value): its SM activity stands in, as
+    # in the rules' utilization (pack.signals.gpu_utilization); its own VRAM level
+    assert (plain["slice"].gpu_util, plain["slice"].vram) == (0.4, 0.9)
     # without devices: no worker holds memory and two share the agent, so none is guessed
     assert rd.read_workers(scrape)["slice"].gpus == ()
 
@@ -176,7 +191,7 @@ def test_flags_the_agent_could_not_read_are_kept_as_written_and_not_known() -> N
     assert r.flags["max_num_seqs"] == "unknown" and "max_num_seqs" not in r.known_flags
 
 
-def test_a_worker_without_its_batch_or_info_takes_its_model_from_its_other_series() -> None:
+def test_a_worker_without_its_batch_or_info_has_no_model() -> None:
     text = (
         "# TYPE inferwatch_worker_start_time_seconds gauge\n"
         'inferwatch_worker_start_time_seconds{worker="a",model="m",engine="vllm"} 1000\n'
@@ -184,7 +199,8 @@ def test_a_worker_without_its_batch_or_info_takes_its_model_from_its_other_serie
         'inferwatch_target_up{worker="a"} 1\n'
     )
     r = rd.read_workers([(1250.0, rd.parse_exposition(text))])["a"]
-    assert (r.up, r.model, r.uptime, r.queue) == (True, "m", 250.0, None)
+    # its identity comes from its batch and info, as from Prometheus: no model guessed
+    assert (r.up, r.model, r.uptime, r.queue) == (True, None, 250.0, None)
 
 
 def test_a_text_that_is_no_exposition_is_refused() -> None:
@@ -223,9 +239,7 @@ def test_the_twin_observes_the_reading_of_the_samples_with_engine_data() -> None
         (t, s) for t, s in scrapes if rd.total(s, contract.GENERATION_TOKENS, worker=w) is not None
     ]
     assert len(engine) < len(scrapes)  # the first sample has no engine series: skipped
-    r = rd.read_workers(
-        engine, workers=[w], devices={w: [{"gpu": g} for g in rd.gpus_of(engine, w, True)]}
-    )[w]
+    r = rd.read_workers(engine, workers=[w])[w]
     # the twin carries the reading itself, its launch flags those with a value
     assert asdict(obs.reading) == asdict(replace(r, flags=r.known_flags))
     assert obs.slots == r.capacity == 4 and obs.reading.engine == "llamacpp"

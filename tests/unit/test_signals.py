@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from tests.support.promblocks import PromOnBlocks, create_blocks
 
 from inferwatch.advise.agent import parse_exposition
 from inferwatch.engines import contract
+from inferwatch.pack import reading as rd
 from inferwatch.pack import signals as S
 from inferwatch.pack.names import WORKER, WORKER_KEY
 from inferwatch.pack.rules.recording import recording_rules
@@ -300,6 +301,35 @@ def test_utilization_falls_back_to_sm_activity(
     _same(_answer(prometheus.query(query, END), BY_GPU), want, query)
     assert set(want) == {("0", "GPU-0"), ("1", "MIG-1")}
     assert want[("1", "MIG-1")] == S.GPU_SM_ACTIVE_MEAN.evaluate(window, BY_GPU)[("1", "MIG-1")]
+
+
+#: the fields a reading from scrapes takes from the agent alone, not from the query table
+SCRAPE_ONLY = ("ttft", "tpot", "e2e", "slope", "running_when_queued", "ttft_p95_since_start")
+
+
+@pytest.mark.slow
+def test_a_reading_from_scrapes_is_the_reading_prometheus_gives_of_them(
+    prometheus: PromOnBlocks, window: list[S.Scrape]
+) -> None:
+    """pack.reading's one query table: the fleet (two workers, a MIG device, a counter
+    reset, a batch limit lowered in the window) read from its scrapes and from a real
+    Prometheus holding them gives the same reading in every field of the table."""
+    queries = rd.prometheus_queries(SELECTOR, f"{WINDOW}s")
+    answers = {
+        name: [(item["metric"], float(item["value"][1])) for item in prometheus.query(q, END)]
+        for name, q in queries.items()
+    }
+    from_prometheus = {k[1]: r for k, r in rd.readings_from_answers(answers, END).items()}
+    from_scrapes = rd.read_workers([(s.time, list(s.samples)) for s in window])
+    assert list(from_scrapes) == list(from_prometheus) == ["a", "b"]
+    for w, r in from_scrapes.items():
+        got, want = asdict(r), asdict(from_prometheus[w])
+        for name in SCRAPE_ONLY:
+            del got[name], want[name]
+        for name, value in want.items():
+            same = pytest.approx(value) if isinstance(value, float) else value
+            assert got[name] == same, (w, name)
+        assert r.request_rate and r.gpu_util and r.xid_errors is not None  # not Nones alike
 
 
 @pytest.mark.slow

@@ -207,9 +207,7 @@ def parse_agent_metrics(
         ]
         for w in layout.workers
     }
-    readings = reading.read_workers(
-        [(now, scrape)], workers=layout.names, devices=devices, sm_active_fallback=True
-    )
+    readings = reading.read_workers([(now, scrape)], workers=layout.names, devices=devices)
     for w, r in readings.items():
         r.flags = r.known_flags
         counted = reading.total(scrape, contract.PREEMPTIONS, worker=w)

@@ -1,26 +1,29 @@
-"""One worker's reading (the loops' inputs), read from the agent's own ``/metrics``.
+"""One worker's reading (the loops' inputs), from Prometheus or from the agent's own ``/metrics``.
 
-The agent's exposition is parsed once (:func:`parse_exposition`) into samples; a
-sequence of such scrapes, taken at known unix times, gives each worker one
-:class:`WorkerReading` (:func:`read_workers`): the numbers ``pack.loops``' conditions
-read (queue depth and its slope, running requests, batch capacity, KV cache, GPU
-utilization and VRAM, the TTFT/TPOT/E2E quantiles, rates, restarts and XID errors),
-its identity (model, engine, GPUs, launch flags) and its warm-up gate.
+A reading is the join of the answers of one table of queries (:data:`PROMETHEUS_QUERIES`,
+each a ``pack.signals`` signal over the range read): the numbers ``pack.loops``'
+conditions read (queue depth and its slope, running requests, batch capacity, KV cache,
+GPU utilization and VRAM, the TTFT/TPOT/E2E quantiles, rates, restarts and XID errors),
+its identity (model, engine, GPUs, launch flags) and its warm-up gate. From Prometheus,
+:func:`prometheus_queries` renders the table and :func:`readings_from_answers` joins its
+answers. From one agent's scrapes taken at known unix times (the exposition parsed by
+:func:`parse_exposition`), :func:`read_workers` evaluates the same table over the scrapes
+(``Signal.evaluate``: what Prometheus answers over the same samples) and joins the
+answers the same way, so both readings combine every figure as the rules' PromQL does:
+per series over the range, then over a worker's series or GPUs.
 
-Over the scrapes, gauges are averaged (utilization, queue, running) or their peak
-kept (VRAM, KV cache, queue and batch peaks); window quantiles and the queue slope
-are the agent's, from the last scrape (the agent computes them over its stats
-window). Rates and bucket increases come from the first and the last scrape, only
-when those are at least ``min_rate_span`` seconds apart: a counter's total over the
-worker's uptime says nothing about now. One scrape gives a reading too (the demo's
-view): its gauges, the agent's window figures, no rate. The one lifetime figure: for a
-worker started less than ``cold_within`` seconds ago, its TTFT P95 since the start from
-the engine's cumulative buckets; that life is the cold-start window itself, and holds
-the slow first tokens InferenceWorkerColdStart fired on after they left the agent's
-stats window.
+What only the scrapes have is added after the join: the agent's stats-window quantiles
+and queue slope from the last scrape (instead of the range's), the batch in the scrapes
+in which requests waited, and, for a worker started less than ``cold_within`` seconds
+ago, its TTFT P95 since the start from the engine's cumulative buckets (that life is the
+cold-start window itself, and holds the slow first tokens InferenceWorkerColdStart fired
+on after they left the agent's stats window). Rates and shares are read only when the
+scrapes span ``min_rate_span`` seconds at least: a counter's total over the worker's
+uptime says nothing about now; one scrape gives a reading without them (the demo's view).
 
-``advise``'s ``WorkerPicture``, the what-if twin's ``Observed`` and the demo's view are
-built from it; family names come from :mod:`inferwatch.engines.contract`.
+``advise``'s ``WorkerPicture``, the what-if twin's ``Observed``, the demo's view and the
+report's day series are built from it; family names come from
+:mod:`inferwatch.engines.contract`.
 """
 
 from __future__ import annotations
@@ -81,12 +84,6 @@ def total(scrape: Scrape, name: Name, **match: str) -> float | None:
     return sum(v for _, v in found) if found else None
 
 
-def peak(scrape: Scrape, name: Name, **match: str) -> float | None:
-    """The highest of the matching series (None: no such series)."""
-    found = values(scrape, name, **match)
-    return max(v for _, v in found) if found else None
-
-
 def buckets(scrape: Scrape, histogram: c.Family, **match: str) -> dict[float, float]:
     """A histogram's cumulative bucket counts by bound, summed over the other labels."""
     out: dict[float, float] = {}
@@ -102,19 +99,6 @@ def upper_bound(labels: Mapping[str, str]) -> float | None:
         return float(labels.get("le", ""))
     except ValueError:
         return None
-
-
-def bucket_deltas(
-    first: Mapping[float, float], last: Mapping[float, float]
-) -> list[tuple[float, float]] | None:
-    """``last - first`` per bound; None when a bucket went down (a restart in between)."""
-    out = []
-    for bound, end in last.items():
-        begin = first.get(bound, 0.0)
-        if end < begin:
-            return None
-        out.append((bound, end - begin))
-    return out
 
 
 def quantiles(
@@ -155,34 +139,12 @@ def series(
     return [per(s, name, worker=worker) for _, s in scrapes]
 
 
-def gpus_of(scrapes: Scrapes, worker: str, alone: bool) -> tuple[str, ...]:
-    """The GPUs a worker's processes hold memory on in any scrape; with none seen and
-    ``alone`` (the agent watches this worker only), every GPU the agent reads."""
-    memory = [values(s, c.GPU_PROCESS_MEMORY_USED_BYTES, worker=worker) for _, s in scrapes]
-    held = {labels["gpu"] for found in memory for labels, _ in found if "gpu" in labels}
-    if not held and alone and scrapes:
-        held = {labels["gpu"] for labels, _ in values(scrapes[-1][1], c.GPU_UP) if "gpu" in labels}
-    return tuple(sorted(held))
-
-
 def increase(first: Scrape, last: Scrape, counter: Name, worker: str) -> float | None:
     """A worker's counter increase between two scrapes (None: not in both, or reset)."""
     begin, end = total(first, counter, worker=worker), total(last, counter, worker=worker)
     if begin is None or end is None or end < begin:
         return None
     return end - begin
-
-
-def xid_increase(first: Scrape, last: Scrape, gpus: Sequence[str]) -> float:
-    """XID errors on these GPUs between two scrapes (a series new in the last one counts
-    from zero: the agent exports a GPU's XID counter from its first event on)."""
-    out = 0.0
-    for g in gpus:
-        begin = {tuple(sorted(lab.items())): v for lab, v in values(first, c.GPU_XID_ERRORS, gpu=g)}
-        for lab, v in values(last, c.GPU_XID_ERRORS, gpu=g):
-            before = begin.get(tuple(sorted(lab.items())), 0.0)
-            out += v - before if v >= before else v
-    return out
 
 
 def since_start(scrape: Scrape, worker: str, q: float = 0.95) -> tuple[float | None, float | None]:
@@ -196,21 +158,17 @@ def since_start(scrape: Scrape, worker: str, q: float = 0.95) -> tuple[float | N
     return (None if math.isnan(value) else value), count
 
 
-def restarts(starts: Sequence[float | None]) -> float | None:
-    """Changes of the worker's start time across the scrapes (None: never stated)."""
-    return S.EVALUATORS["changes"]([(0.0, v) for v in starts if v is not None])
-
-
 # --------------------------------------------------------------------------- the reading
 
 
 @dataclass
 class WorkerReading:
-    """One worker as the loops read it, over the scrapes read; None where the agent does
-    not say. Levels are means over the scrapes (``gpu_util``, ``queue``, ``running``,
-    ``kv_mean``) or peaks (``vram``, ``kv``, ``queue_max``, ``running_max``); quantiles
-    and ``slope`` are the agent's stats-window figures in the last scrape; rates and
-    shares come from counter and bucket increases between the first and the last."""
+    """One worker as the loops read it, over the range read; None where the source does
+    not say. Levels are means over the range (``gpu_util``, ``queue``, ``running``,
+    ``kv_mean``, ``prefix_hit_ratio``) or peaks (``vram``, ``kv``, ``queue_max``,
+    ``running_max``, ``capacity``); rates, shares and latency quantiles come from counter
+    and bucket increases over it (from scrapes, quantiles and ``slope`` are the agent's
+    stats-window figures in the last scrape)."""
 
     worker: str = ""
     #: the agent reads the worker's ``/metrics`` (inferwatch_target_up)
@@ -262,7 +220,8 @@ class WorkerReading:
     warmup_ttft: dict[str, float] = field(default_factory=dict)
     #: the launch flags inferwatch_worker_info states, as written ("unknown" included)
     flags: dict[str, str] = field(default_factory=dict)
-    #: TTFT P99 of the worker's model over all its workers (read from Prometheus only)
+    #: TTFT P99 of the worker's model over all its workers read (from one agent's scrapes:
+    #: that agent's)
     model_ttft_p99: float | None = None
     # The weekly report keeps one reading per day (report.model.RawWorker): the figures
     # below are its, over the day; ``queue_max`` is the day's queue peak and ``capacity``
@@ -309,119 +268,12 @@ class WorkerReading:
         return {k: v for k, v in self.flags.items() if v != "unknown"}
 
 
-def _gpu_figure(
-    scrape: Scrape, devices: Sequence[Device], name: Name, fallback: Name | None = None
-) -> list[float | None]:
-    """The highest of each device's ``name`` series (else of its ``fallback``'s)."""
-    out = []
-    for d in devices:
-        v = peak(scrape, name, **d)
-        out.append(peak(scrape, fallback, **d) if v is None and fallback is not None else v)
-    return out
-
-
-PerScrape = Callable[..., "float | None"]
-#: reading fields read from one agent's scrapes: field -> (its family, a scrape's figure
-#: of the worker's series, how the scrapes' figures combine; None: the last scrape's)
-SCRAPE_FIELDS: dict[str, tuple[c.Family, PerScrape, Callable[[list[float | None]], float | None] | None]] = {
-    "queue": (c.QUEUE_DEPTH, total, mean),
-    "queue_max": (c.QUEUE_DEPTH, total, maximum),
-    "running": (c.REQUESTS_RUNNING, total, mean),
-    "running_max": (c.REQUESTS_RUNNING, total, maximum),
-    "kv": (c.KV_CACHE_USAGE_RATIO, peak, maximum),
-    "kv_mean": (c.KV_CACHE_USAGE_RATIO, peak, mean),
-    "restarts": (c.WORKER_START_TIME_SECONDS, total, restarts),
-    "slope": (c.QUEUE_DEPTH_SLOPE, total, None),
-    "capacity": (c.MAX_NUM_SEQS, peak, None),
-    "prefix_hit_ratio": (c.PREFIX_CACHE_HIT_RATIO, peak, None),
-    "uptime": (c.WORKER_START_TIME_SECONDS, peak, None),
-    "up": (c.TARGET_UP, peak, None),
-    "ready": (c.WORKER_READY, peak, None),
-    "gate_deadline_exceeded": (c.WARMUP_DEADLINE_EXCEEDED, peak, None),
-}  # fmt: skip
-#: figures by a label from the last scrape (the agent's window quantiles, the warm-up
-#: gate's TTFT by phase): field -> (family, label)
-SCRAPE_BY_LABEL = {
-    "ttft": (c.TTFT_QUANTILE_SECONDS, "quantile"),
-    "tpot": (c.TPOT_QUANTILE_SECONDS, "quantile"),
-    "e2e": (c.E2E_LATENCY_QUANTILE_SECONDS, "quantile"),
-    "warmup_ttft": (c.WARMUP_TTFT_SECONDS, "phase"),
-}
-#: rates from the first and the last scrape: field -> counter
-SCRAPE_RATES = {"preemption_rate": c.PREEMPTIONS, "request_rate": c.REQUESTS_FINISHED}
-
-
-def read_workers(
-    scrapes: Scrapes,
-    min_rate_span: float = 0.0,
-    cold_within: float | None = None,
-    workers: Sequence[str] | None = None,
-    devices: Mapping[str, Sequence[Device]] | None = None,
-    sm_active_fallback: bool = False,
-) -> dict[str, WorkerReading]:
-    """Each worker's reading from one agent's scrapes (see the module's text).
-
-    ``workers``: the workers to read (default: those the scrapes name; one named but
-    absent reads as an empty reading, not up). ``devices``: each worker's GPU devices
-    (default: the GPUs its processes hold memory on, or all the agent's GPUs where it
-    watches one worker only). ``sm_active_fallback``: a device without utilization (a
-    MIG slice) reads its SM activity. ``cold_within``: for a worker started less than
-    that many seconds ago, its TTFT P95 since the start (``since_start``).
-    """
-    if not scrapes:
-        return {}
-    (first_t, first), (last_t, last) = scrapes[0], scrapes[-1]
-    span = last_t - first_t
-    if workers is None:
-        workers = list(dict.fromkeys(w for _, s in scrapes for w in workers_of(s)))
-    if devices is None:
-        alone = len(workers) == 1
-        devices = {w: [{"gpu": g} for g in gpus_of(scrapes, w, alone)] for w in workers}
-    fallback = c.GPU_SM_ACTIVE_RATIO if sm_active_fallback else None
-    out = {}
-    for w in workers:
-        r = out[w] = WorkerReading(worker=w)
-        for attr, (family, per, over) in SCRAPE_FIELDS.items():
-            figures = series(scrapes if over else scrapes[-1:], family, w, per)
-            r.set(attr, over(figures) if over else figures[0], last_t)
-        for attr, (family, label) in SCRAPE_BY_LABEL.items():
-            setattr(r, attr, quantiles(last, family, label, worker=w))
-        running, queue = series(scrapes, c.REQUESTS_RUNNING, w), series(scrapes, c.QUEUE_DEPTH, w)
-        r.running_when_queued = mean(n for n, q in zip(running, queue, strict=True) if q and q >= 1)
-        # the batch's labels (the last series' where they differ), else its info's
-        batch = {
-            k: v for lb, _ in values(last, c.REQUESTS_RUNNING, worker=w) for k, v in lb.items() if v
-        }
-        info = values(last, c.WORKER_INFO, worker=w)
-        other = next((lb for _, lb, _ in last if lb.get("worker") == w and lb.get("model")), {})
-        r.identify(batch, info[0][0] if info else {}, other)
-        own = devices.get(w, ())
-        r.gpus = tuple(dict.fromkeys(d["gpu"] for d in own))
-        util = (mean(_gpu_figure(s, own, c.GPU_UTILIZATION_RATIO, fallback)) for _, s in scrapes)
-        r.gpu_util = mean(util)
-        r.vram = maximum(maximum(_gpu_figure(s, own, c.GPU_MEMORY_USED_RATIO)) for _, s in scrapes)
-        r.vram_total_bytes = maximum(_gpu_figure(last, own, c.GPU_MEMORY_TOTAL_BYTES))
-        r.xid_errors = xid_increase(first, last, r.gpus) if r.gpus else None
-        if span >= min_rate_span:
-            for attr, counter in SCRAPE_RATES.items():
-                added = increase(first, last, counter, w) if span > 0 else None
-                setattr(r, attr, None if added is None else added / span)
-            prompts = (buckets(s, c.PROMPT_LENGTH_TOKENS, worker=w) for s in (first, last))
-            deltas = bucket_deltas(*prompts)
-            r.long_prompt_share = L.long_prompt_share(deltas) if deltas else None
-        if cold_within is not None and r.uptime is not None and r.uptime < cold_within:
-            r.ttft_p95_since_start, r.ttft_count_since_start = since_start(last, w)
-    return out
-
-
-# --------------------------------------------------------------------------- from Prometheus
+# --------------------------------------------------------------------------- the queries
 
 #: one instant query's answer: (labels, value) per series
 Answer = Sequence[tuple[Mapping[str, str], float]]
-#: the key of a reading read from Prometheus: one agent's worker
+#: the key of a reading: one agent's worker (the instance is "" in one agent's scrapes)
 WORKER_BY = "instance, worker"
-#: the answers read per (instance, GPU): utilization, VRAM, XID errors
-GPU_ANSWERS = ("gpu_utilization", "vram", "xid")
 
 
 def _over(fn: str, family: c.Family) -> S.Signal:
@@ -439,6 +291,7 @@ PROMETHEUS_FIELDS: dict[str, tuple[str, S.Signal, str]] = {
     "running_max": ("running_max", S.RUNNING_PEAK, "sum"),
     "max_num_seqs": ("capacity", S.MAX_NUM_SEQS, "max"),
     "kv_usage": ("kv", S.KV_USAGE_PEAK, "max"),
+    "kv_usage_mean": ("kv_mean", S.KV_USAGE_MEAN, "max"),
     "prefix_hit_ratio": ("prefix_hit_ratio", S.PREFIX_HIT_MEAN, "avg"),
     "preemption_rate": ("preemption_rate", S.PREEMPTION_RATE, "sum"),
     "request_rate": ("request_rate", S.REQUEST_RATE, "sum"),
@@ -470,6 +323,9 @@ PROMETHEUS_QUANTILES: dict[str, tuple[str, c.Family, str]] = {
     )
     for q in qs
 }
+#: the fullest of a worker's devices, from answers per GPU series (a MIG device's too):
+#: reading field -> query name (utilization is the mean over its devices)
+GPU_PEAKS = {"vram": "vram", "vram_total_bytes": "vram_total"}
 
 
 @dataclass(frozen=True)
@@ -487,11 +343,28 @@ class Query:
         promql = self.signal.render(selector=selector, window=window, by=self.by, agg=self.agg)
         return promql if self.q is None else S.quantile(self.q, promql)
 
+    def evaluate(self, scrapes: Sequence[S.Scrape]) -> list[tuple[Labels, float]]:
+        """The answer Prometheus gives over the same samples (``Signal.evaluate``): a
+        group's labels without the empty ones, as Prometheus has no empty label."""
+        if self.by is None:
+            return [(dict(labels), v) for labels, v in self.signal.per_series(scrapes)]
+        if self.q is None:
+            keys = self.signal.group(self.by)
+            found = self.signal.evaluate(scrapes, self.by, self.agg)
+        else:
+            keys = S.labels_of(self.by)
+            found = S.evaluate_quantile(self.q, self.signal, scrapes, self.by)
+        answer = []
+        for key, value in found.items():
+            labels = {k: v for k, v in zip(keys, key, strict=True) if v}
+            answer.append((labels, value))
+        return answer
 
-#: the queries behind a reading read from Prometheus, in the order they are asked: each
-#: field's, then what the join needs (XID errors per GPU, the prompt buckets, the model's
-#: TTFT P99, the worker's identity and info, the gate's TTFT by phase, the GPUs' figures
-#: and which workers' processes hold memory on them)
+
+#: the queries behind a reading, in the order they are asked: each field's, then what
+#: the join needs (XID errors per GPU, the prompt buckets, the model's TTFT P99, the
+#: worker's identity and info, the gate's TTFT by phase, the GPUs' figures and which
+#: workers' processes hold memory on them)
 PROMETHEUS_QUERIES: dict[str, Query] = {
     **{n: Query(sig, agg=agg) for n, (_, sig, agg) in PROMETHEUS_FIELDS.items()},
     **{n: Query(S.bucket_increase(f), q=float(q)) for n, (_, f, q) in PROMETHEUS_QUANTILES.items()},
@@ -504,11 +377,22 @@ PROMETHEUS_QUERIES: dict[str, Query] = {
     "info": Query(_over("last_over_time", c.WORKER_INFO), None),
     "warmup_ttft": Query(_over("last_over_time", c.WARMUP_TTFT_SECONDS), f"{WORKER_BY}, phase"),
     "gpu_utilization": Query(S.GPU_UTILIZATION_MEAN, None),
+    "gpu_sm_active": Query(S.GPU_SM_ACTIVE_MEAN, None),
     "vram": Query(S.GPU_MEMORY_PEAK, None),
+    "vram_total": Query(_over("last_over_time", c.GPU_MEMORY_TOTAL_BYTES), None),
     "gpu_workers": Query(
         _over("max_over_time", c.GPU_PROCESS_MEMORY_USED_BYTES), "instance, gpu, worker"
     ),
 }
+#: the queries a reading from scrapes answers only over ``min_rate_span`` seconds at least:
+#: rates and shares of now, never of a counter's lifetime
+RATE_QUERIES = (
+    "preemption_rate",
+    "request_rate",
+    "prompt_buckets",
+    "model_ttft_p99",
+    *PROMETHEUS_QUANTILES,
+)
 
 
 def prometheus_queries(selector: str, window: str) -> dict[str, str]:
@@ -517,18 +401,36 @@ def prometheus_queries(selector: str, window: str) -> dict[str, str]:
     return {n: q.render(selector, window) for n, q in PROMETHEUS_QUERIES.items()}
 
 
+# --------------------------------------------------------------------------- the join
+
+
 def _key(labels: Mapping[str, str], label: str = "worker") -> tuple[str, str]:
     """A series' (instance, worker), or (instance, GPU) with ``label="gpu"``."""
     return labels.get("instance", ""), labels.get(label, "")
 
 
+def _device_figure(answer: Answer, device: Device) -> float | None:
+    """The highest of the answer's series on ``device`` (its labels match, an absent
+    label matching "")."""
+    found = [
+        v
+        for labels, v in answer
+        if all(labels.get(k, "") == want for k, want in device.items()) and not math.isnan(v)
+    ]
+    return max(found) if found else None
+
+
 def readings_from_answers(
-    answers: Mapping[str, Answer], end: float
+    answers: Mapping[str, Answer],
+    end: float,
+    devices: Mapping[str, Sequence[Device]] | None = None,
+    named: Sequence[str] = (),
 ) -> dict[tuple[str, str], WorkerReading]:
-    """Join the answers of :func:`prometheus_queries` (evaluated at ``end``) into one
-    reading per (instance, worker), in the order the workers' target, batch and info
-    name them. A worker's GPUs are those its processes hold memory on, or, where it is
-    its agent's only worker, every GPU of that agent."""
+    """Join the answers of :data:`PROMETHEUS_QUERIES` (evaluated at ``end``) into one
+    reading per (instance, worker), in the order the workers' target, batch and info name
+    them, then a worker ``named`` that none names. A worker's devices are its ``devices``
+    (by its name), else the GPUs its processes hold memory on, or, where it is its agent's
+    only worker, every GPU of that agent."""
     out: dict[tuple[str, str], WorkerReading] = {}
     first: dict[str, dict[tuple[str, str], Mapping[str, str]]] = {}
     for name in ("target_up", "identity", "info"):
@@ -536,6 +438,10 @@ def readings_from_answers(
             if "worker" in lb:
                 out.setdefault(_key(lb), WorkerReading(worker=lb["worker"]))
                 first.setdefault(name, {}).setdefault(_key(lb), lb)
+    seen = {k[1] for k in out}
+    for w in named:
+        if w not in seen:
+            out[("", w)] = WorkerReading(worker=w)
     held: dict[tuple[str, str], set[str]] = {}
     prompts: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for name, lb, v in ((n, lb, v) for n in answers for lb, v in answers[n]):
@@ -557,14 +463,78 @@ def readings_from_answers(
     model_p99 = {
         lb.get("model", ""): v for lb, v in answers.get("model_ttft_p99", ()) if not math.isnan(v)
     }
-    util, vram, xid = ({_key(lb, "gpu"): v for lb, v in answers.get(n, ())} for n in GPU_ANSWERS)
+    xid = {_key(lb, "gpu"): v for lb, v in answers.get("xid", ())}
+    util, sm = answers.get("gpu_utilization", ()), answers.get("gpu_sm_active", ())
     for k, r in out.items():
         r.identify(*(first.get(n, {}).get(k, {}) for n in ("identity", "info")))
-        alone = [o for o in out if o[0] == k[0]] == [k]
-        r.gpus = tuple(sorted(held.get(k, {g for i, g in util if i == k[0]} if alone else ())))
-        r.gpu_util = mean(util.get((k[0], g)) for g in r.gpus)
-        r.vram = maximum(vram.get((k[0], g)) for g in r.gpus)
+        own = (devices or {}).get(k[1])
+        if own is None:
+            alone = [o for o in out if o[0] == k[0]] == [k]
+            agents = {lb["gpu"] for lb, _ in util if _key(lb, "gpu")[0] == k[0] and "gpu" in lb}
+            own = [
+                {"instance": k[0], "gpu": g} for g in sorted(held.get(k, agents if alone else ()))
+            ]
+        r.gpus = tuple(dict.fromkeys(d["gpu"] for d in own))
+        for attr, name in GPU_PEAKS.items():
+            setattr(r, attr, maximum(_device_figure(answers.get(name, ()), d) for d in own))
+        # a device without utilization (a MIG slice) reads its SM activity: the rules' `or`
+        busy = [_device_figure(util, d) for d in own]
+        r.gpu_util = mean(
+            _device_figure(sm, d) if u is None else u for u, d in zip(busy, own, strict=True)
+        )
         r.xid_errors = sum(xid.get((k[0], g), 0.0) for g in r.gpus) if r.gpus and xid else None
         r.long_prompt_share = L.long_prompt_share(prompts[k]) if k in prompts else None
         r.model_ttft_p99 = model_p99.get(r.model or "")
+    return out
+
+
+# --------------------------------------------------------------------------- from scrapes
+
+#: the agent's own stats-window figures, which a reading from scrapes takes from the last
+#: scrape instead of the range's: field -> (family, label); the queue slope besides
+AGENT_WINDOW = {
+    "ttft": (c.TTFT_QUANTILE_SECONDS, "quantile"),
+    "tpot": (c.TPOT_QUANTILE_SECONDS, "quantile"),
+    "e2e": (c.E2E_LATENCY_QUANTILE_SECONDS, "quantile"),
+}
+
+
+def read_workers(
+    scrapes: Scrapes,
+    min_rate_span: float = 0.0,
+    cold_within: float | None = None,
+    workers: Sequence[str] | None = None,
+    devices: Mapping[str, Sequence[Device]] | None = None,
+) -> dict[str, WorkerReading]:
+    """Each worker's reading from one agent's scrapes (see the module's text): the
+    queries of :data:`PROMETHEUS_QUERIES` evaluated over the scrapes, joined as
+    Prometheus's answers are, then what only the agent says.
+
+    ``workers``: the workers to read (default: those the scrapes name; one named but
+    absent reads as an empty reading, not up). ``devices``: each worker's GPU devices
+    (default: the GPUs its processes hold memory on, or all the agent's GPUs where it
+    watches one worker only). ``cold_within``: for a worker started less than that many
+    seconds ago, its TTFT P95 since the start (``since_start``).
+    """
+    if not scrapes:
+        return {}
+    window = [S.Scrape(t, s) for t, s in scrapes]
+    (first_t, _), (last_t, last) = scrapes[0], scrapes[-1]
+    short = last_t - first_t < min_rate_span
+    answers = {
+        name: query.evaluate(window)
+        for name, query in PROMETHEUS_QUERIES.items()
+        if not (short and name in RATE_QUERIES)
+    }
+    readings = readings_from_answers(answers, last_t, devices, workers or ())
+    by_worker = {k[1]: r for k, r in readings.items()}
+    out = by_worker if workers is None else {w: by_worker[w] for w in workers}
+    for w, r in out.items():
+        for attr, (family, label) in AGENT_WINDOW.items():
+            setattr(r, attr, quantiles(last, family, label, worker=w))
+        r.slope = total(last, c.QUEUE_DEPTH_SLOPE, worker=w)
+        running, queue = series(scrapes, c.REQUESTS_RUNNING, w), series(scrapes, c.QUEUE_DEPTH, w)
+        r.running_when_queued = mean(n for n, q in zip(running, queue, strict=True) if q and q >= 1)
+        if cold_within is not None and r.uptime is not None and r.uptime < cold_within:
+            r.ttft_p95_since_start, r.ttft_count_since_start = since_start(last, w)
     return out

@@ -203,9 +203,10 @@ class Signal:
     ) -> dict[Key, float]:
         """The signal per group of the ``by`` labels (then ``le`` for a histogram's
         buckets), from the agent's scrapes of one window."""
-        return _grouped(self._per_series(scrapes), self.group(by), agg or self.agg)
+        return _grouped(self.per_series(scrapes), self.group(by), agg or self.agg)
 
-    def _per_series(self, scrapes: Sequence[Scrape]) -> Iterable[tuple[Mapping[str, str], float]]:
+    def per_series(self, scrapes: Sequence[Scrape]) -> Iterable[tuple[Mapping[str, str], float]]:
+        """The signal of each series (its labels, its value), ungrouped."""
         evaluate = EVALUATORS[self.fn]
         # an instant signal reads the last scrape only: a series gone from it is gone
         for labels, points in self.series(scrapes if self.fn else scrapes[-1:]).items():
