@@ -21,9 +21,12 @@ On each server: ``--cold`` single requests one after the other, then a burst of
 2 x slots concurrent requests (the sweep's warm-up), then ``--warm`` single requests
 one after the other. Each request is a non-streamed ``/completion`` of one token with a
 prompt of its own, so its client time is its TTFT; the server's ``timings`` give the
-prompt evaluation's own time. Prints, per server and phase, the median client time,
-the median prompt evaluation time and the median rest (client less prompt and
-prediction: HTTP, tokenization, slot selection, the prompt cache), in milliseconds.
+prompt evaluation's own time. Prints (``--json FILE``: also writes), per server and
+phase, the median client time, the median prompt evaluation time and the median rest
+(client less prompt and prediction: HTTP, tokenization, slot selection, the prompt
+cache), the first request's and the slowest request's client time, in milliseconds;
+after the burst also the server's own median time for the prompt cache at the slot
+a request takes (``prompt cache update took``, logged at ``-lv 4``).
 Nothing is asserted; docs/advise.md ("What grows with the slots") reads these figures.
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import re
@@ -102,9 +106,9 @@ async def wait_up(s: aiohttp.ClientSession, url: str, timeout: float = 60.0) -> 
 
 async def measure(
     args: argparse.Namespace, url: str, slots: int, variant: str, log: Path
-) -> list[str]:
+) -> list[dict[str, Any]]:
     rng = random.Random(slots * 1000 + len(variant))
-    rows: list[str] = []
+    rows: list[dict[str, Any]] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
         await wait_up(s, url)
         phases: list[tuple[str, list[dict[str, float]]]] = []
@@ -125,24 +129,26 @@ async def measure(
     # recently used slot (saving its old prompt, looking for a cached one), at -lv 4
     cache_ms = [float(m) for m in re.findall(r"prompt cache update took ([0-9.]+) ms", text)]
     for name, recs in phases:
-        rows.append(
-            f"{slots:>5} {variant:>8} {name:>5} {len(recs):>3} "
-            f"{statistics.median(r['prompt_n'] for r in recs):>6.0f} "
-            f"{statistics.median(r['client_ms'] for r in recs):>9.1f} "
-            f"{statistics.median(r['prompt_ms'] for r in recs):>9.1f} "
-            f"{statistics.median(r['rest_ms'] for r in recs):>7.1f} "
-            f"{recs[0]['client_ms']:>8.1f} {max(r['client_ms'] for r in recs):>7.1f}"
-            + (
-                f" {statistics.median(cache_ms) if cache_ms else 0.0:>8.1f}"
-                f"   (burst of {2 * slots}: {burst_s:.1f} s)"
-                if name == "warm"
-                else ""
-            )
-        )
+        row: dict[str, Any] = {
+            "slots": slots,
+            "variant": variant,
+            "phase": name,
+            "n": len(recs),
+            "prompt_tokens": statistics.median(r["prompt_n"] for r in recs),
+            "client_ms": statistics.median(r["client_ms"] for r in recs),
+            "prompt_ms": statistics.median(r["prompt_ms"] for r in recs),
+            "rest_ms": statistics.median(r["rest_ms"] for r in recs),
+            "first_ms": recs[0]["client_ms"],
+            "max_ms": max(r["client_ms"] for r in recs),
+        }
+        if name == "warm":
+            row["lru_cache_ms"] = statistics.median(cache_ms) if cache_ms else 0.0
+            row["burst_s"] = burst_s
+        rows.append(row)
     return rows
 
 
-async def one_server(args: argparse.Namespace, slots: int, variant: str) -> list[str]:
+async def one_server(args: argparse.Namespace, slots: int, variant: str) -> list[dict[str, Any]]:
     port = free_port()
     argv = [
         str(args.server), "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port),
@@ -170,10 +176,25 @@ async def main_async(args: argparse.Namespace) -> None:
         f"prompts of {args.words} words, burst answers of {args.burst_tokens} tokens"
     )
     print("slots  variant phase   n prompt client_ms prompt_ms rest_ms first_ms  max_ms cache_ms")
+    rows: list[dict[str, Any]] = []
     for variant in args.variants:
         for slots in args.slots:
-            for row in await one_server(args, slots, variant):
-                print(row, flush=True)
+            for r in await one_server(args, slots, variant):
+                rows.append(r)
+                print(
+                    f"{r['slots']:>5} {r['variant']:>8} {r['phase']:>5} {r['n']:>3} "
+                    f"{r['prompt_tokens']:>6.0f} {r['client_ms']:>9.1f} {r['prompt_ms']:>9.1f} "
+                    f"{r['rest_ms']:>7.1f} {r['first_ms']:>8.1f} {r['max_ms']:>7.1f}"
+                    + (
+                        f" {r['lru_cache_ms']:>8.1f}   (burst of {2 * r['slots']}: "
+                        f"{r['burst_s']:.1f} s)"
+                        if r["phase"] == "warm"
+                        else ""
+                    ),
+                    flush=True,
+                )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main() -> int:
@@ -187,6 +208,7 @@ def main() -> int:
     ap.add_argument("--burst-tokens", type=int, default=64)
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--warm", type=int, default=8)
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     ap.add_argument("--extra", default="-t 1", help="llama-server flags (GPU: --extra='-ngl 99')")
     args = ap.parse_args()
     args.extra = shlex.split(args.extra)
