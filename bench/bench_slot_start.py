@@ -2,6 +2,7 @@
 
     python bench/bench_slot_start.py [--slots 4 32 64] [--variants default noidle noram kvu]
     python3 bench/bench_slot_start.py --server BIN --model GGUF --extra='-ngl 99'   (a GPU)
+    PYTHONPATH=agent python bench/bench_slot_start.py --traces tests/data/whatif/h100-fresh
 
 Starts the real ``llama-server`` (CPU build and tiny model under ``.llama-server/``)
 as the sweep recorder does (``--parallel N -c N x ctx-per-slot``, bench/device/
@@ -27,6 +28,13 @@ phase, the median client time, the median prompt evaluation time and the median 
 cache), the first request's and the slowest request's client time, in milliseconds;
 after the burst also the server's own median time for the prompt cache at the slot
 a request takes (``prompt cache update took``, logged at ``-lv 4``).
+
+``--traces DIR`` reads a slot sweep recorded by bench/device/llamacpp_trace.py instead
+(``sweep.json`` and ``sweep-s<slots>-r<rate>.jsonl.gz``, loads in the order run on each
+server) and prints, per server and load, how many slots held a prompt that the idle-slot
+copies had not taken yet when the load began (every slot after the warm burst; after
+an earlier load, its requests that ended after its last send) and the TTFT of the
+load's first request, then the least-squares line through them.
 Nothing is asserted; docs/advise.md ("What grows with the slots") reads these figures.
 """
 
@@ -170,6 +178,40 @@ async def one_server(args: argparse.Namespace, slots: int, variant: str) -> list
                     proc.wait()
 
 
+def from_traces(sweep: Path) -> None:
+    from inferwatch.advise.trace import read_trace
+
+    runs = [r for r in json.loads((sweep / "sweep.json").read_text()) if "rate" in r]
+    print(f"{sweep}: per server and load, in the order run")
+    print("slots   rate  uncopied  first_ttft_ms")
+    pts: list[tuple[float, float]] = []
+    last: dict[int, list[tuple[float, float, float]]] = {}
+    for run in runs:
+        slots, rate = int(run["slots"]), run["rate"]
+        tr = read_trace(sweep / f"sweep-s{slots}-r{rate}.jsonl.gz")
+        # (sent, ttft, ended) of the requests that answered (the reader gives send times)
+        reqs = sorted(
+            (t, float(c["ttft_s"]), t + float(c["e2e_s"]))
+            for t, c in tr.client
+            if c.get("ok") and c.get("ttft_s") is not None
+        )
+        prev = last.get(slots)
+        if prev is None:
+            uncopied = slots
+        else:
+            last_send = max(r[0] for r in prev)
+            uncopied = min(slots, sum(1 for r in prev if r[2] > last_send))
+        last[slots] = reqs
+        pts.append((uncopied, reqs[0][1] * 1000.0))
+        print(f"{slots:>5} {rate:>6} {uncopied:>9} {reqs[0][1] * 1000.0:>14.0f}")
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    slope, icpt = statistics.linear_regression(xs, ys)
+    r = statistics.correlation(xs, ys)
+    print(
+        f"first TTFT = {icpt:.0f} ms + {slope:.1f} ms x uncopied slots (r = {r:.2f}, {len(pts)} loads)"
+    )
+
+
 async def main_async(args: argparse.Namespace) -> None:
     print(
         f"{args.server.name} {' '.join(args.extra)}, {args.ctx_per_slot} context per slot, "
@@ -209,9 +251,16 @@ def main() -> int:
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--warm", type=int, default=8)
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
+    ap.add_argument("--traces", type=Path, help="a recorded slot sweep's folder, read only")
     ap.add_argument("--extra", default="-t 1", help="llama-server flags (GPU: --extra='-ngl 99')")
     args = ap.parse_args()
     args.extra = shlex.split(args.extra)
+    if args.traces is not None:
+        if not (args.traces / "sweep.json").is_file():
+            print(f"--traces: {args.traces} has no sweep.json (expected a recorded slot sweep)")
+            return 2
+        from_traces(args.traces)
+        return 0
     if not args.server.exists():
         print(f"--server: {args.server} does not exist (expected a llama-server binary)")
         return 2
