@@ -32,8 +32,9 @@ a request takes (``prompt cache update took``, logged at ``-lv 4``).
 ``--traces DIR`` reads a slot sweep recorded by bench/device/llamacpp_trace.py instead
 (``sweep.json`` and ``sweep-s<slots>-r<rate>.jsonl.gz``, loads in the order run on each
 server) and prints, per server and load, how many slots held a prompt that the idle-slot
-copies had not taken yet when the load began (every slot after the warm burst; after
-an earlier load, its requests that ended after its last send) and the TTFT of the
+copies had not taken yet when the load began (every slot after the warm burst, none on
+a server that had none; after an earlier load, its requests that ended after its last
+send) and the TTFT of the
 load's first request, then the least-squares line through them.
 Nothing is asserted; docs/advise.md ("What grows with the slots") reads these figures.
 """
@@ -181,7 +182,10 @@ async def one_server(args: argparse.Namespace, slots: int, variant: str) -> list
 def from_traces(sweep: Path) -> None:
     from inferwatch.advise.trace import read_trace
 
-    runs = [r for r in json.loads((sweep / "sweep.json").read_text()) if "rate" in r]
+    summary = json.loads((sweep / "sweep.json").read_text())
+    runs = [r for r in summary if "rate" in r]
+    # servers that served a burst of 2 x slots before their loads (the warmed sweep)
+    warmed = {int(r["warm_up_slots"]) for r in summary if "warm_up_slots" in r}
     print(f"{sweep}: per server and load, in the order run")
     print("slots   rate  uncopied  first_ttft_ms")
     pts: list[tuple[float, float]] = []
@@ -197,7 +201,8 @@ def from_traces(sweep: Path) -> None:
         )
         prev = last.get(slots)
         if prev is None:
-            uncopied = slots
+            # after the burst every slot holds a prompt; a fresh server's slots are empty
+            uncopied = slots if slots in warmed else 0
         else:
             last_send = max(r[0] for r in prev)
             uncopied = min(slots, sum(1 for r in prev if r[2] > last_send))
