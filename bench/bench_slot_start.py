@@ -36,7 +36,7 @@ copies had not taken yet when the load began (every slot after the warm burst, n
 a server that had none; after an earlier load, its requests that ended after its last
 send) and the TTFT of the
 load's first request, then the least-squares line through them.
-Nothing is asserted; docs/advise.md ("What grows with the slots") reads these figures.
+Nothing is asserted; docs/advise.md ("What the first token at a free slot pays for") reads these figures.
 """
 
 from __future__ import annotations
