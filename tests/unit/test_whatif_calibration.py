@@ -383,3 +383,33 @@ def test_each_run_of_the_warmed_sweep_sends_prompts_of_its_own() -> None:
         first, _ = trace_prompt_tokens(DATA / "h100-mix" / f"sweep-s{slots}-r4.74.jsonl.gz")
         _, cached = trace_prompt_tokens(DATA / "h100-mix" / f"sweep-s{slots}-r11.86.jsonl.gz")
         assert cached > 0.99 * first, (slots, first, cached)
+
+
+def test_the_overhead_after_the_first_token_as_published(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tried, not shipped: a fit's client overhead taken only from requests sent after its
+    first request's first token (before it, llama-server copies the idle slots into its
+    prompt cache: 64 of them at the 64-slot server's first load). The 64-slot light run's
+    largest overhead quantile falls from 0.80 s to under 0.1 s; the warmed sweep holds TTFT
+    P50 101/117 and P95 105/117, both still under 90%; the older sweeps lose nothing
+    (docs/advise.md, "What the first token at a free slot pays for")."""
+    light = read_trace(DATA / "h100-fresh" / "sweep-s64-r3.79.jsonl.gz")
+    assert max(fit_trace(light)[1].overhead) > 0.7
+    monkeypatch.setattr(twin, "OVERHEAD_AFTER_START", True)
+    assert max(fit_trace(light)[1].overhead) < 0.1
+    fresh = calibrate(FRESH_SWEEP)
+    s = fresh["summary"]
+    assert {k: s[k]["inside"] for k in FIGURES} == {
+        "throughput": 117, "ttft_p50": 101, "ttft_p95": 105}, s  # fmt: skip
+    # 86.3% and 89.7%: both under the goal
+    assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
+    assert s["ttft_p50"]["width_median"] == pytest.approx(10.71, abs=0.01)
+    assert s["ttft_p95"]["width_median"] == pytest.approx(10.78, abs=0.01)
+    # the light runs whose own P95 is their first requests' wait no longer replay it
+    flagged = [f["trace"][17:-9] for f in fresh["fits"] if not f["trusted"]]
+    assert flagged == ["s32-r3.79", "s64-r3.79"], flagged
+    for sweep, inside in (
+        (GPU_SWEEP, {"throughput": 44, "ttft_p50": 42, "ttft_p95": 41}),
+        (MIX_SWEEP, {"throughput": 16, "ttft_p50": 16, "ttft_p95": 15}),
+    ):
+        got = calibrate(sweep)["summary"]
+        assert {k: got[k]["inside"] for k in FIGURES} == inside, got

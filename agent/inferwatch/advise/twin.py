@@ -305,6 +305,15 @@ class Request:
 MIN_REQUESTS = 20
 #: quantiles of the per-request overhead kept in a fit
 OVERHEAD_QUANTILES = 20
+#: the overhead only from requests sent once the fit's first request had its first
+#: token: llama-server (default ``--cache-idle-slots``) copies every idle slot whose
+#: prompt is not in its host cache yet at the next launch, so a load's first requests
+#: wait for copies (about 15 ms a slot on the H100 sweep) that no client adds and
+#: that another slot count or another start state would not repeat. Tried on the
+#: warmed H100 sweep, off: TTFT P50 86% and P95 89.7% inside, under the 90% goal
+#: (docs/advise.md, "What the first token at a free slot pays for");
+#: ``bench_whatif.py calibrate --overhead-after-start`` turns it on
+OVERHEAD_AFTER_START = False
 
 
 def _gram(
@@ -448,8 +457,11 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
     else:
         k_lo, k_hi = 0.0, max(k, 0.95 * base / b_ref)
     # the overhead: TTFT less the prefill step, for the requests that found a free slot
+    start = first[min(range(len(rs)), key=lambda i: rs[i].sent)]  # the first request's
     extra = []
     for i, r in enumerate(rs):
+        if OVERHEAD_AFTER_START and r.sent < start:
+            continue
         open_ = sum(1 for j in range(len(rs)) if j != i and rs[j].sent <= r.sent < last[j])
         if open_ >= slots:
             continue
