@@ -93,7 +93,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.floor is not None:
         twin.RUN_SPEED_FLOOR = args.floor
     whatif.TTFT_SAMPLING = args.sampling
-    twin.OVERHEAD_AFTER_START = args.overhead_after_start
+    if args.overhead_after_start is not None:
+        twin.OVERHEAD_AFTER_START = args.overhead_after_start
     result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
@@ -257,9 +258,9 @@ def main() -> int:
         help="put TTFT's sampling spread (the quantile's confidence interval) in the band",
     )  # fmt: skip
     cal.add_argument(
-        "--overhead-after-start", action="store_true",
+        "--overhead-after-start", action=argparse.BooleanOptionalAction, default=None,
         help="a fit's client overhead only from requests sent after its first first token "
-        "(twin.OVERHEAD_AFTER_START)",
+        "(twin.OVERHEAD_AFTER_START, on; --no-overhead-after-start takes every request)",
     )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"

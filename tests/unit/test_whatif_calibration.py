@@ -27,6 +27,12 @@ The warmed sweep (``tests/data/whatif/h100-fresh/``: --parallel 4, 8, 16, 32, 64
 ``calibration-h100-fresh.csv``) is the out-of-sample check of the shipped band on
 measurements free of the prompt cache: held pair by pair and at its published shares
 (TTFT under the 90% goal), and its prompts are held to be each run's own.
+
+The repeat recording (``tests/data/whatif/h100-repeat/``: the same command, grid and
+server as the warmed sweep, recorded again; ``calibration-h100-repeat.csv``) is the
+out-of-sample check of ``twin.OVERHEAD_AFTER_START``, chosen on the warmed sweep: held
+pair by pair, at its published shares with the flag on and off, and the two
+recordings' measured figures for the same setting held to their published spread.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ MIX_TABLE = DATA / "calibration-h100-mix.csv"
 #: prompt cache): --parallel 4, 8, 16, 32, 64 at 3.79, 9.1 and 18.95 requests/s, on an H100
 FRESH_SWEEP = sorted((DATA / "h100-fresh").glob("sweep-s*.jsonl.gz"))
 FRESH_TABLE = DATA / "calibration-h100-fresh.csv"
+#: the warmed sweep recorded again, the same command and grid on an H100
+REPEAT_SWEEP = sorted((DATA / "h100-repeat").glob("sweep-s*.jsonl.gz"))
+REPEAT_TABLE = DATA / "calibration-h100-repeat.csv"
 FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 #: the least share of held-out runs inside their band
 COVERAGE = 0.90
@@ -176,15 +185,16 @@ def mix() -> dict:
 
 def test_the_fresh_gpu_sweep_gives_the_published_out_of_sample_figures(mix: dict) -> None:
     """BAND_Z and RUN_SPEED_FLOOR were chosen on the old sweep; on this one throughput
-    keeps 16/16 inside, TTFT P50 15/16 and P95 13/16: P50 reaches the 90% out of sample,
-    P95 does not (docs/advise.md, "The fresh sweep")."""
+    keeps 16/16 inside, TTFT P50 16/16 and P95 15/16 (13/16 with the overhead from every
+    request, before OVERHEAD_AFTER_START): both reach the 90% out of sample
+    (docs/advise.md, "The fresh sweep")."""
     assert_table(MIX_TABLE, mix)
     assert [f["trace"] for f in mix["fits"] if "refused" in f or not f["trusted"]] == []
     s = mix["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (16, 14), s
     inside = {k: s[k]["inside"] for k in FIGURES}
-    assert inside == {"throughput": 16, "ttft_p50": 15, "ttft_p95": 13}, inside
-    assert s["ttft_p50"]["inside_share"] >= COVERAGE > s["ttft_p95"]["inside_share"]
+    assert inside == {"throughput": 16, "ttft_p50": 16, "ttft_p95": 15}, inside
+    assert min(s[k]["inside_share"] for k in FIGURES) >= COVERAGE
     # what misses is light-load TTFT of another server (4.74 requests/s, 58 requests)
     misses = {
         (r["fit_trace"][15:-9], r["trace"][15:-9], k)
@@ -193,12 +203,7 @@ def test_the_fresh_gpu_sweep_gives_the_published_out_of_sample_figures(mix: dict
         for k in FIGURES
         if not min(b[k] for b in r["band"]) <= r["measured"][k] <= max(b[k] for b in r["band"])
     }
-    assert misses == {
-        ("s16-r4.74", "s4-r4.74", "ttft_p95"),
-        ("s4-r11.86", "s4-r4.74", "ttft_p50"),
-        ("s64-r11.86", "s64-r4.74", "ttft_p95"),
-        ("s64-r4.74", "s4-r4.74", "ttft_p95"),
-    }, misses
+    assert misses == {("s64-r11.86", "s64-r4.74", "ttft_p95")}, misses
 
 
 def test_below_the_batches_a_fit_saw_the_band_runs_down_to_a_proportional_step(mix: dict) -> None:
@@ -266,7 +271,8 @@ def test_ttft_sampling_in_the_band_as_published(monkeypatch: pytest.MonkeyPatch)
     """Tried, not shipped: with each replay's TTFT widened to its quantile's sampling
     interval, 12% is the least floor that keeps the old sweep at 90% for every figure
     (10%: P95 39/44); on the fresh sweep that gives 16/16, 15/16, 12/16, no more inside
-    than the shipped band and wider TTFT bands (docs/advise.md)."""
+    than the shipped band and wider TTFT bands (docs/advise.md). With OVERHEAD_AFTER_START
+    (on) the floor is still 12% and the fresh sweep 16/16, 15/16, 14/16."""
     monkeypatch.setattr(whatif, "TTFT_SAMPLING", True)
     monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.10)
     lower = calibrate(GPU_SWEEP)["summary"]
@@ -278,14 +284,14 @@ def test_ttft_sampling_in_the_band_as_published(monkeypatch: pytest.MonkeyPatch)
     fresh = calibrate(MIX_SWEEP)
     s = fresh["summary"]
     assert {k: s[k]["inside"] for k in FIGURES} == {
-        "throughput": 16, "ttft_p50": 15, "ttft_p95": 12}, s  # fmt: skip
-    assert s["ttft_p50"]["width_median"] == pytest.approx(13.21, abs=0.01)
+        "throughput": 16, "ttft_p50": 15, "ttft_p95": 14}, s  # fmt: skip
+    assert s["ttft_p50"]["width_median"] == pytest.approx(11.92, abs=0.01)
     # the floor kept at 14% with it: one P50 and one P95 more, bands wider still
     monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.14)
     kept = calibrate(MIX_SWEEP)["summary"]
     assert {k: kept[k]["inside"] for k in FIGURES} == {
-        "throughput": 16, "ttft_p50": 16, "ttft_p95": 14}, kept  # fmt: skip
-    assert kept["ttft_p50"]["width_median"] == pytest.approx(19.16, abs=0.01)
+        "throughput": 16, "ttft_p50": 16, "ttft_p95": 15}, kept  # fmt: skip
+    assert kept["ttft_p50"]["width_median"] == pytest.approx(17.14, abs=0.01)
     # every band still holds its point, low to high
     for r in fresh["rows"]:
         if "band" in r:
@@ -350,17 +356,20 @@ def fresh() -> dict:
 
 
 def test_the_warmed_sweep_gives_the_published_out_of_sample_figures(fresh: dict) -> None:
-    """Nothing was chosen on this sweep: throughput keeps all 117 answered pairs inside,
-    TTFT P50 87 and P95 85 (74% and 73%, under the 90% goal); every miss is at the light
-    and middle loads, none at 18.95 requests/s (docs/advise.md, "The warmed sweep")."""
+    """The band was not chosen on this sweep; OVERHEAD_AFTER_START was (in-sample here):
+    throughput keeps all 117 answered pairs inside, TTFT P50 101 and P95 105 (86.3% and
+    89.7%, under the 90% goal; 87 and 85 with the overhead from every request); every
+    miss is at the light and middle loads, none at 18.95 requests/s (docs/advise.md, "The
+    warmed sweep")."""
     assert_table(FRESH_TABLE, fresh)
     s = fresh["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (117, 93), s
     inside = {k: s[k]["inside"] for k in FIGURES}
-    assert inside == {"throughput": 117, "ttft_p50": 87, "ttft_p95": 85}, inside
+    assert inside == {"throughput": 117, "ttft_p50": 101, "ttft_p95": 105}, inside
     assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
+    # the light runs whose own P95 is their first requests' wait for the idle-slot copies
     flagged = [f["trace"][17:-9] for f in fresh["fits"] if not f["trusted"]]
-    assert flagged == ["s16-r3.79", "s32-r3.79"], flagged
+    assert flagged == ["s32-r3.79", "s64-r3.79"], flagged
     missed_loads = {
         r["rate"]
         for r in fresh["rows"]
@@ -385,31 +394,79 @@ def test_each_run_of_the_warmed_sweep_sends_prompts_of_its_own() -> None:
         assert cached > 0.99 * first, (slots, first, cached)
 
 
-def test_the_overhead_after_the_first_token_as_published(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tried, not shipped: a fit's client overhead taken only from requests sent after its
-    first request's first token (before it, llama-server copies the idle slots into its
-    prompt cache: 64 of them at the 64-slot server's first load). The 64-slot light run's
-    largest overhead quantile falls from 0.80 s to under 0.1 s; the warmed sweep holds TTFT
-    P50 101/117 and P95 105/117, both still under 90%; the older sweeps lose nothing
-    (docs/advise.md, "What the first token at a free slot pays for")."""
+def test_the_overhead_from_every_request_as_published(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OVERHEAD_AFTER_START (on) takes a fit's client overhead only from requests sent
+    after its first request's first token (before it, llama-server copies the idle slots
+    into its prompt cache: 64 of them at the 64-slot server's first load). The 64-slot
+    light run's largest overhead quantile is under 0.1 s with it, 0.80 s without; without
+    it the warmed sweep holds TTFT P50 87/117 and P95 85/117 and the older sweeps one or
+    two fewer inside (docs/advise.md, "What the first token at a free slot pays for")."""
     light = read_trace(DATA / "h100-fresh" / "sweep-s64-r3.79.jsonl.gz")
-    assert max(fit_trace(light)[1].overhead) > 0.7
-    monkeypatch.setattr(twin, "OVERHEAD_AFTER_START", True)
+    assert twin.OVERHEAD_AFTER_START
     assert max(fit_trace(light)[1].overhead) < 0.1
+    monkeypatch.setattr(twin, "OVERHEAD_AFTER_START", False)
+    assert max(fit_trace(light)[1].overhead) > 0.7
     fresh = calibrate(FRESH_SWEEP)
     s = fresh["summary"]
     assert {k: s[k]["inside"] for k in FIGURES} == {
-        "throughput": 117, "ttft_p50": 101, "ttft_p95": 105}, s  # fmt: skip
-    # 86.3% and 89.7%: both under the goal
-    assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
-    assert s["ttft_p50"]["width_median"] == pytest.approx(10.71, abs=0.01)
-    assert s["ttft_p95"]["width_median"] == pytest.approx(10.78, abs=0.01)
-    # the light runs whose own P95 is their first requests' wait no longer replay it
+        "throughput": 117, "ttft_p50": 87, "ttft_p95": 85}, s  # fmt: skip
+    assert s["ttft_p50"]["width_median"] == pytest.approx(10.35, abs=0.01)
+    assert s["ttft_p95"]["width_median"] == pytest.approx(9.08, abs=0.01)
     flagged = [f["trace"][17:-9] for f in fresh["fits"] if not f["trusted"]]
-    assert flagged == ["s32-r3.79", "s64-r3.79"], flagged
+    assert flagged == ["s16-r3.79", "s32-r3.79"], flagged
     for sweep, inside in (
-        (GPU_SWEEP, {"throughput": 44, "ttft_p50": 42, "ttft_p95": 41}),
-        (MIX_SWEEP, {"throughput": 16, "ttft_p50": 16, "ttft_p95": 15}),
+        (GPU_SWEEP, {"throughput": 44, "ttft_p50": 41, "ttft_p95": 40}),
+        (MIX_SWEEP, {"throughput": 16, "ttft_p50": 15, "ttft_p95": 13}),
     ):
         got = calibrate(sweep)["summary"]
         assert {k: got[k]["inside"] for k in FIGURES} == inside, got
+
+
+@pytest.fixture(scope="module")
+def repeat() -> dict:
+    assert len(REPEAT_SWEEP) == 15
+    return calibrate(REPEAT_SWEEP)
+
+
+def test_the_repeat_recording_holds_the_overhead_after_start_out_of_sample(
+    repeat: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OVERHEAD_AFTER_START was chosen on the warmed sweep; on its repeat recording (not
+    seen then) TTFT P50 is 102/117 and P95 105/117 inside (87.2% and 89.7%), against 95 and
+    87 without it, with throughput 113/117 either way (docs/advise.md, "The repeat
+    recording")."""
+    assert_table(REPEAT_TABLE, repeat)
+    s = repeat["summary"]
+    assert (s["throughput"]["pairs"], s["refused"]) == (117, 93), s
+    inside = {k: s[k]["inside"] for k in FIGURES}
+    assert inside == {"throughput": 113, "ttft_p50": 102, "ttft_p95": 105}, inside
+    # 87.2% and 89.7%: P95 one pair short of the goal
+    assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
+    assert s["ttft_p50"]["width_median"] == pytest.approx(8.44, abs=0.01)
+    assert s["ttft_p95"]["width_median"] == pytest.approx(10.29, abs=0.01)
+    flagged = [f["trace"][18:-9] for f in repeat["fits"] if "refused" in f or not f["trusted"]]
+    assert flagged == ["s64-r3.79"], flagged
+    monkeypatch.setattr(twin, "OVERHEAD_AFTER_START", False)
+    off = calibrate(REPEAT_SWEEP)["summary"]
+    assert {k: off[k]["inside"] for k in FIGURES} == {
+        "throughput": 113, "ttft_p50": 95, "ttft_p95": 87}, off  # fmt: skip
+
+
+def test_the_two_recordings_of_one_setting_differ_by_their_published_spread(
+    fresh: dict, repeat: dict
+) -> None:
+    """The same (slots, load) measured twice on the same kind of card, server and command:
+    throughput within a median of 1%, TTFT P50 16% and P95 23% apart (the repeat faster in
+    28 of 30 TTFT figures). No band can hold 90% of one recording's figures from the
+    other's without spanning that run-to-run spread."""
+
+    def measured(result: dict, cut: int) -> dict:
+        return {r["trace"][cut:-9]: r["measured"] for r in result["rows"] if "measured" in r}
+
+    a, b = measured(fresh, 17), measured(repeat, 18)
+    assert a.keys() == b.keys() and len(a) == 15
+    diffs = {k: sorted(abs(b[run][k] / a[run][k] - 1) for run in a) for k in FIGURES}
+    medians = {k: round(v[7], 2) for k, v in diffs.items()}
+    assert medians == {"throughput": 0.01, "ttft_p50": 0.16, "ttft_p95": 0.23}, medians
+    faster = sum(1 for run in a for k in FIGURES[1:] if b[run][k] < a[run][k])
+    assert faster == 28, faster  # the two others: the saturated 4-slot run, +0.1-0.2%

@@ -309,11 +309,12 @@ OVERHEAD_QUANTILES = 20
 #: token: llama-server (default ``--cache-idle-slots``) copies every idle slot whose
 #: prompt is not in its host cache yet at the next launch, so a load's first requests
 #: wait for copies (about 15 ms a slot on the H100 sweep) that no client adds and
-#: that another slot count or another start state would not repeat. Tried on the
-#: warmed H100 sweep, off: TTFT P50 86% and P95 89.7% inside, under the 90% goal
-#: (docs/advise.md, "What the first token at a free slot pays for");
-#: ``bench_whatif.py calibrate --overhead-after-start`` turns it on
-OVERHEAD_AFTER_START = False
+#: that another slot count or another start state would not repeat. Chosen on the
+#: warmed H100 sweep (in-sample there: TTFT P50 86%, P95 89.7% inside) and held out on
+#: its repeat recording (P50 81% -> 87%, P95 74% -> 90%): on (docs/advise.md, "The
+#: repeat recording"); ``bench_whatif.py calibrate --no-overhead-after-start`` turns it
+#: off. Only fits from client records (:func:`fit_requests`) read it
+OVERHEAD_AFTER_START = True
 
 
 def _gram(
