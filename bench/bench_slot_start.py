@@ -48,9 +48,7 @@ import os
 import random
 import re
 import shlex
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from benchlib import Proc, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = REPO / ".llama-server" / "llama-server"
@@ -69,12 +69,6 @@ VARIANTS = {
     "noidle": ["--no-cache-idle-slots"],
     "noram": ["--cache-ram", "0"],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prompt(rng: random.Random, words: int) -> str:
@@ -166,17 +160,11 @@ async def one_server(args: argparse.Namespace, slots: int, variant: str) -> list
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="slot-start-") as tmp:
         log = Path(tmp) / "server.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-            try:
-                return await measure(args, f"http://127.0.0.1:{port}", slots, variant, log)
-            finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        proc = Proc(argv, log)
+        try:
+            return await measure(args, f"http://127.0.0.1:{port}", slots, variant, log)
+        finally:
+            proc.stop()
 
 
 def from_traces(sweep: Path) -> None:
