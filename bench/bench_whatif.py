@@ -95,8 +95,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
     whatif.TTFT_SAMPLING = args.sampling
     if args.overhead_after_start is not None:
         twin.OVERHEAD_AFTER_START = args.overhead_after_start
-    if args.below_every_replay is not None:
-        twin.BELOW_EVERY_REPLAY = args.below_every_replay
     result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
@@ -263,12 +261,6 @@ def main() -> int:
         "--overhead-after-start", action=argparse.BooleanOptionalAction, default=None,
         help="a fit's client overhead only from requests sent after its first first token "
         "(twin.OVERHEAD_AFTER_START, on; --no-overhead-after-start takes every request)",
-    )  # fmt: skip
-    cal.add_argument(
-        "--below-every-replay", action=argparse.BooleanOptionalAction, default=None,
-        help="the band's flat and proportional steps below a fit's smallest batch in every "
-        "replay (twin.BELOW_EVERY_REPLAY); --no-below-every-replay: the proportional one, "
-        "only for a slot count below it",
     )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"

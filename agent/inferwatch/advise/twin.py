@@ -100,13 +100,8 @@ class StepFit:
     #: percentile of resampled fits at ``b_ref``, as factors; None: the residual is used)
     speed_lo: float | None = None
     speed_hi: float | None = None
-    #: a band corner's step below the fit's smallest batch (``batch_min``): ``(a, k)``
-    #: there, the fit's line from ``batch_min`` up (None: the line everywhere)
-    below: tuple[float, float] | None = None
 
     def step(self, decoding: float, prompt: float = 0.0) -> float:
-        if self.below is not None and decoding < self.batch_min:
-            return self.below[0] + self.below[1] * decoding + self.p * prompt
         return self.a + self.k * decoding + self.p * prompt
 
     def as_dict(self) -> dict[str, Any]:
@@ -517,44 +512,22 @@ def band_fits(fit: StepFit, z: float = BAND_Z) -> list[StepFit]:
     ]
 
 
-#: the band's corners below the batches a fit saw go to every replay (a light load at
-#: any slot count steps at batches below them), each bound as a step of its own; off:
-#: only for a slot count below the smallest batch, the proportional corner alone (as
-#: shipped before; ``bench_whatif.py calibrate --below-slots-only``)
-BELOW_EVERY_REPLAY = True
-
-
 def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
-    """The band's further corners where a replay steps below the smallest batch the fit saw.
+    """The band's further corners for a slot count below the smallest batch the fit saw.
 
-    There the fixed cost ``a`` is the intercept of a line drawn through larger batches,
-    and nothing in the fit tells how the step bends below them: a GPU's step is often
-    flat at small batches and rises in a line only past some batch, so the line
-    extrapolated down undershoots (a busy 64-slot fit's intercept comes out negative,
-    its standard error a fraction of a millisecond: the line is not the curve there).
-    What the fit does say is the step at its smallest batch, and two bounds hold below
-    it whatever the curve: a step costs no more at a smaller batch (flat at most), and
-    no less per sequence (batching never makes a sequence's share dearer: in proportion
-    to the batch at least). Each bound is a corner (the fit's line from ``batch_min``
-    up), at each end of the speed's range. With ``BELOW_EVERY_REPLAY`` both go to every
-    replay (they equal the line at or above ``batch_min``); without it only the
-    proportional one, and only where ``slots`` is below ``batch_min``. Empty where the
-    fit saw batches down to one.
+    There the replay steps only at batches the fit never saw, and the fixed cost ``a`` is
+    the intercept of a line drawn through larger batches: a step bent below them (a
+    curve flat from some batch on, as a GPU's often is) fits those batches as well.
+    What the fit does say is the step at its smallest batch; a step costs no less per
+    sequence at a smaller batch (batching never makes a sequence's share dearer), so
+    below it the step lies between flat and in proportion to the batch: the flat end is
+    inside the slope's range already, the proportional one (the step at the smallest
+    batch, scaled down with the batch) is added here, at each end of the speed's range.
+    None where ``slots`` is within or above the batches seen.
     """
-    if fit.batch_min <= 1 or not fit.batch_min > 0:
+    if not 0 < slots < fit.batch_min:
         return []
-    at_min = fit.a + fit.k * fit.batch_min
-    if not BELOW_EVERY_REPLAY:
-        if not 0 < slots < fit.batch_min:
-            return []
-        return _at_speeds(fit, 0.0, fit.step(fit.batch_min) / fit.batch_min, z)
-    return [
-        replace(f, below=(f.a, f.k), a=line.a, k=line.k)
-        for shape in ((at_min, 0.0), (0.0, at_min / fit.batch_min))
-        for f, line in zip(
-            _at_speeds(fit, *shape, z), _at_speeds(fit, fit.a, fit.k, z), strict=True
-        )
-    ]
+    return _at_speeds(fit, 0.0, fit.step(fit.batch_min) / fit.batch_min, z)
 
 
 def _at_speeds(fit: StepFit, a: float, k: float, z: float) -> list[StepFit]:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from inferwatch.advise import twin
 from inferwatch.advise.twin import (
     BAND_Z,
     RUN_SPEED_FLOOR,
@@ -702,7 +701,7 @@ def predict(
             f"extrapolated: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} observed, "
             f"{setting.slots} asked ({ratio:.1f}x)"
         )
-    elif flag == "max-num-seqs" and setting != base and 0 < reach < fit.batch_min:
+    elif flag == "max-num-seqs" and setting != base and below_fits(fit, reach):
         range_note = (
             f"extrapolated below: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
             f"observed, {setting.slots} asked (the band's step runs from flat to in "
@@ -727,10 +726,7 @@ def predict(
             now_runs += sampled(figures(b, base, obs, b.busy), b)
             new_runs += sampled(figures(n, setting, obs, b.busy), n)
         # below the batches the fit saw: the new setting's band only
-        # (with twin.BELOW_EVERY_REPLAY: any replay other than the observation's own)
-        every = twin.BELOW_EVERY_REPLAY and (setting != base or arrivals is not None)
-        below = every or (flag == "max-num-seqs" and setting != base)
-        for f in below_fits(fit, reach, band_z) if below else ():
+        for f in below_fits(fit, reach, band_z) if flag == "max-num-seqs" else ():
             b = run_twin(f, obs, base, arrivals)
             n = run_twin(f, obs, setting, arrivals, z)
             new_runs += sampled(figures(n, setting, obs, b.busy), n)
