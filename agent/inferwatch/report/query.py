@@ -223,7 +223,7 @@ class Collector:
                 slope_window=format_duration(t.queue.rising_window), window=day, step=every, by=by
             ),
             "cold_ttft": S.cold_start_buckets(
-                contract.TTFT_SECONDS, key=AGENT_WORKER, within=str(t.cold_start.within),
+                contract.TTFT_SECONDS, key=AGENT_WORKER, within=num(t.cold_start.within),
                 window=day, step=every, by=by,
             ),
             # by worker name only: the start-time gauge has no model label
