@@ -311,7 +311,7 @@ OVERHEAD_QUANTILES = 20
 #: wait for copies (about 15 ms a slot on the H100 sweep) that no client adds and
 #: that another slot count or another start state would not repeat. Chosen on the
 #: warmed H100 sweep (in-sample there: TTFT P50 86%, P95 89.7% inside) and held out on
-#: its repeat recording (P50 81% -> 87%, P95 74% -> 90%): on (docs/advise.md, "The
+#: its repeat recording (P50 81% -> 87%, P95 74% -> 89.7%): on (docs/advise.md, "The
 #: repeat recording"); ``bench_whatif.py calibrate --no-overhead-after-start`` turns it
 #: off. Only fits from client records (:func:`fit_requests`) read it
 OVERHEAD_AFTER_START = True
