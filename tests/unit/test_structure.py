@@ -402,14 +402,26 @@ def test_following_ttft_lists_the_files_as_they_are() -> None:
 
 # Issue 41: the readers of one worker's state (the agent's exposition, Prometheus for
 # advise, the report's day series, the twin's and the demo's views) count their function
-# bodies here (docstrings included, a nested function in its own and its parent's count,
-# as /work/prompts/readers.py did); the ceiling can only fall. None: every function.
+# bodies here (docstrings included, a nested function in its own and its parent's count);
+# the ceiling can only fall. None: every function.
+#
+# The issue's "841 lines" is this count over the functions that turned data into
+# WorkerPicture, Observed, Reading and RawWorker, taken on c54de74^: pictures_from_scrapes
+# 152, pictures_from_answers 98, prometheus_queries 51, duration 1, by 1, observe 168,
+# parse_agent_metrics 62, Collector.workers 140, gpus 131, hourly 37 (841 exactly). The
+# same rule today counts more than it did then: every function of pack/reading.py (their
+# helpers were not counted in advise/agent.py then), the report's helpers and the glue
+# (read_agent, read_prometheus, _answers). As then, it leaves out what reads no worker's
+# state: the agent's HTTP sampling (advise/agent.py sample_agent, fetch_exposition,
+# sample_times, metrics_url), the alerts (advise/prometheus.py read_alerts,
+# alerts_from_answers, alert_queries, _alert_key) and whatif's precheck (a refusal before
+# sampling); those came to 95 lines on the day this count fell under 550.
 READERS: dict[str, set[str] | None] = {
     "pack/reading.py": None,
-    "advise/agent.py": None,
-    "advise/prometheus.py": None,
+    "advise/agent.py": {"pictures_from_scrapes", "read_agent"},
+    "advise/prometheus.py": {"pictures_from_answers", "read_prometheus", "_answers"},
     "demo/demo_cmd.py": {"parse_agent_metrics"},
-    "advise/whatif.py": {"observe", "precheck"},
+    "advise/whatif.py": {"observe"},
     "report/query.py": {
         "workers",
         "gpus",
@@ -423,7 +435,7 @@ READERS: dict[str, set[str] | None] = {
     # the day series of WorkerReading that Collector.workers' answers become
     "report/model.py": {"of_series"},
 }
-READER_LINES_AT_MOST = 591
+READER_LINES_AT_MOST = 496
 
 
 def body_lines(source: str, names: set[str] | None) -> dict[str, int]:
