@@ -34,12 +34,14 @@ class ConfigError(UsageError):
         if got is not None:
             scalar = isinstance(got, (str, int, float, Kind))
             shown = repr(got) if scalar else f"a {type(got).__name__}"
-            if len(shown) > GOT_MAX:
-                shown = shown[:GOT_MAX] + "..."
+            if len(shown) > GOT_MAX:  # its start and its end: a long path keeps its file name
+                half = GOT_MAX // 2
+                shown = f"{shown[:half]}...{shown[-half:]}"
             detail += f", got {shown}"
         super().__init__(detail)
 
 
-#: characters of a wrong value shown in a message; the line stays one short line
-#: even for a value built by a YAML alias bomb (a 312 MB line once)
+#: characters of a wrong value shown in a message (half from its start, half from its
+#: end); the line stays one short line even for a value built by a YAML alias bomb (a
+#: 312 MB line once)
 GOT_MAX = 80

@@ -258,7 +258,7 @@ def test_settings_smtp_from_environment_alone(tmp_path: Path) -> None:
         (
             "",
             {"INFERWATCH_SMTP_PORT": "smtp"},
-            "INFERWATCH_SMTP_PORT: INFERWATCH_SMTP_PORT: expected a whole number from 1 to 65535",
+            "environment: INFERWATCH_SMTP_PORT: expected a whole number from 1 to 65535",
         ),
         ("", {"INFERWATCH_SMTP_USERNAME": "u"}, "expected a password for user 'u'"),
         ("", {"INFERWATCH_SMTP_PASSWORD": "hunter2"}, "report.smtp.username: expected a user name"),
@@ -273,12 +273,15 @@ def test_settings_errors(tmp_path: Path, text: str, env: dict[str, str], message
 
 
 def test_password_file_errors_name_the_file_not_the_secret(tmp_path: Path) -> None:
-    env = {
-        "INFERWATCH_SMTP_USERNAME": "u",
-        "INFERWATCH_SMTP_PASSWORD_FILE": str(tmp_path / "missing"),
-    }
-    with pytest.raises(ConfigError, match=r"expected a readable password file, got .*missing"):
+    # a path longer than a message shows: its end (the file's name, the reason) is kept
+    deep = tmp_path / ("d" * 90) / "missing"
+    env = {"INFERWATCH_SMTP_USERNAME": "u", "INFERWATCH_SMTP_PASSWORD_FILE": str(deep)}
+    with pytest.raises(ConfigError) as err:
         load_settings(None, env)
+    message = str(err.value)
+    assert "expected a readable password file, got '" in message
+    assert message.endswith("/missing (No such file or directory)'"), message
+    assert str(deep) not in message  # shortened: one short line
 
 
 # --------------------------------------------------------------------------- CLI

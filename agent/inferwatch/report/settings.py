@@ -243,12 +243,12 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
     for key in SMTP_KEYS:
         name = ENV_PREFIX + key.upper()
         if env.get(name):
-            values[key], origin[key] = env[name], name
+            values[key], origin[key] = env[name], "environment"
         elif smtp_section.get(key) is not None:
             values[key], origin[key] = smtp_section[key], source
 
     def key_of(k: str) -> str:
-        return f"report.smtp.{k}" if origin[k] == source else origin[k]
+        return ENV_PREFIX + k.upper() if env.get(ENV_PREFIX + k.upper()) else f"report.smtp.{k}"
 
     fields: dict[str, Any] = {
         name: parse(values[key], origin[key], key_of(key))
