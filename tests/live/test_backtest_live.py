@@ -29,6 +29,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SLOTS = 2
 PROMPT = "Write a short note on queueing in inference servers. " * 4
+# The tiny model answers 48 tokens in about 14 ms on a CPU: with answers that short the
+# closed-loop clients, not the slots, set the pace, and a client stalled for CPU (a busy
+# CI machine) let the queue read empty at a sample in the middle of the overload. Answers
+# of 256 tokens keep the slots the bottleneck and the queue full through the overload.
+N_PREDICT = 256
 
 
 def test_live_llamacpp_trace_backtests_clean(tmp_path: Path) -> None:
@@ -54,7 +59,7 @@ def test_live_llamacpp_trace_backtests_clean(tmp_path: Path) -> None:
             {"llama": {"engine": "llamacpp", "slots": SLOTS}},
             "tests/live/test_backtest_live.py: llama-server (CPU, tiny model) + inferwatch run",
         ).start()
-        client = StreamingClient(rec, server.url, "llama", PROMPT, n_predict=48)
+        client = StreamingClient(rec, server.url, "llama", PROMPT, n_predict=N_PREDICT)
         rec.phase("idle", 20)
         rec.phase("steady", 40, client.run(1))
         rec.phase("overload", 120, client.run(4 * SLOTS))
