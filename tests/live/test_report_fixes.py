@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.proc import PROMTOOL, Process, free_port, http_get, require_binary, wait_until
+from tests.support.report_raw import steady_gpu, steady_worker
 
 from inferwatch.cli import main as cli_main
 from inferwatch.pack.thresholds import load_thresholds
@@ -30,8 +31,6 @@ from inferwatch.report.model import (
     Hourly,
     Period,
     RawData,
-    RawGpu,
-    RawWorker,
 )
 
 DAY = 86400
@@ -42,39 +41,9 @@ MONDAY_MIDNIGHT = calendar.timegm((2026, 11, 23, 0, 0, 0))
 
 def _raw(period: Period, band_daily: dict[str, tuple[float, ...]] | None = None) -> RawData:
     n = 2 * period.days
-    daily = (100.0,) * n
     buckets = ((0.1, 50.0), (0.25, 99.5), (2.5, 100.0), (math.inf, 100.0))
-    worker = RawWorker.of_series(
-        "m",
-        "w0",
-        "vllm",
-        ("h:1",),
-        histograms={"ttft": (buckets,) * n},
-        capacity=256.0,
-        requests=daily,
-        prompt_tokens=daily,
-        generation_tokens=daily,
-        queue_max=(1.0,) * n,
-        over_capacity_seconds=(0.0,) * n,
-    )
-    bands = band_daily or {
-        "waste": (0.0,) * n,
-        "healthy": (0.0,) * n,
-        "scale_review": (0.0,) * n,
-    }
-    gpu = RawGpu(
-        uuid="GPU-0",
-        instance="h:1",
-        gpu="0",
-        name="",
-        util_daily={"mean": (0.45,) * n},
-        band_daily=bands,
-        util_week={"mean": (0.45, 0.45), "p90": (0.5, 0.5)},
-        sm_active_week=None,
-        vram_peak_ratio=(0.5,) * n,
-        vram_peak_bytes=None,
-        workers=("w0",),
-    )
+    worker = steady_worker("w0", n, {"ttft": (buckets,) * n})
+    gpu = steady_gpu(n, band_daily)
     return RawData(period, (worker,), (gpu,), (), Hourly((), (), "", (), ()), ())
 
 

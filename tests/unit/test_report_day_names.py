@@ -15,6 +15,8 @@ import io
 import math
 import re
 
+from tests.support.report_raw import steady_gpu, steady_worker
+
 from inferwatch.pack.thresholds import load_thresholds
 from inferwatch.report import render
 from inferwatch.report.build import build_report
@@ -23,8 +25,6 @@ from inferwatch.report.model import (
     Hourly,
     Period,
     RawData,
-    RawGpu,
-    RawWorker,
 )
 from inferwatch.report.summary import Report
 
@@ -38,33 +38,8 @@ SLOW: Buckets = ((0.1, 0.0), (0.25, 0.0), (2.5, 0.0), (10.0, 100.0), (math.inf, 
 
 def _report(period: Period) -> Report:
     n = 2 * period.days
-    daily = (100.0,) * n
-    worker = RawWorker.of_series(
-        "m",
-        "w0",
-        "vllm",
-        ("h:1",),
-        histograms={"ttft": (FAST,) * (n - 1) + (SLOW,)},
-        capacity=256.0,
-        requests=daily,
-        prompt_tokens=daily,
-        generation_tokens=daily,
-        queue_max=(1.0,) * n,
-        over_capacity_seconds=(0.0,) * n,
-    )
-    gpu = RawGpu(
-        uuid="GPU-0",
-        instance="h:1",
-        gpu="0",
-        name="",
-        util_daily={"mean": (0.45,) * n},
-        band_daily={"waste": (0.0,) * n, "healthy": (0.0,) * n, "scale_review": (0.0,) * n},
-        util_week={"mean": (0.45, 0.45), "p90": (0.5, 0.5)},
-        sm_active_week=None,
-        vram_peak_ratio=(0.5,) * n,
-        vram_peak_bytes=None,
-        workers=("w0",),
-    )
+    worker = steady_worker("w0", n, {"ttft": (FAST,) * (n - 1) + (SLOW,)})
+    gpu = steady_gpu(n)
     raw = RawData(period, (worker,), (gpu,), (), Hourly((), (), "", (), ()), ())
     return build_report(raw, load_thresholds())
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.proc import free_port
+from tests.support.report_raw import steady_gpu, steady_worker
 
 from inferwatch.cli import main as cli_main
 from inferwatch.errors import ConfigError, UsageError
@@ -23,7 +24,6 @@ from inferwatch.report.model import (
     Hourly,
     Period,
     RawData,
-    RawGpu,
     RawWorker,
     alert_runs,
     merge_buckets,
@@ -327,36 +327,17 @@ def _raw(
     pressure = worker.pop("pressure", None)
     workers = []
     for i, (name, per_day) in enumerate(zip(("w0", "w1"), requests, strict=True)):
-        daily = (per_day,) * n
         extra = {k: v[i] for k, v in worker.items()}
-        extra.setdefault("histograms", {"ttft": (_buckets(True, per_day),) * n})
-        workers.append(
-            RawWorker.of_series(
-                "m",
-                name,
-                "vllm",
-                (f"{name}:1",),
-                capacity=256.0,
-                requests=daily,
-                prompt_tokens=daily,
-                generation_tokens=daily,
-                queue_max=(1.0,) * n,
-                over_capacity_seconds=(0.0,) * n,
-                **extra,
-            )
-        )
+        histograms = extra.pop("histograms", {"ttft": (_buckets(True, per_day),) * n})
+        workers.append(steady_worker(name, n, histograms, per_day, f"{name}:1", **extra))
     gpus = tuple(
-        RawGpu(
+        steady_gpu(
+            n,
+            util=u,
+            p90=u,
+            vram=vram,
             uuid=f"GPU-{name}",
             instance=f"{name}:1",
-            gpu="0",
-            name="",
-            util_daily={"mean": (u,) * n},
-            band_daily={"waste": (0.0,) * n, "healthy": (0.0,) * n, "scale_review": (0.0,) * n},
-            util_week={"mean": (u, u), "p90": (u, u)},
-            sm_active_week=None,
-            vram_peak_ratio=(vram,) * n,
-            vram_peak_bytes=None,
             workers=(name,),
             pressure_peak=(pressure,) * n if pressure is not None else None,
             pressure_from="kv_cache" if pressure is not None else "gpu_memory",
