@@ -2,7 +2,7 @@
 
 llama.cpp's ``llama-server`` (CPU, the tiny model, 2 slots) behind ``inferwatch run``;
 a client runs idle (nothing), steady (one request at a time, under the slots) and
-overload (eight at a time, four times the slots) phases, then idle again, about
+overload (sixteen at a time, eight times the slots) phases, then idle again, about
 three and a half minutes in all. The recorder keeps the agent's and the engine's
 ``/metrics`` each second and every request's client-side latencies, writes the
 trace format of ``inferwatch.backtest.trace``, and the backtest replays it at the
@@ -32,7 +32,8 @@ PROMPT = "Write a short note on queueing in inference servers. " * 4
 # The tiny model answers 48 tokens in about 14 ms on a CPU: with answers that short the
 # closed-loop clients, not the slots, set the pace, and a client stalled for CPU (a busy
 # CI machine) let the queue read empty at a sample in the middle of the overload. Answers
-# of 256 tokens keep the slots the bottleneck and the queue full through the overload.
+# of 256 tokens and sixteen clients keep the slots the bottleneck: in a run beside the
+# unit backtest, with eight clients, 2 of 115 samples still read 2 or fewer waiting.
 N_PREDICT = 256
 
 
@@ -62,7 +63,7 @@ def test_live_llamacpp_trace_backtests_clean(tmp_path: Path) -> None:
         client = StreamingClient(rec, server.url, "llama", PROMPT, n_predict=N_PREDICT)
         rec.phase("idle", 20)
         rec.phase("steady", 40, client.run(1))
-        rec.phase("overload", 120, client.run(4 * SLOTS))
+        rec.phase("overload", 120, client.run(8 * SLOTS))
         rec.phase("idle", 20)
         rec.stop()
     finally:
