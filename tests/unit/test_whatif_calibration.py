@@ -36,7 +36,8 @@ recordings' measured figures for the same setting held to their published spread
 
 The third recording (``tests/data/whatif/h100-third/``, a later lease, the same command,
 grid and server; ``calibration-h100-third.csv``) was made after every setting had been
-chosen: held pair by pair and at its published shares (TTFT under the 90% goal).
+chosen: held pair by pair and at its published shares (TTFT P50 at the 90% goal, P95
+under it).
 """
 
 from __future__ import annotations
@@ -280,6 +281,8 @@ def test_ttft_sampling_in_the_band_as_published(monkeypatch: pytest.MonkeyPatch)
     (10%: P95 39/44); on the fresh sweep that gives 16/16, 15/16, 12/16, no more inside
     than the shipped band and wider TTFT bands (docs/advise.md). With OVERHEAD_AFTER_START
     (on) the floor is still 12% and the fresh sweep 16/16, 15/16, 14/16."""
+    # figures from before the overhead was taken net of the step in flight
+    monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
     monkeypatch.setattr(whatif, "TTFT_SAMPLING", True)
     monkeypatch.setattr(twin, "RUN_SPEED_FLOOR", 0.10)
     lower = calibrate(GPU_SWEEP)["summary"]
@@ -364,15 +367,16 @@ def fresh() -> dict:
 
 def test_the_warmed_sweep_gives_the_published_out_of_sample_figures(fresh: dict) -> None:
     """The band was not chosen on this sweep; OVERHEAD_AFTER_START was (in-sample here):
-    throughput keeps all 117 answered pairs inside, TTFT P50 101 and P95 105 (86.3% and
-    89.7%, under the 90% goal; 87 and 85 with the overhead from every request); every
+    throughput keeps all 117 answered pairs inside, TTFT P50 104 and P95 105 (88.9% and
+    89.7%, under the 90% goal; 101 and 105 with the overhead not net of the step in
+    flight, 87 and 85 with it from every request as well); every
     miss is at the light and middle loads, none at 18.95 requests/s (docs/advise.md, "The
     warmed sweep")."""
     assert_table(FRESH_TABLE, fresh)
     s = fresh["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (117, 93), s
     inside = {k: s[k]["inside"] for k in FIGURES}
-    assert inside == {"throughput": 117, "ttft_p50": 101, "ttft_p95": 105}, inside
+    assert inside == {"throughput": 117, "ttft_p50": 104, "ttft_p95": 105}, inside
     assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
     # the light runs whose own P95 is their first requests' wait for the idle-slot copies
     flagged = [f["trace"][17:-9] for f in fresh["fits"] if not f["trusted"]]
@@ -413,6 +417,8 @@ def test_the_overhead_from_every_request_as_published(monkeypatch: pytest.Monkey
     assert max(fit_trace(light)[1].overhead) < 0.1
     monkeypatch.setattr(twin, "OVERHEAD_AFTER_START", False)
     assert max(fit_trace(light)[1].overhead) > 0.7
+    # figures from before the overhead was taken net of the step in flight
+    monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
     fresh = calibrate(FRESH_SWEEP)
     s = fresh["summary"]
     assert {k: s[k]["inside"] for k in FIGURES} == {
@@ -439,20 +445,25 @@ def test_the_repeat_recording_holds_the_overhead_after_start_out_of_sample(
     repeat: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """OVERHEAD_AFTER_START was chosen on the warmed sweep; on its repeat recording (not
-    seen then) TTFT P50 is 102/117 and P95 105/117 inside (87.2% and 89.7%), against 95 and
-    87 without it, with throughput 113/117 either way (docs/advise.md, "The repeat
-    recording")."""
+    seen then) TTFT P50 is 106/117 and P95 105/117 inside (90.6% and 89.7%). Without the
+    overhead net of the step in flight 102 and 105, without OVERHEAD_AFTER_START as well
+    95 and 87; throughput 113/117 in each (docs/advise.md, "The repeat recording", "The
+    step in flight")."""
     assert_table(REPEAT_TABLE, repeat)
     s = repeat["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (117, 93), s
     inside = {k: s[k]["inside"] for k in FIGURES}
-    assert inside == {"throughput": 113, "ttft_p50": 102, "ttft_p95": 105}, inside
-    # 87.2% and 89.7%: P95 one pair short of the goal
-    assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
-    assert s["ttft_p50"]["width_median"] == pytest.approx(8.44, abs=0.01)
-    assert s["ttft_p95"]["width_median"] == pytest.approx(10.29, abs=0.01)
+    assert inside == {"throughput": 113, "ttft_p50": 106, "ttft_p95": 105}, inside
+    # P50 at the goal, P95 one pair short of it
+    assert s["ttft_p50"]["inside_share"] >= COVERAGE > s["ttft_p95"]["inside_share"]
+    assert s["ttft_p50"]["width_median"] == pytest.approx(8.85, abs=0.01)
+    assert s["ttft_p95"]["width_median"] == pytest.approx(10.37, abs=0.01)
     flagged = [f["trace"][18:-9] for f in repeat["fits"] if "refused" in f or not f["trusted"]]
     assert flagged == ["s64-r3.79"], flagged
+    monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
+    before = calibrate(REPEAT_SWEEP)["summary"]
+    assert {k: before[k]["inside"] for k in FIGURES} == {
+        "throughput": 113, "ttft_p50": 102, "ttft_p95": 105}, before  # fmt: skip
     monkeypatch.setattr(twin, "OVERHEAD_AFTER_START", False)
     off = calibrate(REPEAT_SWEEP)["summary"]
     assert {k: off[k]["inside"] for k in FIGURES} == {
@@ -479,21 +490,28 @@ def test_the_two_recordings_of_one_setting_differ_by_their_published_spread(
     assert faster == 28, faster  # the two others: the saturated 4-slot run, +0.1-0.2%
 
 
-def test_the_third_recording_is_out_of_sample_for_every_setting() -> None:
+def test_the_third_recording_is_out_of_sample_for_every_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Recorded after BAND_Z, RUN_SPEED_FLOOR and OVERHEAD_AFTER_START were chosen: of 210
-    held-out pairs 96 refused and 114 answered, throughput 107 (93.9%), TTFT P50 99 (86.8%)
-    and P95 98 (86.0%) inside, at median widths x1.59, x7.99 and x11.14 (docs/advise.md,
-    "The third recording")."""
+    held-out pairs 96 refused and 114 answered, throughput 107 (93.9%), TTFT P50 103
+    (90.4%) and P95 98 (86.0%) inside, at median widths x1.59, x8.00 and x11.13; 107, 99
+    and 98 without the overhead net of the step in flight (docs/advise.md, "The third
+    recording")."""
     assert len(THIRD_SWEEP) == 15
     third = calibrate(THIRD_SWEEP)
     assert_table(THIRD_TABLE, third)
     s = third["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (114, 96), s
     inside = {k: s[k]["inside"] for k in FIGURES}
-    assert inside == {"throughput": 107, "ttft_p50": 99, "ttft_p95": 98}, inside
-    assert s["throughput"]["inside_share"] >= COVERAGE
-    assert max(s[k]["inside_share"] for k in ("ttft_p50", "ttft_p95")) < COVERAGE
+    assert inside == {"throughput": 107, "ttft_p50": 103, "ttft_p95": 98}, inside
+    assert min(s[k]["inside_share"] for k in ("throughput", "ttft_p50")) >= COVERAGE
+    assert s["ttft_p95"]["inside_share"] < COVERAGE
     widths = [round(s[k]["width_median"], 2) for k in FIGURES]
-    assert widths == [1.59, 7.99, 11.14], widths
+    assert widths == [1.59, 8.0, 11.13], widths
     flagged = [f["trace"][17:-9] for f in third["fits"] if "refused" in f or not f["trusted"]]
     assert flagged == ["s64-r3.79"], flagged
+    monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
+    before = calibrate(THIRD_SWEEP)["summary"]
+    assert {k: before[k]["inside"] for k in FIGURES} == {
+        "throughput": 107, "ttft_p50": 99, "ttft_p95": 98}, before  # fmt: skip
