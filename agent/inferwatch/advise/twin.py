@@ -478,8 +478,9 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
         if open_ >= slots:
             continue
         decoding = sum(1 for j in range(len(rs)) if j != i and first[j] <= r.sent < last[j])
-        in_flight = 0.5 * (a + k * decoding) if OVERHEAD_NET_OF_STEP_IN_FLIGHT and decoding else 0.0
-        extra.append(r.ttft - (a + k * decoding + p * r.prompt) - in_flight)
+        step = a + k * decoding  # the step running at its send, decoding without it
+        in_flight = 0.5 * step if OVERHEAD_NET_OF_STEP_IN_FLIGHT and decoding else 0.0
+        extra.append(r.ttft - (step + p * r.prompt) - in_flight)
     overhead = tuple(
         quantile(extra, (q + 0.5) / OVERHEAD_QUANTILES) for q in range(OVERHEAD_QUANTILES)
     ) if extra else ()  # fmt: skip

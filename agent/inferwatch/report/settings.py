@@ -238,29 +238,24 @@ def load_settings(config_file: str | None, env: Mapping[str, str]) -> ReportSett
                 source, f"report.smtp.{key}", "one of " + ", ".join(SMTP_KEYS) + hint, got=key
             )
 
-    values: dict[str, Any] = {}
-    origin: dict[str, str] = {}
+    # each setting as (value, where it came from, its key there), as for the store above
+    smtp: dict[str, tuple[Any, str, str]] = {}
     for key in SMTP_KEYS:
         name = ENV_PREFIX + key.upper()
         if env.get(name):
-            values[key], origin[key] = env[name], "environment"
+            smtp[key] = (env[name], "environment", name)
         elif smtp_section.get(key) is not None:
-            values[key], origin[key] = smtp_section[key], source
-
-    def key_of(k: str) -> str:
-        return ENV_PREFIX + k.upper() if env.get(ENV_PREFIX + k.upper()) else f"report.smtp.{k}"
+            smtp[key] = (smtp_section[key], source, f"report.smtp.{key}")
 
     fields: dict[str, Any] = {
-        name: parse(values[key], origin[key], key_of(key))
-        for key, (name, parse) in _SMTP_FIELDS.items()
-        if key in values
+        name: parse(*smtp[key]) for key, (name, parse) in _SMTP_FIELDS.items() if key in smtp
     }
     password: str | None = None
     if env.get(ENV_PREFIX + "PASSWORD"):
         password = env[ENV_PREFIX + "PASSWORD"]
-    elif "password_file" in values:
-        path = _str(values["password_file"], origin["password_file"], key_of("password_file"))
-        password = _read_password(origin["password_file"], key_of("password_file"), path)
+    elif "password_file" in smtp:
+        _, origin, key = smtp["password_file"]
+        password = _read_password(origin, key, _str(*smtp["password_file"]))
     _user_and_password(
         "mail settings",
         fields.get("username"),
