@@ -93,8 +93,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.floor is not None:
         twin.RUN_SPEED_FLOOR = args.floor
     whatif.TTFT_SAMPLING = args.sampling
-    if args.overhead_after_start is not None:
-        twin.OVERHEAD_AFTER_START = args.overhead_after_start
+    for flag in ("overhead_after_start", "overhead_net_of_shared_prefill", "overhead_per_prompt"):
+        if getattr(args, flag) is not None:
+            setattr(twin, flag.upper(), getattr(args, flag))
     result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
@@ -111,6 +112,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                 ""
                 if fit["overhead_ms"] is None
                 else f", client overhead {fit['overhead_ms']:.1f} ms"
+                f" {fit['overhead_us_per_prompt']:+.1f} us x own prompt"
             )
             + ("" if f["trusted"] else "  UNTRUSTED")
         )
@@ -261,6 +263,16 @@ def main() -> int:
         "--overhead-after-start", action=argparse.BooleanOptionalAction, default=None,
         help="a fit's client overhead only from requests sent after its first first token "
         "(twin.OVERHEAD_AFTER_START, on; --no-overhead-after-start takes every request)",
+    )  # fmt: skip
+    cal.add_argument(
+        "--overhead-net-of-shared-prefill", action=argparse.BooleanOptionalAction, default=None,
+        help="a fit's client overhead net of the other prompts of a request's first step "
+        "(twin.OVERHEAD_NET_OF_SHARED_PREFILL, on)",
+    )  # fmt: skip
+    cal.add_argument(
+        "--overhead-per-prompt", action=argparse.BooleanOptionalAction, default=None,
+        help="the overhead's part that goes with a request's own prompt, fitted and replayed "
+        "per request (twin.OVERHEAD_PER_PROMPT, on)",
     )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"

@@ -351,4 +351,5 @@ def _fit_row(fit: Any) -> dict[str, Any]:
         "batch": [fit.batch_min, fit.batch_max],
         "residual": fit.residual,
         "overhead_ms": quantile(fit.overhead, 0.5) * 1e3 if fit.overhead else None,
+        "overhead_us_per_prompt": fit.overhead_per_prompt * 1e6,
     }

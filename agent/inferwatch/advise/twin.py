@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -96,6 +97,10 @@ class StepFit:
     #: tokenization, the first streamed chunk, the step in flight when it came): evenly
     #: spaced quantiles of that per-request cost, seconds (empty: not known, taken as 0)
     overhead: tuple[float, ...] = ()
+    #: the overhead's part that goes with the request's own prompt: seconds a prompt token
+    #: above or below ``prompt_ref`` (the mean prompt of the requests it was taken from)
+    overhead_per_prompt: float = 0.0
+    prompt_ref: float = 0.0
     #: the step time's relative range from the fit's own uncertainty (5th-95th
     #: percentile of resampled fits at ``b_ref``, as factors; None: the residual is used)
     speed_lo: float | None = None
@@ -325,6 +330,22 @@ OVERHEAD_AFTER_START = True
 #: 101/117, 102/117, 99/114 to 104, 106 and 103 inside, P95 and throughput unchanged
 #: (docs/advise.md, "The step in flight"). Only fits from client records read it
 OVERHEAD_NET_OF_STEP_IN_FLIGHT = True
+#: the overhead net of the other prompts prefilled in the request's first step (those
+#: whose first token came within half that step of its own): the replay puts every
+#: prompt that starts in a step into that step's time, so their cost is the replay's, not
+#: the client's; left in, it was counted twice, most where prompts came closest together
+#: (a busy fit), and a busy fit put a light load's first tokens above what they measured.
+#: Not tuned (half a step either side: the first tokens of one step). Only fits from
+#: client records read it (docs/advise.md, "The prompts of the first step")
+OVERHEAD_NET_OF_SHARED_PREFILL = True
+#: the overhead's part that goes with the request's own prompt, fitted (least squares
+#: over the requests the overhead is taken from) and replayed per request instead of
+#: drawn at random: the step fit's prompt cost ``p`` rests on decode spans and moves
+#: from 0 to 110 us a token between runs of one server, while a first token's cost at a
+#: free slot grows 0-35 us a token in every run; drawn at random, the overhead of a short
+#: prompt lands on a long one. Never below ``-p`` (a longer prompt never makes the first
+#: token cheaper). Only fits from client records read it (same section)
+OVERHEAD_PER_PROMPT = True
 
 
 def _gram(
@@ -404,9 +425,8 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
     ``decode time = a x steps + k x steps x batch + p x prompt tokens``, one row per
     request, so a lightly loaded run (a batch from 1 up) fits as well as a busy one,
     and a run mixing prompt lengths tells ``p`` from ``a``. A request that came to a free
-    slot waited for nothing: its TTFT less its prefill step (``a + k x decoding + p x
-    its prompt``) and half the step in flight when it was sent (the replay's wait) is
-    what the client adds (its overhead), kept as quantiles.
+    slot waited for nothing: what its client adds to the TTFT is its overhead
+    (:func:`client_overhead`).
     """
     rs = [r for r in requests if r.ttft > 0 and r.e2e > r.ttft and r.generated >= 2]
     if len(rs) < MIN_REQUESTS:
@@ -468,9 +488,35 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
         k_hi = max(k, quantile(ks, 1 - BOOTSTRAP_TAIL))
     else:
         k_lo, k_hi = 0.0, max(k, 0.95 * base / b_ref)
-    # the overhead: TTFT less the prefill step, for the requests that found a free slot
-    start = first[min(range(len(rs)), key=lambda i: rs[i].sent)]  # the first request's
-    extra = []
+    overhead, per_prompt, prompt_ref = client_overhead(rs, slots, a, k, p)
+    return StepFit(
+        a, k, p, source, b_min, b_max, len(rs), resid / (sum(ys) / len(ys)),
+        k_lo=k_lo, k_hi=k_hi, b_ref=b_ref, overhead=overhead,
+        overhead_per_prompt=per_prompt, prompt_ref=prompt_ref,
+        speed_lo=min(1.0, quantile(speeds, BOOTSTRAP_TAIL)),
+        speed_hi=max(1.0, quantile(speeds, 1 - BOOTSTRAP_TAIL)),
+    )  # fmt: skip
+
+
+def client_overhead(
+    requests: Sequence[Request], slots: int, a: float, k: float, p: float
+) -> tuple[tuple[float, ...], float, float]:
+    """What each client adds to its TTFT, from the requests that came to a free slot, as
+    (quantiles, seconds per prompt token of its own, the prompt the quantiles are at).
+
+    A request's overhead is its TTFT less its first step (``a + k x decoding + p x its
+    prompt``, and ``p x`` the other prompts whose first tokens came within half that step:
+    the replay puts them in that step too) and less half the step in flight when it was
+    sent (the replay's wait for it). Its part that goes with the request's own prompt is
+    fitted (least squares, never below ``-p``) and taken out of the quantiles. Requests
+    sent before the first one's first token are left out. The ``OVERHEAD_*`` settings
+    above turn each part off.
+    """
+    rs = list(requests)
+    first = [r.sent + r.ttft for r in rs]
+    last = [r.sent + r.e2e for r in rs]
+    start = first[min(range(len(rs)), key=lambda i: rs[i].sent)] if rs else 0.0
+    extra, prompts = [], []
     for i, r in enumerate(rs):
         if OVERHEAD_AFTER_START and r.sent < start:
             continue
@@ -480,16 +526,22 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
         decoding = sum(1 for j in range(len(rs)) if j != i and first[j] <= r.sent < last[j])
         step = a + k * decoding  # the step running at its send, decoding without it
         in_flight = 0.5 * step if OVERHEAD_NET_OF_STEP_IN_FLIGHT and decoding else 0.0
-        extra.append(r.ttft - (step + p * r.prompt) - in_flight)
-    overhead = tuple(
+        own_step = step + p * r.prompt
+        shared = p * sum(
+            rs[j].prompt for j in range(len(rs))
+            if j != i and abs(first[j] - first[i]) < 0.5 * own_step
+        ) if OVERHEAD_NET_OF_SHARED_PREFILL else 0.0  # fmt: skip
+        extra.append(r.ttft - own_step - shared - in_flight)
+        prompts.append(r.prompt)
+    per_prompt = prompt_ref = 0.0
+    if OVERHEAD_PER_PROMPT and len(set(prompts)) > 1:
+        prompt_ref = sum(prompts) / len(prompts)
+        per_prompt = max(-p, statistics.linear_regression(prompts, extra).slope)
+        extra = [e - per_prompt * (x - prompt_ref) for x, e in zip(prompts, extra, strict=True)]
+    quantiles = tuple(
         quantile(extra, (q + 0.5) / OVERHEAD_QUANTILES) for q in range(OVERHEAD_QUANTILES)
     ) if extra else ()  # fmt: skip
-    return StepFit(
-        a, k, p, source, b_min, b_max, len(rs), resid / (sum(ys) / len(ys)),
-        k_lo=k_lo, k_hi=k_hi, b_ref=b_ref, overhead=overhead,
-        speed_lo=min(1.0, quantile(speeds, BOOTSTRAP_TAIL)),
-        speed_hi=max(1.0, quantile(speeds, 1 - BOOTSTRAP_TAIL)),
-    )  # fmt: skip
+    return quantiles, per_prompt, prompt_ref
 
 
 #: the band's speed: the step times scaled by 1 -/+ BAND_Z x the fit's residual (the
@@ -550,6 +602,7 @@ def _at_speeds(fit: StepFit, a: float, k: float, z: float) -> list[StepFit]:
         replace(
             fit, a=a * scale, k=k * scale, p=fit.p * scale,
             overhead=tuple(o * scale for o in fit.overhead),
+            overhead_per_prompt=fit.overhead_per_prompt * scale,
         )
         for scale in (max(0.05, 1 - spread), 1 + spread)
     ]  # fmt: skip
@@ -684,7 +737,7 @@ def simulate(
             )
     pending = deque(enumerate(times))
     waiting: deque[tuple[int, float]] = deque()
-    # active: [arrival, prompt left, output left, first token seen]
+    # active: [arrival, prompt left, output left, first token seen, its prompt]
     active: list[list[float]] = []
     ttfts: list[float] = []
     e2es: list[float] = []
@@ -703,7 +756,7 @@ def simulate(
             continue
         while waiting and len(active) < kv_slots:
             n, arrived = waiting.popleft()
-            active.append([arrived, prompts[n], float(output), 0.0])
+            active.append([arrived, prompts[n], float(output), 0.0, prompts[n]])
         budget = float(setting.batch_tokens)
         decoding = [s for s in active if s[1] <= 0]
         budget -= len(decoding)
@@ -729,7 +782,9 @@ def simulate(
             s[2] -= 1
             generated += 1
         for s in finishing_prompt:
-            ttfts.append(t - s[0] + (overhead[over.randrange(len(overhead))] if overhead else 0.0))
+            own = fit.overhead_per_prompt * (s[4] - fit.prompt_ref)
+            extra = overhead[over.randrange(len(overhead))] + own if overhead else 0.0
+            ttfts.append(t - s[0] + extra)
             s[2] -= 1
             generated += 1
         done = [s for s in active if s[2] <= 0]
