@@ -85,6 +85,17 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 CAL_FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 
 
+#: the twin's settings of a fit's client overhead that `calibrate` can turn off
+OVERHEAD_SETTINGS = {
+    "overhead_after_start": "a fit's client overhead only from requests sent after its "
+    "first first token (off: from every request)",
+    "overhead_net_of_shared_prefill": "a fit's client overhead net of the other prompts of "
+    "a request's first step",
+    "overhead_per_prompt": "the overhead's part that goes with a request's own prompt, "
+    "fitted and replayed per request",
+}
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from inferwatch.advise import twin, whatif
     from inferwatch.advise.trace import calibrate
@@ -93,7 +104,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.floor is not None:
         twin.RUN_SPEED_FLOOR = args.floor
     whatif.TTFT_SAMPLING = args.sampling
-    for flag in ("overhead_after_start", "overhead_net_of_shared_prefill", "overhead_per_prompt"):
+    for flag in OVERHEAD_SETTINGS:
         if getattr(args, flag) is not None:
             setattr(twin, flag.upper(), getattr(args, flag))
     result = calibrate(args.traces, args.z, args.fit_from)
@@ -259,21 +270,11 @@ def main() -> int:
         "--sampling", action="store_true",
         help="put TTFT's sampling spread (the quantile's confidence interval) in the band",
     )  # fmt: skip
-    cal.add_argument(
-        "--overhead-after-start", action=argparse.BooleanOptionalAction, default=None,
-        help="a fit's client overhead only from requests sent after its first first token "
-        "(twin.OVERHEAD_AFTER_START, on; --no-overhead-after-start takes every request)",
-    )  # fmt: skip
-    cal.add_argument(
-        "--overhead-net-of-shared-prefill", action=argparse.BooleanOptionalAction, default=None,
-        help="a fit's client overhead net of the other prompts of a request's first step "
-        "(twin.OVERHEAD_NET_OF_SHARED_PREFILL, on)",
-    )  # fmt: skip
-    cal.add_argument(
-        "--overhead-per-prompt", action=argparse.BooleanOptionalAction, default=None,
-        help="the overhead's part that goes with a request's own prompt, fitted and replayed "
-        "per request (twin.OVERHEAD_PER_PROMPT, on)",
-    )  # fmt: skip
+    for flag, about in OVERHEAD_SETTINGS.items():
+        cal.add_argument(
+            "--" + flag.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None,
+            help=f"{about} (twin.{flag.upper()}, on; --no-... turns it off)",
+        )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"
     )
