@@ -92,6 +92,19 @@ def _clients(trace: Trace, start: float, end: float) -> list[tuple[float, dict[s
     return [(t, r) for t, r in trace.client if start - 1 <= t <= end]
 
 
+def _sent(clients: Iterable[tuple[float, Mapping[str, Any]]]) -> list[tuple[float, Any]]:
+    """The client records whose send time is known, in send order: the replay's arrivals.
+
+    A request the recorder gave up on at the end of its drain (``"cancelled": true``) is
+    written when it gave up, with no answer time to count back from, so its ``t`` is not
+    a send. Those are the last requests sent to a server answering in order, and none was
+    answered: leaving them out changes no answered request's wait in the replay, and the
+    measured figures are the answered requests' too. Replayed at the give-up time instead,
+    they arrived at an idle server and pulled a saturated run's replayed TTFT down.
+    """
+    return sorted(((t, r) for t, r in clients if not r.get("cancelled")), key=lambda c: c[0])
+
+
 def _observe(trace: Trace, start: float, end: float) -> tuple[Any, list[tuple[float, Scrape]]]:
     """The observation of ``start``..``end``: the agent's samples over it and its drain,
     plus one before; answer lengths from the clients that succeeded."""
@@ -128,7 +141,7 @@ def fit_trace(trace: Trace, fit_from: str = FIT_FROM) -> tuple[Any, Any, list[fl
         fit = fit_requests(reqs, trace.slots(), compute_bound=obs.cpu)
     else:
         fit = obs.fit()
-    sends = sorted(t - scrapes[0][0] for t, _ in _clients(trace, start, end))
+    sends = [t - scrapes[0][0] for t, _ in _sent(_clients(trace, start, end))]
     return obs, fit, sends
 
 
@@ -189,7 +202,7 @@ def _held_out(obs: Any, fit: Any, tr: Trace, band_z: float | None = None) -> dic
     clients = _clients(tr, *load_phase(tr))
     meas = measured(clients)
     row: dict[str, Any] = {"trace": tr.path, "slots": tr.slots(), "measured": _measured_row(meas)}
-    ordered = sorted(clients, key=lambda c: c[0])
+    ordered = _sent(clients)
     sends = [t for t, _ in ordered]
     if not sends or meas.requests == 0:
         row["refused"] = "no client records in the load phase"
