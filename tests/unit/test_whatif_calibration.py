@@ -80,30 +80,30 @@ CPU_SWEEP = sorted(DATA.glob("parallel-*.jsonl.gz")) + sorted(
     p for d in ("rate-5.5", "rate-8") for p in (DATA / d).glob("parallel-*.jsonl.gz")
 )
 TABLE = DATA / "calibration-cpu.csv"
+
+
+def recording(folder: str) -> tuple[list, object]:
+    """A recorded sweep's runs and its committed calibration table."""
+    return sorted((DATA / folder).glob("sweep-s*.jsonl.gz")), DATA / f"calibration-{folder}.csv"
+
+
 #: the GPU sweep: --parallel 4, 8, 16, 32, 64 at 3.48 and 6.96 requests/s on an H100
-GPU_SWEEP = sorted((DATA / "h100").glob("sweep-s*.jsonl.gz"))
-GPU_TABLE = DATA / "calibration-h100.csv"
+GPU_SWEEP, GPU_TABLE = recording("h100")
 #: the fresh GPU sweep: --parallel 4, 16, 64 at 4.74 and 11.86 requests/s, prompts of 40,
 #: 160 and 320 words mixed, on an H100
-MIX_SWEEP = sorted((DATA / "h100-mix").glob("sweep-s*.jsonl.gz"))
-MIX_TABLE = DATA / "calibration-h100-mix.csv"
+MIX_SWEEP, MIX_TABLE = recording("h100-mix")
 #: the sweep recorded with every server warmed and each run's prompts its own (the two
 #: sweeps above repeated one load's prompts in the next, answered from llama-server's
 #: prompt cache): --parallel 4, 8, 16, 32, 64 at 3.79, 9.1 and 18.95 requests/s, on an H100
-FRESH_SWEEP = sorted((DATA / "h100-fresh").glob("sweep-s*.jsonl.gz"))
-FRESH_TABLE = DATA / "calibration-h100-fresh.csv"
+FRESH_SWEEP, FRESH_TABLE = recording("h100-fresh")
 #: the warmed sweep recorded again, the same command and grid on an H100
-REPEAT_SWEEP = sorted((DATA / "h100-repeat").glob("sweep-s*.jsonl.gz"))
-REPEAT_TABLE = DATA / "calibration-h100-repeat.csv"
+REPEAT_SWEEP, REPEAT_TABLE = recording("h100-repeat")
 #: the warmed sweep recorded a third time (a later lease), the same command and grid
-THIRD_SWEEP = sorted((DATA / "h100-third").glob("sweep-s*.jsonl.gz"))
-THIRD_TABLE = DATA / "calibration-h100-third.csv"
+THIRD_SWEEP, THIRD_TABLE = recording("h100-third")
 #: the fourth recording (a later lease), the same command and grid
+FOURTH_SWEEP, FOURTH_TABLE = recording("h100-fourth")
 #: the same command and grid on an H200, recorded after every setting was chosen
-H200_SWEEP = sorted((DATA / "h200-fresh").glob("sweep-s*.jsonl.gz"))
-H200_TABLE = DATA / "calibration-h200-fresh.csv"
-FOURTH_SWEEP = sorted((DATA / "h100-fourth").glob("sweep-s*.jsonl.gz"))
-FOURTH_TABLE = DATA / "calibration-h100-fourth.csv"
+H200_SWEEP, H200_TABLE = recording("h200-fresh")
 FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 #: the least share of held-out runs inside their band
 COVERAGE = 0.90
@@ -140,6 +140,15 @@ def inside_counts(sweep: list) -> tuple[int, ...]:
     """Held-out pairs inside their band (throughput, TTFT P50, P95) as the code gives now."""
     s = calibrate(sweep)["summary"]
     return tuple(s[k]["inside"] for k in FIGURES)
+
+
+def flagged(result: dict) -> list[str]:
+    """The runs (``s64-r3.79``) whose fit was refused or flagged UNTRUSTED."""
+    return [
+        f["trace"].rsplit("sweep-", 1)[1].removesuffix(".jsonl.gz")
+        for f in result["fits"]
+        if "refused" in f or not f["trusted"]
+    ]
 
 
 def before_shared_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +191,7 @@ def test_the_gpu_sweep_gives_the_published_figures(gpu: dict) -> None:
     assert_table(GPU_TABLE, gpu)
     # every run fits from its clients' records, the light load's too (its agent samples
     # give under 5 busy windows), and each fit reproduces its own run
-    assert [f["trace"] for f in gpu["fits"] if "refused" in f or not f["trusted"]] == []
+    assert flagged(gpu) == []
     s = gpu["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (44, 46), s
     for key in FIGURES:
@@ -237,8 +246,7 @@ def test_the_fresh_gpu_sweep_gives_the_published_out_of_sample_figures(mix: dict
     OVERHEAD_AFTER_START) (docs/advise.md, "The fresh sweep", "The prompts of the first
     step"). The 64-slot light run's fit replays its own P95 51% low and is flagged."""
     assert_table(MIX_TABLE, mix)
-    flagged = [f["trace"][15:-9] for f in mix["fits"] if "refused" in f or not f["trusted"]]
-    assert flagged == ["s64-r4.74"], flagged
+    assert flagged(mix) == ["s64-r4.74"], flagged(mix)
     s = mix["summary"]
     assert (s["throughput"]["pairs"], s["refused"]) == (16, 14), s
     inside = {k: s[k]["inside"] for k in FIGURES}
@@ -428,8 +436,7 @@ def test_the_warmed_sweep_gives_the_published_out_of_sample_figures(fresh: dict)
     assert inside == {"throughput": 117, "ttft_p50": 113, "ttft_p95": 108}, inside
     assert min(s[k]["inside_share"] for k in FIGURES) >= COVERAGE
     # the light runs whose own P95 is their first requests' wait for the idle-slot copies
-    flagged = [f["trace"][17:-9] for f in fresh["fits"] if not f["trusted"]]
-    assert flagged == ["s32-r3.79", "s64-r3.79"], flagged
+    assert flagged(fresh) == ["s32-r3.79", "s64-r3.79"], flagged(fresh)
     missed_loads = {
         r["rate"]
         for r in fresh["rows"]
@@ -475,8 +482,7 @@ def test_the_overhead_from_every_request_as_published(monkeypatch: pytest.Monkey
         "throughput": 117, "ttft_p50": 87, "ttft_p95": 85}, s  # fmt: skip
     assert s["ttft_p50"]["width_median"] == pytest.approx(9.99, abs=0.01)
     assert s["ttft_p95"]["width_median"] == pytest.approx(9.09, abs=0.01)
-    flagged = [f["trace"][17:-9] for f in fresh["fits"] if not f["trusted"]]
-    assert flagged == ["s16-r3.79", "s32-r3.79"], flagged
+    assert flagged(fresh) == ["s16-r3.79", "s32-r3.79"], flagged(fresh)
     for sweep, inside in (
         (GPU_SWEEP, {"throughput": 44, "ttft_p50": 41, "ttft_p95": 40}),
         (MIX_SWEEP, {"throughput": 16, "ttft_p50": 15, "ttft_p95": 13}),
@@ -509,8 +515,7 @@ def test_the_repeat_recording_holds_the_overhead_after_start_out_of_sample(
     assert s["ttft_p50"]["inside_share"] >= COVERAGE > s["ttft_p95"]["inside_share"]
     assert s["ttft_p50"]["width_median"] == pytest.approx(8.78, abs=0.01)
     assert s["ttft_p95"]["width_median"] == pytest.approx(12.16, abs=0.01)
-    flagged = [f["trace"][18:-9] for f in repeat["fits"] if "refused" in f or not f["trusted"]]
-    assert flagged == ["s64-r3.79"], flagged
+    assert flagged(repeat) == ["s64-r3.79"], flagged(repeat)
     before_shared_prefill(monkeypatch)
     assert inside_counts(REPEAT_SWEEP) == (113, 106, 105)
     monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
@@ -558,8 +563,7 @@ def test_the_third_recording_is_out_of_sample_for_every_setting(
     assert s["ttft_p95"]["inside_share"] < COVERAGE
     widths = [round(s[k]["width_median"], 2) for k in FIGURES]
     assert widths == [1.74, 7.51, 12.03], widths
-    flagged = [f["trace"][17:-9] for f in third["fits"] if "refused" in f or not f["trusted"]]
-    assert flagged == ["s64-r3.79"], flagged
+    assert flagged(third) == ["s64-r3.79"], flagged(third)
     before_shared_prefill(monkeypatch)
     assert inside_counts(THIRD_SWEEP) == (107, 103, 98)
     monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
@@ -584,8 +588,7 @@ def test_the_fourth_recording_checks_the_step_in_flight_out_of_sample(
     widths = [round(s[k]["width_median"], 2) for k in FIGURES]
     assert widths == [2.2, 10.07, 13.29], widths
     assert round(s["ttft_p50"]["error_median"], 2) == 0.46
-    flagged = [f["trace"][18:-9] for f in fourth["fits"] if "refused" in f or not f["trusted"]]
-    assert flagged == ["s64-r3.79"], flagged
+    assert flagged(fourth) == ["s64-r3.79"], flagged(fourth)
     before_shared_prefill(monkeypatch)
     before = calibrate(FOURTH_SWEEP)["summary"]
     assert tuple(before[k]["inside"] for k in FIGURES) == (113, 101, 106), before
@@ -678,8 +681,7 @@ def test_the_h200_sweep_is_out_of_sample_for_every_setting(monkeypatch: pytest.M
     )
     assert [round(s[k]["width_median"], 2) for k in FIGURES] == [2.45, 10.35, 11.7]
     assert [round(s[k]["error_median"], 2) for k in FIGURES] == [0.07, 0.56, 0.76]
-    flagged = [f["trace"][17:-9] for f in h200["fits"] if "refused" in f or not f["trusted"]]
-    assert flagged == ["s32-r3.79", "s64-r3.79"], flagged
+    assert flagged(h200) == ["s32-r3.79", "s64-r3.79"], flagged(h200)
     trusted = calibration_summary([r for r in h200["rows"] if r["fit_trusted"]])
     assert trusted["throughput"]["pairs"] == 95
     assert tuple(trusted[k]["inside"] for k in FIGURES) == (95, 93, 87), trusted

@@ -93,9 +93,9 @@ class StepFit:
     #: the batch (time-weighted mean over the busy windows) whose step time the slope's
     #: range keeps: a steeper slope is a cheaper fixed cost there
     b_ref: float = 0.0
-    #: what a request's client sees on top of the engine's wait and prefill step (HTTP,
-    #: tokenization, the first streamed chunk, the step in flight when it came): evenly
-    #: spaced quantiles of that per-request cost, seconds (empty: not known, taken as 0)
+    #: what a request's client sees on top of the engine's wait and first step (HTTP,
+    #: tokenization, the first streamed chunk; :func:`client_overhead`): evenly spaced
+    #: quantiles of that per-request cost, seconds (empty: not known, taken as 0)
     overhead: tuple[float, ...] = ()
     #: the overhead's part that goes with the request's own prompt: seconds a prompt token
     #: above or below ``prompt_ref`` (the mean prompt of the requests it was taken from)
@@ -341,8 +341,8 @@ OVERHEAD_NET_OF_SHARED_PREFILL = True
 #: the overhead's part that goes with the request's own prompt, fitted (least squares
 #: over the requests the overhead is taken from) and replayed per request instead of
 #: drawn at random: the step fit's prompt cost ``p`` rests on decode spans and moves
-#: from 0 to 110 us a token between runs of one server, while a first token's cost at a
-#: free slot grows 0-35 us a token in every run; drawn at random, the overhead of a short
+#: from 0 to 113 us a token between runs of one server, while a first token's cost at a
+#: free slot grows -19 to +35 us a token; drawn at random, the overhead of a short
 #: prompt lands on a long one. Never below ``-p`` (a longer prompt never makes the first
 #: token cheaper). Only fits from client records read it (same section)
 OVERHEAD_PER_PROMPT = True
