@@ -439,6 +439,14 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     print(f"warm-up at {slots} slots: {per_s:.2f} req/s", flush=True)
                 for rate in rates:
                     name = f"sweep-s{slots}" + (f"-r{rate:g}" if len(rates) > 1 else "")
+                    settle = None
+                    if args.settle:
+                        # one request, not recorded, before the load: its launch copies
+                        # every idle slot the burst or the last load left out of the
+                        # prompt cache, so the load starts from a settled server
+                        # (docs/advise.md, "The settled sweep")
+                        got = await one_request(client_url, None, random.Random(name))
+                        settle = got["ttft_s"]
                     header = {
                         "scrape_interval_s": every, "client_time": "answered",
                         "source": f"{args.source}; llama-server --parallel {slots}; open loop "
@@ -446,7 +454,8 @@ async def run_sweep(args: argparse.Namespace) -> None:
                         "phases": [],
                         "workers": {"llama": {"engine": "llamacpp", "slots": slots}},
                         "load": {"rate_per_s": rate, "gen_tokens": GEN_TOKENS,
-                                 "prompt_words": list(PROMPT_MIX), "seconds": args.load},
+                                 "prompt_words": list(PROMPT_MIX), "seconds": args.load,
+                                 "settled": bool(args.settle)},
                     }  # fmt: skip
                     trace = TraceWriter(out / f"{name}.jsonl.gz", header)
                     stop = asyncio.Event()
@@ -469,7 +478,15 @@ async def run_sweep(args: argparse.Namespace) -> None:
                     stop.set()
                     await rec
                     trace.close([{"name": "load", "start": t0, "end": t1, "rate": rate}])
-                    summary.append({"slots": slots, "rate": rate, "sent": sent, "seconds": t1 - t0})
+                    summary.append(
+                        {
+                            "slots": slots,
+                            "rate": rate,
+                            "sent": sent,
+                            "seconds": t1 - t0,
+                            **({"settle_ttft_s": settle} if args.settle else {}),
+                        }
+                    )
                     print(
                         f"slots {slots} rate {rate}: {sent} requests in {t1 - t0:.0f} s", flush=True
                     )
@@ -506,6 +523,11 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=RECORD_EVERY, help="record period, s")
     ap.add_argument("--load", type=float, default=30)
     ap.add_argument("--drain", type=float, default=25)
+    ap.add_argument(
+        "--settle", action="store_true",
+        help="sweep: one request, not recorded, before each load (the load starts from a "
+        "server whose idle slots are in its prompt cache)",
+    )  # fmt: skip
     ap.add_argument(
         "--prompt-mix", default=str(PROMPT_WORDS),
         help="prompt lengths in words, one drawn per request (e.g. 40,160,320)",
