@@ -107,6 +107,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for flag in OVERHEAD_SETTINGS:
         if getattr(args, flag) is not None:
             setattr(twin, flag.upper(), getattr(args, flag))
+    if args.refuse_below_zero_fixed_cost is not None:
+        whatif.REFUSE_BELOW_ZERO_FIXED_COST = args.refuse_below_zero_fixed_cost
     result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
@@ -275,6 +277,11 @@ def main() -> int:
             "--" + flag.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None,
             help=f"{about} (twin.{flag.upper()}, on; --no-... turns it off)",
         )  # fmt: skip
+    cal.add_argument(
+        "--refuse-below-zero-fixed-cost", action=argparse.BooleanOptionalAction, default=None,
+        help="refuse a fitted line whose fixed cost is zero below the batches it saw "
+        "(whatif.REFUSE_BELOW_ZERO_FIXED_COST, on; --no-... answers them)",
+    )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"
     )

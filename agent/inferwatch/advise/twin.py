@@ -78,7 +78,7 @@ class StepFit:
     a: float
     k: float
     p: float
-    #: "fitted" or "assumed k = p (batch sizes observed span too little)"
+    #: "fitted" (from windows), "fitted (client records)", or "assumed k = p (...)"
     k_source: str
     #: batch sizes (mean running per interval) the fit rests on
     batch_min: float
@@ -108,6 +108,11 @@ class StepFit:
 
     def step(self, decoding: float, prompt: float = 0.0) -> float:
         return self.a + self.k * decoding + self.p * prompt
+
+    @property
+    def slope_fitted(self) -> bool:
+        """The slope is fitted (from windows or client records), not assumed."""
+        return self.k_source.startswith("fitted")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -585,9 +590,12 @@ def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
     curve flat from some batch on, as a GPU's often is) fits those batches as well.
     What the fit does say is the step at its smallest batch; a step costs no less per
     sequence at a smaller batch (batching never makes a sequence's share dearer), so
-    below it the step lies between flat and in proportion to the batch: the flat end is
-    inside the slope's range already, the proportional one (the step at the smallest
-    batch, scaled down with the batch) is added here, at each end of the speed's range.
+    below it the step lies between flat and in proportion to the batch. The fitted line
+    (its fixed cost ``a``) runs flatter than proportional, the slope's range flatter
+    still; the proportional end (the step at the smallest batch, scaled down with the
+    batch) is added here, at each end of the speed's range. A fitted line whose fixed
+    cost came out at zero is the proportional end itself and leaves the flat side
+    unbounded: :func:`whatif.predict` refuses those below the batches seen.
     None where ``slots`` is within or above the batches seen.
     """
     if not 0 < slots < fit.batch_min:

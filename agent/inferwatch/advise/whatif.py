@@ -60,6 +60,15 @@ FLAGS = {
 #: how far past the largest batch observed a slot count may go (x), and where it is refused
 EXTRAPOLATE_BAND = 1.0
 EXTRAPOLATE_MAX = 2.0
+#: below the batches observed, refuse a fitted step line whose fixed cost came out at
+#: zero (the bound of its fit): it is the band's proportional end itself, and nothing
+#: bounds the step from the flat side. On the five warmed H100 recordings five such fits
+#: (32 or 64 slots at 18.95 requests/s, batches 18-63 seen) answered 51 pairs below their
+#: batches, and 13 of those missed on throughput, 12 on TTFT P50 and 20 on P95 (4-slot
+#: runs put too fast among them); ``bench_whatif.py calibrate
+#: --no-refuse-below-zero-fixed-cost`` answers them (docs/advise.md, "A fixed cost at
+#: zero")
+REFUSE_BELOW_ZERO_FIXED_COST = True
 #: a fit is flagged untrusted past these: the relative scatter of the window times about
 #: the fitted step curve, and how far the twin's replay of the observation itself ("twin
 #: now") may miss an observed figure (relative error) while the figure lies outside the
@@ -702,10 +711,18 @@ def predict(
             f"{setting.slots} asked ({ratio:.1f}x)"
         )
     elif flag == "max-num-seqs" and setting != base and below_fits(fit, reach):
+        if REFUSE_BELOW_ZERO_FIXED_COST and fit.a <= 0 and fit.slope_fitted:
+            raise NotEnough(
+                f"{obs.reading.worker}: {flag}={value:g} is below the batches observed "
+                f"({fit.batch_min:.1f}-{fit.batch_max:.1f}), and over those the step's fixed "
+                "cost came out at zero, the least it can be: the fit cannot tell what a step "
+                f"costs below {fit.batch_min:.1f} sequences. Observe the worker at a lighter "
+                "load, or ask within the batches observed"
+            )
         range_note = (
             f"extrapolated below: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
-            f"observed, {setting.slots} asked (the band's step runs from flat to in "
-            f"proportion to the batch below {fit.batch_min:.1f})"
+            f"observed, {setting.slots} asked (below {fit.batch_min:.1f} the band's step runs "
+            "from the fitted line down to one in proportion to the batch)"
         )
     else:
         range_note = (
@@ -736,7 +753,7 @@ def predict(
         k_hi = fit.k if fit.k_hi is None else fit.k_hi
         range_note += (
             f"; band: slope {k_lo * 1e3:.3f}-{k_hi * 1e3:.3f} ms per sequence "
-            + ("(5-95% of refits)" if fit.k_source == "fitted" else "(flat to proportional)")
+            + ("(5-95% of refits)" if fit.slope_fitted else "(flat to proportional)")
             + f", speed -/+{speed_spread(fit, band_z):.0%}"
             + (
                 f" ({band_z:g} x the resampled fits' spread, {RUN_SPEED_FLOOR:.0%} at least)"
@@ -750,7 +767,7 @@ def predict(
     if (arrivals is None if check is None else check) and current_band is not None:
         trust = check_fit(fit, current, current_band, observed_figures(obs))
     notes = [*notes, *new.notes]
-    if fit.k_source != "fitted":
+    if not fit.slope_fitted:
         notes.append(f"step slope: {fit.k_source}")
     if not obs.batch_tokens_stated:
         notes.append(
