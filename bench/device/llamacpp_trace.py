@@ -444,7 +444,7 @@ async def run_sweep(args: argparse.Namespace) -> None:
                         # one request, not recorded, before the load: its launch copies
                         # every idle slot the burst or the last load left out of the
                         # prompt cache, so the load starts from a settled server
-                        # (docs/advise.md, "The settled sweep")
+                        # (docs/advise.md, "The settled recording")
                         got = await one_request(client_url, None, random.Random(name))
                         settle = got["ttft_s"]
                     header = {
