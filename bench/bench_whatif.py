@@ -85,15 +85,17 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 CAL_FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 
 
-#: the twin's settings of a fit's client overhead that `calibrate` can turn off
-OVERHEAD_SETTINGS = {
-    "overhead_after_start": "a fit's client overhead only from requests sent after its "
-    "first first token (off: from every request)",
-    "overhead_net_of_shared_prefill": "a fit's client overhead net of the other prompts of "
-    "a request's first step",
-    "overhead_per_prompt": "the overhead's part that goes with a request's own prompt, "
-    "fitted and replayed per request",
-}
+#: the settings `calibrate` can turn off: flag -> (module of inferwatch.advise, what it does)
+SETTINGS = {
+    "overhead_after_start": ("twin", "a fit's client overhead only from requests sent after "
+                             "its first first token (off: from every request)"),
+    "overhead_net_of_shared_prefill": ("twin", "a fit's client overhead net of the other "
+                                       "prompts of a request's first step"),
+    "overhead_per_prompt": ("twin", "the overhead's part that goes with a request's own "
+                            "prompt, fitted and replayed per request"),
+    "refuse_below_zero_fixed_cost": ("whatif", "refuse a fitted line whose fixed cost is "
+                                     "zero below the batches it saw (off: answer them)"),
+}  # fmt: skip
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -104,11 +106,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.floor is not None:
         twin.RUN_SPEED_FLOOR = args.floor
     whatif.TTFT_SAMPLING = args.sampling
-    for flag in OVERHEAD_SETTINGS:
+    modules = {"twin": twin, "whatif": whatif}
+    for flag, (module, _) in SETTINGS.items():
         if getattr(args, flag) is not None:
-            setattr(twin, flag.upper(), getattr(args, flag))
-    if args.refuse_below_zero_fixed_cost is not None:
-        whatif.REFUSE_BELOW_ZERO_FIXED_COST = args.refuse_below_zero_fixed_cost
+            setattr(modules[module], flag.upper(), getattr(args, flag))
     result = calibrate(args.traces, args.z, args.fit_from)
     for f in result["fits"]:
         head = f"fit {f['trace']} (slots {f['slots']}, rate {f['rate']}): "
@@ -272,16 +273,11 @@ def main() -> int:
         "--sampling", action="store_true",
         help="put TTFT's sampling spread (the quantile's confidence interval) in the band",
     )  # fmt: skip
-    for flag, about in OVERHEAD_SETTINGS.items():
+    for flag, (module, about) in SETTINGS.items():
         cal.add_argument(
             "--" + flag.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None,
-            help=f"{about} (twin.{flag.upper()}, on; --no-... turns it off)",
+            help=f"{about} ({module}.{flag.upper()}, on; --no-... turns it off)",
         )  # fmt: skip
-    cal.add_argument(
-        "--refuse-below-zero-fixed-cost", action=argparse.BooleanOptionalAction, default=None,
-        help="refuse a fitted line whose fixed cost is zero below the batches it saw "
-        "(whatif.REFUSE_BELOW_ZERO_FIXED_COST, on; --no-... answers them)",
-    )  # fmt: skip
     dia = sub.add_parser(
         "diagnose", help="per run: time per token by batch, TTFT at a free slot by prompt length"
     )

@@ -174,6 +174,11 @@ def answered(summary: dict) -> tuple[int, int, tuple[int, ...]]:
     )
 
 
+def per_figure(summary: dict, field: str) -> list[float]:
+    """A summary's ``field`` (``width_median``, ``error_median``) per figure, to 2 places."""
+    return [round(summary[k][field], 2) for k in FIGURES]
+
+
 def inside_counts(sweep: list) -> tuple[int, ...]:
     """Held-out pairs inside their band (throughput, TTFT P50, P95) as the code gives now."""
     s = calibrate(sweep)["summary"]
@@ -605,14 +610,13 @@ def test_the_third_recording_is_out_of_sample_for_every_setting(
     third, s = held_recording(THIRD_SWEEP, THIRD_TABLE, "NVIDIA H100")
     assert answered(s) == (96, 114, (93, 94, 89)), s
     assert min(s[k]["inside_share"] for k in FIGURES) >= COVERAGE
-    widths = [round(s[k]["width_median"], 2) for k in FIGURES]
-    assert widths == [1.89, 7.51, 12.01], widths
+    assert per_figure(s, "width_median") == [1.89, 7.51, 12.01], s
     assert flagged(third) == ["s64-r3.79"], flagged(third)
     answering_zero_fixed_cost(monkeypatch)
     before = calibrate(THIRD_SWEEP)["summary"]
     assert answered(before) == (114, 96, (107, 108, 101)), before
     assert before["ttft_p95"]["inside_share"] < COVERAGE
-    assert [round(before[k]["width_median"], 2) for k in FIGURES] == [1.74, 7.51, 12.03]
+    assert per_figure(before, "width_median") == [1.74, 7.51, 12.03]
     before_shared_prefill(monkeypatch)
     assert inside_counts(THIRD_SWEEP) == (107, 103, 98)
     monkeypatch.setattr(twin, "OVERHEAD_NET_OF_STEP_IN_FLIGHT", False)
@@ -631,14 +635,12 @@ def test_the_fourth_recording_checks_the_step_in_flight_out_of_sample(
     recording", "A fixed cost at zero")."""
     fourth, s = held_recording(FOURTH_SWEEP, FOURTH_TABLE, "NVIDIA H100")
     assert answered(s) == (105, 105, (105, 99, 97)), s
-    widths = [round(s[k]["width_median"], 2) for k in FIGURES]
-    assert widths == [2.29, 10.07, 12.22], widths
+    assert per_figure(s, "width_median") == [2.29, 10.07, 12.22], s
     assert flagged(fourth) == ["s64-r3.79"], flagged(fourth)
     answering_zero_fixed_cost(monkeypatch)
     out = calibrate(FOURTH_SWEEP)["summary"]
     assert answered(out) == (117, 93, (113, 109, 104)), out
-    widths = [round(out[k]["width_median"], 2) for k in FIGURES]
-    assert widths == [2.2, 10.07, 13.29], widths
+    assert per_figure(out, "width_median") == [2.2, 10.07, 13.29], out
     assert round(out["ttft_p50"]["error_median"], 2) == 0.46
     before_shared_prefill(monkeypatch)
     before = calibrate(FOURTH_SWEEP)["summary"]
@@ -725,8 +727,8 @@ def test_the_h200_sweep_is_out_of_sample_for_every_setting(monkeypatch: pytest.M
     assert (
         min(s[k]["inside_share"] for k in FIGURES[:2]) >= COVERAGE > s["ttft_p95"]["inside_share"]
     )
-    assert [round(s[k]["width_median"], 2) for k in FIGURES] == [2.45, 10.35, 11.7]
-    assert [round(s[k]["error_median"], 2) for k in FIGURES] == [0.07, 0.56, 0.76]
+    assert per_figure(s, "width_median") == [2.45, 10.35, 11.7]
+    assert per_figure(s, "error_median") == [0.07, 0.56, 0.76]
     assert flagged(h200) == ["s32-r3.79", "s64-r3.79"], flagged(h200)
     trusted = calibration_summary([r for r in h200["rows"] if r["fit_trusted"]])
     assert trusted["throughput"]["pairs"] == 95
@@ -751,13 +753,13 @@ def test_the_fifth_recording_is_out_of_sample_for_every_setting(
     assert (
         min(s[k]["inside_share"] for k in FIGURES[:2]) >= COVERAGE > s["ttft_p95"]["inside_share"]
     )
-    assert [round(s[k]["width_median"], 2) for k in FIGURES] == [2.44, 13.04, 12.84]
+    assert per_figure(s, "width_median") == [2.44, 13.04, 12.84]
     assert flagged(fifth) == ["s64-r3.79"], flagged(fifth)
     answering_zero_fixed_cost(monkeypatch)
     out = calibrate(FIFTH_SWEEP)["summary"]
     assert answered(out) == (117, 93, (115, 108, 99)), out
-    assert [round(out[k]["width_median"], 2) for k in FIGURES] == [2.35, 13.21, 14.32]
-    assert [round(out[k]["error_median"], 2) for k in FIGURES] == [0.07, 0.46, 0.62]
+    assert per_figure(out, "width_median") == [2.35, 13.21, 14.32]
+    assert per_figure(out, "error_median") == [0.07, 0.46, 0.62]
 
 
 def test_a_line_with_no_fixed_cost_is_refused_below_its_batches(
@@ -800,7 +802,7 @@ def test_the_settled_recording_is_out_of_sample_for_every_setting(
     assert flagged(settled) == [], flagged(settled)
     assert answered(s) == (93, 117, (92, 84, 82)), s
     assert s["ttft_p50"]["inside_share"] >= COVERAGE > s["ttft_p95"]["inside_share"]
-    assert [round(s[k]["width_median"], 2) for k in FIGURES] == [2.67, 7.34, 10.72]
-    assert [round(s[k]["error_median"], 2) for k in FIGURES] == [0.09, 0.63, 0.75]
+    assert per_figure(s, "width_median") == [2.67, 7.34, 10.72]
+    assert per_figure(s, "error_median") == [0.09, 0.63, 0.75]
     answering_zero_fixed_cost(monkeypatch)
     assert answered(calibrate(SETTLED_SWEEP)["summary"]) == (114, 96, (109, 102, 97))
