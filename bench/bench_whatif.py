@@ -93,6 +93,8 @@ SETTINGS = {
                                        "prompts of a request's first step"),
     "overhead_per_prompt": ("twin", "the overhead's part that goes with a request's own "
                             "prompt, fitted and replayed per request"),
+    "band_prompt_cost": ("twin", "the band's fast end at the prompt cost's low end over "
+                         "its refits (off: the fitted cost at both ends)"),
     "refuse_below_zero_fixed_cost": ("whatif", "refuse a fitted line whose fixed cost is "
                                      "zero below the batches it saw (off: answer them)"),
 }  # fmt: skip

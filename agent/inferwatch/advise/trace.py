@@ -360,6 +360,7 @@ def _fit_row(fit: Any) -> dict[str, Any]:
         "k_ms": fit.k * 1e3,
         "k_range_ms": [fit.k_lo * 1e3, fit.k_hi * 1e3] if fit.k_lo is not None else None,
         "p_us": fit.p * 1e6,
+        "p_low_us": fit.p_lo * 1e6 if fit.p_lo is not None else None,
         "k_source": fit.k_source,
         "batch": [fit.batch_min, fit.batch_max],
         "residual": fit.residual,

@@ -105,6 +105,9 @@ class StepFit:
     #: percentile of resampled fits at ``b_ref``, as factors; None: the residual is used)
     speed_lo: float | None = None
     speed_hi: float | None = None
+    #: the prompt cost's low end: the 5th percentile of ``p`` over the resampled fits
+    #: (None: not resampled; the band keeps ``p``)
+    p_lo: float | None = None
 
     def step(self, decoding: float, prompt: float = 0.0) -> float:
         return self.a + self.k * decoding + self.p * prompt
@@ -351,6 +354,19 @@ OVERHEAD_NET_OF_SHARED_PREFILL = True
 #: prompt lands on a long one. Never below ``-p`` (a longer prompt never makes the first
 #: token cheaper). Only fits from client records read it (same section)
 OVERHEAD_PER_PROMPT = True
+#: the band's fast end takes the prompt cost at the low end of its resampled fits
+#: (``p_lo``), a request's own first token kept at what it cost. ``p`` rests on the
+#: decode spans, and what a span's prompts seem to cost there is their prefill and
+#: more: llama-server does work of its own at each launch, and a span that ran long for
+#: any reason saw more arrivals in it. It is the least settled of the fit's three costs:
+#: 0 to 142 us a token from run to run of one H100 server (the settled recording),
+#: where a first token grew -2 to 44 us a token of its own prompt. Kept at ``p``, a fit
+#: with a dear one made another setting's light load wait for prefills dearer than they
+#: were there. The slow end keeps ``p``: the refits' high end there put two more TTFT
+#: figures inside over the ten recorded sweeps and widened nine sweeps' TTFT bands.
+#: Only fits from client records are resampled (docs/advise.md, "The prompt cost's low
+#: end")
+BAND_PROMPT_COST = True
 
 
 def _gram(
@@ -475,18 +491,19 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
     resid = math.sqrt(sum((y - q) ** 2 for y, q in zip(ys, pred, strict=True)) / len(ys))
     # resampled fits (seeded): the slope's range and the step time's at b_ref
     rng = random.Random(0)
-    ks, speeds = [], []
+    ks, ps, speeds = [], [], []
     base = a + k * b_ref
     for _ in range(BOOTSTRAP):
         w = [0.0] * len(rows)
         for _ in rows:
             w[rng.randrange(len(rows))] += 1.0
         if source.startswith("fitted"):
-            a_, k_, _p = _nnls_gram(*_gram(rows, ys, w))
+            a_, k_, p_ = _nnls_gram(*_gram(rows, ys, w))
         else:
-            s_, _p = _nnls_gram(*_gram([[row[0], row[2]] for row in rows], ys, w))
+            s_, p_ = _nnls_gram(*_gram([[row[0], row[2]] for row in rows], ys, w))
             a_, k_ = s_ - k * b_ref, k
         ks.append(k_)
+        ps.append(p_)
         speeds.append((a_ + k_ * b_ref) / base if base > 0 else 1.0)
     if source.startswith("fitted"):
         k_lo = min(k, quantile(ks, BOOTSTRAP_TAIL))
@@ -500,6 +517,7 @@ def fit_requests(requests: Sequence[Request], slots: int, compute_bound: bool = 
         overhead_per_prompt=per_prompt, prompt_ref=prompt_ref,
         speed_lo=min(1.0, quantile(speeds, BOOTSTRAP_TAIL)),
         speed_hi=max(1.0, quantile(speeds, 1 - BOOTSTRAP_TAIL)),
+        p_lo=min(p, quantile(ps, BOOTSTRAP_TAIL)),
     )  # fmt: skip
 
 
@@ -572,14 +590,26 @@ def speed_spread(fit: StepFit, z: float = BAND_Z) -> float:
 
 def band_fits(fit: StepFit, z: float = BAND_Z) -> list[StepFit]:
     """The fits at the corners of the fit's uncertainty: each end of the slope's range
-    (the step time at ``b_ref`` kept) at each end of the speed's range."""
+    (the step time at ``b_ref`` kept) at each end of the speed's range, the prompt cost
+    at the fast end its low end (:func:`prompt_costs`)."""
     k_lo = fit.k if fit.k_lo is None else fit.k_lo
     k_hi = fit.k if fit.k_hi is None else fit.k_hi
+    prompt = prompt_costs(fit)
     return [
         f
         for k in sorted({k_lo, k_hi})
-        for f in _at_speeds(fit, max(0.0, fit.a + (fit.k - k) * fit.b_ref), k, z)
+        for f in _at_speeds(fit, max(0.0, fit.a + (fit.k - k) * fit.b_ref), k, z, prompt)
     ]
+
+
+def prompt_costs(fit: StepFit) -> tuple[float, float]:
+    """The prompt cost at the band's fast and slow ends (:data:`BAND_PROMPT_COST`): the
+    resampled fits' low end at the fast one where the overhead's part that goes with a
+    request's own prompt was fitted (without it the cost taken off the steps could not be
+    given back to the request's own first token), else ``p``; ``p`` at the slow one."""
+    if BAND_PROMPT_COST and fit.p_lo is not None and fit.prompt_ref > 0:
+        return fit.p_lo, fit.p
+    return fit.p, fit.p
 
 
 def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
@@ -603,16 +633,23 @@ def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
     return _at_speeds(fit, 0.0, fit.step(fit.batch_min) / fit.batch_min, z)
 
 
-def _at_speeds(fit: StepFit, a: float, k: float, z: float) -> list[StepFit]:
-    """The step ``a + k x batch`` (the fit's prompt cost) at each end of the speed's range."""
+def _at_speeds(
+    fit: StepFit, a: float, k: float, z: float, prompt: tuple[float, float] | None = None
+) -> list[StepFit]:
+    """The step ``a + k x batch + p x prompt`` at each end of the speed's range, ``p`` the
+    fit's or ``prompt``'s (the fast end's, the slow end's). A prompt cost other than the
+    fit's moves the difference from the step to the overhead (at the overhead's prompt
+    and per token of the request's own), so a request's own first token costs what it
+    did; what changes is what the others' prompts cost the steps they share."""
     spread = speed_spread(fit, z)
+    ends = zip((max(0.05, 1 - spread), 1 + spread), prompt or (fit.p, fit.p), strict=True)
     return [
         replace(
-            fit, a=a * scale, k=k * scale, p=fit.p * scale,
-            overhead=tuple(o * scale for o in fit.overhead),
-            overhead_per_prompt=fit.overhead_per_prompt * scale,
+            fit, a=a * scale, k=k * scale, p=p * scale,
+            overhead=tuple((o + (fit.p - p) * fit.prompt_ref) * scale for o in fit.overhead),
+            overhead_per_prompt=(fit.overhead_per_prompt + fit.p - p) * scale,
         )
-        for scale in (max(0.05, 1 - spread), 1 + spread)
+        for scale, p in ends
     ]  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from inferwatch.advise.twin import (
     band_fits,
     below_fits,
     fit_steps,
+    prompt_costs,
     simulate,
     speed_spread,
 )
@@ -754,6 +755,12 @@ def predict(
         range_note += (
             f"; band: slope {k_lo * 1e3:.3f}-{k_hi * 1e3:.3f} ms per sequence "
             + ("(5-95% of refits)" if fit.slope_fitted else "(flat to proportional)")
+            + (
+                f", prompt cost {prompt[0] * 1e6:.1f} (5% of refits) to {prompt[1] * 1e6:.1f}"
+                " us a token"
+                if (prompt := prompt_costs(fit))[0] < prompt[1]
+                else ""
+            )
             + f", speed -/+{speed_spread(fit, band_z):.0%}"
             + (
                 f" ({band_z:g} x the resampled fits' spread, {RUN_SPEED_FLOOR:.0%} at least)"
