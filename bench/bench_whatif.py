@@ -95,6 +95,8 @@ SETTINGS = {
                             "prompt, fitted and replayed per request"),
     "band_prompt_cost": ("twin", "the band's fast end at the prompt cost's low end over "
                          "its refits (off: the fitted cost at both ends)"),
+    "band_under_ref": ("twin", "below the batch a fitted step rests on, the band also "
+                       "takes the step in proportion to the batch through it"),
     "refuse_below_zero_fixed_cost": ("whatif", "refuse a fitted line whose fixed cost is "
                                      "zero below the batches it saw (off: answer them)"),
 }  # fmt: skip

@@ -28,6 +28,11 @@
 #   (the model as below: make_tiny_model.py with the tarball's gguf-py)
 #   SERVER=/tmp/tw/llama-server MODEL=/tmp/tw/model.gguf SLOTS=4,64,16,8,32 LOAD=12 DRAIN=8 \
 #     EXTRA="--rates 3.79,9.1,18.95" bash bench/device/sweep_lease.sh "$OUT"
+# A server built off the device (bench/device/build_cuda_server.sh, no device time) runs
+# the same way, with the device's CUDA libraries on the loader path (the sixth recording,
+# tests/data/whatif/h100-sixth/):
+#   xz -dc .carry/llama-server.xz > /tmp/tw/llama-server; chmod +x /tmp/tw/llama-server
+#   LD_LIBRARY_PATH=/usr/local/cuda/lib64 SERVER=/tmp/tw/llama-server MODEL=... bash $0 "$OUT"
 OUT=${1:?OUT}
 TARBALL=${2:-}
 REPO="$(pwd)"

@@ -367,6 +367,14 @@ OVERHEAD_PER_PROMPT = True
 #: Only fits from client records are resampled (docs/advise.md, "The prompt cost's low
 #: end")
 BAND_PROMPT_COST = True
+#: below the batch a fitted step rests on (``b_ref``), within the batches seen, the band
+#: also takes the step in proportion to the batch through the step at ``b_ref``
+#: (:func:`under_ref_fits`): a fit of a 64-slot server at 9.1 requests/s (batches
+#: 3.2-22.6, 5.62 ms + 0.192 ms a sequence) put 8- and 16-slot light runs' steps at
+#: 6.4 ms where those runs' own fits said 3-4 ms, and missed 9 of their P95s below the
+#: band. Chosen after reading the sixth H100 recording (docs/advise.md, "Under the batch
+#: the step rests on")
+BAND_UNDER_REF = True
 
 
 def _gram(
@@ -631,6 +639,21 @@ def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
     if not 0 < slots < fit.batch_min:
         return []
     return _at_speeds(fit, 0.0, fit.step(fit.batch_min) / fit.batch_min, z)
+
+
+def under_ref_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
+    """The band's further corners for a slot count within the batches the fit saw but
+    below ``b_ref``, the batch its step time rests on (:data:`BAND_UNDER_REF`).
+
+    The fitted line is least squares over batches weighted toward ``b_ref``; below it a
+    step can cost less than the line says (the busy windows' larger batches carried
+    longer contexts, and a server with many slots does more at each launch), and the
+    same bound as below the batches holds: a sequence's share of a step is no dearer at a
+    smaller batch. So the step in proportion to the batch through the step at ``b_ref``
+    is added, at each end of the speed's range. None outside that range."""
+    if not (BAND_UNDER_REF and fit.batch_min <= slots < fit.b_ref):
+        return []
+    return _at_speeds(fit, 0.0, fit.step(fit.b_ref) / fit.b_ref, z)
 
 
 def _at_speeds(

@@ -35,6 +35,7 @@ from inferwatch.advise.twin import (
     prompt_costs,
     simulate,
     speed_spread,
+    under_ref_fits,
 )
 from inferwatch.engines import contract as c
 from inferwatch.errors import ConfigError, UsageError
@@ -730,6 +731,11 @@ def predict(
             f"within the observations: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
             f"over {fit.intervals} busy intervals"
         )
+        if flag == "max-num-seqs" and under_ref_fits(fit, reach):
+            range_note += (
+                f" (below {fit.b_ref:.1f}, the batch the step rests on, the band's step runs "
+                "from the fitted line down to one in proportion to the batch)"
+            )
     z = band_z if bands and TTFT_SAMPLING else None
     now = run_twin(fit, obs, base, arrivals, z)
     new = run_twin(fit, obs, setting, arrivals, z) if setting != base else now
@@ -743,8 +749,14 @@ def predict(
             n = run_twin(f, obs, setting, arrivals, z) if setting != base else b
             now_runs += sampled(figures(b, base, obs, b.busy), b)
             new_runs += sampled(figures(n, setting, obs, b.busy), n)
-        # below the batches the fit saw: the new setting's band only
-        for f in below_fits(fit, reach, band_z) if flag == "max-num-seqs" else ():
+        # below the batches the fit saw, or the batch its step rests on: the new
+        # setting's band only
+        further = (
+            below_fits(fit, reach, band_z) + under_ref_fits(fit, reach, band_z)
+            if flag == "max-num-seqs"
+            else []
+        )
+        for f in further:
             b = run_twin(f, obs, base, arrivals)
             n = run_twin(f, obs, setting, arrivals, z)
             new_runs += sampled(figures(n, setting, obs, b.busy), n)
