@@ -372,8 +372,8 @@ BAND_PROMPT_COST = True
 #: (:func:`under_ref_fits`): a fit of a 64-slot server at 9.1 requests/s (batches
 #: 3.2-22.6, 5.62 ms + 0.192 ms a sequence) put 8- and 16-slot light runs' steps at
 #: 6.4 ms where those runs' own fits said 3-4 ms, and missed 9 of their P95s below the
-#: band. Chosen after reading the sixth H100 recording (docs/advise.md, "Under the batch
-#: the step rests on")
+#: band. Chosen after reading the sixth H100 recording (docs/advise.md, "The sixth
+#: recording")
 BAND_UNDER_REF = True
 
 
