@@ -227,6 +227,13 @@ def fitted_prompt_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(twin, "BAND_PROMPT_COST", False)
 
 
+def with_fitted_prompt_cost(monkeypatch: pytest.MonkeyPatch, sweep: list) -> dict:
+    """A sweep's summary with the band before the prompt cost's low end
+    (:func:`fitted_prompt_cost`, which stays on for the rest of the test)."""
+    fitted_prompt_cost(monkeypatch)
+    return calibrate(sweep)["summary"]
+
+
 def answering_zero_fixed_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     """The code before a fitted line with no fixed cost was refused below its batches
     (and so before the prompt cost's low end)."""
@@ -647,8 +654,8 @@ def test_the_repeat_recording_holds_the_overhead_after_start_out_of_sample(
     seen then) 105 of 210 held-out pairs are answered: throughput 105, TTFT P50 102 and
     P95 97 inside (92.4%), at TTFT median widths x11.25 and x13.12 (x10.87 and x13.12
     before the band took the step under the batch a fit rests on, x8.78 and x12.16
-    before its fast end took the prompt cost's low end). Before the 64-slot 18.95 requests/s fit (no fixed cost) was
-    refused below its batches: 117 answered, 113, 112 and 105 inside (95.7% and 89.7%);
+    before its fast end took the prompt cost's low end). Before the 64-slot 18.95
+    requests/s fit (no fixed cost) was refused below its batches: 117 answered, 113, 112 and 105 inside (95.7% and 89.7%);
     106 and 105 before the overhead was taken net of the shared prefill, 102 and 105 with
     it not net of the step in flight either, 95 and 87 without OVERHEAD_AFTER_START as
     well; throughput 113/117 in each (docs/advise.md, "The repeat recording", "The step in
@@ -659,10 +666,11 @@ def test_the_repeat_recording_holds_the_overhead_after_start_out_of_sample(
     assert min(s[k]["inside_share"] for k in FIGURES) >= COVERAGE
     assert per_figure(s, "width_median") == [2.33, 11.25, 13.12], s
     assert flagged(repeat) == ["s64-r3.79"], flagged(repeat)
-    fitted_prompt_cost(monkeypatch)
-    fitted = calibrate(REPEAT_SWEEP)["summary"]
-    assert answered(fitted) == (105, 105, (105, 102, 97)), fitted
-    assert per_figure(fitted, "width_median") == [2.33, 8.78, 12.16], fitted
+    fitted = with_fitted_prompt_cost(monkeypatch, REPEAT_SWEEP)
+    assert (answered(fitted), per_figure(fitted, "width_median")) == (
+        (105, 105, (105, 102, 97)),
+        [2.33, 8.78, 12.16],
+    ), fitted
     answering_zero_fixed_cost(monkeypatch)
     before = calibrate(REPEAT_SWEEP)["summary"]
     assert answered(before) == (117, 93, (113, 112, 105)), before
@@ -703,10 +711,9 @@ def test_the_third_recording_is_out_of_sample_for_every_setting(
     held-out pairs 114 refused and 96 answered, throughput 93, TTFT P50 95 and P95 91
     (94.8%) inside, at median widths x1.89, x12.13 and x16.29 (93, 94 and 90 before the
     band took the step under the batch a fit rests on); before the band's fast end took
-    the prompt cost's low end 93, 94 and 89 (92.7%) at x1.89, x7.51 and x12.01.
-    Before its two fits with no
-    fixed cost were refused below their batches: 114 answered, 107 (93.9%), 108 (94.7%)
-    and 101 (88.6%) inside, at median widths x1.74, x7.51 and x12.03; 107, 103 and 98
+    the prompt cost's low end 93, 94 and 89 (92.7%) at x1.89, x7.51 and x12.01. Before
+    its two fits with no fixed cost were refused below their batches: 114 answered, 107
+    (93.9%), 108 (94.7%) and 101 (88.6%) inside, at median widths x1.74, x7.51 and x12.03; 107, 103 and 98
     before the overhead was taken net of the shared prefill, 107, 99 and 98 with it not
     net of the step in flight either (docs/advise.md, "The third recording", "A fixed
     cost at zero")."""
@@ -715,10 +722,11 @@ def test_the_third_recording_is_out_of_sample_for_every_setting(
     assert min(s[k]["inside_share"] for k in FIGURES) >= COVERAGE
     assert per_figure(s, "width_median") == [1.89, 12.13, 16.29], s
     assert flagged(third) == ["s64-r3.79"], flagged(third)
-    fitted_prompt_cost(monkeypatch)
-    fitted = calibrate(THIRD_SWEEP)["summary"]
-    assert answered(fitted) == (96, 114, (93, 94, 89)), fitted
-    assert per_figure(fitted, "width_median") == [1.89, 7.51, 12.01], fitted
+    fitted = with_fitted_prompt_cost(monkeypatch, THIRD_SWEEP)
+    assert (answered(fitted), per_figure(fitted, "width_median")) == (
+        (96, 114, (93, 94, 89)),
+        [1.89, 7.51, 12.01],
+    ), fitted
     answering_zero_fixed_cost(monkeypatch)
     before = calibrate(THIRD_SWEEP)["summary"]
     assert answered(before) == (114, 96, (107, 108, 101)), before
@@ -747,10 +755,11 @@ def test_the_fourth_recording_checks_the_step_in_flight_out_of_sample(
     assert answered(s) == (105, 105, (105, 100, 97)), s
     assert per_figure(s, "width_median") == [2.29, 11.9, 16.25], s
     assert flagged(fourth) == ["s64-r3.79"], flagged(fourth)
-    fitted_prompt_cost(monkeypatch)
-    fitted = calibrate(FOURTH_SWEEP)["summary"]
-    assert answered(fitted) == (105, 105, (105, 99, 97)), fitted
-    assert per_figure(fitted, "width_median") == [2.29, 10.07, 12.22], fitted
+    fitted = with_fitted_prompt_cost(monkeypatch, FOURTH_SWEEP)
+    assert (answered(fitted), per_figure(fitted, "width_median")) == (
+        (105, 105, (105, 99, 97)),
+        [2.29, 10.07, 12.22],
+    ), fitted
     answering_zero_fixed_cost(monkeypatch)
     out = calibrate(FOURTH_SWEEP)["summary"]
     assert answered(out) == (117, 93, (113, 109, 104)), out
@@ -886,10 +895,11 @@ def test_the_fifth_recording_is_out_of_sample_for_every_setting(
     )
     assert per_figure(s, "width_median") == [2.44, 15.85, 17.29]
     assert flagged(fifth) == ["s64-r3.79"], flagged(fifth)
-    fitted_prompt_cost(monkeypatch)
-    fitted = calibrate(FIFTH_SWEEP)["summary"]
-    assert answered(fitted) == (108, 102, (107, 103, 95)), fitted
-    assert per_figure(fitted, "width_median") == [2.44, 13.04, 12.84]
+    fitted = with_fitted_prompt_cost(monkeypatch, FIFTH_SWEEP)
+    assert (answered(fitted), per_figure(fitted, "width_median")) == (
+        (108, 102, (107, 103, 95)),
+        [2.44, 13.04, 12.84],
+    ), fitted
     answering_zero_fixed_cost(monkeypatch)
     out = calibrate(FIFTH_SWEEP)["summary"]
     assert answered(out) == (117, 93, (115, 108, 99)), out
@@ -940,11 +950,12 @@ def test_the_settled_recording_is_out_of_sample_for_every_setting(
     assert flagged(settled) == [], flagged(settled)
     assert shipped_figures(s) == ((93, 117, (92, 88, 85)), [2.67, 8.31, 10.73], [0.09, 0.63, 0.75])
     assert min(s[k]["inside_share"] for k in FIGURES) >= COVERAGE
-    fitted_prompt_cost(monkeypatch)
-    fitted = calibrate(SETTLED_SWEEP)["summary"]
-    assert answered(fitted) == (93, 117, (92, 84, 82)), fitted
+    fitted = with_fitted_prompt_cost(monkeypatch, SETTLED_SWEEP)
+    assert (answered(fitted), per_figure(fitted, "width_median")) == (
+        (93, 117, (92, 84, 82)),
+        [2.67, 7.34, 10.72],
+    ), fitted
     assert fitted["ttft_p50"]["inside_share"] >= COVERAGE > fitted["ttft_p95"]["inside_share"]
-    assert per_figure(fitted, "width_median") == [2.67, 7.34, 10.72]
     answering_zero_fixed_cost(monkeypatch)
     assert answered(calibrate(SETTLED_SWEEP)["summary"]) == (114, 96, (109, 102, 97))
 

@@ -638,7 +638,7 @@ def below_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
     """
     if not 0 < slots < fit.batch_min:
         return []
-    return _at_speeds(fit, 0.0, fit.step(fit.batch_min) / fit.batch_min, z)
+    return _proportional_through(fit, fit.batch_min, z)
 
 
 def under_ref_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFit]:
@@ -653,7 +653,14 @@ def under_ref_fits(fit: StepFit, slots: float, z: float = BAND_Z) -> list[StepFi
     is added, at each end of the speed's range. None outside that range."""
     if not (BAND_UNDER_REF and fit.batch_min <= slots < fit.b_ref):
         return []
-    return _at_speeds(fit, 0.0, fit.step(fit.b_ref) / fit.b_ref, z)
+    return _proportional_through(fit, fit.b_ref, z)
+
+
+def _proportional_through(fit: StepFit, batch: float, z: float) -> list[StepFit]:
+    """The step in proportion to the batch through the fitted step at ``batch`` (no fixed
+    cost), at each end of the speed's range: the cheapest a smaller batch's step can be,
+    a sequence's share being no dearer at a smaller batch."""
+    return _at_speeds(fit, 0.0, fit.step(batch) / batch, z)
 
 
 def _at_speeds(

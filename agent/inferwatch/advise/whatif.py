@@ -71,6 +71,11 @@ EXTRAPOLATE_MAX = 2.0
 #: --no-refuse-below-zero-fixed-cost`` answers them (docs/advise.md, "A fixed cost at
 #: zero")
 REFUSE_BELOW_ZERO_FIXED_COST = True
+#: what a range note says the band spans where it takes a proportional step
+#: (:func:`twin.below_fits`, :func:`twin.under_ref_fits`)
+_DOWN_TO_PROPORTIONAL = (
+    "the band's step runs from the fitted line down to one in proportion to the batch"
+)
 #: a fit is flagged untrusted past these: the relative scatter of the window times about
 #: the fitted step curve, and how far the twin's replay of the observation itself ("twin
 #: now") may miss an observed figure (relative error) while the figure lies outside the
@@ -723,8 +728,7 @@ def predict(
             )
         range_note = (
             f"extrapolated below: batch sizes {fit.batch_min:.1f}-{fit.batch_max:.1f} "
-            f"observed, {setting.slots} asked (below {fit.batch_min:.1f} the band's step runs "
-            "from the fitted line down to one in proportion to the batch)"
+            f"observed, {setting.slots} asked (below {fit.batch_min:.1f} {_DOWN_TO_PROPORTIONAL})"
         )
     else:
         range_note = (
@@ -733,8 +737,7 @@ def predict(
         )
         if flag == "max-num-seqs" and under_ref_fits(fit, reach):
             range_note += (
-                f" (below {fit.b_ref:.1f}, the batch the step rests on, the band's step runs "
-                "from the fitted line down to one in proportion to the batch)"
+                f" (below {fit.b_ref:.1f}, the batch the step rests on, {_DOWN_TO_PROPORTIONAL})"
             )
     z = band_z if bands and TTFT_SAMPLING else None
     now = run_twin(fit, obs, base, arrivals, z)
