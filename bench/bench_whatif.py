@@ -97,6 +97,9 @@ SETTINGS = {
                          "its refits (off: the fitted cost at both ends)"),
     "band_under_ref": ("twin", "below the batch a fitted step rests on, the band also "
                        "takes the step in proportion to the batch through it"),
+    "resolution_from_admission": ("whatif", "the throughput band's resolution is one "
+                                  "answer's time from its admission to a slot (off: from "
+                                  "its send)"),
     "refuse_below_zero_fixed_cost": ("whatif", "refuse a fitted line whose fixed cost is "
                                      "zero below the batches it saw (off: answer them)"),
 }  # fmt: skip

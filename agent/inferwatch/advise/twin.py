@@ -742,9 +742,11 @@ class Outcome:
     requests: int
     running_mean: float = 0.0
     notes: list[str] = field(default_factory=list)
-    #: the span throughput is counted over, and the mean answer time (send to last token)
+    #: the span throughput is counted over; the mean answer time from its send, and from
+    #: its admission to a slot, to its last token
     window: float = 0.0
     e2e_mean: float = 0.0
+    service_mean: float = 0.0
     #: TTFT P50 and P95's sampling intervals over the requests replayed
     #: (:func:`quantile_interval` at ``simulate``'s ``interval_z``; None: not asked)
     ttft_p50_interval: tuple[float, float] | None = None
@@ -812,10 +814,11 @@ def simulate(
             )
     pending = deque(enumerate(times))
     waiting: deque[tuple[int, float]] = deque()
-    # active: [arrival, prompt left, output left, first token seen, its prompt]
+    # active: [arrival, prompt left, output left, admitted at, its prompt]
     active: list[list[float]] = []
     ttfts: list[float] = []
     e2es: list[float] = []
+    services: list[float] = []
     t = 0.0
     generated = 0.0
     busy = 0.0
@@ -831,7 +834,7 @@ def simulate(
             continue
         while waiting and len(active) < kv_slots:
             n, arrived = waiting.popleft()
-            active.append([arrived, prompts[n], float(output), 0.0, prompts[n]])
+            active.append([arrived, prompts[n], float(output), t, prompts[n]])
         budget = float(setting.batch_tokens)
         decoding = [s for s in active if s[1] <= 0]
         budget -= len(decoding)
@@ -865,6 +868,7 @@ def simulate(
         done = [s for s in active if s[2] <= 0]
         if done:
             e2es.extend(t - s[0] for s in done)
+            services.extend(t - s[3] for s in done)
             last_done = t
             active = [s for s in active if s[2] > 0]
     end = max(last_done, load.span) or 1.0
@@ -885,6 +889,7 @@ def simulate(
         notes=notes,
         window=window or 1.0,
         e2e_mean=sum(e2es) / len(e2es) if e2es else 0.0,
+        service_mean=sum(services) / len(services) if services else 0.0,
         ttft_p50_interval=intervals[0.5] if intervals else None,
         ttft_p95_interval=intervals[0.95] if intervals else None,
     )

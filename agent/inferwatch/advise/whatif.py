@@ -71,6 +71,14 @@ EXTRAPOLATE_MAX = 2.0
 #: --no-refuse-below-zero-fixed-cost`` answers them (docs/advise.md, "A fixed cost at
 #: zero")
 REFUSE_BELOW_ZERO_FIXED_COST = True
+#: the throughput band's resolution (:func:`_resolution`) is one answer's time from its
+#: admission to a slot to its last token; off: from its send, which counts its wait in the
+#: queue as well, and the replay already gives that wait (an overloaded run's band came out
+#: x2.5-x7 wide for throughput within 10%). On every recording the same throughput counts
+#: inside but the sixth H100 one's (90 -> 89/90) at median widths x2.0 for x2.5;
+#: ``bench_whatif.py calibrate --no-resolution-from-admission`` turns it off
+#: (docs/advise.md, "The throughput band's resolution")
+RESOLUTION_FROM_ADMISSION = True
 #: what a range note says the band spans where it takes a proportional step
 #: (:func:`twin.below_fits`, :func:`twin.under_ref_fits`)
 _DOWN_TO_PROPORTIONAL = (
@@ -666,10 +674,12 @@ def _resolution(
     band: tuple[Figures, Figures], out: Outcome, arrivals: Sequence[float] | None
 ) -> tuple[Figures, Figures]:
     """A replayed load's throughput band widened by one answer's time over the window:
-    the span ends with one request's last token, so the figure is no finer than that."""
-    if arrivals is None or not out.window or not out.e2e_mean:
+    the span ends with one request's last token, so the figure is no finer than that
+    (the answer's time from its admission, :data:`RESOLUTION_FROM_ADMISSION`)."""
+    answer = out.service_mean if RESOLUTION_FROM_ADMISSION else out.e2e_mean
+    if arrivals is None or not out.window or not answer:
         return band
-    d = out.e2e_mean / out.window
+    d = answer / out.window
     lo, hi = band
     return replace(lo, throughput=lo.throughput * (1 - d)), replace(
         hi, throughput=hi.throughput * (1 + d)
