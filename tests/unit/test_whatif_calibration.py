@@ -71,8 +71,12 @@ batch a fitted step rests on it also takes the step in proportion to the batch
 (``twin.BAND_UNDER_REF``, chosen after reading the sixth). The sixth recording
 (``tests/data/whatif/h100-sixth/``, settled, on an H100, its server built off the device)
 is the first's out-of-sample check: held pair by pair and at its published shares with
-each. Every table is held with the settings shipped, and each recording's figures
-before them as published.
+each. The throughput band's resolution counts an answer's time from its admission
+(``whatif.RESOLUTION_FROM_ADMISSION``, a double count of the queue removed). The seventh
+recording (``tests/data/whatif/h100-seventh/``, settled, on an H100) was made after every
+setting shipped: out of sample for all of them (TTFT P95 under the goal: 88.2%). Every
+table is held with the settings shipped, and each recording's figures before them as
+published.
 """
 
 from __future__ import annotations
@@ -134,6 +138,8 @@ FIFTH_SWEEP, FIFTH_TABLE = recording("h100-fifth")
 SETTLED_SWEEP, SETTLED_TABLE = recording("h100-settled")
 #: the settled grid on an H100 again, its server built off the device
 SIXTH_SWEEP, SIXTH_TABLE = recording("h100-sixth")
+#: the settled grid on an H100 again, recorded after every setting shipped
+SEVENTH_SWEEP, SEVENTH_TABLE = recording("h100-seventh")
 FIGURES = ("throughput", "ttft_p50", "ttft_p95")
 #: the least share of held-out runs inside their band
 COVERAGE = 0.90
@@ -1053,3 +1059,37 @@ def test_under_the_batch_a_fit_rests_on_the_band_runs_down_to_a_proportional_ste
     assert "the batch the step rests on" not in predict(obs, "max-num-seqs", 20, fit).range_note
     monkeypatch.setattr(twin, "BAND_UNDER_REF", False)
     assert twin.under_ref_fits(fit, 8) == []
+
+
+def test_the_seventh_recording_is_out_of_sample_for_every_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recorded on an H100 with --settle after every setting shipped (the step under the
+    batch a fit rests on and the throughput band's resolution from admission included),
+    its server built off the device: 117 of 210 held-out pairs refused, 93 answered;
+    throughput 92 (98.9%), TTFT P50 91 (97.8%) and P95 82 (88.2%) inside, at median widths
+    x1.86, x10.32 and x15.36 and median point errors 5%, 46% and 50%. Six of the 11 P95
+    misses are light runs measured under the bands of the 16- and 64-slot fits at 9.1
+    requests/s. Before the prompt cost's low end: 81 P95s inside (docs/advise.md, "The
+    seventh recording")."""
+    seventh, s = held_recording(SEVENTH_SWEEP, SEVENTH_TABLE, "NVIDIA H100")
+    assert "built off the device" in read_trace(SEVENTH_SWEEP[0]).header["source"]
+    assert all(read_trace(p).header["load"]["settled"] for p in SEVENTH_SWEEP)
+    assert flagged(seventh) == [], flagged(seventh)
+    assert shipped_figures(s) == ((93, 117, (92, 91, 82)), [1.86, 10.32, 15.36], [0.05, 0.46, 0.5])
+    # throughput and P50 at the goal, P95 under it out of sample
+    assert s["ttft_p50"]["inside_share"] >= COVERAGE > s["ttft_p95"]["inside_share"]
+    misses = [
+        (
+            r["fit_trace"].rsplit("sweep-", 1)[1],
+            r["measured"]["ttft_p95"] < r["band"][0]["ttft_p95"],
+        )
+        for r in seventh["rows"]
+        if "band" in r
+        and not r["band"][0]["ttft_p95"] <= r["measured"]["ttft_p95"] <= r["band"][1]["ttft_p95"]
+    ]
+    under_medium = [
+        f for f, under in misses if under and f in ("s16-r9.1.jsonl.gz", "s64-r9.1.jsonl.gz")
+    ]
+    assert (len(misses), len(under_medium)) == (11, 6), misses
+    assert answered(with_fitted_prompt_cost(monkeypatch, SEVENTH_SWEEP)) == (93, 117, (92, 91, 81))
