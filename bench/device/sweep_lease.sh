@@ -29,8 +29,9 @@
 #   SERVER=/tmp/tw/llama-server MODEL=/tmp/tw/model.gguf SLOTS=4,64,16,8,32 LOAD=12 DRAIN=8 \
 #     EXTRA="--rates 3.79,9.1,18.95" bash bench/device/sweep_lease.sh "$OUT"
 # A server built off the device (bench/device/build_cuda_server.sh, no device time) runs
-# the same way, with the device's CUDA libraries on the loader path (the sixth recording,
-# tests/data/whatif/h100-sixth/):
+# the same way, with the device's CUDA libraries on the loader path (the sixth and seventh
+# recordings, tests/data/whatif/h100-sixth/ and h100-seventh/, SLOTS, LOAD, DRAIN as above
+# and EXTRA="--rates 3.79,9.1,18.95 --settle"):
 #   xz -dc .carry/llama-server.xz > /tmp/tw/llama-server; chmod +x /tmp/tw/llama-server
 #   LD_LIBRARY_PATH=/usr/local/cuda/lib64 SERVER=/tmp/tw/llama-server MODEL=... bash $0 "$OUT"
 OUT=${1:?OUT}
