@@ -107,7 +107,7 @@ SETTINGS = {
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from inferwatch.advise import twin, whatif
-    from inferwatch.advise.trace import calibrate
+    from inferwatch.advise.trace import band_range, calibrate
 
     # the band's settings tried (module constants, read at each prediction)
     if args.floor is not None:
@@ -147,7 +147,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             continue
         cells: list[Any] = []
         for k in CAL_FIGURES:
-            lo, hi = sorted((r["band"][0][k], r["band"][1][k]))
+            lo, hi = band_range(r, k)
             m = r["measured"][k]
             cells += [m, r["predicted"][k], lo, hi, int(lo <= m <= hi)]
         lines.append([*base, "answered", "", *cells])

@@ -289,6 +289,12 @@ def _name(trace: Trace) -> str:
     return f"{path.parent.name}/{path.name}"
 
 
+def band_range(row: Mapping[str, Any], key: str) -> tuple[float, float]:
+    """An answered held-out pair's band for figure ``key``, low to high."""
+    lo, hi = sorted((row["band"][0][key], row["band"][1][key]))
+    return lo, hi
+
+
 def calibration_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Per figure: held-out pairs judged, the share inside the band, the band's median
     width (high / low), the median and largest |point error|; and the pairs refused."""
@@ -299,7 +305,7 @@ def calibration_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for r in rows:
             if "band" not in r or key not in r.get("error", {}):
                 continue
-            lo, hi = sorted((r["band"][0][key], r["band"][1][key]))
+            lo, hi = band_range(r, key)
             m = r["measured"][key]
             inside.append(lo <= m <= hi)
             widths.append(hi / lo if lo > 0 else math.inf)

@@ -73,8 +73,8 @@ EXTRAPOLATE_MAX = 2.0
 REFUSE_BELOW_ZERO_FIXED_COST = True
 #: the throughput band's resolution (:func:`_resolution`) is one answer's time from its
 #: admission to a slot to its last token; off: from its send, which counts its wait in the
-#: queue as well, and the replay already gives that wait (an overloaded run's band came out
-#: x2.5-x7 wide for throughput within 10%). On every recording the same throughput counts
+#: queue as well, and the replay already gives that wait (the H200 sweep's overloaded
+#: 4-slot runs got throughput bands x7 wide, median, for a 14% point error). On every recording the same throughput counts
 #: inside but the sixth H100 one's (90 -> 89/90) at median widths x2.0 for x2.5;
 #: ``bench_whatif.py calibrate --no-resolution-from-admission`` turns it off
 #: (docs/advise.md, "The throughput band's resolution")
